@@ -1,0 +1,85 @@
+#include "cli/commands.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "cache/config.h"
+
+namespace kvscope::cli {
+
+void writeOutput(const std::string& path, const std::string& text) {
+  if (path.empty() || path == "-") {
+    std::cout << text;
+    std::cout.flush();
+    return;
+  }
+  const std::filesystem::path target(path);
+  const std::filesystem::path tmp = target.string() + fmt::format(".tmp{}", ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw UsageError(fmt::format("cannot write `{}`: {}", path, std::strerror(errno)));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                  ::fsync(::fileno(f)) == 0;
+  const bool closed = std::fclose(f) == 0;
+  std::error_code ec;
+  if (!ok || !closed) {
+    std::filesystem::remove(tmp, ec);
+    throw UsageError(fmt::format("cannot write `{}`: {}", path, std::strerror(errno)));
+  }
+  std::filesystem::rename(tmp, target, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw UsageError(fmt::format("cannot write `{}`: {}", path, ec.message()));
+  }
+}
+
+Runner addExport(CLI::App& app) {
+  struct Opts {
+    std::string spec, format = "hf", output = "-";
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("export", "Print a cache config for another tool");
+  cmd->add_option("--cache", o->spec, "cache SPEC (fp8, quanto:nbits=2,q_group_size=32, ...) or a JSON config file")
+      ->required();
+  cmd->add_option("--format", o->format, "hf: transformers cache_config JSON; kvscope: kvscope's own config file")
+      ->check(CLI::IsMember({"hf", "kvscope"}));
+  cmd->add_option("-o,--output", o->output, "write to this file (atomically) instead of stdout");
+  return [o, cmd]() {
+    if (!*cmd) return -1;
+    const cache::CacheConfig cfg = cache::parseSpec(o->spec);
+    if (o->format == "hf") {
+      const cache::HfExport e = cache::toHfCacheConfig(cfg);
+      writeOutput(o->output, e.json + "\n");
+      for (const auto& n : e.notes) std::cerr << "kvscope-cli: note: " << n << "\n";
+    } else {
+      writeOutput(o->output, cache::toKvscopeJson(cfg) + "\n");
+    }
+    return 0;
+  };
+}
+
+Runner addBackends(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("backends", "List the cache backends and their options");
+  return [cmd]() {
+    if (!*cmd) return -1;
+    for (cache::Backend b : cache::allBackends()) {
+      std::cout << cache::backendName(b) << "\n";
+      for (const auto& opt : cache::backendOptions(b)) {
+        std::string allowed;
+        for (const auto& c : opt.choices) allowed += (allowed.empty() ? "" : "|") + c;
+        std::cout << fmt::format("  {:<16} {:<8} default {:<8} {}{}{}\n", opt.name, opt.kind, opt.defaultValue,
+                                 allowed.empty() ? "" : "[" + allowed + "] ", opt.help,
+                                 opt.transformersKey ? "" : " (kvscope)");
+      }
+    }
+    return 0;
+  };
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,27 @@
+// kvscope-cli subcommands. Each registers itself on the app and runs when chosen; errors are thrown as
+// kvscope::cli::UsageError (exit 2) or propagate as ConfigError/CacheError (exit 2 as well: bad input).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace kvscope::cli {
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Registers a subcommand; the returned function runs it after parsing.
+using Runner = std::function<int()>;
+Runner addExport(CLI::App& app);
+Runner addBackends(CLI::App& app);
+Runner addCacheSim(CLI::App& app);
+
+/// Writes `text` to `path` atomically (temporary file + rename); "-" is stdout.
+void writeOutput(const std::string& path, const std::string& text);
+
+}  // namespace kvscope::cli

@@ -1,0 +1,39 @@
+// kvscope-cli: the headless face of kvscope. Bad input gives one clear line on stderr and exit code 2.
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <vector>
+
+#include "cache/config.h"
+#include "cache/layer.h"
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvscope-cli: quantized KV-cache workbench, headless", "kvscope-cli"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "kvscope-cli 0.1.0");
+  std::vector<kvscope::cli::Runner> runners{kvscope::cli::addExport(app), kvscope::cli::addBackends(app),
+                                           kvscope::cli::addCacheSim(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    for (auto& run : runners)
+      if (const int rc = run(); rc >= 0) return rc;
+  } catch (const kvscope::cache::ConfigError& e) {
+    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
+    return 2;
+  } catch (const kvscope::cache::CacheError& e) {
+    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
+    return 2;
+  } catch (const kvscope::cli::UsageError& e) {
+    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "kvscope-cli: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

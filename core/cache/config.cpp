@@ -1,0 +1,438 @@
+#include "cache/config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace kvscope::cache {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kGroupWiseKeys[] = {"nbits", "axis_key", "axis_value", "q_group_size", "residual_length"};
+
+std::string joinNames(const std::vector<OptionInfo>& opts) {
+  std::string s;
+  for (const auto& o : opts) s += (s.empty() ? "" : ", ") + o.name;
+  return s.empty() ? "none" : s;
+}
+
+std::string_view fp8FormatName(Fp8Format f) { return f == Fp8Format::E4M3FN ? "e4m3fn" : "e5m2"; }
+std::string_view granularityName(Fp8Granularity g) {
+  switch (g) {
+    case Fp8Granularity::Tensor: return "tensor";
+    case Fp8Granularity::Head: return "head";
+    case Fp8Granularity::Channel: return "channel";
+  }
+  return "tensor";
+}
+std::string_view overflowName(OverflowPolicy p) {
+  switch (p) {
+    case OverflowPolicy::Nan: return "nan";
+    case OverflowPolicy::Saturate: return "saturate";
+    case OverflowPolicy::Recalibrate: return "recalibrate";
+  }
+  return "nan";
+}
+
+std::string valueText(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+int asInt(std::string_view key, const json& v) {
+  if (v.is_number_integer()) {
+    const auto i = v.get<long long>();
+    if (i >= -(1LL << 30) && i <= (1LL << 30)) return static_cast<int>(i);
+  }
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    int out = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    if (ec == std::errc() && p == s.data() + s.size() && !s.empty()) return out;
+  }
+  throw ConfigError(std::string(key), fmt::format("option `{}` takes an integer, got `{}`", key, valueText(v)));
+}
+
+double asNumber(std::string_view key, const json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    try {
+      std::size_t used = 0;
+      const double d = std::stod(s, &used);
+      if (used == s.size()) return d;
+    } catch (const std::exception&) {
+    }
+  }
+  throw ConfigError(std::string(key), fmt::format("option `{}` takes a number, got `{}`", key, valueText(v)));
+}
+
+bool asBool(std::string_view key, const json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "true" || s == "1" || s == "on" || s == "yes") return true;
+    if (s == "false" || s == "0" || s == "off" || s == "no") return false;
+  }
+  throw ConfigError(std::string(key), fmt::format("option `{}` takes true or false, got `{}`", key, valueText(v)));
+}
+
+std::string asChoice(std::string_view key, const json& v, const std::vector<std::string>& choices) {
+  const std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+  if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
+  throw ConfigError(std::string(key), fmt::format("option `{}` takes one of {}, got `{}`", key,
+                                                  fmt::join(choices, ", "), s));
+}
+
+const OptionInfo* findOption(Backend b, std::string_view key) {
+  for (const auto& o : backendOptions(b))
+    if (o.name == key) return &o;
+  return nullptr;
+}
+
+bool isGroupWiseKey(std::string_view key) {
+  return std::find(std::begin(kGroupWiseKeys), std::end(kGroupWiseKeys), key) != std::end(kGroupWiseKeys);
+}
+
+void applyOption(CacheConfig& cfg, std::string_view key, const json& v) {
+  const OptionInfo* info = findOption(cfg.backend, key);
+  // fp8 knows transformers' group-wise keys in order to reject them as transformers does (validate()).
+  if (!info && !(cfg.backend == Backend::Fp8 && isGroupWiseKey(key))) {
+    throw ConfigError(std::string(key),
+                      fmt::format("unknown option `{}` for the `{}` backend (allowed: {})", key,
+                                  backendName(cfg.backend), joinNames(backendOptions(cfg.backend))));
+  }
+  if (key == "nbits") cfg.nbits = asInt(key, v);
+  else if (key == "axis_key") cfg.axisKey = asInt(key, v);
+  else if (key == "axis_value") cfg.axisValue = asInt(key, v);
+  else if (key == "q_group_size") cfg.qGroupSize = asInt(key, v);
+  else if (key == "residual_length") cfg.residualLength = asInt(key, v);
+  else if (key == "format") cfg.fp8Format = asChoice(key, v, info->choices) == "e5m2" ? Fp8Format::E5M2 : Fp8Format::E4M3FN;
+  else if (key == "granularity") {
+    const auto s = asChoice(key, v, info->choices);
+    cfg.granularity = s == "head" ? Fp8Granularity::Head : s == "channel" ? Fp8Granularity::Channel : Fp8Granularity::Tensor;
+  } else if (key == "headroom") cfg.headroom = asNumber(key, v);
+  else if (key == "overflow") {
+    const auto s = asChoice(key, v, info->choices);
+    cfg.overflow = s == "saturate" ? OverflowPolicy::Saturate : s == "recalibrate" ? OverflowPolicy::Recalibrate : OverflowPolicy::Nan;
+  } else if (key == "optimize") cfg.hqqOptimize = asBool(key, v);
+}
+
+json specValue(std::string_view text) {
+  // Integers stay integers so that a JSON round trip keeps them as numbers; everything else is text.
+  long long i = 0;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
+  if (ec == std::errc() && p == text.data() + text.size() && !text.empty()) return json(i);
+  return json(std::string(text));
+}
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+bool looksLikePath(std::string_view spec) {
+  if (spec.find('/') != std::string_view::npos) return true;
+  if (spec.size() > 5 && spec.substr(spec.size() - 5) == ".json") return true;
+  std::error_code ec;
+  return spec.find(':') == std::string_view::npos && std::filesystem::is_regular_file(std::string(spec), ec);
+}
+
+}  // namespace
+
+std::string_view backendName(Backend b) {
+  switch (b) {
+    case Backend::Dynamic: return "dynamic";
+    case Backend::Fp8: return "fp8";
+    case Backend::Quanto: return "quanto";
+    case Backend::Hqq: return "hqq";
+  }
+  return "dynamic";
+}
+
+std::vector<Backend> allBackends() { return {Backend::Dynamic, Backend::Fp8, Backend::Quanto, Backend::Hqq}; }
+
+Backend parseBackend(std::string_view name) {
+  for (Backend b : allBackends())
+    if (backendName(b) == name) return b;
+  throw ConfigError("backend", fmt::format("unknown cache backend `{}` (allowed: dynamic, fp8, quanto, hqq)", name));
+}
+
+const std::vector<OptionInfo>& backendOptions(Backend b) {
+  static const std::vector<OptionInfo> none;
+  static const std::vector<OptionInfo> fp8 = {
+      {"format", "choice", {"e4m3fn", "e5m2"}, "e4m3fn", false, "FP8 format of the stored states"},
+      {"granularity", "choice", {"tensor", "head", "channel"}, "tensor", false,
+       "one scale per tensor (transformers), per KV head, or per (head, channel)"},
+      {"headroom", "number", {}, "1", false, "scale = amax x headroom / format max, calibrated on the first update"},
+      {"overflow", "choice", {"nan", "saturate", "recalibrate"}, "nan", false,
+       "values beyond the frozen scale: NaN as PyTorch's cast (transformers), clamp, or grow the scale"},
+  };
+  static const std::vector<OptionInfo> quanto = {
+      {"nbits", "int", {"2", "4"}, "4", true, "bits per value"},
+      {"axis_key", "int", {"0", "-1"}, "0", true, "quantization axis of the keys"},
+      {"axis_value", "int", {"0", "-1"}, "0", true, "quantization axis of the values"},
+      {"q_group_size", "int", {}, "64", true, "values per scale/zero-point group"},
+      {"residual_length", "int", {}, "128", true, "full-precision window before the history is re-quantized"},
+  };
+  static const std::vector<OptionInfo> hqq = {
+      {"nbits", "int", {"1", "2", "3", "4", "8"}, "4", true, "bits per value"},
+      {"axis_key", "int", {"0", "1"}, "0", true, "quantization axis of the keys"},
+      {"axis_value", "int", {"0", "1"}, "0", true, "quantization axis of the values"},
+      {"q_group_size", "int", {}, "64", true, "values per scale/zero-point group"},
+      {"residual_length", "int", {}, "128", true, "full-precision window before the history is re-quantized"},
+      {"optimize", "bool", {"true", "false"}, "true", false,
+       "hqq's half-quadratic zero-point optimizer (hqq's default, so transformers runs it)"},
+  };
+  switch (b) {
+    case Backend::Dynamic: return none;
+    case Backend::Fp8: return fp8;
+    case Backend::Quanto: return quanto;
+    case Backend::Hqq: return hqq;
+  }
+  return none;
+}
+
+void setOption(CacheConfig& cfg, std::string_view key, std::string_view value) {
+  applyOption(cfg, key, specValue(value));
+}
+
+void validate(const CacheConfig& cfg) {
+  const std::optional<int>* groupWise[] = {&cfg.nbits, &cfg.axisKey, &cfg.axisValue, &cfg.qGroupSize,
+                                           &cfg.residualLength};
+  switch (cfg.backend) {
+    case Backend::Dynamic: {
+      for (int i = 0; i < 5; ++i)
+        if (groupWise[i]->has_value())
+          throw ConfigError(kGroupWiseKeys[i],
+                            fmt::format("the `dynamic` backend takes no options (got `{}`)", kGroupWiseKeys[i]));
+      return;
+    }
+    case Backend::Fp8: {
+      // transformers' own message, word for word (QuantizedCache.__init__).
+      std::vector<std::string> unsupported;
+      for (int i = 0; i < 5; ++i)
+        if (groupWise[i]->has_value()) unsupported.push_back(fmt::format("'{}'", kGroupWiseKeys[i]));
+      if (!unsupported.empty()) {
+        throw ConfigError(unsupported.front().substr(1, unsupported.front().size() - 2),
+                          fmt::format("The `fp8` backend quantizes per-tensor and does not support [{}]. Use the "
+                                      "`quanto` or `hqq` backend to quantize group-wise.",
+                                      fmt::join(unsupported, ", ")));
+      }
+      if (!std::isfinite(cfg.headroom) || cfg.headroom <= 0.0)
+        throw ConfigError("headroom", fmt::format("`headroom` must be a positive number, got {}", cfg.headroom));
+      return;
+    }
+    case Backend::Quanto:
+    case Backend::Hqq: {
+      const bool quanto = cfg.backend == Backend::Quanto;
+      const int nb = cfg.resolvedNbits();
+      if (quanto && nb != 2 && nb != 4)
+        throw ConfigError("nbits", fmt::format("`nbits` for `quanto` backend has to be one of [`2`, `4`] but got {}", nb));
+      if (!quanto && nb != 1 && nb != 2 && nb != 3 && nb != 4 && nb != 8)
+        throw ConfigError("nbits", fmt::format("`nbits` for `HQQ` backend has to be one of [`1`, `2`, `3`, `4`, `8`] "
+                                               "but got {}", nb));
+      const char* name = quanto ? "quanto" : "HQQ";
+      const char* allowed = quanto ? "[`0`, `-1`]" : "[`0`, `1`]";
+      const int other = quanto ? -1 : 1;
+      for (auto [key, v] : {std::pair{"axis_key", cfg.resolvedAxisKey()}, std::pair{"axis_value", cfg.resolvedAxisValue()}})
+        if (v != 0 && v != other)
+          throw ConfigError(key, fmt::format("`{}` for `{}` backend has to be one of {} but got {}", key, name, allowed, v));
+      if (cfg.resolvedGroupSize() <= 0)
+        throw ConfigError("q_group_size",
+                          fmt::format("`q_group_size` must be a positive integer, got {}", cfg.resolvedGroupSize()));
+      if (cfg.resolvedResidualLength() < 0)
+        throw ConfigError("residual_length", fmt::format("`residual_length` must be 0 or more, got {}",
+                                                         cfg.resolvedResidualLength()));
+      return;
+    }
+  }
+}
+
+CacheConfig parseSpec(std::string_view specIn) {
+  const std::string spec = trim(specIn);
+  if (spec.empty()) throw ConfigError("backend", "empty cache spec (try `fp8`, `quanto:nbits=2` or a JSON file)");
+  if (looksLikePath(spec)) return loadConfigFile(spec);
+  const auto colon = spec.find(':');
+  CacheConfig cfg;
+  cfg.backend = parseBackend(trim(spec.substr(0, colon)));
+  if (colon != std::string::npos) {
+    std::stringstream rest(spec.substr(colon + 1));
+    std::string item;
+    std::vector<std::string> seen;
+    while (std::getline(rest, item, ',')) {
+      item = trim(item);
+      if (item.empty()) continue;
+      const auto eq = item.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+        throw ConfigError(item, fmt::format("bad option `{}` in cache spec `{}` (write key=value)", item, spec));
+      const std::string key = trim(item.substr(0, eq));
+      // A key set twice is a mistake, not an override.
+      if (std::find(seen.begin(), seen.end(), key) != seen.end())
+        throw ConfigError(key, fmt::format("option `{}` is given twice in cache spec `{}`", key, spec));
+      seen.push_back(key);
+      applyOption(cfg, key, specValue(trim(item.substr(eq + 1))));
+    }
+  }
+  validate(cfg);
+  return cfg;
+}
+
+CacheConfig configFromJson(std::string_view text, std::string_view origin) {
+  json doc;
+  try {
+    doc = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    throw ConfigError("", fmt::format("{}: not valid JSON ({})", origin, e.what()));
+  }
+  if (!doc.is_object()) throw ConfigError("", fmt::format("{}: expected a JSON object", origin));
+  const bool kvscopeFile = doc.contains("cache_config");
+  const json dict = kvscopeFile ? doc["cache_config"] : doc;
+  if (!dict.is_object()) throw ConfigError("cache_config", fmt::format("{}: `cache_config` must be an object", origin));
+  CacheConfig cfg;
+  if (!dict.contains("backend")) {
+    // transformers' default backend when cache_config omits it.
+    cfg.backend = Backend::Quanto;
+  } else if (!dict["backend"].is_string()) {
+    throw ConfigError("backend", fmt::format("{}: `backend` must be a string", origin));
+  } else {
+    try {
+      cfg.backend = parseBackend(dict["backend"].get<std::string>());
+    } catch (const ConfigError& e) {
+      throw ConfigError("backend", fmt::format("{}: {}", origin, e.what()));
+    }
+  }
+  auto apply = [&](const json& obj, bool transformersDict) {
+    for (const auto& [key, value] : obj.items()) {
+      if (key == "backend" && transformersDict) continue;
+      if (value.is_null()) continue;  // transformers' "unset"
+      const OptionInfo* info = findOption(cfg.backend, key);
+      if (info && transformersDict != info->transformersKey) {
+        throw ConfigError(key, fmt::format("{}: `{}` belongs in the `{}` section", origin, key,
+                                           info->transformersKey ? "cache_config" : "kvscope"));
+      }
+      try {
+        applyOption(cfg, key, value);
+      } catch (const ConfigError& e) {
+        throw ConfigError(e.key(), fmt::format("{}: {}", origin, e.what()));
+      }
+    }
+  };
+  apply(dict, true);
+  if (kvscopeFile) {
+    for (const auto& [key, value] : doc.items()) {
+      if (key != "cache_config" && key != "kvscope" && key != "format" && key != "version")
+        throw ConfigError(key, fmt::format("{}: unknown top-level key `{}`", origin, key));
+    }
+    if (doc.contains("kvscope")) {
+      if (!doc["kvscope"].is_object()) throw ConfigError("kvscope", fmt::format("{}: `kvscope` must be an object", origin));
+      apply(doc["kvscope"], false);
+    }
+  }
+  try {
+    validate(cfg);
+  } catch (const ConfigError& e) {
+    throw ConfigError(e.key(), fmt::format("{}: {}", origin, e.what()));
+  }
+  return cfg;
+}
+
+CacheConfig loadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError("", fmt::format("cannot read cache config file `{}`", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return configFromJson(ss.str(), path);
+}
+
+namespace {
+json hfDict(const CacheConfig& cfg) {
+  json d = json::object();
+  d["backend"] = std::string(backendName(cfg.backend));
+  if (cfg.backend == Backend::Quanto || cfg.backend == Backend::Hqq) {
+    // Written out resolved, so the export does not depend on a transformers version's defaults.
+    d["nbits"] = cfg.resolvedNbits();
+    d["axis_key"] = cfg.resolvedAxisKey();
+    d["axis_value"] = cfg.resolvedAxisValue();
+    d["q_group_size"] = cfg.resolvedGroupSize();
+    d["residual_length"] = cfg.resolvedResidualLength();
+  }
+  return d;
+}
+
+json kvscopeSection(const CacheConfig& cfg) {
+  json k = json::object();
+  if (cfg.backend == Backend::Fp8) {
+    k["format"] = std::string(fp8FormatName(cfg.fp8Format));
+    k["granularity"] = std::string(granularityName(cfg.granularity));
+    k["headroom"] = cfg.headroom;
+    k["overflow"] = std::string(overflowName(cfg.overflow));
+  } else if (cfg.backend == Backend::Hqq) {
+    k["optimize"] = cfg.hqqOptimize;
+  }
+  return k;
+}
+}  // namespace
+
+HfExport toHfCacheConfig(const CacheConfig& cfg) {
+  validate(cfg);
+  if (cfg.backend == Backend::Dynamic)
+    throw ConfigError("backend", "the `dynamic` backend is transformers' default cache: it has no cache_config to export");
+  HfExport out;
+  out.json = hfDict(cfg).dump(2);
+  const CacheConfig defaults{};
+  if (cfg.backend == Backend::Fp8) {
+    if (cfg.fp8Format != defaults.fp8Format)
+      out.notes.push_back("format=e5m2 has no transformers equivalent: its fp8 backend stores e4m3fn");
+    if (cfg.granularity != defaults.granularity)
+      out.notes.push_back(fmt::format("granularity={} has no transformers equivalent: its fp8 backend uses one scale "
+                                      "per tensor", granularityName(cfg.granularity)));
+    if (cfg.headroom != defaults.headroom)
+      out.notes.push_back("headroom has no transformers equivalent: its scale is amax / 448");
+    if (cfg.overflow != defaults.overflow)
+      out.notes.push_back(fmt::format("overflow={} has no transformers equivalent: its cast turns |x/scale| >= 480 "
+                                      "into NaN", overflowName(cfg.overflow)));
+  }
+  if (cfg.backend == Backend::Hqq && !cfg.hqqOptimize)
+    out.notes.push_back("optimize=false has no transformers equivalent: transformers runs hqq's optimizer");
+  return out;
+}
+
+std::string toKvscopeJson(const CacheConfig& cfg) {
+  validate(cfg);
+  json doc = json::object();
+  doc["format"] = "kvscope-cache-config";
+  doc["version"] = 1;
+  doc["cache_config"] = hfDict(cfg);
+  doc["kvscope"] = kvscopeSection(cfg);
+  return doc.dump(2);
+}
+
+std::string toSpec(const CacheConfig& cfg) {
+  std::vector<std::string> parts;
+  if (cfg.nbits) parts.push_back(fmt::format("nbits={}", *cfg.nbits));
+  if (cfg.axisKey) parts.push_back(fmt::format("axis_key={}", *cfg.axisKey));
+  if (cfg.axisValue) parts.push_back(fmt::format("axis_value={}", *cfg.axisValue));
+  if (cfg.qGroupSize) parts.push_back(fmt::format("q_group_size={}", *cfg.qGroupSize));
+  if (cfg.residualLength) parts.push_back(fmt::format("residual_length={}", *cfg.residualLength));
+  const CacheConfig d{};
+  if (cfg.backend == Backend::Fp8) {
+    if (cfg.fp8Format != d.fp8Format) parts.push_back(fmt::format("format={}", fp8FormatName(cfg.fp8Format)));
+    if (cfg.granularity != d.granularity) parts.push_back(fmt::format("granularity={}", granularityName(cfg.granularity)));
+    if (cfg.headroom != d.headroom) parts.push_back(fmt::format("headroom={}", cfg.headroom));
+    if (cfg.overflow != d.overflow) parts.push_back(fmt::format("overflow={}", overflowName(cfg.overflow)));
+  }
+  if (cfg.backend == Backend::Hqq && cfg.hqqOptimize != d.hqqOptimize) parts.push_back("optimize=false");
+  std::string s(backendName(cfg.backend));
+  if (!parts.empty()) s += ":" + fmt::format("{}", fmt::join(parts, ","));
+  return s;
+}
+
+}  // namespace kvscope::cache

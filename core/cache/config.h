@@ -1,0 +1,101 @@
+// Cache configuration: the backend, transformers' `cache_config` keys and kvscope's own options; parsing of SPEC
+// strings and JSON files, validation with the reference's limits, and export. No torch, no Qt: the CLI and the GUI
+// use this header as it is.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvscope::cache {
+
+enum class Backend { Dynamic, Fp8, Quanto, Hqq };
+enum class Fp8Format { E4M3FN, E5M2 };
+enum class Fp8Granularity { Tensor, Head, Channel };
+/// What happens to a value whose |x / scale| exceeds the format's maximum after the scale was calibrated.
+enum class OverflowPolicy {
+  Nan,          ///< PyTorch's cast, as transformers' fp8 backend: e4m3fn turns it into NaN (e5m2 into inf)
+  Saturate,     ///< clamp to +-max
+  Recalibrate,  ///< grow the scale to cover the new amax and re-encode the stored states with it
+};
+
+/// A bad option, key, value or combination. `key()` names the offending key (empty for the backend itself).
+class ConfigError : public std::invalid_argument {
+ public:
+  ConfigError(std::string key, const std::string& message) : std::invalid_argument(message), key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
+};
+
+struct CacheConfig {
+  Backend backend = Backend::Dynamic;
+
+  // transformers' group-wise keys (quanto, hqq). Unset means the layer's default, as in transformers.
+  std::optional<int> nbits, axisKey, axisValue, qGroupSize, residualLength;
+
+  // kvscope's fp8 options; the defaults are transformers' fp8 backend, bit for bit.
+  Fp8Format fp8Format = Fp8Format::E4M3FN;
+  Fp8Granularity granularity = Fp8Granularity::Tensor;
+  double headroom = 1.0;  ///< scale = amax * headroom / format max
+  OverflowPolicy overflow = OverflowPolicy::Nan;
+
+  // kvscope's hqq option: the half-quadratic optimizer, on by default as in hqq 0.2.8 (what transformers runs).
+  bool hqqOptimize = true;
+
+  // transformers' layer defaults for unset keys.
+  int resolvedNbits() const { return nbits.value_or(4); }
+  int resolvedAxisKey() const { return axisKey.value_or(0); }
+  int resolvedAxisValue() const { return axisValue.value_or(0); }
+  int resolvedGroupSize() const { return qGroupSize.value_or(64); }
+  int resolvedResidualLength() const { return residualLength.value_or(128); }
+
+  bool operator==(const CacheConfig&) const = default;
+};
+
+/// One option a backend accepts, for forms, help and error messages.
+struct OptionInfo {
+  std::string name;
+  std::string kind;                  ///< "int", "number", "bool" or "choice"
+  std::vector<std::string> choices;  ///< allowed values (ints as text for "int" keys with a fixed set)
+  std::string defaultValue;
+  bool transformersKey = false;  ///< part of transformers' cache_config
+  std::string help;
+};
+
+std::string_view backendName(Backend b);
+/// Throws ConfigError naming the allowed backends.
+Backend parseBackend(std::string_view name);
+std::vector<Backend> allBackends();
+/// The options `b` accepts, in display order.
+const std::vector<OptionInfo>& backendOptions(Backend b);
+
+/// Sets one option from its text form (as in a SPEC); validates the key and the value's type, not the combination.
+void setOption(CacheConfig& cfg, std::string_view key, std::string_view value);
+
+/// `fp8`, `quanto:nbits=2,q_group_size=32`, `hqq:nbits=3,axis_key=1`, `dynamic`, or a path to a JSON config
+/// (kvscope's file or a bare transformers cache_config). Validated. Throws ConfigError.
+CacheConfig parseSpec(std::string_view spec);
+/// Parses kvscope's config file or a bare transformers cache_config dict. Validated. Throws ConfigError.
+CacheConfig configFromJson(std::string_view text, std::string_view origin = "config");
+/// Reads and parses a JSON config file. Throws ConfigError (also for unreadable files).
+CacheConfig loadConfigFile(const std::string& path);
+
+/// Checks the combination with the reference's own limits and messages. Throws ConfigError.
+void validate(const CacheConfig& cfg);
+
+struct HfExport {
+  std::string json;                ///< transformers' cache_config: only keys QuantizedCache accepts
+  std::vector<std::string> notes;  ///< kvscope options that transformers cannot express, said plainly
+};
+/// Throws ConfigError for the dynamic backend (transformers' default cache needs no cache_config).
+HfExport toHfCacheConfig(const CacheConfig& cfg);
+/// kvscope's own file: transformers' dict plus kvscope's options beside it.
+std::string toKvscopeJson(const CacheConfig& cfg);
+/// Canonical SPEC string (only what differs from the defaults, transformers keys first).
+std::string toSpec(const CacheConfig& cfg);
+
+}  // namespace kvscope::cache

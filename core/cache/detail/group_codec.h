@@ -1,0 +1,42 @@
+// Whole-tensor group-wise integer quantization, as the backends transformers' QuantizedLayer calls (quanto, hqq).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+namespace kvscope::cache::detail {
+
+struct QuantizedBlock {
+  at::Tensor packed;                    ///< uint8, codes packed by kernels::packBits in the grouped layout's order
+  at::Tensor scale, zero;               ///< the backend's own layouts and dtypes
+  std::vector<std::int64_t> grouped;    ///< shape of the grouped 2-D code matrix
+  std::vector<std::int64_t> shape;      ///< original [B, H, S, D]
+  int axis = 0;
+  std::int64_t payloadBytes() const { return packed.defined() ? packed.numel() : 0; }
+  std::int64_t metadataBytes() const {
+    return (scale.defined() ? static_cast<std::int64_t>(scale.nbytes()) : 0) +
+           (zero.defined() ? static_cast<std::int64_t>(zero.nbytes()) : 0);
+  }
+};
+
+class GroupCodec {
+ public:
+  virtual ~GroupCodec() = default;
+  /// x: contiguous [B, H, S, D]. Throws CacheError when the group size does not fit the shape.
+  virtual QuantizedBlock quantize(const at::Tensor& x, int axis) const = 0;
+  /// Writes the dequantized [B, H, S, D] into dst (any strides), in x's original dtype.
+  virtual void dequantizeInto(const QuantizedBlock& q, const at::Tensor& dst) const = 0;
+};
+
+/// optimum-quanto 0.2.7 MaxOptimizer + quantize_weight (int2/int4, axis 0/-1).
+std::unique_ptr<GroupCodec> makeQuantoCodec(int nbits, int groupSize);
+/// hqq 0.2.8 Quantizer.quantize / dequantize (int1-8, axis 0/1), with or without its proximal optimizer.
+std::unique_ptr<GroupCodec> makeHqqCodec(int nbits, int groupSize, bool optimize);
+
+/// Packs uint8 codes (any shape, contiguous) / unpacks into a uint8 tensor of `shape`.
+at::Tensor packCodes(const at::Tensor& codes, int bits);
+at::Tensor unpackCodes(const at::Tensor& packed, const std::vector<std::int64_t>& shape, int bits);
+
+}  // namespace kvscope::cache::detail

@@ -1,0 +1,87 @@
+#include "cache/detail/seq_buffer.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "cache/layer.h"
+
+namespace kvscope::cache::detail {
+
+namespace {
+std::string shapeText(const at::Tensor& t) {
+  std::string s = "[";
+  for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+}  // namespace
+
+void SeqBuffer::reserve(std::int64_t total, const at::Tensor& like, std::optional<at::ScalarType> dtype) {
+  if (buf_.defined() && capacity() >= total) return;
+  const std::int64_t cap = std::max<std::int64_t>({total, 2 * capacity(), 16});
+  at::Tensor next = at::empty({like.size(0), like.size(1), cap, like.size(3)},
+                              buf_.defined() ? buf_.options() : like.options().dtype(dtype.value_or(like.scalar_type())));
+  if (buf_.defined() && len_ > 0) next.narrow(2, 0, len_).copy_(buf_.narrow(2, 0, len_));
+  buf_ = std::move(next);
+}
+
+void SeqBuffer::append(const at::Tensor& x) {
+  const std::int64_t n = x.size(2);
+  tail(n, x).copy_(x);
+  commit(n);
+}
+
+at::Tensor SeqBuffer::tail(std::int64_t n, const at::Tensor& like, std::optional<at::ScalarType> dtype) {
+  reserve(len_ + n, like, dtype);
+  return buf_.narrow(2, len_, n);
+}
+
+at::Tensor SeqBuffer::view() const { return buf_.narrow(2, 0, len_); }
+
+void SeqBuffer::reorderBatch(const at::Tensor& idx) {
+  if (!buf_.defined()) return;
+  at::Tensor next = at::empty_like(buf_);
+  if (len_ > 0) next.narrow(2, 0, len_).copy_(buf_.narrow(2, 0, len_).index_select(0, idx));
+  buf_ = std::move(next);
+}
+
+std::int64_t SeqBuffer::bytesPerToken() const {
+  if (!buf_.defined()) return 0;
+  return buf_.size(0) * buf_.size(1) * buf_.size(3) * static_cast<std::int64_t>(buf_.element_size());
+}
+
+void checkStates(const at::Tensor& t, const char* what) {
+  if (!t.defined()) throw CacheError(fmt::format("{}: undefined tensor", what));
+  if (t.dim() != 4)
+    throw CacheError(fmt::format("{}: expected [batch, kv_heads, seq, head_dim], got shape {}", what, shapeText(t)));
+  const auto st = t.scalar_type();
+  if (st != at::kFloat && st != at::kBFloat16 && st != at::kHalf)
+    throw CacheError(fmt::format("{}: dtype {} is not supported (fp32, bf16, fp16)", what, c10::toString(st)));
+  if (t.size(0) == 0 || t.size(1) == 0 || t.size(3) == 0)
+    throw CacheError(fmt::format("{}: empty dimension in shape {}", what, shapeText(t)));
+}
+
+void checkSameLayout(const at::Tensor& t, const at::Tensor& ref, const char* what) {
+  if (t.size(0) != ref.size(0) || t.size(1) != ref.size(1) || t.size(3) != ref.size(3) ||
+      t.scalar_type() != ref.scalar_type()) {
+    throw CacheError(fmt::format("{}: shape {} {} does not continue the cached states {} {}", what, shapeText(t),
+                                 c10::toString(t.scalar_type()), shapeText(ref), c10::toString(ref.scalar_type())));
+  }
+}
+
+at::Tensor checkBeamIndex(const at::Tensor& idx, std::int64_t batch, const at::Device& device) {
+  if (!idx.defined() || idx.dim() != 1 || idx.size(0) != batch)
+    throw CacheError(fmt::format("beam index: expected {} indices, got shape {}", batch,
+                                 idx.defined() ? shapeText(idx) : "undefined"));
+  if (idx.is_floating_point() || idx.is_complex()) throw CacheError("beam index: expected an integer tensor");
+  at::Tensor i = idx.to(at::kLong).to(device);
+  if (batch > 0) {
+    const auto lo = i.min().item<std::int64_t>(), hi = i.max().item<std::int64_t>();
+    if (lo < 0 || hi >= batch)
+      throw CacheError(fmt::format("beam index: values must lie in [0, {}), got [{}, {}]", batch, lo, hi));
+  }
+  return i;
+}
+
+}  // namespace kvscope::cache::detail

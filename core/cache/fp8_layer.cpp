@@ -1,0 +1,237 @@
+// `fp8`: transformers' Fp8QuantizedLayer (REFERENCE §2) bit for bit in its default mode: per-tensor float32 scale
+// max(amax / 448, FLT_MIN) calibrated on the first update and then frozen, states appended with no residual window,
+// the first update returning its inputs. Beyond it: per-head and per-channel scales, e5m2, headroom, and what to do
+// with values beyond the frozen scale (NaN as PyTorch's cast, saturate, or recalibrate).
+//
+// Storage: uint8 codes in a growing buffer, plus a dequantized mirror that each update extends by the new tokens
+// only (the scale is frozen, so earlier tokens dequantize to the same values every step). The seed dequantizes the
+// whole cache on every step instead; the values are identical.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cfloat>
+
+#include "cache/detail/error_stats.h"
+#include "cache/detail/layers.h"
+#include "cache/detail/seq_buffer.h"
+#include "kernels/cpu/fp8_cpu.h"
+
+namespace kvscope::cache::detail {
+namespace {
+
+using kernels::ElemType;
+using kernels::Fp8Counts;
+
+ElemType elemType(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return ElemType::BF16;
+    case at::kHalf: return ElemType::F16;
+    default: return ElemType::F32;
+  }
+}
+
+class Fp8Layer final : public CacheLayer {
+ public:
+  Fp8Layer(const CacheConfig& cfg, const StatsOptions& s)
+      : CacheLayer(s),
+        format_(cfg.fp8Format == Fp8Format::E5M2 ? kernels::Fp8Format::E5M2 : kernels::Fp8Format::E4M3FN),
+        granularity_(cfg.granularity),
+        headroom_(cfg.headroom),
+        policy_(cfg.overflow) {}
+
+  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& kIn, const at::Tensor& vIn) override {
+    checkStates(kIn, "fp8 keys");
+    checkStates(vIn, "fp8 values");
+    checkSameLayout(vIn, kIn, "fp8 values");
+    const bool first = !k_.q.defined() || !k_.scale.defined();
+    if (!first) {
+      checkSameLayout(kIn, k_.deq.view(), "fp8 keys");
+      checkSameLayout(vIn, v_.deq.view(), "fp8 values");
+    }
+    const at::Tensor k = kIn.contiguous(), v = vIn.contiguous();
+    const std::int64_t start = k_.q.length();
+    ++stats_.updates;
+    append(k_, k, first, start, stats_.keys);
+    append(v_, v, first, start, stats_.values);
+    if (first) return {kIn, vIn};
+    return {k_.deq.view(), v_.deq.view()};
+  }
+
+  void reorder(const at::Tensor& beamIdx) override {
+    if (!k_.q.defined()) return;
+    const at::Tensor idx = checkBeamIndex(beamIdx, k_.q.view().size(0), k_.q.view().device());
+    // One scale per tensor, head or channel is shared by every batch row: the codes move as they are.
+    for (Side* s : {&k_, &v_}) {
+      s->q.reorderBatch(idx);
+      s->deq.reorderBatch(idx);
+    }
+  }
+
+  void reset() override {
+    k_ = Side{};
+    v_ = Side{};
+    stats_ = {};
+  }
+
+  void crop(std::int64_t n) override {
+    const std::int64_t len = seqLength();
+    const std::int64_t keep = n < 0 ? std::max<std::int64_t>(len + n, 0) : std::min(n, len);
+    for (Side* s : {&k_, &v_}) {
+      s->q.setLength(keep);
+      s->deq.setLength(keep);
+    }
+  }
+
+  std::int64_t seqLength() const override { return k_.q.length(); }
+  Backend backend() const override { return Backend::Fp8; }
+
+  LayerMemory memory() const override {
+    LayerMemory m;
+    for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
+      mem->payload = s->q.bytesUsed();
+      mem->metadata = s->scale.defined() ? s->scale.numel() * 4 : 0;
+      mem->transient = s->deq.bytesUsed();
+      mem->reserved = s->q.bytesReserved() + s->deq.bytesReserved();
+      mem->unquantized = s->deq.bytesUsed();
+    }
+    return m;
+  }
+
+ private:
+  struct Side {
+    SeqBuffer q;            // uint8 codes [B, H, cap, D]
+    SeqBuffer deq;          // dequantized mirror, input dtype
+    at::Tensor scale;       // float32 [1], [H] or [H, D]
+    at::Tensor expanded;    // float32 [H, D]: the scale of every (head, channel), what the kernels read
+  };
+
+  float fmax() const { return kernels::fp8Max(format_); }
+
+  at::Tensor amaxForScale(const at::Tensor& x) const {
+    switch (granularity_) {
+      case Fp8Granularity::Tensor: return x.abs().amax().to(at::kFloat).reshape({1});
+      case Fp8Granularity::Head: return x.abs().amax({0, 2, 3}).to(at::kFloat);
+      case Fp8Granularity::Channel: return x.abs().amax({0, 2}).to(at::kFloat);
+    }
+    return {};
+  }
+
+  // transformers: (amax.float() / 448).clamp(min=FLT_MIN); the headroom factor multiplies amax first.
+  at::Tensor scaleFromAmax(at::Tensor amax) const {
+    if (headroom_ != 1.0) amax = amax * headroom_;
+    return (amax / static_cast<double>(fmax())).clamp_min(FLT_MIN);
+  }
+
+  void setScale(Side& s, at::Tensor scale, std::int64_t H, std::int64_t D) const {
+    s.scale = std::move(scale);
+    s.expanded = (granularity_ == Fp8Granularity::Channel ? s.scale : s.scale.reshape({-1, 1})).expand({H, D}).contiguous();
+  }
+
+  Fp8Counts encodeInto(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, bool saturate) const {
+    Fp8Counts total;
+    const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
+    if (T == 0) return total;
+    if (!x.is_cpu()) return encodeGeneric(x, dst, expanded, saturate);
+    const auto type = elemType(x.scalar_type());
+    const auto esize = static_cast<std::int64_t>(x.element_size());
+    const auto* xp = static_cast<const std::uint8_t*>(x.const_data_ptr());
+    auto* dp = dst.mutable_data_ptr<std::uint8_t>();
+    const float* sp = expanded.const_data_ptr<float>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        total += kernels::fp8EncodeRun(type, xp + ((b * H + h) * T * D) * esize, sp + h * D, D, T * D,
+                                       dp + b * dst.stride(0) + h * dst.stride(1), format_, saturate);
+    return total;
+  }
+
+  // Devices without our kernels yet: LibTorch's own float8 cast, the definition we are bit-exact with.
+  Fp8Counts encodeGeneric(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, bool saturate) const {
+    at::Tensor a = x.to(at::kFloat) / expanded.to(x.device()).view({1, expanded.size(0), 1, expanded.size(1)});
+    Fp8Counts c;
+    c.overflow = (a.abs() > fmax()).sum().item<std::int64_t>();
+    if (saturate) a = a.clamp(-fmax(), fmax());
+    const at::Tensor q = a.to(format_ == kernels::Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2);
+    const at::Tensor qf = q.to(at::kFloat);
+    c.nonFinite = (~qf.isfinite()).sum().item<std::int64_t>();
+    dst.copy_(q.view(at::kByte));
+    return c;
+  }
+
+  void decodeInto(const at::Tensor& q, const at::Tensor& dst, const at::Tensor& expanded) const {
+    const std::int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+    if (T == 0) return;
+    if (!q.is_cpu()) {
+      const at::Tensor f = q.view(format_ == kernels::Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2)
+                               .to(at::kFloat);
+      dst.copy_((f * expanded.to(q.device()).view({1, H, 1, D})).to(dst.scalar_type()));
+      return;
+    }
+    const auto type = elemType(dst.scalar_type());
+    const auto esize = static_cast<std::int64_t>(dst.element_size());
+    const auto* qp = q.const_data_ptr<std::uint8_t>();
+    auto* dp = static_cast<std::uint8_t*>(dst.mutable_data_ptr());
+    const float* sp = expanded.const_data_ptr<float>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        kernels::fp8DecodeRun(type, qp + b * q.stride(0) + h * q.stride(1), sp + h * D, D, T * D,
+                              dp + (b * dst.stride(0) + h * dst.stride(1)) * esize, format_);
+  }
+
+  void append(Side& s, const at::Tensor& x, bool first, std::int64_t start, TensorStats& st) {
+    const std::int64_t H = x.size(1), T = x.size(2), D = x.size(3);
+    if (first) setScale(s, scaleFromAmax(amaxForScale(x)), H, D);
+    at::Tensor slot = s.q.tail(T, x, at::kByte);
+    Fp8Counts c = encodeInto(x, slot, s.expanded, policy_ == OverflowPolicy::Saturate);
+    st.overflow = c.overflow;
+    if (!first && policy_ == OverflowPolicy::Recalibrate && c.overflow > 0) {
+      recalibrate(s, x, start);
+      slot = s.q.tail(T, x, at::kByte);
+      c = encodeInto(x, slot, s.expanded, false);
+      ++st.recalibrations;
+    }
+    s.q.commit(T);
+    st.nonFinite = c.nonFinite;
+    st.overflowTotal += st.overflow;
+    st.nonFiniteTotal += c.nonFinite;
+    at::Tensor dslot = s.deq.tail(T, x);
+    decodeInto(slot, dslot, s.expanded);
+    s.deq.commit(T);
+    st.quantized = true;
+    st.quantizedTokens = T;
+    st.scales = toVector(s.scale);
+    st.scaleShape = s.scale.sizes().vec();
+    if (statsOptions_.enabled) {
+      st.amaxPerHead = amaxPerHead(x);
+      st.error = errorMap(x, dslot, start, statsOptions_.tokenBin);
+    }
+  }
+
+  // Grows the scale wherever the new states exceed it, then re-encodes what is stored with the new scale (a second
+  // rounding of those values) and refreshes the mirror.
+  void recalibrate(Side& s, const at::Tensor& x, std::int64_t stored) {
+    const std::int64_t H = x.size(1), D = x.size(3);
+    const at::Tensor grown = at::maximum(s.scale, scaleFromAmax(amaxForScale(x)));
+    const at::Tensor oldExpanded = s.expanded;
+    setScale(s, grown, H, D);
+    if (stored == 0) return;
+    const at::Tensor codes = s.q.view().narrow(2, 0, stored);
+    at::Tensor values = at::empty(codes.sizes(), codes.options().dtype(at::kFloat));
+    decodeInto(codes, values, oldExpanded);
+    encodeInto(values, codes, s.expanded, false);
+    decodeInto(codes, s.deq.view().narrow(2, 0, stored), s.expanded);
+  }
+
+  kernels::Fp8Format format_;
+  Fp8Granularity granularity_;
+  double headroom_;
+  OverflowPolicy policy_;
+  Side k_, v_;
+};
+
+}  // namespace
+
+std::unique_ptr<CacheLayer> makeFp8Layer(const CacheConfig& cfg, const StatsOptions& stats) {
+  return std::make_unique<Fp8Layer>(cfg, stats);
+}
+
+}  // namespace kvscope::cache::detail

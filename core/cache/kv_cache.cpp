@@ -1,0 +1,61 @@
+#include "cache/kv_cache.h"
+
+#include <fmt/format.h>
+
+#include "cache/detail/layers.h"
+
+namespace kvscope::cache {
+
+std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+  validate(cfg);
+  switch (cfg.backend) {
+    case Backend::Dynamic: return detail::makeDynamicLayer(stats);
+    case Backend::Fp8: return detail::makeFp8Layer(cfg, stats);
+    case Backend::Quanto: return detail::makeQuantoLayer(cfg, stats);
+    case Backend::Hqq: return detail::makeHqqLayer(cfg, stats);
+  }
+  throw ConfigError("backend", "unknown backend");
+}
+
+KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats) : config_(cfg) {
+  if (numLayers <= 0) throw ConfigError("num_layers", fmt::format("a cache needs at least one layer, got {}", numLayers));
+  validate(cfg);
+  layers_.reserve(static_cast<std::size_t>(numLayers));
+  for (int i = 0; i < numLayers; ++i) layers_.push_back(makeLayer(cfg, stats));
+}
+
+CacheLayer& KvCache::layer(int i) {
+  if (i < 0 || i >= numLayers()) throw CacheError(fmt::format("layer {} out of range [0, {})", i, numLayers()));
+  return *layers_[static_cast<std::size_t>(i)];
+}
+const CacheLayer& KvCache::layer(int i) const { return const_cast<KvCache*>(this)->layer(i); }
+
+std::pair<at::Tensor, at::Tensor> KvCache::update(int i, const at::Tensor& keys, const at::Tensor& values) {
+  return layer(i).update(keys, values);
+}
+
+void KvCache::reorder(const at::Tensor& beamIdx) {
+  for (auto& l : layers_) l->reorder(beamIdx);
+}
+void KvCache::reset() {
+  for (auto& l : layers_) l->reset();
+}
+void KvCache::crop(std::int64_t n) {
+  for (auto& l : layers_) l->crop(n);
+}
+std::int64_t KvCache::seqLength() const { return layers_.front()->seqLength(); }
+
+std::vector<LayerMemory> KvCache::memory() const {
+  std::vector<LayerMemory> m;
+  m.reserve(layers_.size());
+  for (const auto& l : layers_) m.push_back(l->memory());
+  return m;
+}
+
+TensorMemory KvCache::totalMemory() const {
+  TensorMemory t;
+  for (const auto& l : layers_) t += l->memory().total();
+  return t;
+}
+
+}  // namespace kvscope::cache

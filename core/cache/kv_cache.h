@@ -1,0 +1,37 @@
+// The cache of a whole model: one layer per decoder layer, all of one config.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "cache/layer.h"
+
+namespace kvscope::cache {
+
+class KvCache {
+ public:
+  /// Validates cfg (throws ConfigError).
+  KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats = {});
+
+  std::pair<at::Tensor, at::Tensor> update(int layer, const at::Tensor& keys, const at::Tensor& values);
+  void reorder(const at::Tensor& beamIdx);
+  void reset();
+  void crop(std::int64_t n);
+  std::int64_t seqLength() const;
+
+  int numLayers() const { return static_cast<int>(layers_.size()); }
+  CacheLayer& layer(int i);
+  const CacheLayer& layer(int i) const;
+  const CacheConfig& config() const { return config_; }
+
+  std::vector<LayerMemory> memory() const;
+  TensorMemory totalMemory() const;
+
+ private:
+  CacheConfig config_;
+  std::vector<std::unique_ptr<CacheLayer>> layers_;
+};
+
+}  // namespace kvscope::cache

@@ -1,0 +1,91 @@
+// optimum-quanto's group-wise affine quantization, op for op in LibTorch so that results match the Python package:
+// group() reshapes; MaxOptimizer takes per-group min/max, scale = (max - min) / (2^bits - 1), shift = -min, in the
+// input dtype; codes = clamp(round((x + shift) / scale), 0, 2^bits - 1); dequantize = scale * codes - shift.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "cache/detail/group_codec.h"
+#include "cache/layer.h"
+#include "kernels/cpu/bitpack.h"
+
+namespace kvscope::cache::detail {
+
+at::Tensor packCodes(const at::Tensor& codes, int bits) {
+  const at::Tensor c = codes.contiguous().cpu();
+  at::Tensor out = at::empty({kernels::packedBytes(c.numel(), bits)}, c.options());
+  kernels::packBits(c.const_data_ptr<std::uint8_t>(), c.numel(), bits, out.mutable_data_ptr<std::uint8_t>());
+  return codes.is_cpu() ? out : out.to(codes.device());
+}
+
+at::Tensor unpackCodes(const at::Tensor& packed, const std::vector<std::int64_t>& shape, int bits) {
+  const at::Tensor p = packed.cpu();
+  at::Tensor out = at::empty(shape, p.options());
+  kernels::unpackBits(p.const_data_ptr<std::uint8_t>(), out.numel(), bits, out.mutable_data_ptr<std::uint8_t>());
+  return packed.is_cpu() ? out : out.to(packed.device());
+}
+
+namespace {
+
+class QuantoCodec final : public GroupCodec {
+ public:
+  QuantoCodec(int nbits, int groupSize) : bits_(nbits), groupSize_(groupSize) {}
+
+  QuantizedBlock quantize(const at::Tensor& x, int axis) const override {
+    const std::int64_t gs = groupSize_;
+    const std::int64_t axisDim = axis == 0 ? x.size(0) : x.size(-1);
+    const std::int64_t axisNumel = x.numel() / axisDim;
+    if (gs > axisNumel || axisNumel % gs != 0) {
+      throw CacheError(fmt::format(
+          "quanto: Group size ({}) must be a divisor of ({}): with axis={} the groups run over {} for states of "
+          "shape [{}, {}, {}, {}]",
+          gs, axisNumel, axis, axis == 0 ? "kv_heads x seq x head_dim" : "batch x kv_heads x seq", x.size(0),
+          x.size(1), x.size(2), x.size(3)));
+    }
+    at::Tensor g;
+    if (axis == 0) {
+      g = x.reshape({-1, gs});
+    } else {
+      const std::int64_t groups = axisNumel / gs;
+      g = x.reshape({groups, gs, axisDim}).permute({1, 2, 0}).reshape({gs, axisDim * groups});
+    }
+    // AffineOptimizer drops the axis when the grouped tensor has a single row/column along it.
+    const std::int64_t dim = (axis == 0 && g.size(0) != 1) ? 1 : 0;
+    const at::Tensor rmin = at::amin(g, {dim}, true);
+    const at::Tensor rmax = at::amax(g, {dim}, true);
+    const std::int64_t levels = (std::int64_t{1} << bits_) - 1;
+    QuantizedBlock q;
+    q.scale = (rmax - rmin) / levels;
+    q.zero = -rmin;
+    const at::Tensor codes = at::round((g + q.zero) / q.scale).clamp(0, levels).to(at::kByte);
+    q.packed = packCodes(codes, bits_);
+    q.grouped = g.sizes().vec();
+    q.shape = x.sizes().vec();
+    q.axis = axis;
+    return q;
+  }
+
+  void dequantizeInto(const QuantizedBlock& q, const at::Tensor& dst) const override {
+    const at::Tensor codes = unpackCodes(q.packed, q.grouped, bits_);
+    at::Tensor dq = q.scale * codes;
+    dq -= q.zero;
+    if (q.axis == 0) {
+      dst.copy_(dq.reshape(q.shape));
+    } else {
+      const std::int64_t gs = dq.size(0), axisDim = q.shape[3];
+      const std::int64_t groups = dq.numel() / axisDim / gs;
+      dst.copy_(dq.reshape({gs, axisDim, groups}).permute({2, 0, 1}).reshape(q.shape));
+    }
+  }
+
+ private:
+  int bits_;
+  int groupSize_;
+};
+
+}  // namespace
+
+std::unique_ptr<GroupCodec> makeQuantoCodec(int nbits, int groupSize) {
+  return std::make_unique<QuantoCodec>(nbits, groupSize);
+}
+
+}  // namespace kvscope::cache::detail

@@ -1,0 +1,201 @@
+// `quanto` and `hqq`: transformers' QuantizedLayer semantics (REFERENCE §1). The first update quantizes the whole
+// prompt and returns it unchanged; later updates return cat[dequantized store, residual, new]; once the residual
+// holds residual_length - 1 tokens the whole concatenation is re-quantized and the residual emptied.
+//
+// Storage: the quantized store (packed codes + scales/zero-points) and one growing full-precision buffer that holds
+// the dequantized store followed by the residual tokens: exactly the tensor attention reads, extended in place each
+// step. The residual is therefore the buffer's tail, never a second copy, and a step between flushes costs O(1).
+//
+// Beam reorder: the buffer (dequantized store and residual) is reordered at once. The quantized store keeps its rows,
+// and `storeRows` records which of them each beam now reads, composed over reorders; the next flush re-quantizes
+// from the reordered buffer, as transformers' fix (#45510) does.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <numeric>
+#include <optional>
+
+#include "cache/detail/error_stats.h"
+#include "cache/detail/group_codec.h"
+#include "cache/detail/layers.h"
+#include "cache/detail/seq_buffer.h"
+
+namespace kvscope::cache::detail {
+namespace {
+
+class ResidualQuantizedLayer final : public CacheLayer {
+ public:
+  ResidualQuantizedLayer(Backend backend, std::unique_ptr<GroupCodec> codec, const CacheConfig& cfg,
+                         const StatsOptions& s)
+      : CacheLayer(s),
+        backend_(backend),
+        codec_(std::move(codec)),
+        residualLength_(cfg.resolvedResidualLength()) {
+    k_.axis = cfg.resolvedAxisKey();
+    v_.axis = cfg.resolvedAxisValue();
+  }
+
+  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
+    const char* name = backend_ == Backend::Quanto ? "quanto" : "hqq";
+    checkStates(k, fmt::format("{} keys", name).c_str());
+    checkStates(v, fmt::format("{} values", name).c_str());
+    checkSameLayout(v, k, fmt::format("{} values", name).c_str());
+    if (!initialized_) {
+      // Quantize both sides before storing either, so that a failure leaves the layer as it was.
+      const at::Tensor kc = k.contiguous(), vc = v.contiguous();
+      QuantizedBlock qk = codec_->quantize(kc, k_.axis);
+      QuantizedBlock qv = codec_->quantize(vc, v_.axis);
+      ++stats_.updates;
+      setStore(k_, std::move(qk), kc, 0, stats_.keys);
+      setStore(v_, std::move(qv), vc, 0, stats_.values);
+      initialized_ = true;
+      resetRows(k.size(0));
+      return {k, v};
+    }
+    checkSameLayout(k, k_.buf.view(), fmt::format("{} keys", name).c_str());
+    checkSameLayout(v, v_.buf.view(), fmt::format("{} values", name).c_str());
+    const std::int64_t T = k.size(2);
+    const std::int64_t residual = k_.buf.length() - k_.storeLen;
+    ++stats_.updates;
+    if (residual + T >= residualLength_) {
+      // Flush: the returned tensor is the concatenation as it stands; the store and the buffer start afresh from it.
+      at::Tensor retK = concat(k_, k), retV = concat(v_, v);
+      QuantizedBlock qk = codec_->quantize(retK, k_.axis);
+      QuantizedBlock qv = codec_->quantize(retV, v_.axis);
+      setStore(k_, std::move(qk), retK, 0, stats_.keys);
+      setStore(v_, std::move(qv), retV, 0, stats_.values);
+      resetRows(k.size(0));
+      return {retK, retV};
+    }
+    for (auto [s, x, st] : {std::tuple{&k_, &k, &stats_.keys}, std::tuple{&v_, &v, &stats_.values}}) {
+      s->buf.append(*x);
+      st->quantized = false;
+      st->quantizedTokens = 0;
+      st->error = {};
+      if (statsOptions_.enabled) st->amaxPerHead = amaxPerHead(*x);
+    }
+    return {k_.buf.view(), v_.buf.view()};
+  }
+
+  void reorder(const at::Tensor& beamIdx) override {
+    if (!initialized_) return;
+    const at::Tensor idx = checkBeamIndex(beamIdx, k_.buf.view().size(0), k_.buf.view().device());
+    k_.buf.reorderBatch(idx);
+    v_.buf.reorderBatch(idx);
+    const at::Tensor rows = at::tensor(stats_.storeRows, at::kLong).index_select(0, idx.cpu());
+    stats_.storeRows.assign(rows.const_data_ptr<std::int64_t>(), rows.const_data_ptr<std::int64_t>() + rows.numel());
+  }
+
+  void reset() override {
+    const int axisKey = k_.axis, axisValue = v_.axis;
+    k_ = Side{};
+    v_ = Side{};
+    k_.axis = axisKey;
+    v_.axis = axisValue;
+    initialized_ = false;
+    stats_ = {};
+  }
+
+  void crop(std::int64_t n) override {
+    if (!initialized_) return;
+    const std::int64_t len = seqLength();
+    const std::int64_t keep = n < 0 ? std::max<std::int64_t>(len + n, 0) : std::min(n, len);
+    if (keep >= k_.storeLen) {
+      k_.buf.setLength(keep);
+      v_.buf.setLength(keep);
+      return;
+    }
+    if (keep == 0) {
+      reset();
+      return;
+    }
+    // Cutting into the quantized part: the kept prefix is re-quantized from its dequantized values.
+    const at::Tensor pk = k_.buf.view().narrow(2, 0, keep).contiguous();
+    const at::Tensor pv = v_.buf.view().narrow(2, 0, keep).contiguous();
+    QuantizedBlock qk = codec_->quantize(pk, k_.axis);
+    QuantizedBlock qv = codec_->quantize(pv, v_.axis);
+    setStore(k_, std::move(qk), pk, 0, stats_.keys);
+    setStore(v_, std::move(qv), pv, 0, stats_.values);
+    resetRows(pk.size(0));
+  }
+
+  std::int64_t seqLength() const override { return k_.buf.length(); }
+  Backend backend() const override { return backend_; }
+
+  LayerMemory memory() const override {
+    LayerMemory m;
+    for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
+      if (!s->buf.defined()) continue;
+      const std::int64_t bpt = s->buf.bytesPerToken();
+      mem->payload = s->store ? s->store->payloadBytes() : 0;
+      mem->metadata = s->store ? s->store->metadataBytes() : 0;
+      mem->residual = (s->buf.length() - s->storeLen) * bpt;
+      mem->transient = s->storeLen * bpt;
+      mem->reserved = s->buf.bytesReserved();
+      mem->unquantized = s->buf.bytesUsed();
+    }
+    return m;
+  }
+
+ private:
+  struct Side {
+    int axis = 0;
+    std::optional<QuantizedBlock> store;
+    std::int64_t storeLen = 0;  // tokens in the store; buf holds [dequantized store | residual]
+    SeqBuffer buf;
+  };
+
+  // [buffer | x] as one contiguous tensor: what transformers' torch.cat returns on a flush step.
+  static at::Tensor concat(const Side& s, const at::Tensor& x) {
+    const at::Tensor held = s.buf.view();
+    at::Tensor out = at::empty({x.size(0), x.size(1), held.size(2) + x.size(2), x.size(3)}, x.options());
+    out.narrow(2, 0, held.size(2)).copy_(held);
+    out.narrow(2, held.size(2), x.size(2)).copy_(x);
+    return out;
+  }
+
+  // Installs a freshly quantized store made from `source` and rebuilds the buffer as its dequantized values, with
+  // room for the next residual window.
+  void setStore(Side& s, QuantizedBlock q, const at::Tensor& source, std::int64_t tokenStart, TensorStats& st) {
+    const std::int64_t S = source.size(2);
+    SeqBuffer fresh;
+    fresh.reserve(S + std::max<std::int64_t>(residualLength_, 1), source);
+    at::Tensor slot = fresh.tail(S, source);
+    codec_->dequantizeInto(q, slot);
+    fresh.commit(S);
+    s.buf = std::move(fresh);
+    s.store = std::move(q);
+    s.storeLen = S;
+    st.quantized = true;
+    st.quantizedTokens = S;
+    if (statsOptions_.enabled) {
+      st.amaxPerHead = amaxPerHead(source);
+      st.error = errorMap(source, slot, tokenStart, statsOptions_.tokenBin);
+    }
+  }
+
+  void resetRows(std::int64_t batch) {
+    stats_.storeRows.resize(static_cast<std::size_t>(batch));
+    std::iota(stats_.storeRows.begin(), stats_.storeRows.end(), 0);
+  }
+
+  Backend backend_;
+  std::unique_ptr<GroupCodec> codec_;
+  std::int64_t residualLength_;
+  bool initialized_ = false;
+  Side k_, v_;
+};
+
+}  // namespace
+
+std::unique_ptr<CacheLayer> makeQuantoLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+  return std::make_unique<ResidualQuantizedLayer>(
+      Backend::Quanto, makeQuantoCodec(cfg.resolvedNbits(), cfg.resolvedGroupSize()), cfg, stats);
+}
+
+std::unique_ptr<CacheLayer> makeHqqLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+  return std::make_unique<ResidualQuantizedLayer>(
+      Backend::Hqq, makeHqqCodec(cfg.resolvedNbits(), cfg.resolvedGroupSize(), cfg.hqqOptimize), cfg, stats);
+}
+
+}  // namespace kvscope::cache::detail

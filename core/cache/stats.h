@@ -1,0 +1,80 @@
+// Plain value types describing what a cache layer holds and did: memory breakdown and per-update statistics.
+// No torch: the GUI and the CLI receive these as snapshots.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kvscope::cache {
+
+/// Bytes held for the keys or the values of one layer.
+struct TensorMemory {
+  std::int64_t payload = 0;      ///< quantized states in use (fp8 codes, packed ints) or full precision (dynamic)
+  std::int64_t metadata = 0;     ///< scales and zero-points
+  std::int64_t residual = 0;     ///< full-precision residual window (quanto, hqq)
+  std::int64_t transient = 0;    ///< dequantized working buffer that attention reads (kept between steps)
+  std::int64_t reserved = 0;     ///< allocated growth room not in use yet
+  std::int64_t unquantized = 0;  ///< the same tokens held at the input dtype (what `dynamic` would use)
+  std::int64_t held() const { return payload + metadata + residual + transient + reserved; }
+  /// The cache proper, without the working buffer and growth room: what the quantization saves against.
+  std::int64_t stored() const { return payload + metadata + residual; }
+  TensorMemory& operator+=(const TensorMemory& o) {
+    payload += o.payload;
+    metadata += o.metadata;
+    residual += o.residual;
+    transient += o.transient;
+    reserved += o.reserved;
+    unquantized += o.unquantized;
+    return *this;
+  }
+};
+
+struct LayerMemory {
+  TensorMemory keys, values;
+  TensorMemory total() const {
+    TensorMemory t = keys;
+    t += values;
+    return t;
+  }
+};
+
+/// Quantization error of what an update just quantized, per (head, token range, channel).
+struct ErrorMap {
+  std::int64_t heads = 0, ranges = 0, channels = 0;
+  std::int64_t tokenStart = 0;  ///< absolute position of the first token of range 0
+  std::int64_t tokenBin = 0;    ///< tokens per range (the last one may hold fewer)
+  std::vector<float> relL2;     ///< [heads][ranges][channels]: ||xq - x|| / ||x|| over batch and the range's tokens
+  std::vector<float> maxAbs;    ///< [heads][ranges][channels]: max |xq - x|
+  bool empty() const { return heads == 0; }
+  float rel(std::int64_t h, std::int64_t r, std::int64_t c) const { return relL2[(h * ranges + r) * channels + c]; }
+  float max(std::int64_t h, std::int64_t r, std::int64_t c) const { return maxAbs[(h * ranges + r) * channels + c]; }
+};
+
+struct TensorStats {
+  bool quantized = false;              ///< this update quantized something
+  std::int64_t quantizedTokens = 0;    ///< how many tokens it quantized (a flush re-quantizes the whole history)
+  std::vector<float> amaxPerHead;      ///< max |x| of this update's input, per KV head
+  std::vector<float> scales;           ///< fp8: the scale in force, shape `scaleShape` ([1], [heads] or [heads, dim])
+  std::vector<std::int64_t> scaleShape;
+  std::int64_t overflow = 0;           ///< fp8: values of this update with |x / scale| > format max
+  std::int64_t nonFinite = 0;          ///< fp8: codes written this update that are NaN/inf
+  std::int64_t overflowTotal = 0;      ///< since the last reset
+  std::int64_t nonFiniteTotal = 0;
+  std::int64_t recalibrations = 0;     ///< fp8 overflow=recalibrate: times the scale grew
+  ErrorMap error;                      ///< of what this update quantized (empty when it quantized nothing)
+};
+
+struct LayerStats {
+  std::int64_t updates = 0;
+  TensorStats keys, values;
+  /// For each current batch row, the row of the quantized store it reads (identity unless a beam reorder is pending
+  /// on the quantized states; see ResidualQuantizedLayer).
+  std::vector<std::int64_t> storeRows;
+};
+
+struct StatsOptions {
+  bool enabled = true;          ///< amax and error maps; overflow counters are always kept
+  std::int64_t tokenBin = 16;   ///< tokens per range of the error maps
+};
+
+}  // namespace kvscope::cache

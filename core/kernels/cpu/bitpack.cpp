@@ -1,0 +1,79 @@
+#include "kernels/cpu/bitpack.h"
+
+#include <cstring>
+
+namespace kvscope::kernels {
+namespace {
+
+template <int Bits>
+void packFixed(const std::uint8_t* v, std::int64_t n, std::uint8_t* out) {
+  constexpr int per = 8 / Bits;
+  const std::int64_t full = n / per;
+  for (std::int64_t i = 0; i < full; ++i) {
+    std::uint8_t b = 0;
+    for (int j = 0; j < per; ++j) b |= static_cast<std::uint8_t>(v[i * per + j] << (j * Bits));
+    out[i] = b;
+  }
+  if (const std::int64_t rest = n - full * per; rest > 0) {
+    std::uint8_t b = 0;
+    for (std::int64_t j = 0; j < rest; ++j) b |= static_cast<std::uint8_t>(v[full * per + j] << (j * Bits));
+    out[full] = b;
+  }
+}
+
+template <int Bits>
+void unpackFixed(const std::uint8_t* in, std::int64_t n, std::uint8_t* v) {
+  constexpr int per = 8 / Bits;
+  constexpr std::uint8_t mask = (1u << Bits) - 1u;
+  const std::int64_t full = n / per;
+  for (std::int64_t i = 0; i < full; ++i) {
+    const std::uint8_t b = in[i];
+    for (int j = 0; j < per; ++j) v[i * per + j] = (b >> (j * Bits)) & mask;
+  }
+  for (std::int64_t j = full * per; j < n; ++j) v[j] = (in[full] >> ((j - full * per) * Bits)) & mask;
+}
+
+void packStream(const std::uint8_t* v, std::int64_t n, int bits, std::uint8_t* out) {
+  std::memset(out, 0, static_cast<std::size_t>(packedBytes(n, bits)));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t bit = i * bits;
+    const std::uint32_t w = static_cast<std::uint32_t>(v[i]) << (bit & 7);
+    out[bit >> 3] |= static_cast<std::uint8_t>(w);
+    if ((bit & 7) + bits > 8) out[(bit >> 3) + 1] |= static_cast<std::uint8_t>(w >> 8);
+  }
+}
+
+void unpackStream(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t* v) {
+  const std::uint32_t mask = (1u << bits) - 1u;
+  const std::int64_t bytes = packedBytes(n, bits);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t bit = i * bits, byte = bit >> 3;
+    std::uint32_t w = in[byte];
+    if (byte + 1 < bytes) w |= static_cast<std::uint32_t>(in[byte + 1]) << 8;
+    v[i] = static_cast<std::uint8_t>((w >> (bit & 7)) & mask);
+  }
+}
+
+}  // namespace
+
+void packBits(const std::uint8_t* v, std::int64_t n, int bits, std::uint8_t* out) {
+  switch (bits) {
+    case 1: packFixed<1>(v, n, out); break;
+    case 2: packFixed<2>(v, n, out); break;
+    case 4: packFixed<4>(v, n, out); break;
+    case 8: std::memcpy(out, v, static_cast<std::size_t>(n)); break;
+    default: packStream(v, n, bits, out); break;
+  }
+}
+
+void unpackBits(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t* v) {
+  switch (bits) {
+    case 1: unpackFixed<1>(in, n, v); break;
+    case 2: unpackFixed<2>(in, n, v); break;
+    case 4: unpackFixed<4>(in, n, v); break;
+    case 8: std::memcpy(v, in, static_cast<std::size_t>(n)); break;
+    default: unpackStream(in, n, bits, v); break;
+  }
+}
+
+}  // namespace kvscope::kernels

@@ -1,0 +1,138 @@
+#include "kernels/cpu/fp8_cpu.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <array>
+
+namespace kvscope::kernels {
+namespace {
+
+// Function multi-versioning: the same loops compiled for AVX2 and for the baseline, picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define KVS_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define KVS_CLONES
+#endif
+
+template <class T>
+inline float toFloat(T v) {
+  return static_cast<float>(v);
+}
+
+template <class T, Fp8Format F, bool Saturate>
+inline Fp8Counts encodeLoop(const T* __restrict x, const float* __restrict scale, std::int64_t period, std::int64_t n,
+                            std::uint8_t* __restrict out) {
+  constexpr float kMax = fp8Max(F);
+  std::int64_t overflow = 0, nonFinite = 0;
+  for (std::int64_t base = 0; base < n; base += period) {
+    const T* xr = x + base;
+    std::uint8_t* orow = out + base;
+    for (std::int64_t j = 0; j < period; ++j) {
+      float a = toFloat(xr[j]) / scale[j];
+      const float mag = a < 0.0f ? -a : a;
+      overflow += mag > kMax;
+      if constexpr (Saturate) a = a > kMax ? kMax : (a < -kMax ? -kMax : a);
+      const std::uint8_t c = F == Fp8Format::E4M3FN ? encodeE4M3FN(a) : encodeE5M2(a);
+      nonFinite += fp8NonFinite(c, F);
+      orow[j] = c;
+    }
+  }
+  return {overflow, nonFinite};
+}
+
+struct Lut {
+  std::array<float, 256> e4m3fn{}, e5m2{};
+  Lut() {
+    for (int i = 0; i < 256; ++i) {
+      e4m3fn[i] = decodeE4M3FN(static_cast<std::uint8_t>(i));
+      e5m2[i] = decodeE5M2(static_cast<std::uint8_t>(i));
+    }
+  }
+};
+const Lut& lut() {
+  static const Lut l;
+  return l;
+}
+
+template <class T>
+inline void decodeLoop(const std::uint8_t* __restrict q, const float* __restrict scale, std::int64_t period,
+                       std::int64_t n, T* __restrict out, const float* __restrict table) {
+  for (std::int64_t base = 0; base < n; base += period) {
+    for (std::int64_t j = 0; j < period; ++j) out[base + j] = T(table[q[base + j]] * scale[j]);
+  }
+}
+
+#define KVS_ENC(T, F, S)                                                                                    \
+  KVS_CLONES Fp8Counts enc_##T##_##F##_##S(const T* x, const float* s, std::int64_t p, std::int64_t n,      \
+                                            std::uint8_t* o) {                                              \
+    return encodeLoop<T, Fp8Format::F, S>(x, s, p, n, o);                                                   \
+  }
+using bf16 = c10::BFloat16;
+using f16 = c10::Half;
+KVS_ENC(float, E4M3FN, false)
+KVS_ENC(float, E4M3FN, true)
+KVS_ENC(float, E5M2, false)
+KVS_ENC(float, E5M2, true)
+KVS_ENC(bf16, E4M3FN, false)
+KVS_ENC(bf16, E4M3FN, true)
+KVS_ENC(bf16, E5M2, false)
+KVS_ENC(bf16, E5M2, true)
+KVS_ENC(f16, E4M3FN, false)
+KVS_ENC(f16, E4M3FN, true)
+KVS_ENC(f16, E5M2, false)
+KVS_ENC(f16, E5M2, true)
+#undef KVS_ENC
+
+KVS_CLONES void dec_float(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, float* o,
+                          const float* t) {
+  decodeLoop(q, s, p, n, o, t);
+}
+KVS_CLONES void dec_bf16(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, bf16* o,
+                         const float* t) {
+  decodeLoop(q, s, p, n, o, t);
+}
+KVS_CLONES void dec_f16(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, f16* o,
+                        const float* t) {
+  decodeLoop(q, s, p, n, o, t);
+}
+
+template <class T>
+Fp8Counts dispatchEncode(const T* x, const float* s, std::int64_t p, std::int64_t n, std::uint8_t* o, Fp8Format f,
+                         bool sat);
+#define KVS_DISPATCH(T)                                                                              \
+  template <>                                                                                        \
+  Fp8Counts dispatchEncode<T>(const T* x, const float* s, std::int64_t p, std::int64_t n,            \
+                              std::uint8_t* o, Fp8Format f, bool sat) {                             \
+    if (f == Fp8Format::E4M3FN) return sat ? enc_##T##_E4M3FN_true(x, s, p, n, o)                   \
+                                           : enc_##T##_E4M3FN_false(x, s, p, n, o);                 \
+    return sat ? enc_##T##_E5M2_true(x, s, p, n, o) : enc_##T##_E5M2_false(x, s, p, n, o);          \
+  }
+KVS_DISPATCH(float)
+KVS_DISPATCH(bf16)
+KVS_DISPATCH(f16)
+#undef KVS_DISPATCH
+
+}  // namespace
+
+Fp8Counts fp8EncodeRun(ElemType type, const void* x, const float* scale, std::int64_t period, std::int64_t n,
+                       std::uint8_t* out, Fp8Format format, bool saturate) {
+  switch (type) {
+    case ElemType::F32: return dispatchEncode(static_cast<const float*>(x), scale, period, n, out, format, saturate);
+    case ElemType::BF16: return dispatchEncode(static_cast<const bf16*>(x), scale, period, n, out, format, saturate);
+    case ElemType::F16: return dispatchEncode(static_cast<const f16*>(x), scale, period, n, out, format, saturate);
+  }
+  return {};
+}
+
+void fp8DecodeRun(ElemType type, const std::uint8_t* q, const float* scale, std::int64_t period, std::int64_t n,
+                  void* out, Fp8Format format) {
+  const float* table = format == Fp8Format::E4M3FN ? lut().e4m3fn.data() : lut().e5m2.data();
+  switch (type) {
+    case ElemType::F32: dec_float(q, scale, period, n, static_cast<float*>(out), table); break;
+    case ElemType::BF16: dec_bf16(q, scale, period, n, static_cast<bf16*>(out), table); break;
+    case ElemType::F16: dec_f16(q, scale, period, n, static_cast<f16*>(out), table); break;
+  }
+}
+
+}  // namespace kvscope::kernels

@@ -1,0 +1,121 @@
+// Scalar float32 <-> FP8 (e4m3fn, e5m2) conversions, bit-exact with PyTorch's casts (REFERENCE §3).
+// Header-only and usable from host and device code, so the CPU and CUDA codecs share one definition.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#if defined(__CUDACC__)
+#define KVS_HD __host__ __device__ __forceinline__
+#else
+#define KVS_HD inline
+#endif
+
+namespace kvscope::kernels {
+
+enum class Fp8Format : std::uint8_t { E4M3FN, E5M2 };
+
+/// Largest finite magnitude of each format (448 and 57344).
+KVS_HD constexpr float fp8Max(Fp8Format f) { return f == Fp8Format::E4M3FN ? 448.0f : 57344.0f; }
+
+KVS_HD std::uint32_t floatBits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+KVS_HD float bitsFloat(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+/// float32 -> e4m3fn. |x| >= 480 (with inf and NaN) becomes NaN (0x7F | sign): no saturation, as PyTorch.
+/// Normals round to nearest even; |x| < 2^-6 lands on the 2^-9 subnormal grid, also to nearest even.
+KVS_HD std::uint8_t encodeE4M3FN(float x) {
+  std::uint32_t u = floatBits(x);
+  const std::uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  std::uint32_t r;
+  if (u >= 0x43F00000u) {  // 480.0f
+    r = 0x7Fu;
+  } else if (u < 0x3C800000u) {  // 2^-6: add 2^14, whose ulp is 2^-9, and let the FPU round to the grid
+    const float big = bitsFloat(0x46800000u);  // 16384.0f
+    r = floatBits(bitsFloat(u) + big) - 0x46800000u;
+  } else {
+    const std::uint32_t odd = (u >> 20) & 1u;
+    u += (static_cast<std::uint32_t>(7 - 127) << 23) + 0x7FFFFu + odd;  // rebias, round half to even
+    r = u >> 20;
+  }
+  return static_cast<std::uint8_t>(r | (sign >> 24));
+}
+
+/// float32 -> e5m2. |x| >= 65536 becomes +-inf (0x7C), NaN becomes 0x7F | sign; round to nearest even.
+KVS_HD std::uint8_t encodeE5M2(float x) {
+  std::uint32_t u = floatBits(x);
+  const std::uint32_t sign = u & 0x80000000u;
+  u ^= sign;
+  std::uint32_t r;
+  if (u >= 0x47800000u) {  // 65536.0f
+    r = u > 0x7F800000u ? 0x7Fu : 0x7Cu;
+  } else if (u < 0x38800000u) {  // 2^-14: add 2^7, whose ulp is 2^-16
+    const float big = bitsFloat(0x43000000u);  // 128.0f
+    r = floatBits(bitsFloat(u) + big) - 0x43000000u;
+  } else {
+    const std::uint32_t odd = (u >> 21) & 1u;
+    u += (static_cast<std::uint32_t>(15 - 127) << 23) + 0xFFFFFu + odd;
+    r = u >> 21;
+  }
+  return static_cast<std::uint8_t>(r | (sign >> 24));
+}
+
+KVS_HD float decodeE4M3FN(std::uint8_t b) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(b & 0x80u) << 24;
+  const std::uint32_t e = (b >> 3) & 0xFu, m = b & 0x7u;
+  std::uint32_t u;
+  if (e == 15 && m == 7) {
+    u = 0x7FC00000u;
+  } else if (e == 0) {  // subnormal: m * 2^-9, exact in float32
+    return (sign ? -1.0f : 1.0f) * static_cast<float>(m) * (1.0f / 512.0f);
+  } else {
+    u = ((e + 127 - 7) << 23) | (m << 20);
+  }
+  return bitsFloat(u | sign);
+}
+
+KVS_HD float decodeE5M2(std::uint8_t b) {
+  // e5m2 is the upper byte of an IEEE half: widen through the half layout.
+  const std::uint32_t sign = static_cast<std::uint32_t>(b & 0x80u) << 24;
+  const std::uint32_t e = (b >> 2) & 0x1Fu, m = b & 0x3u;
+  std::uint32_t u;
+  if (e == 31) {
+    u = m == 0 ? 0x7F800000u : 0x7FC00000u;
+  } else if (e == 0) {
+    return (sign ? -1.0f : 1.0f) * static_cast<float>(m) * (1.0f / 65536.0f);
+  } else {
+    u = ((e + 127 - 15) << 23) | (m << 21);
+  }
+  return bitsFloat(u | sign);
+}
+
+KVS_HD std::uint8_t encodeFp8(float x, Fp8Format f) {
+  return f == Fp8Format::E4M3FN ? encodeE4M3FN(x) : encodeE5M2(x);
+}
+KVS_HD float decodeFp8(std::uint8_t b, Fp8Format f) {
+  return f == Fp8Format::E4M3FN ? decodeE4M3FN(b) : decodeE5M2(b);
+}
+/// True when the code is not a finite number (e4m3fn: NaN; e5m2: inf or NaN).
+KVS_HD bool fp8NonFinite(std::uint8_t b, Fp8Format f) {
+  return f == Fp8Format::E4M3FN ? (b & 0x7Fu) == 0x7Fu : (b & 0x7Cu) == 0x7Cu;
+}
+
+}  // namespace kvscope::kernels

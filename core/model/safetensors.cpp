@@ -1,0 +1,126 @@
+#include "model/safetensors.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+namespace kvscope::model {
+
+int SafetensorsFile::dtypeSize(const std::string& d) {
+  if (d == "F64" || d == "I64" || d == "U64") return 8;
+  if (d == "F32" || d == "I32" || d == "U32") return 4;
+  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
+  if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
+  return 0;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw FormatError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw FormatError(fmt::format("{}: not a regular file", path));
+  }
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    throw FormatError(fmt::format("{}: {} bytes is too short for a safetensors file (8-byte header size first)", path, size_));
+  }
+  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw FormatError(fmt::format("{}: cannot map ({})", path, std::strerror(errno)));
+  }
+  try {
+    const auto* base = static_cast<const std::uint8_t*>(map_);
+    std::uint64_t n = 0;
+    for (int i = 7; i >= 0; --i) n = (n << 8) | base[i];
+    if (n > size_ - 8)
+      throw FormatError(fmt::format("{}: header claims {} bytes but only {} follow", path, n, size_ - 8));
+    const char* hb = reinterpret_cast<const char*>(base + 8);
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(hb, hb + n);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(fmt::format("{}: header is not valid JSON ({})", path, e.what()));
+    }
+    if (!header.is_object()) throw FormatError(fmt::format("{}: header is not a JSON object", path));
+    const std::uint8_t* data = base + 8 + n;
+    const std::uint64_t dataSize = size_ - 8 - n;
+    for (const auto& [name, info] : header.items()) {
+      if (name == "__metadata__") {
+        if (!info.is_object()) throw FormatError(fmt::format("{}: __metadata__ is not an object", path));
+        for (const auto& [k, v] : info.items()) {
+          if (!v.is_string()) throw FormatError(fmt::format("{}: __metadata__[{}] is not a string", path, k));
+          metadata_[k] = v.get<std::string>();
+        }
+        continue;
+      }
+      if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") || !info.contains("data_offsets") ||
+          !info["dtype"].is_string() || !info["shape"].is_array() || !info["data_offsets"].is_array() ||
+          info["data_offsets"].size() != 2)
+        throw FormatError(fmt::format("{}: tensor `{}`: needs dtype, shape and two data_offsets", path, name));
+      Entry e;
+      e.name = name;
+      e.dtype = info["dtype"].get<std::string>();
+      const int es = dtypeSize(e.dtype);
+      if (es == 0) throw FormatError(fmt::format("{}: tensor `{}`: unknown dtype `{}`", path, name, e.dtype));
+      std::uint64_t numel = 1;
+      for (const auto& d : info["shape"]) {
+        if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<std::int64_t>() >= 0))
+          throw FormatError(fmt::format("{}: tensor `{}`: shape entries must be non-negative integers", path, name));
+        const auto v = d.get<std::uint64_t>();
+        if (v != 0 && numel > (std::uint64_t{1} << 62) / v)
+          throw FormatError(fmt::format("{}: tensor `{}`: shape overflows", path, name));
+        numel *= v;
+        e.shape.push_back(static_cast<std::int64_t>(v));
+      }
+      const auto& off = info["data_offsets"];
+      if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+        throw FormatError(fmt::format("{}: tensor `{}`: data_offsets must be non-negative integers", path, name));
+      const auto b = off[0].get<std::uint64_t>(), en = off[1].get<std::uint64_t>();
+      if (b > en || en > dataSize)
+        throw FormatError(fmt::format("{}: tensor `{}`: data_offsets [{}, {}) lie outside the {} data bytes", path,
+                                      name, b, en, dataSize));
+      if (en - b != numel * static_cast<std::uint64_t>(es))
+        throw FormatError(fmt::format("{}: tensor `{}`: {} bytes stored for {} x {} expected", path, name, en - b,
+                                      numel, es));
+      e.data = data + b;
+      e.bytes = en - b;
+      entries_.push_back(std::move(e));
+    }
+    std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& c) { return a.name < c.name; });
+  } catch (...) {
+    ::munmap(map_, size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, size_);
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  const auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                                   [](const Entry& a, const std::string& n) { return a.name < n; });
+  return it != entries_.end() && it->name == name;
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::at(const std::string& name) const {
+  const auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                                   [](const Entry& a, const std::string& n) { return a.name < n; });
+  if (it == entries_.end() || it->name != name) throw FormatError(fmt::format("{}: no tensor `{}`", path_, name));
+  return *it;
+}
+
+}  // namespace kvscope::model

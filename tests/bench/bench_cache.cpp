@@ -1,0 +1,208 @@
+// Cache benchmarks (Google Benchmark), reported as ratios measured in one run:
+//   codec/*     fp8 encode and decode throughput against memcpy of the same float32 bytes (one thread);
+//   append/*    one decode step (append one token, get the keys/values attention reads) at context 256..16k, for
+//               each backend, kvscope's layer beside the same done the transformers way in LibTorch (torch.cat of
+//               the history each step, whole-cache dequantization each step);
+//   stats/*     fp8 append with the per-update statistics on and off.
+// Shapes are SmolLM2-135M's KV: 1 batch row, 3 KV heads, head_dim 64, fp32; one layer.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <benchmark/benchmark.h>
+
+#include <cfloat>
+#include <cstring>
+#include <functional>
+#include <memory>
+
+#include "cache/detail/group_codec.h"
+#include "cache/layer.h"
+#include "kernels/cpu/fp8_cpu.h"
+
+using namespace kvscope;
+
+namespace {
+
+constexpr std::int64_t kH = 3, kD = 64;
+constexpr int kStepsPerRound = 128;  // one residual window of quanto/hqq's default: flushes are inside the figure
+
+// ---- codec -----------------------------------------------------------------------------------------------------
+void codecMemcpy(benchmark::State& st) {
+  const std::int64_t n = st.range(0);
+  std::vector<float> src(n, 1.0f), dst(n);
+  for (auto _ : st) {
+    std::memcpy(dst.data(), src.data(), n * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * n * 4);
+}
+
+void codecEncode(benchmark::State& st) {
+  const std::int64_t n = st.range(0);
+  const at::Tensor x = at::randn({n}) * 2;
+  const at::Tensor scale = at::full({kD}, 2.0f / 448.0f);
+  std::vector<std::uint8_t> out(n);
+  for (auto _ : st) {
+    auto c = kernels::fp8EncodeRun(kernels::ElemType::F32, x.data_ptr<float>(), scale.data_ptr<float>(), kD, n,
+                                   out.data(), kernels::Fp8Format::E4M3FN, false);
+    benchmark::DoNotOptimize(c);
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * n * 4);
+}
+
+void codecDecode(benchmark::State& st) {
+  const std::int64_t n = st.range(0);
+  std::vector<std::uint8_t> q(n);
+  for (std::int64_t i = 0; i < n; ++i) q[i] = static_cast<std::uint8_t>(i * 37 % 126);
+  const at::Tensor scale = at::full({kD}, 2.0f / 448.0f);
+  std::vector<float> out(n);
+  for (auto _ : st) {
+    kernels::fp8DecodeRun(kernels::ElemType::F32, q.data(), scale.data_ptr<float>(), kD, n, out.data(),
+                          kernels::Fp8Format::E4M3FN);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetBytesProcessed(st.iterations() * n * 4);
+}
+
+// ---- append: the transformers way, in LibTorch ---------------------------------------------------------------------
+struct Stepper {
+  virtual ~Stepper() = default;
+  virtual void prompt(const at::Tensor& k, const at::Tensor& v) = 0;
+  virtual std::pair<at::Tensor, at::Tensor> step(const at::Tensor& k, const at::Tensor& v) = 0;
+};
+
+struct OursStepper : Stepper {
+  std::unique_ptr<cache::CacheLayer> layer;
+  explicit OursStepper(const std::string& spec, bool stats = true) {
+    cache::StatsOptions so;
+    so.enabled = stats;
+    layer = cache::makeLayer(cache::parseSpec(spec), so);
+  }
+  void prompt(const at::Tensor& k, const at::Tensor& v) override {
+    layer->reset();
+    layer->update(k, v);
+  }
+  std::pair<at::Tensor, at::Tensor> step(const at::Tensor& k, const at::Tensor& v) override {
+    return layer->update(k, v);
+  }
+};
+
+struct CatDynamic : Stepper {  // DynamicLayer: torch.cat every step
+  at::Tensor k_, v_;
+  void prompt(const at::Tensor& k, const at::Tensor& v) override { k_ = k, v_ = v; }
+  std::pair<at::Tensor, at::Tensor> step(const at::Tensor& k, const at::Tensor& v) override {
+    k_ = at::cat({k_, k}, 2);
+    v_ = at::cat({v_, v}, 2);
+    return {k_, v_};
+  }
+};
+
+struct CatFp8 : Stepper {  // Fp8QuantizedLayer: cat the codes, dequantize the whole cache every step
+  at::Tensor qk_, qv_, sk_, sv_;
+  static at::Tensor scaleOf(const at::Tensor& x) { return (x.abs().amax().to(at::kFloat) / 448.0).clamp_min(FLT_MIN); }
+  void prompt(const at::Tensor& k, const at::Tensor& v) override {
+    sk_ = scaleOf(k), sv_ = scaleOf(v);
+    qk_ = (k.to(at::kFloat) / sk_).to(at::kFloat8_e4m3fn);
+    qv_ = (v.to(at::kFloat) / sv_).to(at::kFloat8_e4m3fn);
+  }
+  std::pair<at::Tensor, at::Tensor> step(const at::Tensor& k, const at::Tensor& v) override {
+    qk_ = at::cat({qk_, (k.to(at::kFloat) / sk_).to(at::kFloat8_e4m3fn)}, 2);
+    qv_ = at::cat({qv_, (v.to(at::kFloat) / sv_).to(at::kFloat8_e4m3fn)}, 2);
+    return {(qk_.to(at::kFloat) * sk_).to(k.scalar_type()), (qv_.to(at::kFloat) * sv_).to(v.scalar_type())};
+  }
+};
+
+struct CatResidual : Stepper {  // QuantizedLayer: dequantize all + cat every step, re-quantize every R steps
+  std::unique_ptr<cache::detail::GroupCodec> codec;
+  cache::detail::QuantizedBlock qk_, qv_;
+  at::Tensor rk_, rv_;
+  std::int64_t residualLength = 128;
+  explicit CatResidual(std::unique_ptr<cache::detail::GroupCodec> c) : codec(std::move(c)) {}
+  at::Tensor deq(const cache::detail::QuantizedBlock& q, const at::Tensor& like) {
+    at::Tensor out = at::empty(q.shape, like.options());
+    codec->dequantizeInto(q, out);
+    return out;
+  }
+  void prompt(const at::Tensor& k, const at::Tensor& v) override {
+    qk_ = codec->quantize(k.contiguous(), 0);
+    qv_ = codec->quantize(v.contiguous(), 0);
+    rk_ = at::Tensor();
+    rv_ = at::Tensor();
+  }
+  std::pair<at::Tensor, at::Tensor> step(const at::Tensor& k, const at::Tensor& v) override {
+    const std::int64_t r = rk_.defined() ? rk_.size(2) : 0;
+    std::vector<at::Tensor> pk{deq(qk_, k)}, pv{deq(qv_, v)};
+    if (r > 0) pk.push_back(rk_), pv.push_back(rv_);
+    pk.push_back(k), pv.push_back(v);
+    at::Tensor ok = at::cat(pk, 2), ov = at::cat(pv, 2);
+    if (r + 1 >= residualLength) {
+      qk_ = codec->quantize(ok.contiguous(), 0);
+      qv_ = codec->quantize(ov.contiguous(), 0);
+      rk_ = at::Tensor();
+      rv_ = at::Tensor();
+    } else {
+      rk_ = r > 0 ? at::cat({rk_, k}, 2) : k;
+      rv_ = r > 0 ? at::cat({rv_, v}, 2) : v;
+    }
+    return {ok, ov};
+  }
+};
+
+void appendBench(benchmark::State& st, const std::function<std::unique_ptr<Stepper>()>& make) {
+  at::set_num_threads(1);
+  const std::int64_t ctx = st.range(0);
+  auto s = make();
+  const at::Tensor pk = at::randn({1, kH, ctx, kD}), pv = at::randn({1, kH, ctx, kD});
+  std::vector<at::Tensor> nk, nv;
+  for (int i = 0; i < kStepsPerRound; ++i) nk.push_back(at::randn({1, kH, 1, kD})), nv.push_back(at::randn({1, kH, 1, kD}));
+  for (auto _ : st) {
+    st.PauseTiming();
+    s->prompt(pk, pv);
+    st.ResumeTiming();
+    for (int i = 0; i < kStepsPerRound; ++i) {
+      auto out = s->step(nk[i], nv[i]);
+      benchmark::DoNotOptimize(out.first.data_ptr());
+    }
+  }
+  st.SetItemsProcessed(st.iterations() * kStepsPerRound);  // items/s = decode steps per second
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (std::int64_t n : {std::int64_t{1} << 22}) {
+    benchmark::RegisterBenchmark("codec/memcpy_f32", codecMemcpy)->Arg(n);
+    benchmark::RegisterBenchmark("codec/fp8_encode_f32", codecEncode)->Arg(n);
+    benchmark::RegisterBenchmark("codec/fp8_decode_f32", codecDecode)->Arg(n);
+  }
+  struct Variant {
+    std::string name;
+    std::function<std::unique_ptr<Stepper>()> make;
+  };
+  const std::vector<Variant> variants = {
+      {"dynamic/kvscope", [] { return std::make_unique<OursStepper>("dynamic"); }},
+      {"dynamic/transformers_way", [] { return std::make_unique<CatDynamic>(); }},
+      {"fp8/kvscope", [] { return std::make_unique<OursStepper>("fp8"); }},
+      {"fp8/transformers_way", [] { return std::make_unique<CatFp8>(); }},
+      {"quanto_int4/kvscope", [] { return std::make_unique<OursStepper>("quanto:nbits=4"); }},
+      {"quanto_int4/transformers_way",
+       [] { return std::make_unique<CatResidual>(cache::detail::makeQuantoCodec(4, 64)); }},
+      {"hqq_int4/kvscope", [] { return std::make_unique<OursStepper>("hqq:nbits=4"); }},
+      {"hqq_int4/transformers_way",
+       [] { return std::make_unique<CatResidual>(cache::detail::makeHqqCodec(4, 64, true)); }},
+      {"stats/fp8_stats_on", [] { return std::make_unique<OursStepper>("fp8", true); }},
+      {"stats/fp8_stats_off", [] { return std::make_unique<OursStepper>("fp8", false); }},
+  };
+  for (const auto& v : variants) {
+    auto* b = benchmark::RegisterBenchmark(("append/" + v.name).c_str(),
+                                           [make = v.make](benchmark::State& st) { appendBench(st, make); });
+    for (std::int64_t ctx : {256, 1024, 4096, 16384}) b->Arg(ctx);
+    b->Unit(benchmark::kMillisecond);
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# kvscope-cli as a user meets it: output, exit codes, one clear error line.
+set -u
+cli=$1
+fail=0
+check() {  # name, expected rc, expected text (grep -F) in combined output, command...
+  local name=$1 rc=$2 text=$3; shift 3
+  out=$("$@" 2>&1); got=$?
+  if [ "$got" -ne "$rc" ] || ! grep -qF -- "$text" <<<"$out"; then
+    echo "FAIL $name: rc $got (want $rc), output:"; echo "$out"; fail=1
+  else
+    echo "ok   $name"
+  fi
+}
+check export-fp8 0 '"backend": "fp8"' "$cli" export --cache fp8
+check export-quanto 0 '"q_group_size": 32' "$cli" export --cache quanto:nbits=2,q_group_size=32
+check export-note 0 'note: granularity=head has no transformers equivalent' "$cli" export --cache fp8:granularity=head
+check export-kvscope 0 '"granularity": "channel"' "$cli" export --cache fp8:granularity=channel --format kvscope
+check bad-backend 2 'kvscope-cli: error: unknown cache backend `fp4`' "$cli" export --cache fp4
+check bad-nbits 2 '`nbits` for `quanto` backend has to be one of [`2`, `4`] but got 3' "$cli" export --cache quanto:nbits=3
+check fp8-groupwise 2 'does not support ['"'"'q_group_size'"'"']' "$cli" export --cache fp8:q_group_size=32
+check bad-path 2 'cannot read cache config file `/nonexistent/x.json`' "$cli" export --cache /nonexistent/x.json
+check dynamic-hf 2 'has no cache_config to export' "$cli" export --cache dynamic
+check bad-format 2 'format' "$cli" export --cache fp8 --format onnx
+check backends 0 'residual_length' "$cli" backends
+tmp=$(mktemp -d)
+check write-file 0 '' "$cli" export --cache hqq:nbits=3 --format kvscope -o "$tmp/c.json"
+check read-back 0 '"nbits": 3' "$cli" export --cache "$tmp/c.json"
+check unwritable 2 'cannot write' "$cli" export --cache fp8 -o /nonexistent/dir/c.json
+# One error line, nothing else.
+lines=$("$cli" export --cache quanto:nbits=3 2>&1 | wc -l)
+[ "$lines" -eq 1 ] || { echo "FAIL one-line: $lines lines"; fail=1; }
+rm -rf "$tmp"
+exit $fail

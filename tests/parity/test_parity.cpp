@@ -1,0 +1,95 @@
+// Replays the fixtures recorded from the real Python packages (make_fixtures.py) through kvscope's layers.
+// fp8 must be bit-exact; quanto and hqq must agree within 1e-6 absolute in fp32 (they run the same LibTorch ops, so
+// in practice they are bit-exact too, and the test reports the largest difference it saw).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cache/layer.h"
+#include "model/safetensors.h"
+
+using namespace kvscope;
+
+namespace {
+
+std::vector<std::string> fixtureFiles() {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(KVSCOPE_FIXTURE_DIR, ec))
+    if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+at::Tensor load(const model::SafetensorsFile& f, const std::string& name) {
+  const auto& e = f.at(name);
+  at::ScalarType t = at::kFloat;
+  if (e.dtype == "BF16") t = at::kBFloat16;
+  else if (e.dtype == "F16") t = at::kHalf;
+  else if (e.dtype == "I64") t = at::kLong;
+  else if (e.dtype != "F32") throw std::runtime_error("unexpected dtype " + e.dtype);
+  return at::from_blob(const_cast<std::uint8_t*>(e.data), e.shape, at::TensorOptions().dtype(t)).clone();
+}
+
+class Parity : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST(ParityFixtures, Exist) { EXPECT_GE(fixtureFiles().size(), 20u) << "run parity.make_fixtures first"; }
+
+TEST_P(Parity, ReplayMatchesReference) {
+  at::set_num_threads(1);
+  const model::SafetensorsFile f(GetParam());
+  const std::string spec = f.metadata().at("spec");
+  const auto ops = nlohmann::json::parse(f.metadata().at("ops"));
+  const cache::CacheConfig cfg = cache::parseSpec(spec);
+  auto layer = cache::makeLayer(cfg);
+  const bool exact = cfg.backend == cache::Backend::Fp8;
+  double worst = 0.0;
+  int updates = 0;
+  for (const auto& op : ops) {
+    const std::string kind = op[0];
+    const int i = op[1];
+    if (kind == "reset") {
+      layer->reset();
+    } else if (kind == "reorder") {
+      layer->reorder(load(f, "beam." + std::to_string(i)));
+    } else {
+      const at::Tensor k = load(f, "in." + std::to_string(i) + ".k"), v = load(f, "in." + std::to_string(i) + ".v");
+      auto [ko, vo] = layer->update(k, v);
+      ++updates;
+      for (auto [ours, which] : {std::pair{ko, "k"}, std::pair{vo, "v"}}) {
+        const at::Tensor ref = load(f, "out." + std::to_string(i) + "." + which);
+        ASSERT_EQ(ours.sizes(), ref.sizes()) << spec << " op " << i << which;
+        ASSERT_EQ(ours.scalar_type(), ref.scalar_type()) << spec << " op " << i << which;
+        ASSERT_TRUE(at::equal(ours.isnan(), ref.isnan())) << spec << " op " << i << which << ": NaN positions differ";
+        const double diff =
+            (at::nan_to_num(ours.to(at::kFloat)) - at::nan_to_num(ref.to(at::kFloat))).abs().max().item<double>();
+        worst = std::max(worst, diff);
+        if (exact) {
+          ASSERT_EQ(diff, 0.0) << spec << " op " << i << which << ": fp8 must be bit-exact";
+        } else {
+          ASSERT_LE(diff, 1e-6) << spec << " op " << i << which;
+        }
+      }
+    }
+  }
+  std::printf("[parity] %-40s %-60s updates %3d  max|diff| %.3g\n", f.metadata().at("name").c_str(), spec.c_str(),
+              updates, worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::ValuesIn(fixtureFiles()),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string n = std::filesystem::path(p.param).stem().string();
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

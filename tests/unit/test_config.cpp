@@ -1,0 +1,169 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cache/config.h"
+
+using namespace kvscope::cache;
+
+namespace {
+std::string errorOf(const std::string& spec) {
+  try {
+    parseSpec(spec);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+std::string keyOf(const std::string& spec) {
+  try {
+    parseSpec(spec);
+  } catch (const ConfigError& e) {
+    return e.key();
+  }
+  return "<none>";
+}
+}  // namespace
+
+TEST(Config, ParsesSpecs) {
+  EXPECT_EQ(parseSpec("fp8").backend, Backend::Fp8);
+  EXPECT_EQ(parseSpec("dynamic").backend, Backend::Dynamic);
+  const CacheConfig q = parseSpec("quanto:nbits=2,q_group_size=32,residual_length=64");
+  EXPECT_EQ(q.backend, Backend::Quanto);
+  EXPECT_EQ(q.nbits, 2);
+  EXPECT_EQ(q.qGroupSize, 32);
+  EXPECT_EQ(q.residualLength, 64);
+  EXPECT_FALSE(q.axisKey.has_value());
+  EXPECT_EQ(q.resolvedAxisKey(), 0);
+  const CacheConfig h = parseSpec(" hqq : nbits=3, axis_key=1 ");
+  EXPECT_EQ(h.nbits, 3);
+  EXPECT_EQ(h.axisKey, 1);
+  EXPECT_TRUE(h.hqqOptimize);
+  const CacheConfig f = parseSpec("fp8:granularity=head,overflow=saturate,format=e5m2,headroom=1.25");
+  EXPECT_EQ(f.granularity, Fp8Granularity::Head);
+  EXPECT_EQ(f.overflow, OverflowPolicy::Saturate);
+  EXPECT_EQ(f.fp8Format, Fp8Format::E5M2);
+  EXPECT_DOUBLE_EQ(f.headroom, 1.25);
+}
+
+TEST(Config, Fp8RejectsGroupWiseOptionsWithTransformersMessage) {
+  EXPECT_EQ(errorOf("fp8:nbits=4"),
+            "The `fp8` backend quantizes per-tensor and does not support ['nbits']. Use the `quanto` or `hqq` backend "
+            "to quantize group-wise.");
+  CacheConfig c;
+  c.backend = Backend::Fp8;
+  c.qGroupSize = 32;
+  c.nbits = 4;
+  c.residualLength = 8;
+  try {
+    validate(c);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "The `fp8` backend quantizes per-tensor and does not support ['nbits', 'q_group_size', "
+                 "'residual_length']. Use the `quanto` or `hqq` backend to quantize group-wise.");
+    EXPECT_EQ(e.key(), "nbits");
+  }
+}
+
+TEST(Config, ReferenceLimitsAndMessages) {
+  EXPECT_EQ(errorOf("quanto:nbits=3"), "`nbits` for `quanto` backend has to be one of [`2`, `4`] but got 3");
+  EXPECT_EQ(errorOf("quanto:axis_key=1"), "`axis_key` for `quanto` backend has to be one of [`0`, `-1`] but got 1");
+  EXPECT_EQ(errorOf("hqq:nbits=5"), "`nbits` for `HQQ` backend has to be one of [`1`, `2`, `3`, `4`, `8`] but got 5");
+  EXPECT_EQ(errorOf("hqq:axis_value=-1"), "`axis_value` for `HQQ` backend has to be one of [`0`, `1`] but got -1");
+  EXPECT_EQ(keyOf("hqq:axis_value=-1"), "axis_value");
+  EXPECT_EQ(errorOf("quanto:q_group_size=0"), "`q_group_size` must be a positive integer, got 0");
+  EXPECT_EQ(errorOf("quanto:residual_length=-1"), "`residual_length` must be 0 or more, got -1");
+  EXPECT_EQ(errorOf("fp8:headroom=0"), "`headroom` must be a positive number, got 0");
+}
+
+TEST(Config, ClearErrorsForBadSpecs) {
+  EXPECT_EQ(errorOf("fp4"), "unknown cache backend `fp4` (allowed: dynamic, fp8, quanto, hqq)");
+  EXPECT_EQ(errorOf("quanto:nbit=2"),
+            "unknown option `nbit` for the `quanto` backend (allowed: nbits, axis_key, axis_value, q_group_size, "
+            "residual_length)");
+  EXPECT_EQ(errorOf("quanto:nbits=two"), "option `nbits` takes an integer, got `two`");
+  EXPECT_EQ(errorOf("quanto:nbits"), "bad option `nbits` in cache spec `quanto:nbits` (write key=value)");
+  EXPECT_EQ(errorOf("quanto:nbits=2,nbits=4"), "option `nbits` is given twice in cache spec `quanto:nbits=2,nbits=4`");
+  EXPECT_EQ(errorOf("fp8:granularity=row"), "option `granularity` takes one of tensor, head, channel, got `row`");
+  EXPECT_EQ(errorOf("dynamic:nbits=2"), "unknown option `nbits` for the `dynamic` backend (allowed: none)");
+  EXPECT_EQ(errorOf("fp8:optimize=true"),
+            "unknown option `optimize` for the `fp8` backend (allowed: format, granularity, headroom, overflow)");
+  EXPECT_EQ(errorOf(""), "empty cache spec (try `fp8`, `quanto:nbits=2` or a JSON file)");
+  EXPECT_EQ(errorOf("/nonexistent/cfg.json"), "cannot read cache config file `/nonexistent/cfg.json`");
+}
+
+TEST(Config, HfExportHoldsOnlyTransformersKeys) {
+  const auto e = toHfCacheConfig(parseSpec("quanto:nbits=2,q_group_size=32"));
+  const auto j = nlohmann::json::parse(e.json);
+  EXPECT_EQ(j, nlohmann::json::parse(R"({"backend":"quanto","nbits":2,"axis_key":0,"axis_value":0,
+                                        "q_group_size":32,"residual_length":128})"));
+  EXPECT_TRUE(e.notes.empty());
+  const auto f = toHfCacheConfig(parseSpec("fp8:granularity=head"));
+  EXPECT_EQ(nlohmann::json::parse(f.json), nlohmann::json::parse(R"({"backend":"fp8"})"));
+  ASSERT_EQ(f.notes.size(), 1u);
+  EXPECT_NE(f.notes[0].find("granularity=head"), std::string::npos);
+  EXPECT_THROW(toHfCacheConfig(parseSpec("dynamic")), ConfigError);
+}
+
+TEST(Config, KvscopeJsonRoundTrips) {
+  for (const char* spec : {"fp8", "fp8:granularity=channel,overflow=recalibrate,headroom=2,format=e5m2",
+                           "quanto:nbits=2,axis_key=-1,q_group_size=32,residual_length=16", "hqq:nbits=3,optimize=false",
+                           "hqq", "dynamic"}) {
+    CacheConfig c = parseSpec(spec);
+    const CacheConfig back = configFromJson(toKvscopeJson(c));
+    // The file writes group-wise keys resolved; compare resolved values and kvscope options.
+    EXPECT_EQ(back.backend, c.backend) << spec;
+    EXPECT_EQ(back.resolvedNbits(), c.resolvedNbits()) << spec;
+    EXPECT_EQ(back.resolvedAxisKey(), c.resolvedAxisKey()) << spec;
+    EXPECT_EQ(back.resolvedGroupSize(), c.resolvedGroupSize()) << spec;
+    EXPECT_EQ(back.resolvedResidualLength(), c.resolvedResidualLength()) << spec;
+    EXPECT_EQ(back.granularity, c.granularity) << spec;
+    EXPECT_EQ(back.overflow, c.overflow) << spec;
+    EXPECT_EQ(back.fp8Format, c.fp8Format) << spec;
+    EXPECT_EQ(back.headroom, c.headroom) << spec;
+    EXPECT_EQ(back.hqqOptimize, c.hqqOptimize) << spec;
+    EXPECT_EQ(toKvscopeJson(back), toKvscopeJson(c)) << spec;
+    if (c.backend != Backend::Dynamic) {
+      const CacheConfig fromHf = configFromJson(toHfCacheConfig(c).json);
+      EXPECT_EQ(fromHf.backend, c.backend);
+      EXPECT_EQ(fromHf.resolvedNbits(), c.resolvedNbits());
+    }
+  }
+}
+
+TEST(Config, JsonFilesAndTheirErrors) {
+  const auto dir = std::filesystem::temp_directory_path() / "kvscope_test_config";
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const char* name, const char* text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  EXPECT_EQ(parseSpec(write("a.json", R"({"backend":"hqq","nbits":2,"axis_key":null})")).nbits, 2);
+  // transformers' default backend when cache_config has none.
+  EXPECT_EQ(configFromJson(R"({"nbits":2})").backend, Backend::Quanto);
+  const auto bad = write("b.json", R"({"backend":"quanto","nbits":"x"})");
+  try {
+    parseSpec(bad);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), bad + ": option `nbits` takes an integer, got `x`");
+    EXPECT_EQ(e.key(), "nbits");
+  }
+  EXPECT_THROW(parseSpec(write("c.json", "{not json")), ConfigError);
+  EXPECT_THROW(parseSpec(write("d.json", "[1,2]")), ConfigError);
+  EXPECT_THROW(configFromJson(R"({"cache_config":{"backend":"fp8"},"kvscope":{"nbits":2}})"), ConfigError);
+  EXPECT_THROW(configFromJson(R"({"cache_config":{"backend":"fp8","granularity":"head"}})"), ConfigError);
+  EXPECT_THROW(configFromJson(R"({"cache_config":{"backend":"fp8"},"extra":1})"), ConfigError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, CanonicalSpec) {
+  EXPECT_EQ(toSpec(parseSpec("quanto:q_group_size=32,nbits=2")), "quanto:nbits=2,q_group_size=32");
+  EXPECT_EQ(toSpec(parseSpec("fp8:overflow=saturate")), "fp8:overflow=saturate");
+  EXPECT_EQ(toSpec(parseSpec("fp8")), "fp8");
+  EXPECT_EQ(parseSpec(toSpec(parseSpec("hqq:nbits=8,optimize=false"))), parseSpec("hqq:nbits=8,optimize=false"));
+}

@@ -1,0 +1,82 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "model/safetensors.h"
+
+using kvscope::model::FormatError;
+using kvscope::model::SafetensorsFile;
+
+namespace {
+
+std::string writeFile(const std::string& name, const std::string& header, const std::string& data,
+                      std::int64_t claimed = -1) {
+  const auto path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream out(path, std::ios::binary);
+  std::uint64_t n = claimed >= 0 ? static_cast<std::uint64_t>(claimed) : header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
+  out << header << data;
+  return path;
+}
+
+std::string errorOf(const std::string& path) {
+  try {
+    SafetensorsFile f(path);
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Safetensors, ReadsTensorsAndMetadata) {
+  std::string data(24, '\0');
+  const float vals[4] = {1.f, 2.f, 3.f, 4.f};
+  std::memcpy(data.data(), vals, 16);
+  const auto path = writeFile(
+      "kv_ok.safetensors",
+      R"({"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+      R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[16,24]}})",
+      data);
+  SafetensorsFile f(path);
+  EXPECT_EQ(f.metadata().at("k"), "v");
+  ASSERT_EQ(f.entries().size(), 2u);
+  EXPECT_TRUE(f.contains("a"));
+  EXPECT_FALSE(f.contains("c"));
+  const auto& a = f.at("a");
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 2}));
+  EXPECT_EQ(a.bytes, 16u);
+  float back[4];
+  std::memcpy(back, a.data, 16);
+  EXPECT_EQ(back[3], 4.f);
+  EXPECT_THROW(f.at("c"), FormatError);
+}
+
+TEST(Safetensors, LyingHeadersAreErrorsNeverWildReads) {
+  const std::string d(16, '\0');
+  EXPECT_NE(errorOf(writeFile("kv_b1.safetensors", "{}", "", 1000)).find("header claims 1000 bytes"), std::string::npos);
+  EXPECT_NE(errorOf(writeFile("kv_b2.safetensors", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,32]}})", d))
+                .find("lie outside the 16 data bytes"),
+            std::string::npos);
+  EXPECT_NE(errorOf(writeFile("kv_b3.safetensors", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", d))
+                .find("16 bytes stored for 3 x 4 expected"),
+            std::string::npos);
+  EXPECT_NE(errorOf(writeFile("kv_b4.safetensors", R"({"a":{"dtype":"Q9","shape":[4],"data_offsets":[0,16]}})", d))
+                .find("unknown dtype `Q9`"),
+            std::string::npos);
+  EXPECT_NE(errorOf(writeFile("kv_b5.safetensors", "{not json", d)).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(errorOf(writeFile("kv_b6.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", d))
+                .find("shape overflows"),
+            std::string::npos);
+  EXPECT_NE(errorOf(writeFile("kv_b7.safetensors", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,16]}})", d))
+                .find("non-negative"),
+            std::string::npos);
+  EXPECT_NE(errorOf("/nonexistent/x.safetensors").find("cannot open"), std::string::npos);
+  const auto tiny = (std::filesystem::temp_directory_path() / "kv_tiny.safetensors").string();
+  std::ofstream(tiny) << "abc";
+  EXPECT_NE(errorOf(tiny).find("too short"), std::string::npos);
+}
