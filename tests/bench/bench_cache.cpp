@@ -172,7 +172,7 @@ void appendBench(benchmark::State& st, const std::function<std::unique_ptr<Stepp
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (std::int64_t n : {std::int64_t{1} << 22}) {
+  for (std::int64_t n : {std::int64_t{1} << 20, std::int64_t{1} << 25}) {
     benchmark::RegisterBenchmark("codec/memcpy_f32", codecMemcpy)->Arg(n);
     benchmark::RegisterBenchmark("codec/fp8_encode_f32", codecEncode)->Arg(n);
     benchmark::RegisterBenchmark("codec/fp8_decode_f32", codecDecode)->Arg(n);

@@ -83,7 +83,11 @@ TEST(Fp8Codec, RunsWithScalesMatchTorchForEveryDtype) {
   for (auto [dt, et] : {std::pair{at::kFloat, ElemType::F32}, std::pair{at::kBFloat16, ElemType::BF16},
                         std::pair{at::kHalf, ElemType::F16}}) {
     for (auto [f, t] : {std::pair{Fp8Format::E4M3FN, at::kFloat8_e4m3fn}, std::pair{Fp8Format::E5M2, at::kFloat8_e5m2}}) {
-      const at::Tensor x = (at::randn({T, D}) * 8).to(dt).contiguous();
+      at::Tensor x = (at::randn({T, D}) * 8).to(dt).contiguous();
+      // Values at the formats' edges: 448, 464, just above, 480, 57344, 61440, inf, NaN (times the scale).
+      const float edges[] = {448.f, 464.f, 464.0001f, 479.f, 480.f, 57344.f, 61439.f, 61440.f, INFINITY, NAN};
+      for (int e = 0; e < 10; ++e) x[0][e] = edges[e] * scale[e].item<float>();
+      for (int e = 0; e < 10; ++e) x[1][e] = -edges[e] * scale[e].item<float>();
       at::Tensor codes = at::empty({T, D}, at::kByte);
       const Fp8Counts c =
           fp8EncodeRun(et, x.data_ptr(), scale.data_ptr<float>(), D, T * D, codes.data_ptr<std::uint8_t>(), f, false);
@@ -91,6 +95,7 @@ TEST(Fp8Codec, RunsWithScalesMatchTorchForEveryDtype) {
       const at::Tensor ref = ratio.to(t).view(at::kByte);
       EXPECT_TRUE(at::equal(codes, ref));
       EXPECT_EQ(c.overflow, (ratio.abs() > fp8Max(f)).sum().item<std::int64_t>());
+      EXPECT_EQ(c.nonFinite, (~ref.view(t).to(at::kFloat).isfinite()).sum().item<std::int64_t>());
       // Decode: (code.float() * scale).to(dtype), as transformers' _dequantize.
       at::Tensor out = at::empty({T, D}, dt);
       fp8DecodeRun(et, codes.data_ptr<std::uint8_t>(), scale.data_ptr<float>(), D, T * D, out.data_ptr(), f);

@@ -3,42 +3,65 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 
 namespace kvscope::kernels {
 namespace {
 
 // Function multi-versioning: the same loops compiled for AVX2 and for the baseline, picked at load time.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define KVS_CLONES __attribute__((target_clones("avx2", "default")))
+#define KVS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define KVS_CLONES
 #endif
+
+constexpr std::int64_t kChunk = 1024;
+
+// Fills rep with the scale repeated over as many whole periods as fit in kChunk and in n; returns the chunk length
+// (just `period` when no repetition is worth it).
+inline std::int64_t repeatScale(const float* scale, std::int64_t period, std::int64_t n, float* rep) {
+  const std::int64_t periods = std::min(n, kChunk) / period;
+  if (periods <= 1) return period;
+  for (std::int64_t p = 0; p < periods; ++p) std::memcpy(rep + p * period, scale, static_cast<std::size_t>(period) * 4);
+  return periods * period;
+}
 
 template <class T>
 inline float toFloat(T v) {
   return static_cast<float>(v);
 }
 
+// Bit patterns of |a| (sign cleared) at the format's edges: the largest finite value, and the largest value whose
+// code is still finite (e4m3fn: 464 rounds to 448, anything above is NaN; e5m2: 61440 and up round to inf).
+template <Fp8Format F>
+constexpr std::uint32_t kMaxBits = F == Fp8Format::E4M3FN ? 0x43E00000u : 0x47600000u;
+template <Fp8Format F>
+constexpr std::uint32_t kLastFiniteBits = F == Fp8Format::E4M3FN ? 0x43E80000u : 0x476FFFFFu;
+
 template <class T, Fp8Format F, bool Saturate>
 inline Fp8Counts encodeLoop(const T* __restrict x, const float* __restrict scale, std::int64_t period, std::int64_t n,
                             std::uint8_t* __restrict out) {
   constexpr float kMax = fp8Max(F);
-  std::int64_t overflow = 0, nonFinite = 0;
+  Fp8Counts total;
   for (std::int64_t base = 0; base < n; base += period) {
-    const T* xr = x + base;
-    std::uint8_t* orow = out + base;
+    const T* __restrict xr = x + base;
+    std::uint8_t* __restrict orow = out + base;
+    // Integer compares on the bit patterns, 32-bit counters and select-only code keep this loop vectorized.
+    std::uint32_t overflow = 0, nonFinite = 0;
     for (std::int64_t j = 0; j < period; ++j) {
       float a = toFloat(xr[j]) / scale[j];
-      const float mag = a < 0.0f ? -a : a;
-      overflow += mag > kMax;
+      const std::uint32_t mag = floatBits(a) & 0x7FFFFFFFu;
+      overflow += static_cast<std::uint32_t>(mag > kMaxBits<F>) & static_cast<std::uint32_t>(mag <= 0x7F800000u);
       if constexpr (Saturate) a = a > kMax ? kMax : (a < -kMax ? -kMax : a);
-      const std::uint8_t c = F == Fp8Format::E4M3FN ? encodeE4M3FN(a) : encodeE5M2(a);
-      nonFinite += fp8NonFinite(c, F);
-      orow[j] = c;
+      nonFinite += static_cast<std::uint32_t>((floatBits(a) & 0x7FFFFFFFu) > kLastFiniteBits<F>);
+      orow[j] = F == Fp8Format::E4M3FN ? encodeE4M3FN(a) : encodeE5M2(a);
     }
+    total.overflow += overflow;
+    total.nonFinite += nonFinite;
   }
-  return {overflow, nonFinite};
+  return total;
 }
 
 struct Lut {
@@ -58,8 +81,12 @@ const Lut& lut() {
 template <class T>
 inline void decodeLoop(const std::uint8_t* __restrict q, const float* __restrict scale, std::int64_t period,
                        std::int64_t n, T* __restrict out, const float* __restrict table) {
-  for (std::int64_t base = 0; base < n; base += period) {
-    for (std::int64_t j = 0; j < period; ++j) out[base + j] = T(table[q[base + j]] * scale[j]);
+  float rep[kChunk];
+  const std::int64_t chunk = repeatScale(scale, period, n, rep);
+  const float* __restrict sc = chunk > period ? rep : scale;
+  for (std::int64_t base = 0; base < n; base += chunk) {
+    const std::int64_t len = std::min(chunk, n - base);
+    for (std::int64_t j = 0; j < len; ++j) out[base + j] = T(table[q[base + j]] * sc[j]);
   }
 }
 
