@@ -183,11 +183,13 @@ class Fp8Layer final : public CacheLayer {
     at::Tensor slot = s.q.tail(T, x, at::kByte);
     Fp8Counts c = encodeInto(x, slot, s.expanded, policy_ == OverflowPolicy::Saturate);
     st.overflow = c.overflow;
+    bool recalibrated = false;
     if (!first && policy_ == OverflowPolicy::Recalibrate && c.overflow > 0) {
       recalibrate(s, x, start);
       slot = s.q.tail(T, x, at::kByte);
       c = encodeInto(x, slot, s.expanded, false);
       ++st.recalibrations;
+      recalibrated = true;
     }
     s.q.commit(T);
     st.nonFinite = c.nonFinite;
@@ -198,8 +200,10 @@ class Fp8Layer final : public CacheLayer {
     s.deq.commit(T);
     st.quantized = true;
     st.quantizedTokens = T;
-    st.scales = toVector(s.scale);
-    st.scaleShape = s.scale.sizes().vec();
+    if (first || st.scales.empty() || recalibrated) {  // the scale changes only then
+      st.scales = toVector(s.scale);
+      st.scaleShape = s.scale.sizes().vec();
+    }
     if (statsOptions_.enabled) {
       st.amaxPerHead = amaxPerHead(x);
       st.error = errorMap(x, dslot, start, statsOptions_.tokenBin);

@@ -3,6 +3,7 @@
 //   append/*    one decode step (append one token, get the keys/values attention reads) at context 256..16k, for
 //               each backend, kvscope's layer beside the same done the transformers way in LibTorch (torch.cat of
 //               the history each step, whole-cache dequantization each step);
+//   dequant_all/* dequantizing the whole cache once (transformers does it every step; kvscope's layers do not);
 //   stats/*     fp8 append with the per-update statistics on and off.
 // Shapes are SmolLM2-135M's KV: 1 batch row, 3 KV heads, head_dim 64, fp32; one layer.
 #include <ATen/ATen.h>
@@ -169,9 +170,64 @@ void appendBench(benchmark::State& st, const std::function<std::unique_ptr<Stepp
   st.SetItemsProcessed(st.iterations() * kStepsPerRound);  // items/s = decode steps per second
 }
 
+// ---- dequantize the whole cache once (what transformers does every step) ----------------------------------------------
+void dequantFp8Ours(benchmark::State& st) {
+  const std::int64_t ctx = st.range(0), n = kH * ctx * kD;
+  const at::Tensor x = at::randn({n});
+  const at::Tensor scale = (x.abs().amax() / 448.0).expand({kD}).contiguous();
+  std::vector<std::uint8_t> q(n);
+  kernels::fp8EncodeRun(kernels::ElemType::F32, x.data_ptr<float>(), scale.data_ptr<float>(), kD, n, q.data(),
+                        kernels::Fp8Format::E4M3FN, false);
+  at::Tensor out = at::empty({n});
+  for (auto _ : st) {
+    kernels::fp8DecodeRun(kernels::ElemType::F32, q.data(), scale.data_ptr<float>(), kD, n, out.data_ptr<float>(),
+                          kernels::Fp8Format::E4M3FN);
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(st.iterations() * ctx);  // tokens per second
+}
+
+void dequantFp8Torch(benchmark::State& st) {
+  at::set_num_threads(1);
+  const std::int64_t ctx = st.range(0);
+  const at::Tensor x = at::randn({1, kH, ctx, kD});
+  const at::Tensor scale = x.abs().amax() / 448.0;
+  const at::Tensor q = (x / scale).to(at::kFloat8_e4m3fn);
+  for (auto _ : st) {
+    at::Tensor out = (q.to(at::kFloat) * scale).to(at::kFloat);
+    benchmark::DoNotOptimize(out.data_ptr());
+  }
+  st.SetItemsProcessed(st.iterations() * ctx);
+}
+
+void dequantGroup(benchmark::State& st, bool hqq) {
+  at::set_num_threads(1);
+  const std::int64_t ctx = st.range(0);
+  auto codec = hqq ? cache::detail::makeHqqCodec(4, 64, true) : cache::detail::makeQuantoCodec(4, 64);
+  const at::Tensor x = at::randn({1, kH, ctx, kD});
+  const auto q = codec->quantize(x, 0);
+  at::Tensor out = at::empty_like(x);
+  for (auto _ : st) {
+    codec->dequantizeInto(q, out);
+    benchmark::ClobberMemory();
+  }
+  st.SetItemsProcessed(st.iterations() * ctx);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  using Fn = void (*)(benchmark::State&);
+  for (auto [name, fn] : {std::pair<const char*, Fn>{"dequant_all/fp8/kvscope", dequantFp8Ours},
+                          std::pair<const char*, Fn>{"dequant_all/fp8/torch_cast", dequantFp8Torch}}) {
+    auto* b = benchmark::RegisterBenchmark(name, fn);
+    for (std::int64_t ctx : {256, 1024, 4096, 16384}) b->Arg(ctx);
+  }
+  for (bool hqq : {false, true}) {
+    auto* b = benchmark::RegisterBenchmark(hqq ? "dequant_all/hqq_int4" : "dequant_all/quanto_int4",
+                                           [hqq](benchmark::State& st) { dequantGroup(st, hqq); });
+    for (std::int64_t ctx : {256, 1024, 4096, 16384}) b->Arg(ctx);
+  }
   for (std::int64_t n : {std::int64_t{1} << 20, std::int64_t{1} << 25}) {
     benchmark::RegisterBenchmark("codec/memcpy_f32", codecMemcpy)->Arg(n);
     benchmark::RegisterBenchmark("codec/fp8_encode_f32", codecEncode)->Arg(n);

@@ -1,11 +1,84 @@
 #include "cache/detail/error_stats.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace kvscope::cache::detail {
+
+namespace {
+
+// The statistics run on every update, on a handful of tokens: plain loops over the CPU tensors, without the
+// per-op dispatch cost of a dozen small ATen calls. Other devices take the ATen path.
+
+template <class T>
+void amaxLoop(const at::Tensor& x, std::vector<float>& out) {
+  const std::int64_t B = x.size(0), H = x.size(1), T_ = x.size(2), D = x.size(3);
+  const auto* p = static_cast<const T*>(x.const_data_ptr());
+  const auto s = x.strides();
+  out.assign(static_cast<std::size_t>(H), 0.0f);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h) {
+      float m = out[h];
+      for (std::int64_t t = 0; t < T_; ++t) {
+        const T* row = p + b * s[0] + h * s[1] + t * s[2];
+        for (std::int64_t d = 0; d < D; ++d) {
+          const float v = std::fabs(static_cast<float>(row[d * s[3]]));
+          m = v > m || std::isnan(v) ? v : m;
+        }
+      }
+      out[h] = m;
+    }
+}
+
+template <class T>
+void errorLoop(const at::Tensor& x, const at::Tensor& xq, std::int64_t bin, ErrorMap& m) {
+  const std::int64_t B = x.size(0), H = x.size(1), T_ = x.size(2), D = x.size(3), R = m.ranges;
+  const auto* px = static_cast<const T*>(x.const_data_ptr());
+  const auto* pq = static_cast<const T*>(xq.const_data_ptr());
+  const auto sx = x.strides(), sq = xq.strides();
+  std::vector<double> sumX(static_cast<std::size_t>(H * R * D), 0.0), sumE(sumX.size(), 0.0);
+  m.maxAbs.assign(sumX.size(), 0.0f);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t t = 0; t < T_; ++t) {
+        const std::size_t cell = static_cast<std::size_t>((h * R + t / bin) * D);
+        const T* rx = px + b * sx[0] + h * sx[1] + t * sx[2];
+        const T* rq = pq + b * sq[0] + h * sq[1] + t * sq[2];
+        for (std::int64_t d = 0; d < D; ++d) {
+          const float a = static_cast<float>(rx[d * sx[3]]);
+          const float e = static_cast<float>(rq[d * sq[3]]) - a;
+          sumX[cell + d] += static_cast<double>(a) * a;
+          sumE[cell + d] += static_cast<double>(e) * e;
+          const float ae = std::fabs(e);
+          float& mx = m.maxAbs[cell + d];
+          mx = ae > mx || std::isnan(ae) ? ae : mx;
+        }
+      }
+  m.relL2.resize(sumX.size());
+  for (std::size_t i = 0; i < sumX.size(); ++i) {
+    // ||x|| == 0 (an all-zero range): 0 when the error is 0 too, else infinite.
+    m.relL2[i] = sumX[i] > 0 ? static_cast<float>(std::sqrt(sumE[i] / sumX[i]))
+                             : (sumE[i] > 0 || std::isnan(sumE[i]) ? static_cast<float>(sumE[i] > 0 ? INFINITY : NAN) : 0.0f);
+  }
+}
+
+template <class F>
+bool dispatchCpu(const at::Tensor& x, F&& f) {
+  if (!x.is_cpu()) return false;
+  switch (x.scalar_type()) {
+    case at::kFloat: f(float{}); return true;
+    case at::kBFloat16: f(c10::BFloat16{}); return true;
+    case at::kHalf: f(c10::Half{}); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
 
 std::vector<float> toVector(const at::Tensor& t) {
   const at::Tensor c = t.to(at::kFloat).contiguous().cpu();
@@ -14,7 +87,11 @@ std::vector<float> toVector(const at::Tensor& t) {
   return v;
 }
 
-std::vector<float> amaxPerHead(const at::Tensor& x) { return toVector(x.abs().amax({0, 2, 3})); }
+std::vector<float> amaxPerHead(const at::Tensor& x) {
+  std::vector<float> out;
+  if (dispatchCpu(x, [&](auto tag) { amaxLoop<decltype(tag)>(x, out); })) return out;
+  return toVector(x.abs().amax({0, 2, 3}));
+}
 
 ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart, std::int64_t bin) {
   ErrorMap m;
@@ -22,6 +99,14 @@ ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenS
   if (T == 0) return m;
   bin = std::max<std::int64_t>(bin, 1);
   const std::int64_t R = (T + bin - 1) / bin, pad = R * bin - T;
+  m.heads = H;
+  m.ranges = R;
+  m.channels = D;
+  m.tokenStart = tokenStart;
+  m.tokenBin = bin;
+  if (xq.scalar_type() == x.scalar_type() &&
+      dispatchCpu(x, [&](auto tag) { errorLoop<decltype(tag)>(x, xq, bin, m); }))
+    return m;
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor e = xq.to(at::kFloat) - xf;
   at::Tensor x2 = xf.square(), e2 = e.square(), ea = e.abs();
@@ -33,13 +118,8 @@ ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenS
   const std::vector<std::int64_t> shape{B, H, R, bin, D};
   const at::Tensor sx = x2.reshape(shape).sum(at::IntArrayRef{0, 3});
   const at::Tensor se = e2.reshape(shape).sum(at::IntArrayRef{0, 3});
-  // ||x|| == 0 (an all-zero range): the relative error is 0 when the error is 0 too, else infinite.
-  const at::Tensor rel = at::where(sx > 0, (se / sx).sqrt(), at::where(se > 0, at::full_like(se, INFINITY), at::zeros_like(se)));
-  m.heads = H;
-  m.ranges = R;
-  m.channels = D;
-  m.tokenStart = tokenStart;
-  m.tokenBin = bin;
+  const at::Tensor rel =
+      at::where(sx > 0, (se / sx).sqrt(), at::where(se > 0, at::full_like(se, INFINITY), at::zeros_like(se)));
   m.relL2 = toVector(rel);
   m.maxAbs = toVector(ea.reshape(shape).amax({0, 3}));
   return m;

@@ -10,6 +10,8 @@
 namespace kvscope::cache::detail {
 
 namespace {
+constexpr std::int64_t kFirstRoom = 128;
+
 std::string shapeText(const at::Tensor& t) {
   std::string s = "[";
   for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
@@ -19,7 +21,9 @@ std::string shapeText(const at::Tensor& t) {
 
 void SeqBuffer::reserve(std::int64_t total, const at::Tensor& like, std::optional<at::ScalarType> dtype) {
   if (buf_.defined() && capacity() >= total) return;
-  const std::int64_t cap = std::max<std::int64_t>({total, 2 * capacity(), 16});
+  // Doubling keeps appends amortized O(1); the first allocation leaves room for kFirstRoom decode tokens so that a
+  // prompt is not copied again on the very next step.
+  const std::int64_t cap = std::max<std::int64_t>({total, 2 * capacity(), total + kFirstRoom});
   at::Tensor next = at::empty({like.size(0), like.size(1), cap, like.size(3)},
                               buf_.defined() ? buf_.options() : like.options().dtype(dtype.value_or(like.scalar_type())));
   if (buf_.defined() && len_ > 0) next.narrow(2, 0, len_).copy_(buf_.narrow(2, 0, len_));
