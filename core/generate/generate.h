@@ -1,0 +1,58 @@
+// Token generation over a LlamaModel and a KvCache: greedy or sampling, a callback per step (token, log-prob,
+// top candidates, the cache's memory), stop tokens, cancel at any step.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "model/llama.h"
+
+namespace kvscope::generate {
+
+struct SamplingOptions {
+  bool greedy = true;
+  double temperature = 1.0;  ///< > 0
+  int topK = 0;              ///< 0: off
+  double topP = 1.0;         ///< 1: off
+  std::uint64_t seed = 0;    ///< same seed, same tokens
+};
+
+struct GenerateOptions {
+  int maxNew = 64;
+  SamplingOptions sampling;
+  std::vector<std::int64_t> stopIds;  ///< e.g. the model's EOS; the stop token is kept in the output
+  int topCandidates = 5;              ///< candidates reported per step
+};
+
+struct StepEvent {
+  int step = 0;  ///< 0 for the first generated token (after the prefill)
+  std::int64_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<std::int64_t, float>> top;  ///< (id, log-prob), best first
+  cache::TensorMemory memory;                        ///< the whole cache after this step's forward
+  double seconds = 0.0;                              ///< this step's forward + sampling
+};
+
+/// Return false to stop after this step.
+using StepFn = std::function<bool(const StepEvent&)>;
+
+struct GenerateResult {
+  std::vector<std::int64_t> tokens;
+  std::vector<float> logprobs;
+  double prefillSeconds = 0.0, decodeSeconds = 0.0;
+  int promptTokens = 0;
+  std::string stopReason;  ///< "max_new", "stop_token", "callback", "cancelled"
+};
+
+/// Runs the prompt (the cache must be empty) and then up to maxNew tokens. Throws std::invalid_argument on bad
+/// options, cache::CacheError from the cache.
+GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
+                        const GenerateOptions& options, const StepFn& onStep = {},
+                        const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace kvscope::generate

@@ -1,0 +1,84 @@
+// GGUF reader (versions 2 and 3): metadata, tensor infos and data, memory-mapped. Every count, length, offset and
+// size is checked against the file before it is used: a lying header is a FormatError naming the file and the
+// key or tensor, never a wild read. No torch here; model/gguf_tensors.h turns tensors into at::Tensors.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "model/safetensors.h"  // FormatError
+
+namespace kvscope::model {
+
+/// ggml tensor types kvscope reads (numbering as in ggml).
+enum class GgmlType : std::uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15, BF16 = 30,
+};
+/// "Q4_1", or "type 99" for one kvscope does not know.
+std::string ggmlTypeName(std::uint32_t type);
+
+class GgufFile {
+ public:
+  /// A metadata value: scalars widen to int64/uint64/double; arrays keep one vector per element kind.
+  using Value = std::variant<std::int64_t, std::uint64_t, double, bool, std::string, std::vector<std::int64_t>,
+                             std::vector<double>, std::vector<std::string>, std::vector<bool>>;
+
+  struct Tensor {
+    std::string name;
+    std::uint32_t type = 0;               ///< GgmlType value
+    std::vector<std::int64_t> dims;       ///< ggml order: dims[0] is the fastest-varying (row length)
+    std::uint64_t offset = 0;             ///< from the start of the data section
+    const std::uint8_t* data = nullptr;
+    std::uint64_t bytes = 0;
+    std::int64_t numel() const;
+  };
+
+  /// Opens and validates `path`. Throws FormatError.
+  explicit GgufFile(const std::string& path);
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::uint32_t version() const { return version_; }
+  std::uint64_t alignment() const { return alignment_; }
+  std::uint64_t fileSize() const { return size_; }
+
+  const std::map<std::string, Value>& metadata() const { return metadata_; }
+  bool has(const std::string& key) const { return metadata_.count(key) != 0; }
+  /// Typed getters: nullopt when absent; FormatError when present with another type.
+  std::optional<std::string> getString(const std::string& key) const;
+  std::optional<std::int64_t> getInt(const std::string& key) const;  ///< any integer type
+  std::optional<double> getFloat(const std::string& key) const;      ///< float or integer
+  std::optional<bool> getBool(const std::string& key) const;
+  std::vector<std::string> getStringArray(const std::string& key) const;  ///< empty when absent
+  std::vector<std::int64_t> getIntArray(const std::string& key) const;
+  std::vector<double> getFloatArray(const std::string& key) const;
+
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  /// nullptr when absent.
+  const Tensor* find(const std::string& name) const;
+  /// Throws FormatError naming the missing tensor.
+  const Tensor& at(const std::string& name) const;
+
+  /// Bytes a tensor of `type` with `numel` elements takes; throws FormatError for unknown types or a numel that is
+  /// not a whole number of blocks.
+  static std::uint64_t tensorBytes(std::uint32_t type, std::int64_t numel, const std::string& what);
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  std::size_t size_ = 0;
+  std::uint32_t version_ = 0;
+  std::uint64_t alignment_ = 32;
+  std::map<std::string, Value> metadata_;
+  std::vector<Tensor> tensors_;
+  std::map<std::string, std::size_t> index_;
+};
+
+}  // namespace kvscope::model

@@ -1,0 +1,71 @@
+// Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3) in LibTorch, reading K/V through the cache
+// layers of core/cache. Weights come from a GGUF file (dequantized at load) or, later, a Hugging Face directory.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache.h"
+
+namespace kvscope::model {
+
+struct ModelConfig {
+  std::string arch = "llama";  ///< llama, qwen2, qwen3
+  std::string name;
+  int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, intermediate = 0, vocab = 0;
+  double rmsEps = 1e-5, ropeTheta = 10000.0;
+  // llama3 rope scaling (factor 0: none)
+  double ropeFactor = 0.0, ropeLowFreq = 1.0, ropeHighFreq = 4.0;
+  std::int64_t ropeOriginalMax = 8192;
+  std::int64_t contextLength = 0;
+  bool tiedEmbeddings = false, qkvBias = false, qkNorm = false;
+  std::vector<std::string> weightTypes;  ///< "Q4_1 x210", ... for the model card
+};
+
+/// Called with (done, total) units while loading; return false to cancel (the load throws LoadCancelled).
+using ProgressFn = std::function<bool(std::int64_t done, std::int64_t total)>;
+
+class LoadCancelled : public std::runtime_error {
+ public:
+  LoadCancelled() : std::runtime_error("model load cancelled") {}
+};
+
+/// Observes named intermediate tensors of a forward pass (like llama.cpp's eval callback):
+/// (layer, name, tensor), names "attn_in", "q", "k", "v", "attn_out", "mlp_out".
+using TapFn = std::function<void(int layer, const char* name, const at::Tensor& t)>;
+
+class LlamaModel {
+ public:
+  /// Loads a GGUF model (llama/qwen2/qwen3 architectures). Throws FormatError with the file and the problem.
+  static std::unique_ptr<LlamaModel> fromGguf(const std::string& path, at::ScalarType dtype = at::kFloat,
+                                              const ProgressFn& progress = {});
+
+  const ModelConfig& config() const { return cfg_; }
+  at::ScalarType dtype() const { return dtype_; }
+
+  /// ids [batch, T] (int64) at positions pastLength .. pastLength + T - 1; K/V go through `cache` (which holds
+  /// pastLength tokens already). Returns logits [batch, T, vocab] in float32.
+  at::Tensor forward(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap = {}) const;
+
+  /// A cache for this model with `cfg`.
+  std::unique_ptr<cache::KvCache> makeCache(const cache::CacheConfig& cfg, const cache::StatsOptions& stats = {}) const;
+
+ private:
+  struct Layer {
+    at::Tensor attnNorm, wq, wk, wv, wo, bq, bk, bv, qNorm, kNorm, mlpNorm, wGate, wUp, wDown;
+  };
+  at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
+  std::pair<at::Tensor, at::Tensor> rope(std::int64_t start, std::int64_t T) const;
+
+  ModelConfig cfg_;
+  at::ScalarType dtype_ = at::kFloat;
+  at::Tensor embed_, finalNorm_, lmHead_, invFreq_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace kvscope::model
