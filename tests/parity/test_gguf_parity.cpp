@@ -1,0 +1,41 @@
+// kvscope's GGUF reader and dequantization against the `gguf` package (make_gguf_fixtures.py).
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "model/dequant.h"
+#include "model/gguf.h"
+
+using namespace kvscope::model;
+
+TEST(GgufParity, MetadataOfEveryType) {
+  GgufFile f(KVSCOPE_GGUF_FIXTURE_DIR "/types.gguf");
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.getString("general.architecture"), "llama");
+  EXPECT_EQ(f.getString("test.string"), "héllo ✓");
+  EXPECT_EQ(f.getInt("test.u32"), 4000000000LL);
+  EXPECT_EQ(f.getInt("test.i32"), -7);
+  EXPECT_EQ(f.getFloat("test.f32"), 0.25);
+  EXPECT_EQ(f.getBool("test.bool"), true);
+  EXPECT_EQ(f.getStringArray("test.strings"), (std::vector<std::string>{"a", "bc", ""}));
+  EXPECT_EQ(f.getIntArray("test.ints"), (std::vector<std::int64_t>{1, -2, 3}));
+  EXPECT_EQ(f.getFloatArray("test.floats"), (std::vector<double>{0.5, 1.5}));
+  EXPECT_THROW(f.getInt("test.string"), FormatError);
+  EXPECT_FALSE(f.getString("absent").has_value());
+}
+
+TEST(GgufParity, DequantizationOfEveryType) {
+  GgufFile f(KVSCOPE_GGUF_FIXTURE_DIR "/types.gguf");
+  SafetensorsFile ref(KVSCOPE_GGUF_FIXTURE_DIR "/types_ref.safetensors");
+  int checked = 0;
+  for (const auto& e : ref.entries()) {
+    const at::Tensor want = at::from_blob(const_cast<std::uint8_t*>(e.data), e.shape, at::kFloat).clone();
+    const at::Tensor got = toTensor(f.at(e.name));
+    ASSERT_EQ(got.sizes(), want.sizes()) << e.name;
+    const double diff = (got - want).abs().max().item<double>();
+    const double scale = want.abs().max().item<double>();
+    std::printf("[gguf-parity] %-8s max |diff| %.3g (max |x| %.3g)\n", e.name.c_str(), diff, scale);
+    EXPECT_LE(diff, 1e-6 * scale) << e.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 9);
+}

@@ -1,0 +1,181 @@
+// GGUF files that lie: every one is a FormatError naming the problem, never a crash or a wild read.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "model/dequant.h"
+#include "model/gguf.h"
+
+using namespace kvscope::model;
+
+namespace {
+
+// A tiny GGUF writer for hand-made (and hand-broken) files.
+struct Builder {
+  std::string bytes;
+  template <class T>
+  void put(T v) {
+    bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void str(const std::string& s) {
+    put<std::uint64_t>(s.size());
+    bytes += s;
+  }
+  void header(std::uint64_t tensors, std::uint64_t kvs, std::uint32_t version = 3) {
+    bytes = "GGUF";
+    put<std::uint32_t>(version);
+    put<std::uint64_t>(tensors);
+    put<std::uint64_t>(kvs);
+  }
+  void kvString(const std::string& k, const std::string& v) {
+    str(k);
+    put<std::uint32_t>(8);
+    str(v);
+  }
+  void tensorInfo(const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type, std::uint64_t off) {
+    str(name);
+    put<std::uint32_t>(static_cast<std::uint32_t>(dims.size()));
+    for (auto d : dims) put<std::uint64_t>(d);
+    put<std::uint32_t>(type);
+    put<std::uint64_t>(off);
+  }
+  void align(std::size_t a = 32) {
+    while (bytes.size() % a) bytes.push_back('\0');
+  }
+  std::string write(const std::string& name) const {
+    const auto p = (std::filesystem::temp_directory_path() / name).string();
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+};
+
+std::string errorOf(const std::string& path) {
+  try {
+    GgufFile f(path);
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A valid file: one F32 tensor [4] = {1, 2, 3, 4} and one string key.
+Builder valid() {
+  Builder b;
+  b.header(1, 1);
+  b.kvString("general.architecture", "llama");
+  b.tensorInfo("w", {4}, 0, 0);
+  b.align();
+  for (float v : {1.f, 2.f, 3.f, 4.f}) b.put(v);
+  return b;
+}
+
+}  // namespace
+
+TEST(Gguf, ReadsAValidFile) {
+  GgufFile f(valid().write("kv_ok.gguf"));
+  EXPECT_EQ(f.getString("general.architecture"), "llama");
+  ASSERT_EQ(f.tensors().size(), 1u);
+  const auto t = toTensor(f.at("w"));
+  EXPECT_EQ(t[3].item<float>(), 4.f);
+  EXPECT_THROW(f.at("missing"), FormatError);
+}
+
+TEST(Gguf, TruncatedAtEverySectionBoundaryIsAnError) {
+  const std::string full = valid().bytes;
+  for (std::size_t cut = 0; cut < full.size(); ++cut) {
+    Builder b;
+    b.bytes = full.substr(0, cut);
+    const std::string err = errorOf(b.write("kv_trunc.gguf"));
+    EXPECT_FALSE(err.empty()) << "truncated at " << cut << " was accepted";
+  }
+}
+
+TEST(Gguf, LyingHeaders) {
+  {
+    Builder b = valid();
+    b.bytes[0] = 'X';
+    EXPECT_NE(errorOf(b.write("kv_magic.gguf")).find("not a GGUF file"), std::string::npos);
+  }
+  {
+    Builder b;
+    b.header(1, 1, 7);
+    b.bytes += std::string(64, '\0');
+    EXPECT_NE(errorOf(b.write("kv_ver.gguf")).find("version 7"), std::string::npos);
+  }
+  {
+    Builder b;
+    b.header(std::uint64_t{1} << 62, 1);
+    b.bytes += std::string(64, '\0');
+    EXPECT_NE(errorOf(b.write("kv_count.gguf")).find("header claims"), std::string::npos);
+  }
+  {
+    Builder b;
+    b.header(0, 1);
+    b.str("k");
+    b.put<std::uint32_t>(8);
+    b.put<std::uint64_t>(std::uint64_t{1} << 63);  // a string 2^63 bytes long
+    EXPECT_NE(errorOf(b.write("kv_str.gguf")).find("-byte string"), std::string::npos);
+  }
+  {
+    Builder b;
+    b.header(0, 1);
+    b.str("k");
+    b.put<std::uint32_t>(9);  // array
+    b.put<std::uint32_t>(6);  // of float32
+    b.put<std::uint64_t>(std::uint64_t{1} << 61);
+    EXPECT_NE(errorOf(b.write("kv_arr.gguf")).find("array claims"), std::string::npos);
+  }
+  auto oneTensor = [](std::vector<std::uint64_t> dims, std::uint32_t type, std::uint64_t off, std::size_t dataBytes) {
+    Builder b;
+    b.header(1, 0);
+    b.tensorInfo("w", std::move(dims), type, off);
+    b.align();
+    b.bytes += std::string(dataBytes, '\0');
+    return b;
+  };
+  EXPECT_NE(errorOf(oneTensor({4}, 0, 0, 8).write("kv_past.gguf")).find("past the end"), std::string::npos);
+  EXPECT_NE(errorOf(oneTensor({4}, 0, 3, 64).write("kv_align.gguf")).find("not aligned"), std::string::npos);
+  EXPECT_NE(errorOf(oneTensor({4}, 99, 0, 64).write("kv_type.gguf")).find("unknown tensor type 99"), std::string::npos);
+  EXPECT_NE(errorOf(oneTensor({33}, 2, 0, 64).write("kv_blocks.gguf")).find("whole number of Q4_0 blocks"),
+            std::string::npos);
+  EXPECT_NE(errorOf(oneTensor({1u << 31, 1u << 31}, 0, 0, 64).write("kv_huge.gguf")).find("impossible"),
+            std::string::npos);
+  EXPECT_NE(errorOf(oneTensor({0}, 0, 0, 64).write("kv_zero.gguf")).find("impossible"), std::string::npos);
+  {
+    Builder b;
+    b.header(2, 0);
+    b.tensorInfo("a", {16}, 0, 0);
+    b.tensorInfo("b", {16}, 0, 32);  // overlaps a's last 32 bytes
+    b.align();
+    b.bytes += std::string(128, '\0');
+    EXPECT_NE(errorOf(b.write("kv_overlap.gguf")).find("overlap"), std::string::npos);
+  }
+  {
+    Builder b;
+    b.header(2, 0);
+    b.tensorInfo("a", {4}, 0, 0);
+    b.tensorInfo("a", {4}, 0, 32);
+    b.align();
+    b.bytes += std::string(64, '\0');
+    EXPECT_NE(errorOf(b.write("kv_dup.gguf")).find("appears twice"), std::string::npos);
+  }
+  EXPECT_NE(errorOf("/nonexistent/model.gguf").find("cannot open"), std::string::npos);
+}
+
+TEST(Gguf, UnsupportedTensorTypeNamesTheTensor) {
+  Builder b;
+  b.header(1, 0);
+  b.tensorInfo("blk.0.attn_q.weight", {256}, 12, 0);  // Q4_K: known size, not dequantized by kvscope yet
+  b.align();
+  b.bytes += std::string(144, '\0');
+  GgufFile f(b.write("kv_q4k.gguf"));
+  try {
+    toTensor(f.at("blk.0.attn_q.weight"));
+    FAIL();
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.weight"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Q4_K"), std::string::npos) << e.what();
+  }
+}
