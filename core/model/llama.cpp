@@ -5,10 +5,16 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <map>
 
 #include "model/dequant.h"
 #include "model/gguf.h"
+#include "model/safetensors.h"
 
 namespace kvscope::model {
 
@@ -25,12 +31,95 @@ at::Tensor unpermuteQK(const at::Tensor& w, int heads) {
 
 }  // namespace
 
+// Where each weight lives in a file format: GGUF names or Hugging Face names.
+struct WeightNames {
+  std::string embed, finalNorm, lmHead;
+  std::function<std::string(int, const char*)> layer;  // (layer, kind) with kinds as in GGUF: attn_q.weight, ...
+};
+
+namespace {
+
+const WeightNames& ggufNames() {
+  static const WeightNames n{"token_embd.weight", "output_norm.weight", "output.weight",
+                             [](int l, const char* kind) { return fmt::format("blk.{}.{}", l, kind); }};
+  return n;
+}
+
+const WeightNames& hfNames() {
+  static const std::map<std::string, std::string> kinds = {
+      {"attn_norm.weight", "input_layernorm.weight"},     {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},       {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},  {"attn_q.bias", "self_attn.q_proj.bias"},
+      {"attn_k.bias", "self_attn.k_proj.bias"},           {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},  {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},            {"ffn_down.weight", "mlp.down_proj.weight"},
+  };
+  static const WeightNames n{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+                             [](int l, const char* kind) { return fmt::format("model.layers.{}.{}", l, kinds.at(kind)); }};
+  return n;
+}
+
+}  // namespace
+
+void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings,
+                          at::ScalarType dtype) {
+  ModelConfig& c = cfg_;
+  dtype_ = dtype;
+  const std::int64_t H = c.hidden, qDim = static_cast<std::int64_t>(c.heads) * c.headDim,
+                     kvDim = static_cast<std::int64_t>(c.kvHeads) * c.headDim;
+  auto need = [&](const std::string& name, std::vector<std::int64_t> shape) { return get(name, shape, false); };
+  auto maybe = [&](const std::string& name, std::vector<std::int64_t> shape) { return get(name, shape, true); };
+  embed_ = need(names.embed, {c.vocab, H}).to(dtype);
+  finalNorm_ = need(names.finalNorm, {H}).to(dtype);
+  c.tiedEmbeddings = tiedEmbeddings;
+  lmHead_ = tiedEmbeddings ? embed_ : need(names.lmHead, {c.vocab, H}).to(dtype);
+  for (int l = 0; l < c.layers; ++l) {
+    auto n = [&](const char* kind) { return names.layer(l, kind); };
+    Layer L;
+    L.attnNorm = need(n("attn_norm.weight"), {H});
+    L.wq = need(n("attn_q.weight"), {qDim, H});
+    L.wk = need(n("attn_k.weight"), {kvDim, H});
+    L.wv = need(n("attn_v.weight"), {kvDim, H});
+    L.wo = need(n("attn_output.weight"), {H, qDim});
+    if (permutedQK) {
+      L.wq = unpermuteQK(L.wq, c.heads);
+      L.wk = unpermuteQK(L.wk, c.kvHeads);
+    }
+    L.bq = maybe(n("attn_q.bias"), {qDim});
+    L.bk = maybe(n("attn_k.bias"), {kvDim});
+    L.bv = maybe(n("attn_v.bias"), {kvDim});
+    L.qNorm = maybe(n("attn_q_norm.weight"), {c.headDim});
+    L.kNorm = maybe(n("attn_k_norm.weight"), {c.headDim});
+    L.mlpNorm = need(n("ffn_norm.weight"), {H});
+    L.wGate = need(n("ffn_gate.weight"), {c.intermediate, H});
+    L.wUp = need(n("ffn_up.weight"), {c.intermediate, H});
+    L.wDown = need(n("ffn_down.weight"), {H, c.intermediate});
+    for (at::Tensor* t : {&L.attnNorm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm,
+                          &L.wGate, &L.wUp, &L.wDown})
+      if (t->defined()) *t = t->to(dtype);
+    c.qkvBias = c.qkvBias || L.bq.defined();
+    c.qkNorm = c.qkNorm || L.qNorm.defined();
+    layers_.push_back(std::move(L));
+  }
+  // RoPE inverse frequencies (float32), with llama3 scaling when the config asks for it.
+  at::Tensor inv = 1.0 / at::pow(c.ropeTheta, at::arange(0, c.headDim, 2, at::kLong).to(at::kFloat) / c.headDim);
+  if (c.ropeFactor > 0) {
+    const double lowWave = c.ropeOriginalMax / c.ropeLowFreq, highWave = c.ropeOriginalMax / c.ropeHighFreq;
+    const at::Tensor wave = 2 * M_PI / inv;
+    at::Tensor scaled = at::where(wave > lowWave, inv / c.ropeFactor, inv);
+    const at::Tensor smooth = (c.ropeOriginalMax / wave - c.ropeLowFreq) / (c.ropeHighFreq - c.ropeLowFreq);
+    const at::Tensor mid = (1 - smooth) * scaled / c.ropeFactor + smooth * scaled;
+    inv = at::where((wave >= highWave) & (wave <= lowWave), mid, scaled);
+  }
+  invFreq_ = inv;
+}
+
 std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::ScalarType dtype,
                                                  const ProgressFn& progress) {
   GgufFile f(path);
   auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
   ModelConfig& c = m->cfg_;
-  m->dtype_ = dtype;
   const auto arch = f.getString("general.architecture");
   if (!arch) throw FormatError(fmt::format("{}: no general.architecture", path));
   c.arch = *arch;
@@ -51,8 +140,7 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::Sc
   c.rmsEps = f.getFloat(c.arch + ".attention.layer_norm_rms_epsilon").value_or(1e-5);
   c.ropeTheta = f.getFloat(c.arch + ".rope.freq_base").value_or(10000.0);
   c.contextLength = f.getInt(c.arch + ".context_length").value_or(2048);
-  if (f.getString(c.arch + ".rope.scaling.type").value_or("none") == "llama3" ||
-      f.has(c.arch + ".rope.scaling.factor")) {
+  if (f.has(c.arch + ".rope.scaling.factor")) {
     c.ropeFactor = f.getFloat(c.arch + ".rope.scaling.factor").value_or(0.0);
     c.ropeLowFreq = f.getFloat(c.arch + ".rope.scaling.low_freq_factor").value_or(1.0);
     c.ropeHighFreq = f.getFloat(c.arch + ".rope.scaling.high_freq_factor").value_or(4.0);
@@ -63,73 +151,171 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::Sc
   std::map<std::string, int> types;
   for (const auto& t : f.tensors()) ++types[ggmlTypeName(t.type)];
   for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
+  const GgufFile::Tensor& emb = f.at("token_embd.weight");
+  if (emb.dims.size() != 2 || emb.dims[0] != c.hidden)
+    throw FormatError(fmt::format("{}: token_embd.weight does not have {} columns", path, c.hidden));
+  c.vocab = static_cast<int>(emb.dims[1]);
 
   const std::int64_t total = static_cast<std::int64_t>(f.tensors().size());
   std::int64_t done = 0;
-  auto load = [&](const std::string& name, std::vector<std::int64_t> shape) {
-    const GgufFile::Tensor& t = f.at(name);
-    at::Tensor x = toTensor(t, at::kFloat);
-    if (x.sizes() != at::IntArrayRef(shape)) {
+  const TensorGetter get = [&](const std::string& name, const std::vector<std::int64_t>& shape, bool optional) {
+    const GgufFile::Tensor* t = f.find(name);
+    if (!t) {
+      if (optional) return at::Tensor();
+      throw FormatError(fmt::format("{}: missing tensor `{}`", path, name));
+    }
+    at::Tensor x = toTensor(*t, at::kFloat);
+    if (x.sizes() != at::IntArrayRef(shape))
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} architecture needs {}", path, name,
                                     fmt::join(x.sizes(), "x"), c.arch, fmt::join(shape, "x")));
-    }
+    if (!at::isfinite(x).all().item<bool>())
+      throw FormatError(fmt::format("{}: tensor `{}` holds NaN or infinite values", path, name));
     if (progress && !progress(++done, total)) throw LoadCancelled();
     return x;
   };
-  auto optional = [&](const std::string& name, std::vector<std::int64_t> shape) {
-    return f.find(name) ? load(name, std::move(shape)) : at::Tensor();
-  };
-  const std::int64_t H = c.hidden, qDim = static_cast<std::int64_t>(c.heads) * c.headDim,
-                     kvDim = static_cast<std::int64_t>(c.kvHeads) * c.headDim;
-  const GgufFile::Tensor& emb = f.at("token_embd.weight");
-  if (emb.dims.size() != 2 || emb.dims[0] != H)
-    throw FormatError(fmt::format("{}: token_embd.weight does not have {} columns", path, H));
-  c.vocab = static_cast<int>(emb.dims[1]);
-  m->embed_ = load("token_embd.weight", {c.vocab, H}).to(dtype);
-  m->finalNorm_ = load("output_norm.weight", {H}).to(dtype);
-  c.tiedEmbeddings = f.find("output.weight") == nullptr;
-  m->lmHead_ = c.tiedEmbeddings ? m->embed_ : load("output.weight", {c.vocab, H}).to(dtype);
-  const bool permuted = c.arch == "llama";  // llama.cpp permutes Q/K of llama-architecture models only
-  for (int l = 0; l < c.layers; ++l) {
-    const std::string p = fmt::format("blk.{}.", l);
-    Layer L;
-    L.attnNorm = load(p + "attn_norm.weight", {H});
-    L.wq = load(p + "attn_q.weight", {qDim, H});
-    L.wk = load(p + "attn_k.weight", {kvDim, H});
-    L.wv = load(p + "attn_v.weight", {kvDim, H});
-    L.wo = load(p + "attn_output.weight", {H, qDim});
-    if (permuted) {
-      L.wq = unpermuteQK(L.wq, c.heads);
-      L.wk = unpermuteQK(L.wk, c.kvHeads);
-    }
-    L.bq = optional(p + "attn_q.bias", {qDim});
-    L.bk = optional(p + "attn_k.bias", {kvDim});
-    L.bv = optional(p + "attn_v.bias", {kvDim});
-    L.qNorm = optional(p + "attn_q_norm.weight", {c.headDim});
-    L.kNorm = optional(p + "attn_k_norm.weight", {c.headDim});
-    L.mlpNorm = load(p + "ffn_norm.weight", {H});
-    L.wGate = load(p + "ffn_gate.weight", {c.intermediate, H});
-    L.wUp = load(p + "ffn_up.weight", {c.intermediate, H});
-    L.wDown = load(p + "ffn_down.weight", {H, c.intermediate});
-    for (at::Tensor* t : {&L.attnNorm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm,
-                          &L.wGate, &L.wUp, &L.wDown})
-      if (t->defined()) *t = t->to(dtype);
-    c.qkvBias = c.qkvBias || L.bq.defined();
-    c.qkNorm = c.qkNorm || L.qNorm.defined();
-    m->layers_.push_back(std::move(L));
-  }
-  // RoPE inverse frequencies (float32), with llama3 scaling when the file asks for it.
-  at::Tensor inv = 1.0 / at::pow(c.ropeTheta, at::arange(0, c.headDim, 2, at::kLong).to(at::kFloat) / c.headDim);
-  if (c.ropeFactor > 0) {
-    const double lowWave = c.ropeOriginalMax / c.ropeLowFreq, highWave = c.ropeOriginalMax / c.ropeHighFreq;
-    const at::Tensor wave = 2 * M_PI / inv;
-    at::Tensor scaled = at::where(wave > lowWave, inv / c.ropeFactor, inv);
-    const at::Tensor smooth = (c.ropeOriginalMax / wave - c.ropeLowFreq) / (c.ropeHighFreq - c.ropeLowFreq);
-    const at::Tensor mid = (1 - smooth) * scaled / c.ropeFactor + smooth * scaled;
-    inv = at::where((wave >= highWave) & (wave <= lowWave), mid, scaled);
-  }
-  m->invFreq_ = inv;
+  // llama.cpp permutes Q/K of llama-architecture models only.
+  m->assemble(get, ggufNames(), c.arch == "llama", f.find("output.weight") == nullptr, dtype);
   return m;
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, at::ScalarType dtype,
+                                                  const ProgressFn& progress) {
+  namespace fs = std::filesystem;
+  const fs::path root(dir);
+  const fs::path cfgPath = root / "config.json";
+  std::ifstream in(cfgPath);
+  if (!in) throw FormatError(fmt::format("{}: no config.json", dir));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: not valid JSON ({})", cfgPath.string(), e.what()));
+  }
+  const std::string where = cfgPath.string();
+  if (j.contains("text_config") && j["text_config"].is_object()) j = j["text_config"];
+  auto num = [&](const char* key, std::optional<double> dflt = std::nullopt) -> double {
+    if (!j.contains(key) || j[key].is_null()) {
+      if (dflt) return *dflt;
+      throw FormatError(fmt::format("{}: missing `{}`", where, key));
+    }
+    if (!j[key].is_number()) throw FormatError(fmt::format("{}: `{}` must be a number", where, key));
+    return j[key].get<double>();
+  };
+  auto positive = [&](const char* key, std::optional<double> dflt = std::nullopt) {
+    const double v = num(key, dflt);
+    if (v <= 0 || v > (1 << 24) || v != std::floor(v))
+      throw FormatError(fmt::format("{}: `{}` = {} is not a positive integer", where, key, v));
+    return static_cast<int>(v);
+  };
+  auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
+  ModelConfig& c = m->cfg_;
+  c.arch = j.value("model_type", std::string("llama"));
+  if (c.arch == "mistral") {
+    if (j.contains("sliding_window") && !j["sliding_window"].is_null())
+      throw FormatError(fmt::format("{}: sliding-window attention is not supported (a quantized cache needs full "
+                                    "attention layers)", where));
+  } else if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3") {
+    throw FormatError(fmt::format("{}: model_type `{}` is not supported (llama, mistral, qwen2, qwen3)", where, c.arch));
+  }
+  if (j.contains("layer_types") && j["layer_types"].is_array())
+    for (const auto& t : j["layer_types"])
+      if (t != "full_attention")
+        throw FormatError(fmt::format("{}: layer type {} is not supported (full attention only)", where, t.dump()));
+  c.name = root.filename().string();
+  c.layers = positive("num_hidden_layers");
+  c.hidden = positive("hidden_size");
+  c.heads = positive("num_attention_heads");
+  c.kvHeads = positive("num_key_value_heads", c.heads);
+  c.intermediate = positive("intermediate_size");
+  c.vocab = positive("vocab_size");
+  c.headDim = positive("head_dim", c.hidden / c.heads);
+  c.rmsEps = num("rms_norm_eps", 1e-6);
+  c.contextLength = positive("max_position_embeddings", 2048);
+  // v5: rope_parameters {rope_theta, rope_type, ...}; v4: rope_theta + rope_scaling.
+  nlohmann::json rope = j.contains("rope_parameters") && j["rope_parameters"].is_object() ? j["rope_parameters"]
+                        : j.contains("rope_scaling") && j["rope_scaling"].is_object()   ? j["rope_scaling"]
+                                                                                        : nlohmann::json::object();
+  c.ropeTheta = rope.contains("rope_theta") ? rope["rope_theta"].get<double>() : num("rope_theta", 10000.0);
+  const std::string ropeType = rope.value("rope_type", rope.value("type", std::string("default")));
+  if (ropeType == "llama3") {
+    c.ropeFactor = rope.value("factor", 8.0);
+    c.ropeLowFreq = rope.value("low_freq_factor", 1.0);
+    c.ropeHighFreq = rope.value("high_freq_factor", 4.0);
+    c.ropeOriginalMax = rope.value("original_max_position_embeddings", std::int64_t{8192});
+  } else if (ropeType != "default") {
+    throw FormatError(fmt::format("{}: rope type `{}` is not supported (default, llama3)", where, ropeType));
+  }
+  if (c.heads % c.kvHeads != 0)
+    throw FormatError(fmt::format("{}: {} attention heads are not a multiple of {} KV heads", where, c.heads, c.kvHeads));
+
+  // Weights: one file or a sharded index.
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, const SafetensorsFile*> where_;
+  const fs::path single = root / "model.safetensors", index = root / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    std::ifstream ii(index);
+    nlohmann::json idx;
+    try {
+      idx = nlohmann::json::parse(ii);
+    } catch (const nlohmann::json::exception& e) {
+      throw FormatError(fmt::format("{}: not valid JSON ({})", index.string(), e.what()));
+    }
+    if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
+      throw FormatError(fmt::format("{}: no weight_map", index.string()));
+    std::map<std::string, const SafetensorsFile*> byShard;
+    for (const auto& [name, shard] : idx["weight_map"].items()) {
+      if (!shard.is_string()) throw FormatError(fmt::format("{}: weight_map[{}] is not a file name", index.string(), name));
+      const std::string s = shard.get<std::string>();
+      if (s.find('/') != std::string::npos || s == "..")
+        throw FormatError(fmt::format("{}: shard `{}` is not a file in the directory", index.string(), s));
+      if (!byShard.count(s)) {
+        files.push_back(std::make_unique<SafetensorsFile>((root / s).string()));
+        byShard[s] = files.back().get();
+      }
+      where_[name] = byShard[s];
+    }
+  } else if (fs::exists(single)) {
+    files.push_back(std::make_unique<SafetensorsFile>(single.string()));
+    for (const auto& e : files.back()->entries()) where_[e.name] = files.back().get();
+  } else {
+    throw FormatError(fmt::format("{}: neither model.safetensors nor model.safetensors.index.json", dir));
+  }
+  const std::int64_t total = static_cast<std::int64_t>(where_.size());
+  std::int64_t done = 0;
+  const TensorGetter get = [&](const std::string& name, const std::vector<std::int64_t>& shape, bool optional) {
+    const auto it = where_.find(name);
+    if (it == where_.end() || !it->second->contains(name)) {
+      if (optional) return at::Tensor();
+      throw FormatError(fmt::format("{}: missing tensor `{}`", dir, name));
+    }
+    const auto& e = it->second->at(name);
+    at::ScalarType st;
+    if (e.dtype == "F32") st = at::kFloat;
+    else if (e.dtype == "BF16") st = at::kBFloat16;
+    else if (e.dtype == "F16") st = at::kHalf;
+    else throw FormatError(fmt::format("{}: tensor `{}` has dtype {} (fp32, bf16, fp16 only)", it->second->path(), name, e.dtype));
+    if (e.shape != shape)
+      throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} config needs {}", it->second->path(), name,
+                                    fmt::join(e.shape, "x"), c.arch, fmt::join(shape, "x")));
+    at::Tensor x = at::from_blob(const_cast<std::uint8_t*>(e.data), e.shape, at::TensorOptions().dtype(st)).to(at::kFloat, false, true);
+    if (!at::isfinite(x).all().item<bool>())
+      throw FormatError(fmt::format("{}: tensor `{}` holds NaN or infinite values", it->second->path(), name));
+    if (progress && !progress(++done, total)) throw LoadCancelled();
+    return x;
+  };
+  std::map<std::string, int> types;
+  for (const auto& f : files)
+    for (const auto& e : f->entries()) ++types[e.dtype];
+  for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
+  const bool tied = j.value("tie_word_embeddings", false) || !where_.count("lm_head.weight");
+  m->assemble(get, hfNames(), false, tied, dtype);
+  return m;
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, at::ScalarType dtype,
+                                             const ProgressFn& progress) {
+  if (std::filesystem::is_directory(path)) return fromHfDir(path, dtype, progress);
+  return fromGguf(path, dtype, progress);
 }
 
 std::unique_ptr<cache::KvCache> LlamaModel::makeCache(const cache::CacheConfig& cfg,

@@ -39,11 +39,21 @@ class LoadCancelled : public std::runtime_error {
 /// (layer, name, tensor), names "attn_in", "q", "k", "v", "attn_out", "mlp_out".
 using TapFn = std::function<void(int layer, const char* name, const at::Tensor& t)>;
 
+struct WeightNames;  // where each weight lives in a file format (llama.cpp)
+
 class LlamaModel {
  public:
   /// Loads a GGUF model (llama/qwen2/qwen3 architectures). Throws FormatError with the file and the problem.
   static std::unique_ptr<LlamaModel> fromGguf(const std::string& path, at::ScalarType dtype = at::kFloat,
                                               const ProgressFn& progress = {});
+
+  /// Loads a Hugging Face model directory: config.json (transformers v4 or v5 keys), model.safetensors or a sharded
+  /// model.safetensors.index.json; weights in fp32/bf16/fp16. Throws FormatError.
+  static std::unique_ptr<LlamaModel> fromHfDir(const std::string& dir, at::ScalarType dtype = at::kFloat,
+                                               const ProgressFn& progress = {});
+  /// A GGUF file or a Hugging Face directory, by what `path` is.
+  static std::unique_ptr<LlamaModel> load(const std::string& path, at::ScalarType dtype = at::kFloat,
+                                          const ProgressFn& progress = {});
 
   const ModelConfig& config() const { return cfg_; }
   at::ScalarType dtype() const { return dtype_; }
@@ -56,6 +66,11 @@ class LlamaModel {
   std::unique_ptr<cache::KvCache> makeCache(const cache::CacheConfig& cfg, const cache::StatsOptions& stats = {}) const;
 
  private:
+  using TensorGetter =
+      std::function<at::Tensor(const std::string& name, const std::vector<std::int64_t>& shape, bool optional)>;
+  void assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings,
+                at::ScalarType dtype);
+
   struct Layer {
     at::Tensor attnNorm, wq, wk, wv, wo, bq, bk, bv, qNorm, kNorm, mlpNorm, wGate, wUp, wDown;
   };

@@ -1,7 +1,8 @@
-// The embedded SmolLM2 GGUF through kvscope's loader and forward against transformers' GGUF loader
-// (make_model_fixtures.py): prefill logits within 1e-3 (fp32), and 64 greedy tokens with the dynamic cache and with
-// the fp8 / quanto int4 / hqq int4 caches identical to transformers' generate(); a divergence is accepted only where
-// the reference's top-2 margin is a tie (< 1e-4), and reported.
+// A model through kvscope's loader and forward against transformers (make_model_fixtures.py for the embedded
+// SmolLM2 GGUF, make_tiny_models.py for tiny random Llama/Qwen3 directories): prefill logits within 1e-3 (fp32),
+// and 64 greedy tokens with the dynamic cache and with the fp8 / quanto int4 / hqq int4 caches identical to
+// transformers' generate(); a divergence is accepted only where the reference's top-2 margin is a tie (< 1e-4).
+// The model and the reference come from $KVSCOPE_PARITY_MODEL and $KVSCOPE_PARITY_REF.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -18,9 +19,10 @@ using namespace kvscope;
 namespace {
 
 const char* modelPath() {
-  const char* p = std::getenv("KVSCOPE_MODEL");
+  const char* p = std::getenv("KVSCOPE_PARITY_MODEL");
   return p && std::filesystem::exists(p) ? p : nullptr;
 }
+const char* refPath() { return std::getenv("KVSCOPE_PARITY_REF"); }
 
 at::Tensor load(const model::SafetensorsFile& f, const std::string& name) {
   const auto& e = f.at(name);
@@ -36,8 +38,8 @@ struct Fixture {
 Fixture& fixture() {
   static Fixture f = [] {
     Fixture x;
-    x.ref = std::make_unique<model::SafetensorsFile>(KVSCOPE_MODEL_FIXTURE);
-    x.model = model::LlamaModel::fromGguf(modelPath(), at::kFloat);
+    x.ref = std::make_unique<model::SafetensorsFile>(refPath());
+    x.model = model::LlamaModel::load(modelPath(), at::kFloat);
     return x;
   }();
   return f;
@@ -46,7 +48,7 @@ Fixture& fixture() {
 }  // namespace
 
 TEST(ModelParity, PrefillLogits) {
-  if (!modelPath()) GTEST_SKIP() << "KVSCOPE_MODEL is not set to the embedded GGUF";
+  if (!modelPath()) GTEST_SKIP() << "KVSCOPE_PARITY_MODEL is not set to an existing model";
   at::set_num_threads(2);
   auto& f = fixture();
   const at::Tensor ids = load(*f.ref, "prompt_ids");
@@ -62,7 +64,7 @@ TEST(ModelParity, PrefillLogits) {
 class GreedyParity : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(GreedyParity, SameTokensAsTransformers) {
-  if (!modelPath()) GTEST_SKIP() << "KVSCOPE_MODEL is not set to the embedded GGUF";
+  if (!modelPath()) GTEST_SKIP() << "KVSCOPE_PARITY_MODEL is not set to an existing model";
   at::set_num_threads(2);
   auto& f = fixture();
   const auto [name, spec] = GetParam();
