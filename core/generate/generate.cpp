@@ -4,7 +4,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 namespace kvscope::generate {
@@ -91,6 +93,126 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
       break;
     }
   }
+  return r;
+}
+
+BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
+                      int maxNew, const BeamOptions& o, const std::vector<std::int64_t>& stopIds,
+                      const BeamStepFn& onStep, const std::atomic<bool>* cancel) {
+  const int B = o.numBeams;
+  if (B < 1) throw std::invalid_argument("beam search: num_beams must be >= 1");
+  if (prompt.empty()) throw std::invalid_argument("beam search: the prompt is empty");
+  if (maxNew < 1) throw std::invalid_argument("beam search: max new tokens must be >= 1");
+  if (o.earlyStopping != "true" && o.earlyStopping != "false" && o.earlyStopping != "never")
+    throw std::invalid_argument(fmt::format("beam search: early_stopping must be true, false or never, got `{}`",
+                                            o.earlyStopping));
+  if (cache.seqLength() != 0) throw std::invalid_argument("beam search: the cache must start empty");
+  const int numReturn = o.numReturn > 0 ? std::min(o.numReturn, B) : B;
+  const int K = std::max<int>(2, 1 + static_cast<int>(stopIds.size())) * B;
+  constexpr float kNeg = -1.0e9f;
+  const auto t0 = Clock::now();
+
+  struct Hyp {
+    std::vector<std::int64_t> tokens;
+    float score;
+  };
+  std::vector<Hyp> running(static_cast<std::size_t>(B), Hyp{{}, kNeg});
+  running[0].score = 0.0f;
+  std::vector<Hyp> finished;  // at most B, best first
+  bool unsatisfied = true;
+  BeamResult r;
+  r.stopReason = "max_new";
+
+  at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1}).expand({B, -1}).contiguous();
+  for (int t = 0; t < maxNew; ++t) {
+    if (cancel && cancel->load()) {
+      r.stopReason = "cancelled";
+      break;
+    }
+    const at::Tensor logits = model.forward(ids, cache).select(1, -1);  // [B, V] float32
+    const std::int64_t V = logits.size(1);
+    std::vector<float> runScores(static_cast<std::size_t>(B));
+    for (int b = 0; b < B; ++b) runScores[b] = running[b].score;
+    const at::Tensor acc = (logits.log_softmax(-1) + at::tensor(runScores).view({B, 1})).reshape({-1});
+    auto [topV, topI] = acc.topk(std::min<std::int64_t>(K, acc.size(0)));
+    const auto* tv = topV.data_ptr<float>();
+    const auto* ti = topI.data_ptr<std::int64_t>();
+    const int k = static_cast<int>(topV.size(0));
+    const bool lastStep = t + 1 == maxNew;
+    std::vector<bool> hits(static_cast<std::size_t>(k));
+    bool allHit = true;
+    for (int j = 0; j < k; ++j) {
+      const std::int64_t token = ti[j] % V;
+      hits[j] = lastStep || std::find(stopIds.begin(), stopIds.end(), token) != stopIds.end();
+      allHit = allHit && hits[j];
+    }
+    // Finished hypotheses: the top-B candidates that hit a stop, normalized by their generated length.
+    const bool full = static_cast<int>(finished.size()) == B;
+    if (unsatisfied && !(full && o.earlyStopping == "true")) {
+      std::vector<Hyp> merged = finished;
+      for (int j = 0; j < std::min(k, B); ++j) {
+        if (!hits[j]) continue;
+        Hyp h{running[static_cast<std::size_t>(ti[j] / V)].tokens, tv[j] / static_cast<float>(std::pow(t + 1, o.lengthPenalty))};
+        h.tokens.push_back(ti[j] % V);
+        merged.push_back(std::move(h));
+      }
+      std::stable_sort(merged.begin(), merged.end(), [](const Hyp& a, const Hyp& c) { return a.score > c.score; });
+      if (static_cast<int>(merged.size()) > B) merged.resize(static_cast<std::size_t>(B));
+      finished = std::move(merged);
+    }
+    // Next running beams: the best B candidates that did not hit a stop.
+    std::vector<int> order(static_cast<std::size_t>(k));
+    for (int j = 0; j < k; ++j) order[j] = j;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int c) {
+      return tv[a] + (hits[a] ? kNeg : 0.0f) > tv[c] + (hits[c] ? kNeg : 0.0f);
+    });
+    std::vector<Hyp> next;
+    std::vector<std::int64_t> parents, tokens;
+    for (int j = 0; j < B && j < k; ++j) {
+      const int c = order[j];
+      const std::int64_t parent = ti[c] / V;
+      Hyp h{running[static_cast<std::size_t>(parent)].tokens, tv[c] + (hits[c] ? kNeg : 0.0f)};
+      h.tokens.push_back(ti[c] % V);
+      next.push_back(std::move(h));
+      parents.push_back(parent);
+      tokens.push_back(ti[c] % V);
+    }
+    running = std::move(next);
+    cache.reorder(at::tensor(parents, at::kLong));
+    ids = at::tensor(tokens, at::kLong).view({-1, 1});
+    // transformers' early-stop heuristic.
+    const double bestLen = (o.earlyStopping == "never" && o.lengthPenalty > 0.0) ? maxNew : t + 1;
+    const double bestPossible = running[0].score / std::pow(bestLen, o.lengthPenalty);
+    const bool nowFull = static_cast<int>(finished.size()) == B;
+    const double worstFinished = nowFull ? finished.back().score : -1.0e9;
+    unsatisfied = unsatisfied && (!nowFull || bestPossible > worstFinished);
+    if (onStep) {
+      BeamStepEvent ev;
+      ev.step = t;
+      ev.parents = parents;
+      ev.tokens = tokens;
+      for (const auto& h : running) ev.scores.push_back(h.score);
+      ev.finished = static_cast<int>(finished.size());
+      ev.memory = cache.totalMemory();
+      if (!onStep(ev)) {
+        r.stopReason = "callback";
+        break;
+      }
+    }
+    const bool more = unsatisfied && !(nowFull && o.earlyStopping == "true") && !allHit;
+    if (!more) {
+      r.stopReason = lastStep ? "max_new" : "stop_token";
+      break;
+    }
+  }
+  // Cancelled or stopped early without finished hypotheses: return the running beams as they stand.
+  if (finished.empty())
+    for (auto& h : running) finished.push_back(Hyp{h.tokens, h.score / static_cast<float>(std::pow(std::max<std::size_t>(h.tokens.size(), 1), o.lengthPenalty))});
+  for (int i = 0; i < numReturn && i < static_cast<int>(finished.size()); ++i) {
+    r.sequences.push_back(finished[i].tokens);
+    r.scores.push_back(finished[i].score);
+  }
+  r.seconds = since(t0);
   return r;
 }
 

@@ -55,4 +55,37 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
                         const GenerateOptions& options, const StepFn& onStep = {},
                         const std::atomic<bool>* cancel = nullptr);
 
+struct BeamOptions {
+  int numBeams = 4;
+  double lengthPenalty = 1.0;
+  std::string earlyStopping = "false";  ///< "true", "false" or "never", as transformers
+  int numReturn = 0;                    ///< sequences returned (0: numBeams)
+};
+
+/// One beam-search step, for the views that show what the cache did: which old row each beam continues (the
+/// reorder applied to the cache), the token it appended and its running score.
+struct BeamStepEvent {
+  int step = 0;
+  std::vector<std::int64_t> parents;  ///< beam i continues old beam parents[i] (cache.reorder(parents))
+  std::vector<std::int64_t> tokens;
+  std::vector<float> scores;          ///< accumulated log-probs of the running beams
+  int finished = 0;                   ///< finished hypotheses so far
+  cache::TensorMemory memory;
+};
+using BeamStepFn = std::function<bool(const BeamStepEvent&)>;
+
+struct BeamResult {
+  std::vector<std::vector<std::int64_t>> sequences;  ///< new tokens, best first
+  std::vector<float> scores;                         ///< length-normalized, as transformers' sequences_scores
+  double seconds = 0.0;
+  std::string stopReason;
+};
+
+/// transformers' beam search (its v5 vectorized algorithm: 2 x beams candidates per step, finished hypotheses
+/// normalized by generated_length ** length_penalty, its early-stop heuristic), with the cache reordered by the
+/// chosen parents every step. The prompt is run once per beam, as transformers does.
+BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
+                      int maxNew, const BeamOptions& options, const std::vector<std::int64_t>& stopIds = {},
+                      const BeamStepFn& onStep = {}, const std::atomic<bool>* cancel = nullptr);
+
 }  // namespace kvscope::generate
