@@ -59,6 +59,16 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
   auto t0 = Clock::now();
   at::Tensor logits = model.forward(ids, cache).select(0, 0).select(0, -1);
   r.prefillSeconds = since(t0);
+  std::unique_ptr<cache::KvCache> shadow;
+  at::Tensor refLogits;
+  if (o.shadow) {
+    cache::StatsOptions quiet;
+    quiet.enabled = false;
+    shadow = model.makeCache(cache::parseSpec("dynamic"), quiet);
+    refLogits = model.forward(ids, *shadow).select(0, 0).select(0, -1);
+  }
+  double klSum = 0.0;
+  int agree = 0;
   r.stopReason = "max_new";
   for (int step = 0; step < o.maxNew; ++step) {
     if (cancel && cancel->load()) {
@@ -67,6 +77,8 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
     }
     const auto ts = Clock::now();
     if (step > 0) logits = model.forward(ids, cache).select(0, 0).select(0, -1);
+    const double stepSeconds = since(ts);
+    if (shadow && step > 0) refLogits = model.forward(ids, *shadow).select(0, 0).select(0, -1);
     const at::Tensor logp = logits.log_softmax(0);
     const std::int64_t token = pick(logits, o.sampling, gen);
     StepEvent ev;
@@ -77,9 +89,22 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
       auto [v, i] = logp.topk(std::min<std::int64_t>(o.topCandidates, logp.size(0)));
       for (std::int64_t j = 0; j < v.size(0); ++j) ev.top.emplace_back(i[j].item<std::int64_t>(), v[j].item<float>());
     }
+    if (shadow) {
+      const at::Tensor refLogp = refLogits.log_softmax(0);
+      // NaN logits (the fp8 seed's overflow) make the KL infinite: the run has lost the reference entirely.
+      const double kl = (refLogp.exp() * (refLogp - logp)).sum().item<double>();
+      ev.kl = static_cast<float>(std::isfinite(kl) ? std::max(kl, 0.0) : INFINITY);
+      ev.refToken = refLogits.argmax().item<std::int64_t>();
+      ev.refLogprob = refLogp[token].item<float>();
+      ev.top1Agrees = ev.refToken == logits.argmax().item<std::int64_t>();
+      klSum += ev.kl;
+      r.maxKl = std::max(r.maxKl, static_cast<double>(ev.kl));
+      agree += ev.top1Agrees ? 1 : 0;
+      if (!ev.top1Agrees && r.firstDivergence < 0) r.firstDivergence = step;
+    }
     ev.memory = cache.totalMemory();
-    ev.seconds = since(ts) + (step == 0 ? r.prefillSeconds : 0.0);
-    if (step > 0) r.decodeSeconds += since(ts);
+    ev.seconds = stepSeconds + (step == 0 ? r.prefillSeconds : 0.0);
+    if (step > 0) r.decodeSeconds += stepSeconds;
     r.tokens.push_back(token);
     r.logprobs.push_back(ev.logprob);
     ids = at::full({1, 1}, token, at::kLong);
@@ -92,6 +117,10 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
       r.stopReason = "callback";
       break;
     }
+  }
+  if (shadow && !r.tokens.empty()) {
+    r.meanKl = klSum / static_cast<double>(r.tokens.size());
+    r.top1Agreement = static_cast<double>(agree) / static_cast<double>(r.tokens.size());
   }
   return r;
 }

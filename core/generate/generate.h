@@ -27,6 +27,9 @@ struct GenerateOptions {
   SamplingOptions sampling;
   std::vector<std::int64_t> stopIds;  ///< e.g. the model's EOS; the stop token is kept in the output
   int topCandidates = 5;              ///< candidates reported per step
+  /// Shadow run: the same steps through an unquantized (dynamic) cache fed the same tokens, giving per-step
+  /// KL(reference || quantized), top-1 agreement and the first divergent step.
+  bool shadow = false;
 };
 
 struct StepEvent {
@@ -35,7 +38,12 @@ struct StepEvent {
   float logprob = 0.0f;
   std::vector<std::pair<std::int64_t, float>> top;  ///< (id, log-prob), best first
   cache::TensorMemory memory;                        ///< the whole cache after this step's forward
-  double seconds = 0.0;                              ///< this step's forward + sampling
+  double seconds = 0.0;                              ///< this step's forward + sampling (not the shadow's)
+  // With GenerateOptions::shadow:
+  float kl = 0.0f;           ///< KL(reference || quantized) of this step's next-token distributions, in nats
+  bool top1Agrees = true;    ///< the reference's argmax is the same token
+  std::int64_t refToken = -1;
+  float refLogprob = 0.0f;   ///< the reference's log-prob of the chosen token
 };
 
 /// Return false to stop after this step.
@@ -47,6 +55,10 @@ struct GenerateResult {
   double prefillSeconds = 0.0, decodeSeconds = 0.0;
   int promptTokens = 0;
   std::string stopReason;  ///< "max_new", "stop_token", "callback", "cancelled"
+  // With GenerateOptions::shadow:
+  double meanKl = 0.0, maxKl = 0.0;
+  double top1Agreement = 1.0;  ///< fraction of steps whose argmax agrees
+  int firstDivergence = -1;    ///< first step whose argmax differs (-1: none)
 };
 
 /// Runs the prompt (the cache must be empty) and then up to maxNew tokens. Throws std::invalid_argument on bad

@@ -86,6 +86,55 @@ TEST(ModelParity, BeamSearchMatchesTransformers) {
               static_cast<long>(want.size(1)), reorders);
 }
 
+TEST(Generate, SamplingIsReproducibleAndShadowMeasuresTheCache) {
+  if (!modelPath()) GTEST_SKIP() << "KVSCOPE_PARITY_MODEL is not set to an existing model";
+  auto& f = fixture();
+  at::set_num_threads(2);
+  const at::Tensor ids = load(*f.ref, "prompt_ids");
+  std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel());
+  generate::GenerateOptions o;
+  o.maxNew = 16;
+  o.sampling.greedy = false;
+  o.sampling.temperature = 0.9;
+  o.sampling.topK = 50;
+  o.sampling.topP = 0.95;
+  o.sampling.seed = 42;
+  auto run = [&](const char* spec, std::uint64_t seed, bool shadow) {
+    o.sampling.seed = seed;
+    o.shadow = shadow;
+    auto c = f.model->makeCache(cache::parseSpec(spec));
+    return generate::generate(*f.model, *c, prompt, o);
+  };
+  const auto a = run("dynamic", 42, false), b = run("dynamic", 42, false), c = run("dynamic", 7, false);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_NE(a.tokens, c.tokens);
+  // A dynamic cache against its dynamic shadow: the same distributions.
+  const auto d = run("dynamic", 42, true);
+  EXPECT_LT(d.maxKl, 1e-6);
+  EXPECT_EQ(d.top1Agreement, 1.0);
+  EXPECT_EQ(d.firstDivergence, -1);
+  // A 2-bit cache does move the distributions.
+  const auto q = run("quanto:nbits=2,q_group_size=32,residual_length=8", 42, true);
+  EXPECT_GT(q.meanKl, 1e-4);
+  std::printf("[model-parity] shadow: quanto int2 mean KL %.4g, max %.4g, top-1 agreement %.2f, first divergence %d\n",
+              q.meanKl, q.maxKl, q.top1Agreement, q.firstDivergence);
+  // Stop tokens end the run and stay in the output.
+  o.sampling.greedy = true;
+  o.shadow = false;
+  o.stopIds = {a.tokens.empty() ? 0 : load(*f.ref, "greedy.dynamic")[3].item<std::int64_t>()};
+  auto cc = f.model->makeCache(cache::parseSpec("dynamic"));
+  const auto s = generate::generate(*f.model, *cc, prompt, o);
+  EXPECT_EQ(s.stopReason, "stop_token");
+  EXPECT_EQ(s.tokens.back(), o.stopIds[0]);
+  // Bad options are errors, not crashes.
+  generate::GenerateOptions bad;
+  bad.sampling.greedy = false;
+  bad.sampling.temperature = 0;
+  auto c2 = f.model->makeCache(cache::parseSpec("dynamic"));
+  EXPECT_THROW(generate::generate(*f.model, *c2, prompt, bad), std::invalid_argument);
+  EXPECT_THROW(generate::generate(*f.model, *c2, {}, o), std::invalid_argument);
+}
+
 class GreedyParity : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
 TEST_P(GreedyParity, SameTokensAsTransformers) {
