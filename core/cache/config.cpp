@@ -405,6 +405,68 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
   return out;
 }
 
+FlagExport toVllmFlags(const CacheConfig& cfg) {
+  validate(cfg);
+  FlagExport e;
+  switch (cfg.backend) {
+    case Backend::Dynamic:
+      e.flags = "--kv-cache-dtype auto";
+      break;
+    case Backend::Fp8:
+      e.flags = cfg.fp8Format == Fp8Format::E5M2 ? "--kv-cache-dtype fp8_e5m2" : "--kv-cache-dtype fp8_e4m3";
+      e.notes.push_back("vLLM takes per-tensor k/v scales from the checkpoint, or computes them with "
+                        "--calculate-kv-scales; without either it uses 1.0, which can hurt quality");
+      if (cfg.granularity != Fp8Granularity::Tensor)
+        e.notes.push_back(fmt::format("granularity={}: vLLM's FP8 KV cache scales per tensor (or per head from a "
+                                      "checkpoint), not as kvscope does here",
+                                      granularityName(cfg.granularity)));
+      if (cfg.overflow != OverflowPolicy::Nan)
+        e.notes.push_back(fmt::format("overflow={} is kvscope's; vLLM's cast saturates", overflowName(cfg.overflow)));
+      break;
+    case Backend::Quanto:
+    case Backend::Hqq:
+      e.flags = "--kv-cache-dtype fp8_e4m3";
+      e.notes.push_back(fmt::format("nearest equivalent only: vLLM has no {}-bit group-wise KV cache; FP8 (8 bits) is "
+                                    "its smallest KV cache type",
+                                    cfg.resolvedNbits()));
+      break;
+  }
+  return e;
+}
+
+FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
+  validate(cfg);
+  FlagExport e;
+  std::string type;
+  switch (cfg.backend) {
+    case Backend::Dynamic:
+      type = "f16";
+      e.notes.push_back("f16 is llama.cpp's default cache type (kvscope's dynamic cache keeps the model's dtype)");
+      break;
+    case Backend::Fp8:
+      type = "q8_0";
+      e.notes.push_back("nearest equivalent only: llama.cpp has no FP8 cache type; q8_0 (int8, one scale per 32 "
+                        "values) is its 8-bit type");
+      break;
+    case Backend::Quanto:
+    case Backend::Hqq: {
+      const int nb = cfg.resolvedNbits();
+      type = nb >= 8 ? "q8_0" : nb >= 4 ? "q4_1" : "q4_0";
+      e.notes.push_back(fmt::format("nearest equivalent only: {}-bit groups of {} with a full-precision residual map to "
+                                    "llama.cpp's {} (blocks of 32, no residual window){}",
+                                    nb, cfg.resolvedGroupSize(), type,
+                                    nb < 4 ? "; llama.cpp has no cache type below 4 bits" : ""));
+      break;
+    }
+  }
+  e.flags = fmt::format("-ctk {} -ctv {}", type, type);
+  if (type != "f16") {
+    e.flags += " -fa";
+    e.notes.push_back("a quantized V cache needs flash attention (-fa)");
+  }
+  return e;
+}
+
 std::string toKvscopeJson(const CacheConfig& cfg) {
   validate(cfg);
   json doc = json::object();

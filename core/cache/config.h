@@ -93,6 +93,16 @@ struct HfExport {
 };
 /// Throws ConfigError for the dynamic backend (transformers' default cache needs no cache_config).
 HfExport toHfCacheConfig(const CacheConfig& cfg);
+/// Command-line flags for another engine, with what does not carry over said plainly.
+struct FlagExport {
+  std::string flags;               ///< e.g. "--kv-cache-dtype fp8_e4m3"
+  std::vector<std::string> notes;  ///< "nearest equivalent" statements
+};
+/// vLLM's --kv-cache-dtype (FP8 only: integer configs map to the nearest FP8 setting, stated as such).
+FlagExport toVllmFlags(const CacheConfig& cfg);
+/// llama.cpp's -ctk/-ctv (block formats: the nearest type for each config, stated as such; quantized V needs -fa).
+FlagExport toLlamaCppFlags(const CacheConfig& cfg);
+
 /// kvscope's own file: transformers' dict plus kvscope's options beside it.
 std::string toKvscopeJson(const CacheConfig& cfg);
 /// Canonical SPEC string (only what differs from the defaults, transformers keys first).
