@@ -5,13 +5,14 @@
 build:
 	@bash packaging/build.sh >/dev/null
 
-# Runs kvscope on the embedded model. Until the model runtime lands, this is kvscope-cli's cache simulation over
-# every backend, plus the embedded model's location.
+# Runs kvscope on the embedded model. Until the GUI lands: a chat answer streamed through an FP8 cache with a shadow
+# reference, then every backend compared on the same prompt.
+PROMPT ?= Explain in three sentences why a quantized key-value cache saves memory.
 run:
-	@eval "$$(bash packaging/build.sh)"; \
-	  echo "embedded model: $$KVSCOPE_MODEL"; \
-	  ./build/app/kvscope-cli cache-sim --cache dynamic --cache fp8 --cache fp8:granularity=head \
-	    --cache quanto:nbits=4 --cache quanto:nbits=2 --cache hqq:nbits=4 --context 1024 --steps 256
+	@eval "$$(bash packaging/build.sh)"; export KVSCOPE_MODEL; \
+	  ./build/app/kvscope-cli generate --chat --prompt "$(PROMPT)" --cache fp8:overflow=saturate --shadow --max-new 96 && \
+	  ./build/app/kvscope-cli compare --chat --prompt "$(PROMPT)" --max-new 48 --cache fp8 --cache fp8:overflow=saturate \
+	    --cache fp8:granularity=head,overflow=saturate --cache quanto:nbits=4 --cache quanto:nbits=2 --cache hqq:nbits=4
 
 # The whole test suite (unit, parity against the pinned Python packages, gui when built, bench smoke; gpu tests skip
 # without a device).

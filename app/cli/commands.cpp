@@ -12,6 +12,8 @@
 
 #include "cache/config.h"
 
+#include <nlohmann/json.hpp>
+
 namespace kvscope::cli {
 
 void writeOutput(const std::string& path, const std::string& text) {
@@ -47,8 +49,9 @@ Runner addExport(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("export", "Print a cache config for another tool");
   cmd->add_option("--cache", o->spec, "cache SPEC (fp8, quanto:nbits=2,q_group_size=32, ...) or a JSON config file")
       ->required();
-  cmd->add_option("--format", o->format, "hf: transformers cache_config JSON; kvscope: kvscope's own config file")
-      ->check(CLI::IsMember({"hf", "kvscope"}));
+  cmd->add_option("--format", o->format,
+                  "hf: transformers cache_config JSON; kvscope: kvscope's own config file; vllm / llamacpp: flags")
+      ->check(CLI::IsMember({"hf", "kvscope", "vllm", "llamacpp"}));
   cmd->add_option("-o,--output", o->output, "write to this file (atomically) instead of stdout");
   return [o, cmd]() {
     if (!*cmd) return -1;
@@ -56,6 +59,12 @@ Runner addExport(CLI::App& app) {
     if (o->format == "hf") {
       const cache::HfExport e = cache::toHfCacheConfig(cfg);
       writeOutput(o->output, e.json + "\n");
+      for (const auto& n : e.notes) std::cerr << "kvscope-cli: note: " << n << "\n";
+      std::cerr << "kvscope-cli: use: model.generate(**inputs, cache_implementation=\"quantized\", cache_config="
+                << nlohmann::json::parse(e.json).dump() << ")\n";
+    } else if (o->format == "vllm" || o->format == "llamacpp") {
+      const cache::FlagExport e = o->format == "vllm" ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
+      writeOutput(o->output, e.flags + "\n");
       for (const auto& n : e.notes) std::cerr << "kvscope-cli: note: " << n << "\n";
     } else {
       writeOutput(o->output, cache::toKvscopeJson(cfg) + "\n");

@@ -20,6 +20,10 @@ using Runner = std::function<int()>;
 Runner addExport(CLI::App& app);
 Runner addBackends(CLI::App& app);
 Runner addCacheSim(CLI::App& app);
+Runner addGenerate(CLI::App& app);
+Runner addCompare(CLI::App& app);
+Runner addSweep(CLI::App& app);
+Runner addBench(CLI::App& app);
 
 /// Writes `text` to `path` atomically (temporary file + rename); "-" is stdout.
 void writeOutput(const std::string& path, const std::string& text);

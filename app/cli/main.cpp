@@ -7,13 +7,18 @@
 #include "cache/config.h"
 #include "cache/layer.h"
 #include "cli/commands.h"
+#include "model/safetensors.h"
+#include "tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"kvscope-cli: quantized KV-cache workbench, headless", "kvscope-cli"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kvscope-cli 0.1.0");
   std::vector<kvscope::cli::Runner> runners{kvscope::cli::addExport(app), kvscope::cli::addBackends(app),
-                                           kvscope::cli::addCacheSim(app)};
+                                           kvscope::cli::addCacheSim(app),
+                                           kvscope::cli::addGenerate(app),
+                                           kvscope::cli::addCompare(app), kvscope::cli::addSweep(app),
+                                           kvscope::cli::addBench(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -26,6 +31,12 @@ int main(int argc, char** argv) {
     std::cerr << "kvscope-cli: error: " << e.what() << "\n";
     return 2;
   } catch (const kvscope::cache::CacheError& e) {
+    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
+    return 2;
+  } catch (const kvscope::model::FormatError& e) {
+    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
+    return 2;
+  } catch (const kvscope::tokenizer::TokenizerError& e) {
     std::cerr << "kvscope-cli: error: " << e.what() << "\n";
     return 2;
   } catch (const kvscope::cli::UsageError& e) {

@@ -23,6 +23,11 @@ check bad-path 2 'cannot read cache config file `/nonexistent/x.json`' "$cli" ex
 check dynamic-hf 2 'has no cache_config to export' "$cli" export --cache dynamic
 check bad-format 2 'format' "$cli" export --cache fp8 --format onnx
 check backends 0 'residual_length' "$cli" backends
+check vllm-fp8 0 '--kv-cache-dtype fp8_e4m3' "$cli" export --cache fp8 --format vllm
+check vllm-int 0 'nearest equivalent only' "$cli" export --cache quanto:nbits=2 --format vllm
+check llamacpp-int4 0 '-ctk q4_1 -ctv q4_1 -fa' "$cli" export --cache hqq:nbits=4 --format llamacpp
+check llamacpp-fp8 0 '-ctk q8_0 -ctv q8_0 -fa' "$cli" export --cache fp8 --format llamacpp
+check hf-snippet 0 'cache_implementation="quantized"' "$cli" export --cache quanto
 tmp=$(mktemp -d)
 check write-file 0 '' "$cli" export --cache hqq:nbits=3 --format kvscope -o "$tmp/c.json"
 check read-back 0 '"nbits": 3' "$cli" export --cache "$tmp/c.json"

@@ -1,0 +1,279 @@
+// `compare`, `sweep` and `bench`: several cache configs on the same model and prompt, the unquantized baseline
+// always in the same run.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/runtime.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+struct CommonOpts {
+  std::string model, prompt, promptFile, dtype = "fp32";
+  bool chat = false, json = false, csv = false;
+  int maxNew = 64, pplChunk = 32, threads = 0;
+};
+
+void addCommon(CLI::App* cmd, CommonOpts& o) {
+  cmd->add_option("--model", o.model, "GGUF file or Hugging Face directory (default: the embedded SmolLM2)");
+  auto* p = cmd->add_option("--prompt", o.prompt, "prompt text");
+  cmd->add_option("--prompt-file", o.promptFile, "read the prompt from a file")->excludes(p);
+  cmd->add_flag("--chat", o.chat, "wrap the prompt in the model's chat template");
+  cmd->add_option("--max-new", o.maxNew, "greedy tokens generated per config")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--ppl-chunk", o.pplChunk, "tokens per forward when measuring the prompt's perplexity")
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--dtype", o.dtype, "weights and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--threads", o.threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
+  auto* j = cmd->add_flag("--json", o.json, "one JSON object per config");
+  cmd->add_flag("--csv", o.csv, "CSV with a header line")->excludes(j);
+}
+
+nlohmann::json toJson(const RunFigures& f) {
+  return {{"config", f.spec},
+          {"kv_bytes", {{"payload", f.memory.payload}, {"metadata", f.memory.metadata}, {"residual", f.memory.residual},
+                        {"transient", f.memory.transient}, {"reserved", f.memory.reserved},
+                        {"unquantized", f.memory.unquantized}, {"stored", f.memory.stored()},
+                        {"peak_held", f.peakHeld}}},
+          {"compression_ratio", f.ratio()},
+          {"prefill_tok_s", f.prefillTokS},
+          {"decode_tok_s", f.decodeTokS},
+          {"mean_kl", f.meanKl},
+          {"max_kl", f.maxKl},
+          {"top1_agreement", f.top1},
+          {"first_divergence", f.firstDivergence},
+          {"perplexity", f.perplexity},
+          {"overflow", f.overflow},
+          {"non_finite", f.nonFinite},
+          {"new_tokens", f.newTokens}};
+}
+
+const char* kCsvHeader =
+    "config,stored_bytes,payload_bytes,metadata_bytes,residual_bytes,peak_held_bytes,unquantized_bytes,"
+    "compression_ratio,prefill_tok_s,decode_tok_s,mean_kl,max_kl,top1_agreement,first_divergence,perplexity,"
+    "overflow,non_finite";
+
+std::string csvRow(const RunFigures& f) {
+  return fmt::format("\"{}\",{},{},{},{},{},{},{:.4f},{:.2f},{:.2f},{:.6g},{:.6g},{:.4f},{},{:.4f},{},{}", f.spec,
+                     f.memory.stored(), f.memory.payload, f.memory.metadata, f.memory.residual, f.peakHeld,
+                     f.memory.unquantized, f.ratio(), f.prefillTokS, f.decodeTokS, f.meanKl, f.maxKl, f.top1,
+                     f.firstDivergence, f.perplexity, f.overflow, f.nonFinite);
+}
+
+void printTableHeader() {
+  std::cout << fmt::format("{:<40} {:>10} {:>7} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6} {:>5} {:>8} {:>8}\n", "config",
+                           "KV MiB", "ratio", "peak MiB", "prefill", "decode", "mean KL", "max KL", "top-1", "div",
+                           "ppl", "NaN/inf");
+}
+
+void printRow(const RunFigures& f) {
+  std::cout << fmt::format("{:<40} {:>10.3f} {:>6.2f}x {:>10.3f} {:>9.1f} {:>9.1f} {:>9.3g} {:>9.3g} {:>5.1f}% {:>5} "
+                           "{:>8.3f} {:>8}\n",
+                           f.spec, f.memory.stored() / 1048576.0, f.ratio(), f.peakHeld / 1048576.0, f.prefillTokS,
+                           f.decodeTokS, f.meanKl, f.maxKl, 100.0 * f.top1,
+                           f.firstDivergence < 0 ? std::string("-") : std::to_string(f.firstDivergence), f.perplexity,
+                           f.nonFinite);
+  std::cout.flush();
+}
+
+void emit(const CommonOpts& o, const RunFigures& f) {
+  if (o.json) std::cout << toJson(f).dump() << "\n" << std::flush;
+  else if (o.csv) std::cout << csvRow(f) << "\n" << std::flush;
+  else printRow(f);
+}
+
+// `quanto:nbits=2,4;q_group_size=32,64` -> every combination as a SPEC.
+std::vector<std::string> expandGrid(const std::string& grid) {
+  const auto colon = grid.find(':');
+  std::vector<std::string> specs{grid.substr(0, colon)};
+  if (colon == std::string::npos) return specs;
+  std::stringstream rest(grid.substr(colon + 1));
+  std::string axis;
+  while (std::getline(rest, axis, ';')) {
+    if (axis.empty()) continue;
+    const auto eq = axis.find('=');
+    if (eq == std::string::npos) throw UsageError(fmt::format("bad grid axis `{}` in `{}` (write key=v1,v2,...)", axis, grid));
+    const std::string key = axis.substr(0, eq);
+    std::vector<std::string> values;
+    std::stringstream vs(axis.substr(eq + 1));
+    std::string v;
+    while (std::getline(vs, v, ',')) if (!v.empty()) values.push_back(v);
+    if (values.empty()) throw UsageError(fmt::format("grid axis `{}` has no values", key));
+    std::vector<std::string> next;
+    for (const auto& s : specs)
+      for (const auto& val : values) next.push_back(s + (s.find(':') == std::string::npos ? ":" : ",") + key + "=" + val);
+    specs = std::move(next);
+  }
+  return specs;
+}
+
+}  // namespace
+
+Runner addCompare(CLI::App& app) {
+  auto o = std::make_shared<CommonOpts>();
+  auto specs = std::make_shared<std::vector<std::string>>();
+  CLI::App* cmd = app.add_subcommand("compare", "The same prompt through each cache config and the unquantized baseline");
+  addCommon(cmd, *o);
+  cmd->add_option("--cache", *specs, "cache SPEC (repeat for several)")->required();
+  return [o, specs, cmd]() {
+    if (!*cmd) return -1;
+    std::vector<cache::CacheConfig> cfgs{cache::parseSpec("dynamic")};
+    for (const auto& s : *specs) {
+      const auto c = cache::parseSpec(s);
+      if (c.backend != cache::Backend::Dynamic) cfgs.push_back(c);
+    }
+    if (o->threads > 0) at::set_num_threads(o->threads);
+    const std::string text = promptText(o->prompt, o->promptFile);
+    const Loaded m = loadModel(o->model, o->dtype);
+    const auto prompt = encodePrompt(m, text, o->chat);
+    if (!o->json && !o->csv) {
+      std::cout << fmt::format("{} ({} layers, {} KV heads x {}), prompt {} tokens, {} greedy tokens per config; KL and "
+                               "top-1 against the unquantized cache fed the same tokens\n",
+                               m.path, m.model->config().layers, m.model->config().kvHeads, m.model->config().headDim,
+                               prompt.size(), o->maxNew);
+      printTableHeader();
+    } else if (o->csv) {
+      std::cout << kCsvHeader << "\n";
+    }
+    for (const auto& c : cfgs) emit(*o, measure(m, c, prompt, o->maxNew, o->pplChunk, c.backend != cache::Backend::Dynamic));
+    return 0;
+  };
+}
+
+Runner addSweep(CLI::App& app) {
+  auto o = std::make_shared<CommonOpts>();
+  auto grids = std::make_shared<std::vector<std::string>>();
+  auto maxKl = std::make_shared<double>(-1.0);
+  auto maxBytes = std::make_shared<std::int64_t>(-1);
+  auto out = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("sweep", "A grid of cache configs, the same figures, and the best under a budget");
+  addCommon(cmd, *o);
+  cmd->add_option("--grid", *grids, "e.g. 'quanto:nbits=2,4;q_group_size=32,64,128' (repeatable)")->required();
+  auto* k = cmd->add_option("--max-kl", *maxKl, "budget: the smallest cache whose mean KL stays under this");
+  cmd->add_option("--max-bytes", *maxBytes, "budget: the lowest mean KL whose stored KV bytes stay under this")->excludes(k);
+  cmd->add_option("--out", *out, "append each finished config to this JSON-lines file as it finishes");
+  return [o, grids, maxKl, maxBytes, out, cmd]() {
+    if (!*cmd) return -1;
+    std::vector<cache::CacheConfig> cfgs;
+    for (const auto& g : *grids)
+      for (const auto& s : expandGrid(g)) cfgs.push_back(cache::parseSpec(s));  // every grid point valid up front
+    if (o->threads > 0) at::set_num_threads(o->threads);
+    const std::string text = promptText(o->prompt, o->promptFile);
+    const Loaded m = loadModel(o->model, o->dtype);
+    const auto prompt = encodePrompt(m, text, o->chat);
+    std::ofstream log;
+    if (!out->empty()) {
+      log.open(*out, std::ios::app);
+      if (!log) throw UsageError(fmt::format("cannot write `{}`", *out));
+    }
+    if (!o->json && !o->csv) {
+      std::cout << fmt::format("sweep: {} configs + the unquantized baseline, prompt {} tokens, {} greedy tokens each\n",
+                               cfgs.size(), prompt.size(), o->maxNew);
+      printTableHeader();
+    } else if (o->csv) {
+      std::cout << kCsvHeader << "\n";
+    }
+    std::vector<RunFigures> all;
+    const RunFigures base = measure(m, cache::parseSpec("dynamic"), prompt, o->maxNew, o->pplChunk, false);
+    emit(*o, base);
+    for (std::size_t i = 0; i < cfgs.size(); ++i) {
+      all.push_back(measure(m, cfgs[i], prompt, o->maxNew, o->pplChunk, true));
+      emit(*o, all.back());
+      if (log.is_open()) log << toJson(all.back()).dump() << "\n" << std::flush;  // survives a later crash
+    }
+    const RunFigures* best = nullptr;
+    for (const auto& f : all) {
+      if (*maxKl >= 0 && f.meanKl <= *maxKl && (!best || f.memory.stored() < best->memory.stored())) best = &f;
+      if (*maxBytes >= 0 && f.memory.stored() <= *maxBytes && (!best || f.meanKl < best->meanKl)) best = &f;
+    }
+    if (*maxKl >= 0 || *maxBytes >= 0) {
+      const std::string budget = *maxKl >= 0 ? fmt::format("mean KL <= {}", *maxKl) : fmt::format("stored KV <= {} bytes", *maxBytes);
+      if (!best) {
+        std::cerr << "kvscope-cli: no config meets the budget (" << budget << ")\n";
+        return 3;
+      }
+      if (o->json) std::cout << nlohmann::json{{"best", best->spec}, {"budget", budget}}.dump() << "\n";
+      else std::cout << fmt::format("best under {}: {} ({:.3f} MiB, {:.2f}x, mean KL {:.4g})\n", budget, best->spec,
+                                    best->memory.stored() / 1048576.0, best->ratio(), best->meanKl);
+    }
+    return 0;
+  };
+}
+
+Runner addBench(CLI::App& app) {
+  struct BenchOpts {
+    std::string model, dtype = "fp32";
+    std::vector<std::string> specs;
+    std::vector<std::int64_t> contexts{256};
+    int newTokens = 32, threads = 0;
+    bool json = false;
+    std::uint64_t seed = 0;
+  };
+  auto o = std::make_shared<BenchOpts>();
+  CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode tok/s per cache config and context length, beside "
+                                              "the dynamic baseline in the same run");
+  cmd->add_option("--model", o->model, "GGUF file or Hugging Face directory (default: the embedded SmolLM2)");
+  cmd->add_option("--cache", o->specs, "cache SPEC (repeat for several)")->required();
+  cmd->add_option("--context", o->contexts, "prompt lengths (repeat or list)")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_option("--new", o->newTokens, "decode steps timed at each context")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--dtype", o->dtype, "weights and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o->seed, "seed of the random prompt tokens");
+  cmd->add_flag("--json", o->json, "one JSON object per (config, context)");
+  return [o, cmd]() {
+    if (!*cmd) return -1;
+    std::vector<cache::CacheConfig> cfgs{cache::parseSpec("dynamic")};
+    for (const auto& s : o->specs) {
+      const auto c = cache::parseSpec(s);
+      if (c.backend != cache::Backend::Dynamic) cfgs.push_back(c);
+    }
+    if (o->threads > 0) at::set_num_threads(o->threads);
+    const Loaded m = loadModel(o->model, o->dtype);
+    const auto& mc = m.model->config();
+    for (auto ctx : o->contexts)
+      if (mc.contextLength > 0 && ctx + o->newTokens > mc.contextLength)
+        throw UsageError(fmt::format("context {} + {} new tokens exceed the model's {}", ctx, o->newTokens, mc.contextLength));
+    if (!o->json)
+      std::cout << fmt::format("{:<36} {:>8} {:>12} {:>12} {:>10} {:>10} {:>10}\n", "config", "context", "prefill t/s",
+                               "decode t/s", "vs dynamic", "KV MiB", "held MiB");
+    for (auto ctx : o->contexts) {
+      at::manual_seed(o->seed);
+      const at::Tensor ids = at::randint(3, mc.vocab, {ctx}, at::kLong);
+      const std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ctx);
+      double baseDecode = 0;
+      for (const auto& c : cfgs) {
+        auto kv = m.model->makeCache(c);
+        generate::GenerateOptions g;
+        g.maxNew = o->newTokens + 1;  // the first token comes from the prefill
+        g.topCandidates = 0;
+        const auto r = generate::generate(*m.model, *kv, prompt, g);
+        const double prefill = ctx / r.prefillSeconds, decode = o->newTokens / r.decodeSeconds;
+        if (c.backend == cache::Backend::Dynamic) baseDecode = decode;
+        const auto mem = kv->totalMemory();
+        if (o->json) {
+          std::cout << nlohmann::json{{"config", cache::toSpec(c)}, {"context", ctx}, {"prefill_tok_s", prefill},
+                                      {"decode_tok_s", decode}, {"decode_vs_dynamic", decode / baseDecode},
+                                      {"kv_stored_bytes", mem.stored()}, {"kv_held_bytes", mem.held()}}
+                           .dump()
+                    << "\n" << std::flush;
+        } else {
+          std::cout << fmt::format("{:<36} {:>8} {:>12.1f} {:>12.1f} {:>9.3f}x {:>10.2f} {:>10.2f}\n", cache::toSpec(c),
+                                   ctx, prefill, decode, decode / baseDecode, mem.stored() / 1048576.0,
+                                   mem.held() / 1048576.0)
+                    << std::flush;
+        }
+      }
+    }
+    return 0;
+  };
+}
+
+}  // namespace kvscope::cli

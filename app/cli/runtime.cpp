@@ -1,0 +1,129 @@
+#include "cli/runtime.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cache/kv_cache.h"
+#include "cli/commands.h"
+#include "model/gguf.h"
+
+namespace kvscope::cli {
+
+std::string defaultModelPath() {
+  if (const char* p = std::getenv("KVSCOPE_MODEL"); p && *p) return p;
+  const char* home = std::getenv("HOME");
+  const char* cache = std::getenv("KVSCOPE_CACHE");
+  const std::string root = cache && *cache ? std::string(cache) : std::string(home ? home : ".") + "/.cache/kvscope";
+  return root + "/model/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+at::ScalarType parseDtype(const std::string& s) {
+  if (s == "bf16") return at::kBFloat16;
+  if (s == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+Loaded loadModel(const std::string& pathIn, const std::string& dtype) {
+  Loaded m;
+  m.path = pathIn.empty() ? defaultModelPath() : pathIn;
+  if (!std::filesystem::exists(m.path))
+    throw UsageError(fmt::format("model `{}` not found (packaging/setup.sh fetches the embedded model; or pass "
+                                 "--model with a GGUF file or a Hugging Face directory)",
+                                 m.path));
+  if (std::filesystem::is_directory(m.path)) {
+    const auto tj = std::filesystem::path(m.path) / "tokenizer.json";
+    if (!std::filesystem::exists(tj)) throw UsageError(fmt::format("{}: no tokenizer.json", m.path));
+    m.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromTokenizerJson(tj.string()));
+  } else {
+    model::GgufFile g(m.path);
+    m.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromGguf(g));
+  }
+  m.model = model::LlamaModel::load(m.path, parseDtype(dtype));
+  return m;
+}
+
+std::string promptText(const std::string& prompt, const std::string& file) {
+  if (!file.empty()) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) throw UsageError(fmt::format("cannot read prompt file `{}`", file));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (ss.str().empty()) throw UsageError(fmt::format("prompt file `{}` is empty", file));
+    return ss.str();
+  }
+  if (prompt.empty()) throw UsageError("empty prompt (give --prompt or --prompt-file)");
+  return prompt;
+}
+
+std::vector<std::int64_t> encodePrompt(const Loaded& m, const std::string& text, bool chat) {
+  const std::string t = chat ? tokenizer::applyChatML({{"user", text}}, true) : text;
+  const auto ids = m.tok->encode(t, /*addSpecial=*/true, /*parseSpecial=*/chat);
+  if (ids.empty()) throw UsageError("the prompt encodes to no tokens");
+  return {ids.begin(), ids.end()};
+}
+
+std::vector<std::int64_t> stopIds(const Loaded& m) {
+  std::vector<std::int64_t> s{m.tok->eosId()};
+  if (const auto e = m.tok->tokenId("<|im_end|>"); e && *e != m.tok->eosId()) s.push_back(*e);
+  return s;
+}
+
+double perplexity(const model::LlamaModel& model, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& ids,
+                  int chunk) {
+  if (ids.size() < 2) return 0.0;
+  cache::StatsOptions quiet;
+  quiet.enabled = false;
+  auto kv = model.makeCache(cfg, quiet);
+  double nll = 0.0;
+  std::int64_t counted = 0;
+  const std::int64_t n = static_cast<std::int64_t>(ids.size());
+  for (std::int64_t start = 0; start < n - 1; start += chunk) {
+    const std::int64_t len = std::min<std::int64_t>(chunk, n - 1 - start);
+    const at::Tensor in = at::tensor(std::vector<std::int64_t>(ids.begin() + start, ids.begin() + start + len), at::kLong);
+    const at::Tensor logp = model.forward(in.view({1, -1}), *kv)[0].log_softmax(-1);
+    const at::Tensor next =
+        at::tensor(std::vector<std::int64_t>(ids.begin() + start + 1, ids.begin() + start + 1 + len), at::kLong);
+    nll -= logp.gather(1, next.view({-1, 1})).sum().item<double>();
+    counted += len;
+  }
+  return std::exp(nll / static_cast<double>(counted));
+}
+
+RunFigures measure(const Loaded& m, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt, int maxNew,
+                   int pplChunk, bool shadow) {
+  RunFigures f;
+  f.spec = cache::toSpec(cfg);
+  auto kv = m.model->makeCache(cfg);
+  generate::GenerateOptions o;
+  o.maxNew = maxNew;
+  o.shadow = shadow;
+  o.stopIds = {};  // the same number of steps for every config
+  o.topCandidates = 0;
+  const auto r = generate::generate(*m.model, *kv, prompt, o, [&](const generate::StepEvent& ev) {
+    f.peakHeld = std::max(f.peakHeld, ev.memory.held());
+    return true;
+  });
+  f.memory = kv->totalMemory();
+  f.newTokens = static_cast<int>(r.tokens.size());
+  f.prefillTokS = r.prefillSeconds > 0 ? r.promptTokens / r.prefillSeconds : 0;
+  f.decodeTokS = r.decodeSeconds > 0 ? (r.tokens.size() - 1) / r.decodeSeconds : 0;
+  f.meanKl = r.meanKl;
+  f.maxKl = r.maxKl;
+  f.top1 = r.top1Agreement;
+  f.firstDivergence = r.firstDivergence;
+  for (int l = 0; l < kv->numLayers(); ++l) {
+    const auto& st = kv->layer(l).stats();
+    f.overflow += st.keys.overflowTotal + st.values.overflowTotal;
+    f.nonFinite += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
+  }
+  f.perplexity = perplexity(*m.model, cfg, prompt, pplChunk);
+  return f;
+}
+
+}  // namespace kvscope::cli

@@ -1,0 +1,59 @@
+// What the model-running subcommands share: loading a model with its tokenizer, prompts, and measurements.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/config.h"
+#include "cache/stats.h"
+#include "generate/generate.h"
+#include "model/llama.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvscope::cli {
+
+struct Loaded {
+  std::string path;
+  std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+};
+
+/// $KVSCOPE_MODEL, else the embedded model where packaging/setup.sh puts it.
+std::string defaultModelPath();
+/// A GGUF file (tokenizer from its metadata) or a Hugging Face directory (tokenizer.json). Throws UsageError /
+/// FormatError / TokenizerError with the path and the problem.
+Loaded loadModel(const std::string& path, const std::string& dtype);
+at::ScalarType parseDtype(const std::string& s);
+/// The prompt's ids; with `chat`, wrapped as one user turn of the model's chat template.
+std::vector<std::int64_t> encodePrompt(const Loaded& m, const std::string& text, bool chat);
+/// --prompt or --prompt-file; UsageError when both are empty.
+std::string promptText(const std::string& prompt, const std::string& file);
+/// EOS and <|im_end|> when the vocabulary has it.
+std::vector<std::int64_t> stopIds(const Loaded& m);
+
+/// Perplexity of `ids` fed through a fresh cache of `cfg` in chunks of `chunk` tokens, so that the quantized
+/// states of earlier chunks are what later tokens attend to (a single prefill would never read them quantized).
+double perplexity(const model::LlamaModel& model, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& ids,
+                  int chunk);
+
+/// One config's figures in `compare` and `sweep`.
+struct RunFigures {
+  std::string spec;
+  cache::TensorMemory memory;  ///< at the end of the run
+  std::int64_t peakHeld = 0;   ///< largest held bytes over the steps
+  double prefillTokS = 0, decodeTokS = 0;
+  double meanKl = 0, maxKl = 0, top1 = 1;
+  int firstDivergence = -1;
+  double perplexity = 0;
+  std::int64_t overflow = 0, nonFinite = 0;
+  int newTokens = 0;
+  double ratio() const { return memory.stored() ? double(memory.unquantized) / double(memory.stored()) : 0.0; }
+};
+
+RunFigures measure(const Loaded& m, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt, int maxNew,
+                   int pplChunk, bool shadow);
+
+}  // namespace kvscope::cli

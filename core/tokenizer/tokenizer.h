@@ -1,0 +1,145 @@
+// Byte-level BPE tokenizer (GPT-2 family), matching Hugging Face `tokenizers` id for id. Built from plain parts
+// (fromParts, what a GGUF holds), from a GGUF (fromGguf) or from a Hugging Face tokenizer.json (fromTokenizerJson).
+// No torch, no Qt: pre-tokenizer regexes run on PCRE2.
+//
+// Encoding follows tokenizers' pipeline: added tokens are cut out of the text first (leftmost, then longest match;
+// non-normalized tokens over the whole text, then normalized ones over what is left), the rest is split by the
+// preset's regexes (Isolated behaviour), each piece is mapped to its byte-level spelling and merged by BPE (lowest
+// rank first, leftmost on ties). Decoding concatenates token bytes and replaces invalid UTF-8 like
+// String::from_utf8_lossy; an added token is written as its text and ends the run of bytes before it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace kvscope::model {
+class GgufFile;
+}
+
+namespace kvscope::tokenizer {
+
+/// Bad or unsupported tokenizer data; the message names the source (file, key) and the problem.
+class TokenizerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// GGUF token types (tokenizer.ggml.token_type).
+enum class TokenType : std::int32_t { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+
+/// Pre-tokenizer presets, as Hugging Face tokenizers splits text for each model family:
+///   Gpt2    the GPT-2 regex (ByteLevel use_regex=true)
+///   SmolLM  each \p{N} isolated first (Digits individual_digits=true), then the GPT-2 regex (SmolLM/StarCoder)
+///   Llama3  Llama 3's Split regex (\p{N}{1,3}, case-insensitive contractions)
+///   Qwen2   Qwen2's Split regex (single \p{N})
+enum class Preset { Gpt2, SmolLM, Llama3, Qwen2 };
+/// "gpt2", "smollm", "llama3" (also llama.cpp's "llama-bpe", "llama-v3"), "qwen2". TokenizerError otherwise.
+Preset presetFromName(std::string_view name);
+const char* presetName(Preset preset);
+
+struct SpecialIds {
+  std::int32_t bos = -1, eos = -1, unk = -1, pad = -1;  ///< -1: none
+};
+
+/// A token matched literally in the text before pre-tokenization (tokenizers' AddedToken).
+struct AddedToken {
+  std::int32_t id = -1;
+  std::string content;      ///< the text it matches (not byte-level spelled)
+  bool special = false;     ///< skipped by decode(skipSpecial) and not matched by encode(parseSpecial = false)
+  bool lstrip = false;      ///< also swallows the whitespace before it
+  bool rstrip = false;      ///< also swallows the whitespace after it
+  bool normalized = false;  ///< matched in the second pass (tokenizers' normalized trie)
+};
+
+/// Everything a Tokenizer is made of, as plain data. The constructor checks it.
+struct TokenizerSpec {
+  std::string source = "tokenizer";                         ///< names the origin in error messages
+  std::vector<std::string> tokens;                          ///< id -> vocabulary spelling (byte-level for BPE tokens)
+  std::vector<TokenType> types;                             ///< per id; empty: all Normal
+  std::vector<std::pair<std::string, std::string>> merges;  ///< in rank order (rank = index)
+  std::vector<AddedToken> added;
+  Preset preset = Preset::Gpt2;
+  SpecialIds special;
+  std::vector<std::int32_t> prefix, suffix;  ///< ids encode(addSpecial = true) puts around the text (BOS, EOS)
+  bool ignoreMerges = false;                 ///< a piece that is itself a vocabulary token is emitted whole (Llama 3)
+  std::int32_t bpeUnk = -1;  ///< a character without a token becomes this id; -1 drops it (tokenizers, no unk)
+  std::string chatTemplate;  ///< Jinja source, when the origin carries one
+};
+
+class Tokenizer {
+ public:
+  /// Builds and checks: every merge part and merge result must be a token, ids in range. Throws TokenizerError.
+  explicit Tokenizer(TokenizerSpec spec);
+
+  /// Token ids of `text` (raw bytes; invalid UTF-8 is tokenized byte by byte, never rejected). addSpecial adds
+  /// the prefix/suffix ids (BOS when add_bos); parseSpecial=false leaves special added tokens as plain text
+  /// (tokenizers' encode_special_tokens) while non-special added tokens are still matched.
+  std::vector<std::int32_t> encode(std::string_view text, bool addSpecial = true, bool parseSpecial = true) const;
+  /// Text of `ids`; invalid or partial UTF-8 becomes U+FFFD only where the concatenated bytes are invalid. Ids that
+  /// name no token are skipped (as tokenizers does).
+  std::string decode(const std::vector<std::int32_t>& ids, bool skipSpecial = false) const;
+  /// Raw bytes of one token (may be part of a UTF-8 sequence), for streaming; "" for an id out of range.
+  std::string tokenText(std::int32_t id) const;
+
+  std::int32_t vocabSize() const;
+  std::int32_t bosId() const;
+  std::int32_t eosId() const;
+  std::int32_t unkId() const;
+  std::int32_t padId() const;
+  bool addBos() const;
+  /// Id of a vocabulary spelling ("Ġthe") or an added token's text ("<|im_start|>").
+  std::optional<std::int32_t> tokenId(std::string_view token) const;
+  /// The vocabulary spelling of an id (added tokens: their text). TokenizerError when out of range.
+  const std::string& tokenString(std::int32_t id) const;
+  TokenType tokenType(std::int32_t id) const;
+  bool isSpecial(std::int32_t id) const;
+  Preset preset() const;
+  const std::string& chatTemplate() const;
+  /// The pre-tokenizer's pieces of `text` (raw bytes), with no added-token matching: for tests and diagnostics.
+  std::vector<std::string> preTokenize(std::string_view text) const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;  // shared by copies: immutable except for the internally locked word cache
+};
+
+/// From the arrays a GGUF stores: tokens (byte-level spelled, control tokens as text), GGUF token types (1..6),
+/// merges ("a b"), a preset name. Like transformers' GGUF conversion, control tokens (type 3) become special added
+/// tokens and user-defined ones (type 4) plain added tokens; BOS is the prefix when addBos, EOS the suffix when
+/// addEos. `source` names the origin in errors.
+Tokenizer fromParts(const std::vector<std::string>& tokens, const std::vector<std::int32_t>& tokenTypes,
+                    const std::vector<std::string>& merges, std::string_view preset, const SpecialIds& special,
+                    bool addBos, bool addEos = false, std::string source = "tokenizer parts");
+/// What fromParts builds from, for callers that add to it (fromGguf sets the chat template).
+TokenizerSpec specFromParts(const std::vector<std::string>& tokens, const std::vector<std::int32_t>& tokenTypes,
+                            const std::vector<std::string>& merges, std::string_view preset, const SpecialIds& special,
+                            bool addBos, bool addEos = false, std::string source = "tokenizer parts");
+
+/// From a Hugging Face tokenizer.json (model BPE; merges as "a b" or [a, b]; pre_tokenizer ByteLevel,
+/// Sequence[Digits, ByteLevel] or Sequence[Split(known regex), ByteLevel]; decoder ByteLevel; post_processor
+/// TemplateProcessing/ByteLevel/none). When a tokenizer_config.json sits beside it, BOS/EOS/UNK/PAD and the chat
+/// template come from there (or from chat_template.jinja, as transformers 5 saves it); without one, BOS is the
+/// post-processor's single prefix id. Anything else is a TokenizerError naming the file and the key.
+Tokenizer fromTokenizerJson(const std::string& path);
+
+/// From a GGUF's tokenizer.ggml.* metadata (model "gpt2" only) and tokenizer.chat_template. Defined in
+/// from_gguf.cpp.
+Tokenizer fromGguf(const model::GgufFile& gguf);
+
+/// SmolLM2-Instruct's default system message (its chat template inserts it when the first message is not "system").
+inline constexpr std::string_view kSmolLM2DefaultSystem =
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+
+/// ChatML as SmolLM2-Instruct's template renders it: "<|im_start|>{role}\n{content}<|im_end|>\n" per message, a
+/// system message with `defaultSystem` first when the first message's role is not "system" (none when
+/// defaultSystem is empty or there are no messages), and "<|im_start|>assistant\n" when addGenerationPrompt.
+std::string applyChatML(const std::vector<std::pair<std::string, std::string>>& messages, bool addGenerationPrompt,
+                        std::string_view defaultSystem = kSmolLM2DefaultSystem);
+
+}  // namespace kvscope::tokenizer
