@@ -213,7 +213,7 @@ Runner addBench(CLI::App& app) {
     std::string model, dtype = "fp32";
     std::vector<std::string> specs;
     std::vector<std::int64_t> contexts{256};
-    int newTokens = 32, threads = 0;
+    int newTokens = 32, threads = 0, repeat = 3;
     bool json = false;
     std::uint64_t seed = 0;
   };
@@ -227,6 +227,8 @@ Runner addBench(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "weights and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "seed of the random prompt tokens");
+  cmd->add_option("--repeat", o->repeat, "rounds; configs run interleaved in each round, medians reported")
+      ->check(CLI::Range(1, 100));
   cmd->add_flag("--json", o->json, "one JSON object per (config, context)");
   return [o, cmd]() {
     if (!*cmd) return -1;
@@ -242,32 +244,48 @@ Runner addBench(CLI::App& app) {
       if (mc.contextLength > 0 && ctx + o->newTokens > mc.contextLength)
         throw UsageError(fmt::format("context {} + {} new tokens exceed the model's {}", ctx, o->newTokens, mc.contextLength));
     if (!o->json)
-      std::cout << fmt::format("{:<36} {:>8} {:>12} {:>12} {:>10} {:>10} {:>10}\n", "config", "context", "prefill t/s",
-                               "decode t/s", "vs dynamic", "KV MiB", "held MiB");
+      std::cout << fmt::format("{:<36} {:>8} {:>12} {:>12} {:>19} {:>10} {:>10}\n", "config", "context", "prefill t/s",
+                               "decode t/s", "vs dynamic (range)", "KV MiB", "held MiB");
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    };
     for (auto ctx : o->contexts) {
       at::manual_seed(o->seed);
       const at::Tensor ids = at::randint(3, mc.vocab, {ctx}, at::kLong);
       const std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ctx);
-      double baseDecode = 0;
-      for (const auto& c : cfgs) {
-        auto kv = m.model->makeCache(c);
-        generate::GenerateOptions g;
-        g.maxNew = o->newTokens + 1;  // the first token comes from the prefill
-        g.topCandidates = 0;
-        const auto r = generate::generate(*m.model, *kv, prompt, g);
-        const double prefill = ctx / r.prefillSeconds, decode = o->newTokens / r.decodeSeconds;
-        if (c.backend == cache::Backend::Dynamic) baseDecode = decode;
-        const auto mem = kv->totalMemory();
+      // Rounds of every config in turn, so that a slow moment of a shared machine hits all of them alike; the ratio
+      // to dynamic is taken within each round.
+      const std::size_t n = cfgs.size();
+      std::vector<std::vector<double>> prefill(n), decode(n), ratio(n);
+      std::vector<cache::TensorMemory> mem(n);
+      for (int round = 0; round < o->repeat; ++round) {
+        for (std::size_t i = 0; i < n; ++i) {
+          auto kv = m.model->makeCache(cfgs[i]);
+          generate::GenerateOptions g;
+          g.maxNew = o->newTokens + 1;  // the first token comes from the prefill
+          g.topCandidates = 0;
+          const auto r = generate::generate(*m.model, *kv, prompt, g);
+          prefill[i].push_back(ctx / r.prefillSeconds);
+          decode[i].push_back(o->newTokens / r.decodeSeconds);
+          mem[i] = kv->totalMemory();
+        }
+        for (std::size_t i = 0; i < n; ++i) ratio[i].push_back(decode[i].back() / decode[0].back());
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto [lo, hi] = std::minmax_element(ratio[i].begin(), ratio[i].end());
         if (o->json) {
-          std::cout << nlohmann::json{{"config", cache::toSpec(c)}, {"context", ctx}, {"prefill_tok_s", prefill},
-                                      {"decode_tok_s", decode}, {"decode_vs_dynamic", decode / baseDecode},
-                                      {"kv_stored_bytes", mem.stored()}, {"kv_held_bytes", mem.held()}}
+          std::cout << nlohmann::json{{"config", cache::toSpec(cfgs[i])}, {"context", ctx}, {"rounds", o->repeat},
+                                      {"prefill_tok_s", median(prefill[i])}, {"decode_tok_s", median(decode[i])},
+                                      {"decode_vs_dynamic", median(ratio[i])}, {"decode_vs_dynamic_min", *lo},
+                                      {"decode_vs_dynamic_max", *hi}, {"kv_stored_bytes", mem[i].stored()},
+                                      {"kv_held_bytes", mem[i].held()}}
                            .dump()
                     << "\n" << std::flush;
         } else {
-          std::cout << fmt::format("{:<36} {:>8} {:>12.1f} {:>12.1f} {:>9.3f}x {:>10.2f} {:>10.2f}\n", cache::toSpec(c),
-                                   ctx, prefill, decode, decode / baseDecode, mem.stored() / 1048576.0,
-                                   mem.held() / 1048576.0)
+          std::cout << fmt::format("{:<36} {:>8} {:>12.1f} {:>12.1f} {:>7.3f}x ({:.2f}-{:.2f}) {:>10.2f} {:>10.2f}\n",
+                                   cache::toSpec(cfgs[i]), ctx, median(prefill[i]), median(decode[i]), median(ratio[i]),
+                                   *lo, *hi, mem[i].stored() / 1048576.0, mem[i].held() / 1048576.0)
                     << std::flush;
         }
       }

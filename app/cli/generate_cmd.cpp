@@ -28,7 +28,9 @@ std::atomic<bool> gInterrupted{false};
 struct GenOpts {
   std::string model, spec = "dynamic", prompt, promptFile, dtype = "fp32", device = "cpu";
   bool chat = false, sample = false, json = false, shadow = false;
-  int maxNew = 64, topK = 0, threads = 0;
+  int maxNew = 64, topK = 0, threads = 0, beams = 0;
+  double lengthPenalty = 1.0;
+  std::string earlyStopping = "false";
   double temperature = 1.0, topP = 1.0;
   std::uint64_t seed = 0;
 };
@@ -44,7 +46,13 @@ Runner addGenerate(CLI::App& app) {
   cmd->add_option("--prompt-file", o->promptFile, "read the prompt from a file")->excludes(p);
   cmd->add_flag("--chat", o->chat, "wrap the prompt in the model's chat template (user turn)");
   cmd->add_option("--max-new", o->maxNew, "tokens to generate")->check(CLI::Range(0, 1 << 20));
-  cmd->add_flag("--sample", o->sample, "sample instead of greedy decoding");
+  auto* sample = cmd->add_flag("--sample", o->sample, "sample instead of greedy decoding");
+  cmd->add_option("--beams", o->beams, "beam search with this many beams (transformers' algorithm)")
+      ->check(CLI::Range(1, 64))
+      ->excludes(sample);
+  cmd->add_option("--length-penalty", o->lengthPenalty, "beam search: score / generated_length ** penalty");
+  cmd->add_option("--early-stopping", o->earlyStopping, "beam search: true, false or never")
+      ->check(CLI::IsMember({"true", "false", "never"}));
   cmd->add_option("--temperature", o->temperature, "sampling temperature (> 0)");
   cmd->add_option("--top-k", o->topK, "sampling: keep the k best tokens (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->topP, "sampling: nucleus mass (0, 1]");
@@ -67,6 +75,43 @@ Runner addGenerate(CLI::App& app) {
     const std::vector<std::int64_t> prompt = encodePrompt(m, text, o->chat);
     auto kv = m.model->makeCache(cfg);
 
+    if (o->beams > 0) {
+      if (o->shadow) throw UsageError("--shadow applies to greedy and sampled decoding, not to --beams");
+      generate::BeamOptions bo;
+      bo.numBeams = o->beams;
+      bo.lengthPenalty = o->lengthPenalty;
+      bo.earlyStopping = o->earlyStopping;
+      const auto br = generate::beamSearch(
+          *m.model, *kv, prompt, o->maxNew, bo, stopIds(m),
+          [&](const generate::BeamStepEvent& ev) {
+            if (o->json)
+              std::cout << nlohmann::json{{"step", ev.step}, {"parents", ev.parents}, {"tokens", ev.tokens},
+                                          {"scores", ev.scores}, {"finished", ev.finished},
+                                          {"kv_stored_bytes", ev.memory.stored()}}
+                               .dump()
+                        << "\n";
+            return true;
+          },
+          &gInterrupted);
+      for (std::size_t b = 0; b < br.sequences.size(); ++b) {
+        const std::vector<std::int32_t> ids(br.sequences[b].begin(), br.sequences[b].end());
+        const std::string t = tok.decode(ids, true);
+        if (o->json)
+          std::cout << nlohmann::json{{"beam", b}, {"score", br.scores[b]}, {"tokens", br.sequences[b]}, {"text", t}}
+                           .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                    << "\n";
+        else if (b == 0)
+          std::cout << t << "\n";
+        else
+          std::cerr << fmt::format("[beam {} score {:.4f}] {}\n", b, br.scores[b], t);
+      }
+      const auto mem = kv->totalMemory();
+      if (!o->json)
+        std::cerr << fmt::format("[{}] {} beams, {:.2f}s; best score {:.4f}; KV stored {:.2f} MiB ({:.2f}x)\n",
+                                 cache::toSpec(cfg), o->beams, br.seconds, br.scores.empty() ? 0.0f : br.scores[0],
+                                 mem.stored() / 1048576.0, mem.stored() ? double(mem.unquantized) / mem.stored() : 0.0);
+      return br.stopReason == "cancelled" ? 130 : 0;
+    }
     generate::GenerateOptions go;
     go.maxNew = o->maxNew;
     go.sampling.greedy = !o->sample;

@@ -52,6 +52,15 @@ std::vector<LayerMemory> KvCache::memory() const {
   return m;
 }
 
+CacheSnapshot KvCache::snapshot() const {
+  CacheSnapshot s;
+  s.seqLength = seqLength();
+  s.memory = memory();
+  s.stats.reserve(layers_.size());
+  for (const auto& l : layers_) s.stats.push_back(l->stats());
+  return s;
+}
+
 TensorMemory KvCache::totalMemory() const {
   TensorMemory t;
   for (const auto& l : layers_) t += l->memory().total();

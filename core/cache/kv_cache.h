@@ -27,6 +27,8 @@ class KvCache {
   const CacheConfig& config() const { return config_; }
 
   std::vector<LayerMemory> memory() const;
+  /// Memory and statistics of every layer, copied (for views on another thread).
+  CacheSnapshot snapshot() const;
   TensorMemory totalMemory() const;
 
  private:

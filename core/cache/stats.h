@@ -72,6 +72,18 @@ struct LayerStats {
   std::vector<std::int64_t> storeRows;
 };
 
+/// Everything a view needs about a whole cache at one moment: copied out, immutable, no tensors.
+struct CacheSnapshot {
+  std::int64_t seqLength = 0;
+  std::vector<LayerMemory> memory;  ///< per layer
+  std::vector<LayerStats> stats;    ///< per layer, of the latest update
+  TensorMemory total() const {
+    TensorMemory t;
+    for (const auto& m : memory) t += m.total();
+    return t;
+  }
+};
+
 struct StatsOptions {
   bool enabled = true;          ///< amax and error maps; overflow counters are always kept
   std::int64_t tokenBin = 16;   ///< tokens per range of the error maps

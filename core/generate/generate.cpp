@@ -103,6 +103,7 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
       if (!ev.top1Agrees && r.firstDivergence < 0) r.firstDivergence = step;
     }
     ev.memory = cache.totalMemory();
+    if (o.snapshots) ev.snapshot = std::make_shared<const cache::CacheSnapshot>(cache.snapshot());
     ev.seconds = stepSeconds + (step == 0 ? r.prefillSeconds : 0.0);
     if (step > 0) r.decodeSeconds += stepSeconds;
     r.tokens.push_back(token);
@@ -223,6 +224,7 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
       for (const auto& h : running) ev.scores.push_back(h.score);
       ev.finished = static_cast<int>(finished.size());
       ev.memory = cache.totalMemory();
+      ev.snapshot = std::make_shared<const cache::CacheSnapshot>(cache.snapshot());
       if (!onStep(ev)) {
         r.stopReason = "callback";
         break;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,8 @@ struct GenerateOptions {
   /// Shadow run: the same steps through an unquantized (dynamic) cache fed the same tokens, giving per-step
   /// KL(reference || quantized), top-1 agreement and the first divergent step.
   bool shadow = false;
+  /// Attach a CacheSnapshot (per-layer memory and statistics) to every StepEvent.
+  bool snapshots = false;
 };
 
 struct StepEvent {
@@ -44,6 +47,7 @@ struct StepEvent {
   bool top1Agrees = true;    ///< the reference's argmax is the same token
   std::int64_t refToken = -1;
   float refLogprob = 0.0f;   ///< the reference's log-prob of the chosen token
+  std::shared_ptr<const cache::CacheSnapshot> snapshot;  ///< with GenerateOptions::snapshots
 };
 
 /// Return false to stop after this step.
@@ -83,6 +87,7 @@ struct BeamStepEvent {
   std::vector<float> scores;          ///< accumulated log-probs of the running beams
   int finished = 0;                   ///< finished hypotheses so far
   cache::TensorMemory memory;
+  std::shared_ptr<const cache::CacheSnapshot> snapshot;  ///< always: beam views show the cache rows
 };
 using BeamStepFn = std::function<bool(const BeamStepEvent&)>;
 

@@ -377,14 +377,11 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
       tap(l, "v", v);
     }
     auto [kAll, vAll] = cache.update(l, k.contiguous(), v.contiguous());
-    if (groups > 1) {
-      kAll = kAll.repeat_interleave(groups, 1);
-      vAll = vAll.repeat_interleave(groups, 1);
-    }
-    at::Tensor att = at::matmul(q.to(at::kFloat), kAll.to(at::kFloat).transpose(-1, -2)) / std::sqrt(double(Dh));
-    if (mask.defined()) att = att.masked_fill(~mask, -INFINITY);
-    att = at::softmax(att, -1);
-    at::Tensor o = at::matmul(att, vAll.to(at::kFloat)).to(dtype_);
+    // LibTorch's fused attention (flash kernel on the CPU), grouped-query heads without copying K/V; float32
+    // accumulation. A boolean mask only when several queries must not see later keys.
+    at::Tensor o = at::scaled_dot_product_attention(q, kAll.to(q.scalar_type()), vAll.to(q.scalar_type()),
+                                                    mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
+                                                    0.0, false, std::nullopt, /*enable_gqa=*/groups > 1);
     o = o.transpose(1, 2).reshape({B, T, cfg_.heads * Dh});
     o = at::linear(o, L.wo);
     if (tap) tap(l, "attn_out", o);

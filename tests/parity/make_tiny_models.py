@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny random Llama and Qwen3 models, built offline by transformers and saved as Hugging Face directories
+"""Tiny random Llama, Qwen2 and Qwen3 models, built offline by transformers and saved as Hugging Face directories
 (config.json + model.safetensors), with their reference outputs: logits over a 64-token prompt, and 64 greedy tokens
 with the dynamic cache and with QuantizedCache fp8 / quanto int4 / hqq int4, plus the top-2 margins of each step.
 The output head is scaled up so that greedy decoding is decided by clear margins, not ties.
@@ -15,7 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM  # noqa: E402
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,  # noqa: E402
+                          Qwen3ForCausalLM)
 
 CACHES = {"dynamic": None, "fp8": {"backend": "fp8"}, "quanto_int4": {"backend": "quanto", "nbits": 4},
           "hqq_int4": {"backend": "hqq", "nbits": 4}}
@@ -28,7 +29,11 @@ def build(kind):
     if kind == "llama":
         cfg = LlamaConfig(**common, rope_theta=10000.0)
         model = LlamaForCausalLM(cfg)
-    else:
+    elif kind == "qwen2":  # q/k/v biases
+        common.pop("head_dim")
+        cfg = Qwen2Config(**common, rope_theta=1000000.0, use_sliding_window=False)
+        model = Qwen2ForCausalLM(cfg)
+    else:  # qwen3: per-head q/k RMSNorm
         cfg = Qwen3Config(**common, rope_theta=1000000.0)
         model = Qwen3ForCausalLM(cfg)
     with torch.no_grad():
@@ -45,7 +50,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(1234)
     torch.set_num_threads(2)
-    for kind in ("llama", "qwen3"):
+    for kind in ("llama", "qwen2", "qwen3"):
         model = build(kind)
         d = os.path.join(args.out, kind)
         model.save_pretrained(d, safe_serialization=True)

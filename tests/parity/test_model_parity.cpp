@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "generate/generate.h"
 #include "model/llama.h"
@@ -133,6 +134,33 @@ TEST(Generate, SamplingIsReproducibleAndShadowMeasuresTheCache) {
   auto c2 = f.model->makeCache(cache::parseSpec("dynamic"));
   EXPECT_THROW(generate::generate(*f.model, *c2, prompt, bad), std::invalid_argument);
   EXPECT_THROW(generate::generate(*f.model, *c2, {}, o), std::invalid_argument);
+}
+
+TEST(ModelLoad, ProgressCancelAndTaps) {
+  if (!modelPath()) GTEST_SKIP() << "KVSCOPE_PARITY_MODEL is not set to an existing model";
+  std::int64_t calls = 0, lastTotal = 0;
+  auto m = model::LlamaModel::load(modelPath(), at::kFloat, [&](std::int64_t done, std::int64_t total) {
+    ++calls;
+    lastTotal = total;
+    return done <= total;
+  });
+  EXPECT_GT(calls, 10);
+  EXPECT_GE(lastTotal, calls);
+  EXPECT_THROW(model::LlamaModel::load(modelPath(), at::kFloat, [](std::int64_t done, std::int64_t) { return done < 5; }),
+               model::LoadCancelled);
+  // Taps see every layer's attention inputs and outputs, with the shapes the cache receives.
+  std::map<std::string, int> seen;
+  at::Tensor k0;
+  auto cache = m->makeCache(cache::parseSpec("dynamic"));
+  m->forward(at::arange(3, 11, at::kLong).view({1, -1}), *cache, [&](int layer, const char* name, const at::Tensor& t) {
+    ++seen[name];
+    if (layer == 0 && std::string(name) == "k") k0 = t.clone();
+  });
+  const auto& c = m->config();
+  for (const char* n : {"attn_in", "q", "k", "v", "attn_out", "mlp_out"}) EXPECT_EQ(seen[n], c.layers) << n;
+  ASSERT_TRUE(k0.defined());
+  EXPECT_EQ(k0.sizes(), (std::vector<std::int64_t>{1, c.kvHeads, 8, c.headDim}));
+  EXPECT_EQ(cache->seqLength(), 8);
 }
 
 class GreedyParity : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
