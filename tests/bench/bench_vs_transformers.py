@@ -5,7 +5,9 @@
 
 kvscope's side is `kvscope-cli bench --json`; transformers' side loads the same GGUF (dequantized to fp32) and times
 generate() with the matching QuantizedCache config: decode tok/s = new tokens / (time of prefill + N tokens - time
-of the prefill alone). Both use the same number of CPU threads. Prints a table and the ratios the issue asks for.
+of the prefill alone). Both use the same number of CPU threads and the same number of rounds (configs interleaved
+within a round; medians reported). Prints decode tok/s, the speed ratio kvscope/transformers, each config's speed
+relative to the dynamic cache, and the cache overhead per token (step time minus the dynamic step time).
 """
 import argparse
 import json
@@ -24,6 +26,11 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 CONFIGS = [("dynamic", None), ("fp8", {"backend": "fp8"}), ("quanto:nbits=4", {"backend": "quanto", "nbits": 4}),
            ("hqq:nbits=4", {"backend": "hqq", "nbits": 4})]
+
+
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
 
 
 def hf_decode(model, ids, new, cfg):
@@ -45,9 +52,11 @@ def main():
     ap.add_argument("--context", type=int, nargs="+", default=[2048])
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cmd = [args.cli, "bench", "--model", args.model, "--new", str(args.new), "--threads", str(args.threads), "--json",
+           "--repeat", str(args.rounds),
            "--context", *map(str, args.context)]
     for spec, _ in CONFIGS[1:]:
         cmd += ["--cache", spec]
@@ -58,17 +67,24 @@ def main():
     d, name = os.path.split(os.path.abspath(args.model))
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32).eval()
     vocab = model.config.vocab_size
-    print(f"{'config':<18} {'context':>7} {'kvscope decode':>15} {'transformers':>13} {'kvscope/hf':>11} "
-          f"{'vs dynamic (kvscope)':>21} {'vs dynamic (hf)':>16}")
+    print(f"{'config':<16} {'context':>7} {'kvscope tok/s':>13} {'hf tok/s':>9} {'kvscope/hf':>10} "
+          f"{'vs dyn (kvscope)':>16} {'vs dyn (hf)':>11} {'overhead ms/tok kvscope':>23} {'hf':>7}")
     for ctx in args.context:
         torch.manual_seed(0)
         ids = torch.randint(3, vocab, (1, ctx))
-        hf = {spec: hf_decode(model, ids, args.new, cfg) for spec, cfg in CONFIGS}
+        runs = {spec: [] for spec, _ in CONFIGS}
+        for _ in range(args.rounds):
+            for spec, cfg in CONFIGS:
+                runs[spec].append(hf_decode(model, ids, args.new, cfg)[1])
+        hf = {spec: median(v) for spec, v in runs.items()}
         for spec, _ in CONFIGS:
             o = ours[(spec, ctx)]
-            print(f"{spec:<18} {ctx:>7} {o['decode_tok_s']:>15.1f} {hf[spec][1]:>13.1f} "
-                  f"{o['decode_tok_s'] / hf[spec][1]:>10.2f}x {o['decode_vs_dynamic']:>20.3f}x "
-                  f"{hf[spec][1] / hf['dynamic'][1]:>15.3f}x")
+            base = ours[("dynamic", ctx)]["decode_tok_s"]
+            ov_ours = 1000.0 * (1.0 / o["decode_tok_s"] - 1.0 / base)
+            ov_hf = 1000.0 * (1.0 / hf[spec] - 1.0 / hf["dynamic"])
+            print(f"{spec:<16} {ctx:>7} {o['decode_tok_s']:>13.1f} {hf[spec]:>9.1f} "
+                  f"{o['decode_tok_s'] / hf[spec]:>9.2f}x {o['decode_vs_dynamic']:>15.3f}x "
+                  f"{hf[spec] / hf['dynamic']:>10.3f}x {ov_ours:>23.2f} {ov_hf:>7.2f}")
     return 0
 
 
