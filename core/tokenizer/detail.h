@@ -1,11 +1,13 @@
 // Internals of the tokenizer shared by its .cpp files: the GPT-2 byte <-> unicode mapping, lossy UTF-8 decoding,
-// and the PCRE2-backed pre-tokenizer. Not installed API; tests may use it.
+// the PCRE2-backed pre-tokenizer and the SentencePiece-style pieces. Not installed API; tests may use it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/tokenizer.h"
@@ -79,5 +81,35 @@ class PreTokenizer {
   Preset preset_;
   std::vector<std::unique_ptr<Regex>> stages_;
 };
+
+// ---- SentencePiece-style BPE (sentencepiece.cpp) ----------------------------------------------------------------
+
+/// Every `pattern` in s (left to right, not overlapping) -> `content`; s itself when pattern is empty.
+std::string replaceAll(std::string_view s, std::string_view pattern, std::string_view content);
+/// The normalizer steps applied to `text` in order.
+std::string normalize(const std::vector<NormalizerStep>& steps, std::string_view text);
+/// Metaspace pre-tokenization of one piece of text between added tokens. `atStart`: the piece starts the input
+/// (offset 0, what PrependScheme::First tests). The transformed text goes to `buf`; `out` gets views into it.
+void metaspaceSplit(const MetaspaceSpec& ms, std::string_view text, bool atStart, std::string& buf,
+                    std::vector<std::string_view>& out);
+/// The byte a token stands for in tokenizers' ByteFallback decoder ("<0x41>", "<0xe9>"), or -1.
+int byteFallbackValue(std::string_view token);
+/// The "<0xNN>" spelling byte_fallback looks up (upper-case hex, as tokenizers formats it).
+std::string byteFallbackToken(std::uint8_t byte);
+
+/// The symbols BPE starts from in SentencePiece mode (tokenizers' BPE::merge_word before merging): each character's
+/// own token (charIds); else, with byteFallback, its UTF-8 bytes as <0xNN> tokens when all of them exist; else
+/// unk (-1: dropped), consecutive ones fused into one when fuseUnk. As in tokenizers, a pending unk is written only
+/// before the next character that has a token, or at the end (so byte-fallback tokens can come before it). Bytes
+/// that are not valid UTF-8 count as one-byte characters.
+void sentencePieceSymbols(std::string_view word, const std::unordered_map<char32_t, std::int32_t>& charIds,
+                          const std::array<std::int32_t, 256>& byteTokens, bool byteFallback, std::int32_t unk,
+                          bool fuseUnk, std::vector<std::int32_t>& out);
+
+/// Runs the decoder steps over the token strings and concatenates the result (no steps: joined with ' ').
+std::string runDecoder(const std::vector<DecoderStep>& steps, std::vector<std::string> tokens);
+/// What one token stands for alone, for streaming: the byte of a <0xNN> token when the chain has ByteFallback,
+/// else the token with the chain's Replace and Metaspace substitutions (the replacement as a space).
+std::string sentencePieceTokenText(const std::vector<DecoderStep>& steps, const std::string& token);
 
 }  // namespace kvscope::tokenizer::detail

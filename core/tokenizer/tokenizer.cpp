@@ -1,11 +1,13 @@
-// Tokenizer: vocabulary checks, added-token matching, BPE, decoding; fromParts; ChatML.
+// Tokenizer: vocabulary checks, added-token matching, BPE, decoding (both modes). fromParts and ChatML: parts.cpp.
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <array>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tokenizer/detail.h"
 
@@ -34,45 +36,11 @@ int byteTokenValue(const std::string& t) {
   return v >= 0 ? v : -1;
 }
 
-// True when every character of `s` is one of the 256 byte-level characters (how a BPE vocabulary spells tokens).
-bool isByteLevelSpelled(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    char32_t cp = 0;
-    int bad = 0;
-    const int n = detail::decodeUtf8(s, i, cp, bad);
-    if (n == 0 || detail::unicodeToByte(cp) < 0) return false;
-    i += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
 std::string quoted(std::string_view s) {
   return "'" + std::string(s) + "'";
 }
 
 }  // namespace
-
-Preset presetFromName(std::string_view name) {
-  if (name == "gpt2") return Preset::Gpt2;
-  if (name == "smollm") return Preset::SmolLM;
-  if (name == "llama3" || name == "llama-bpe" || name == "llama-v3") return Preset::Llama3;
-  if (name == "qwen2") return Preset::Qwen2;
-  throw TokenizerError("unknown pre-tokenizer " + quoted(name) + " (supported: gpt2, smollm, llama3, qwen2)");
-}
-
-const char* presetName(Preset preset) {
-  switch (preset) {
-    case Preset::Gpt2:
-      return "gpt2";
-    case Preset::SmolLM:
-      return "smollm";
-    case Preset::Llama3:
-      return "llama3";
-    case Preset::Qwen2:
-      return "qwen2";
-  }
-  return "?";
-}
 
 struct Tokenizer::Impl {
   explicit Impl(Preset p) : pre(p) {}
@@ -86,6 +54,7 @@ struct Tokenizer::Impl {
   std::unordered_map<std::uint64_t, std::pair<std::int32_t, std::int32_t>> ranks;  // (a, b) -> (rank, merged)
   std::array<std::int32_t, 256> byteIds{};
   std::vector<AddedToken> addedTokens;
+  std::vector<std::string> patterns;  // per added token: the text matched (normalized content when normalized)
   // Per pass (0: non-normalized, 1: normalized), per first byte: added tokens, longest first.
   std::array<std::array<std::vector<std::int32_t>, 256>, 2> byFirstByte;
   std::array<bool, 2> passUsed{false, false};
@@ -94,7 +63,19 @@ struct Tokenizer::Impl {
   std::vector<std::int32_t> prefix, suffix;
   bool ignoreMerges = false;
   std::int32_t bpeUnk = -1;
+  bool fuseUnk = false;
   std::string chatTemplate;
+
+  // SentencePiece mode
+  Mode mode = Mode::ByteLevel;
+  std::vector<NormalizerStep> normalizer;
+  std::optional<MetaspaceSpec> metaspace;
+  std::vector<DecoderStep> decoder;
+  bool byteFallback = false;
+  std::unordered_map<char32_t, std::int32_t> charIds;  // one-character model tokens
+  std::array<std::int32_t, 256> fallbackIds{};         // <0xNN> model tokens, -1 when missing
+  std::vector<std::string> decodeText;                 // id -> the string the decoder chain sees ("" = none)
+  std::unordered_set<std::string> specialContents;     // what decode(skipSpecial) drops (by string, as tokenizers)
 
   mutable std::mutex cacheMutex;
   mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache;
@@ -105,6 +86,9 @@ struct Tokenizer::Impl {
   };
 
   void matchAdded(std::string_view text, int pass, bool parseSpecial, std::vector<Segment>& out) const;
+  // The BPE words of one piece of text between added tokens; `atStart`: it starts the input.
+  void words(std::string_view text, bool atStart, std::vector<std::string_view>& out, std::string& buf,
+             std::optional<detail::MatchScratch>& scratch) const;
   void bpe(std::string_view piece, std::vector<std::int32_t>& out) const;
   std::vector<std::int32_t> bpeCompute(std::string_view piece) const;
   void checkId(std::int32_t id, const char* what) const {
@@ -157,11 +141,45 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_shared<Impl>(spec.pre
     m.byteIds[b] = it == m.vocab.end() ? -1 : it->second;
   }
 
+  m.mode = spec.mode;
+  m.fuseUnk = spec.fuseUnk;
   m.special.assign(n, 0);
   m.added.assign(n, 0);
   m.addedOnly.assign(n, 0);
+  for (const auto& a : spec.added)
+    if (m.tokens[a.id].empty()) m.addedOnly[a.id] = 1;
+  if (m.mode == Mode::SentencePiece) {
+    if (!spec.normalizer.empty() && spec.metaspace && spec.metaspace->prependScheme == PrependScheme::First)
+      throw TokenizerError(m.source + ": a normalizer together with Metaspace prepend_scheme 'first' is not supported");
+    if (spec.metaspace && spec.metaspace->replacement.empty())
+      throw TokenizerError(m.source + ": the Metaspace replacement is empty");
+    m.normalizer = std::move(spec.normalizer);
+    m.metaspace = std::move(spec.metaspace);
+    m.decoder = std::move(spec.decoder);
+    m.byteFallback = spec.byteFallback;
+    m.fallbackIds.fill(-1);
+    for (int b = 0; b < 256; ++b) {
+      const auto it = m.vocab.find(detail::byteFallbackToken(static_cast<std::uint8_t>(b)));
+      if (it == m.vocab.end() || m.addedOnly[it->second]) continue;
+      m.fallbackIds[b] = it->second;
+      if (m.byteFallback && m.types[it->second] == TokenType::Normal) m.types[it->second] = TokenType::Byte;
+    }
+    for (std::int32_t id = 0; id < n; ++id) {
+      const std::string& t = m.tokens[id];
+      char32_t cp = 0;
+      int bad = 0;
+      if (!t.empty() && !m.addedOnly[id] && detail::decodeUtf8(t, 0, cp, bad) == static_cast<int>(t.size()) &&
+          m.vocab[t] == id)
+        m.charIds[cp] = id;
+    }
+    m.decodeText = m.tokens;
+  }
   m.bytes.resize(n);
   for (std::int32_t id = 0; id < n; ++id) {
+    if (m.mode == Mode::SentencePiece) {
+      m.bytes[id] = detail::sentencePieceTokenText(m.decoder, m.tokens[id]);
+      continue;
+    }
     const int bv = m.types[id] == TokenType::Byte ? byteTokenValue(m.tokens[id]) : -1;
     m.bytes[id] = bv >= 0 ? std::string(1, static_cast<char>(bv)) : detail::fromByteLevel(m.tokens[id]);
   }
@@ -169,9 +187,13 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_shared<Impl>(spec.pre
     m.special[a.id] = a.special ? 1 : 0;
     m.added[a.id] = 1;
     m.bytes[a.id] = a.content;
-    if (m.tokens[a.id].empty()) {
-      m.tokens[a.id] = a.content;
-      m.addedOnly[a.id] = 1;
+    if (m.tokens[a.id].empty()) m.tokens[a.id] = a.content;
+    // tokenizers matches a normalized added token by its normalized content, and decodes it as that too.
+    m.patterns.push_back(a.normalized && !m.normalizer.empty() ? detail::normalize(m.normalizer, a.content)
+                                                               : a.content);
+    if (m.mode == Mode::SentencePiece) {
+      m.decodeText[a.id] = m.patterns.back();
+      if (a.special) m.specialContents.insert(a.content);
     }
     if (m.types[a.id] == TokenType::Normal || m.types[a.id] == TokenType::Unused)
       m.types[a.id] = a.special ? TokenType::Control : TokenType::UserDefined;
@@ -179,16 +201,15 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_shared<Impl>(spec.pre
     m.addedTokens.push_back(std::move(a));
   }
   for (std::size_t k = 0; k < m.addedTokens.size(); ++k) {
-    const auto& a = m.addedTokens[k];
-    const int pass = a.normalized ? 1 : 0;
-    m.byFirstByte[pass][static_cast<std::uint8_t>(a.content[0])].push_back(static_cast<std::int32_t>(k));
+    const int pass = m.addedTokens[k].normalized ? 1 : 0;
+    if (m.patterns[k].empty()) continue;
+    m.byFirstByte[pass][static_cast<std::uint8_t>(m.patterns[k][0])].push_back(static_cast<std::int32_t>(k));
     m.passUsed[pass] = true;
   }
   for (auto& pass : m.byFirstByte)
     for (auto& list : pass)
-      std::stable_sort(list.begin(), list.end(), [&](std::int32_t x, std::int32_t y) {
-        return m.addedTokens[x].content.size() > m.addedTokens[y].content.size();
-      });
+      std::stable_sort(list.begin(), list.end(),
+                       [&](std::int32_t x, std::int32_t y) { return m.patterns[x].size() > m.patterns[y].size(); });
 
   m.sp = spec.special;
   m.checkId(m.sp.bos, "BOS");
@@ -214,10 +235,12 @@ void Tokenizer::Impl::matchAdded(std::string_view text, int pass, bool parseSpec
   std::size_t done = 0, i = 0;
   while (i < text.size()) {
     const AddedToken* hit = nullptr;
+    std::size_t len = 0;
     for (const auto k : byFirstByte[pass][static_cast<std::uint8_t>(text[i])]) {
-      const auto& c = addedTokens[k].content;
+      const auto& c = patterns[k];
       if (text.compare(i, c.size(), c) == 0) {
         hit = &addedTokens[k];
+        len = c.size();
         break;
       }
     }
@@ -225,7 +248,7 @@ void Tokenizer::Impl::matchAdded(std::string_view text, int pass, bool parseSpec
       ++i;
       continue;
     }
-    std::size_t s = i, e = i + hit->content.size();
+    std::size_t s = i, e = i + len;
     i = e;
     if (hit->special && !parseSpecial) continue;  // found, then left as text (encode_special_tokens)
     if (hit->lstrip) {
@@ -257,20 +280,32 @@ void Tokenizer::Impl::matchAdded(std::string_view text, int pass, bool parseSpec
 
 std::vector<std::int32_t> Tokenizer::Impl::bpeCompute(std::string_view piece) const {
   std::vector<std::int32_t> result;
+  const bool sp = mode == Mode::SentencePiece;
   if (ignoreMerges) {
-    const auto it = vocab.find(detail::toByteLevel(piece));
+    const auto it = vocab.find(sp ? std::string(piece) : detail::toByteLevel(piece));
     if (it != vocab.end() && !addedOnly[it->second]) return {it->second};
+  }
+  std::vector<std::int32_t> start;
+  start.reserve(piece.size());
+  if (sp) {
+    detail::sentencePieceSymbols(piece, charIds, fallbackIds, byteFallback, bpeUnk, fuseUnk, start);
+  } else {
+    bool prevUnk = false;
+    for (const char c : piece) {
+      std::int32_t id = byteIds[static_cast<std::uint8_t>(c)];
+      const bool unk = id < 0;
+      if (unk) id = (fuseUnk && prevUnk) ? -1 : bpeUnk;
+      prevUnk = unk;
+      if (id >= 0) start.push_back(id);  // no token for this byte and no unk: dropped, as tokenizers does
+    }
   }
   struct Symbol {
     std::int32_t id, prev, next;
     bool alive;
   };
   std::vector<Symbol> sym;
-  sym.reserve(piece.size());
-  for (const char c : piece) {
-    std::int32_t id = byteIds[static_cast<std::uint8_t>(c)];
-    if (id < 0) id = bpeUnk;
-    if (id < 0) continue;  // no token for this byte and no unk: dropped, as tokenizers does
+  sym.reserve(start.size());
+  for (const auto id : start) {
     const auto k = static_cast<std::int32_t>(sym.size());
     sym.push_back({id, k - 1, -1, true});
     if (k > 0) sym[k - 1].next = k;
@@ -327,29 +362,50 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<std::int32_t>& out
   }
 }
 
+void Tokenizer::Impl::words(std::string_view text, bool atStart, std::vector<std::string_view>& out, std::string& buf,
+                            std::optional<detail::MatchScratch>& scratch) const {
+  if (mode == Mode::ByteLevel) {
+    if (!scratch) scratch.emplace();
+    pre.split(text, out, *scratch);
+  } else if (metaspace) {
+    detail::metaspaceSplit(*metaspace, text, atStart, buf, out);
+  } else if (!text.empty()) {
+    out.push_back(text);
+  }
+}
+
 std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpecial, bool parseSpecial) const {
   const Impl& m = *impl_;
   std::vector<std::int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (addSpecial) out = m.prefix;
-  std::vector<Impl::Segment> first, segments;
+  // Added tokens over the raw text, then (each remaining piece normalized) the normalized ones, then BPE words.
+  std::vector<Impl::Segment> first, second;
   m.matchAdded(text, 0, parseSpecial, first);
-  for (const auto& s : first) {
-    if (s.id >= 0)
-      segments.push_back(s);
-    else
-      m.matchAdded(s.text, 1, parseSpecial, segments);
-  }
-  detail::MatchScratch scratch;
+  std::optional<detail::MatchScratch> scratch;
   std::vector<std::string_view> pieces;
-  for (const auto& s : segments) {
+  std::string normalized, buf;
+  for (const auto& s : first) {
     if (s.id >= 0) {
       out.push_back(s.id);
       continue;
     }
-    pieces.clear();
-    m.pre.split(s.text, pieces, scratch);
-    for (const auto p : pieces) m.bpe(p, out);
+    std::string_view seg = s.text;
+    if (!m.normalizer.empty()) {
+      normalized = detail::normalize(m.normalizer, seg);
+      seg = normalized;
+    }
+    second.clear();
+    m.matchAdded(seg, 1, parseSpecial, second);
+    for (const auto& t : second) {
+      if (t.id >= 0) {
+        out.push_back(t.id);
+        continue;
+      }
+      pieces.clear();
+      m.words(t.text, t.text.data() == text.data(), pieces, buf, scratch);
+      for (const auto p : pieces) m.bpe(p, out);
+    }
   }
   if (addSpecial) out.insert(out.end(), m.suffix.begin(), m.suffix.end());
   return out;
@@ -357,6 +413,17 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool addSpeci
 
 std::string Tokenizer::decode(const std::vector<std::int32_t>& ids, bool skipSpecial) const {
   const Impl& m = *impl_;
+  if (m.mode == Mode::SentencePiece) {  // tokenizers' Tokenizer::decode: token strings through the decoder chain
+    std::vector<std::string> tokens;
+    tokens.reserve(ids.size());
+    for (const auto id : ids) {
+      if (id < 0 || id >= static_cast<std::int32_t>(m.tokens.size()) || m.tokens[id].empty()) continue;
+      const std::string& t = m.decodeText[id];
+      if (skipSpecial && m.specialContents.count(t)) continue;
+      tokens.push_back(t);
+    }
+    return detail::runDecoder(m.decoder, std::move(tokens));
+  }
   std::string out, run;  // run: bytes of consecutive model tokens, made valid UTF-8 together
   for (const auto id : ids) {
     if (id < 0 || id >= static_cast<std::int32_t>(m.tokens.size())) continue;
@@ -399,6 +466,9 @@ bool Tokenizer::addBos() const {
 Preset Tokenizer::preset() const {
   return impl_->pre.preset();
 }
+Mode Tokenizer::mode() const {
+  return impl_->mode;
+}
 const std::string& Tokenizer::chatTemplate() const {
   return impl_->chatTemplate;
 }
@@ -426,92 +496,12 @@ bool Tokenizer::isSpecial(std::int32_t id) const {
 }
 
 std::vector<std::string> Tokenizer::preTokenize(std::string_view text) const {
-  detail::MatchScratch scratch;
+  std::optional<detail::MatchScratch> scratch;
   std::vector<std::string_view> pieces;
-  impl_->pre.split(text, pieces, scratch);
+  std::string buf;
+  const std::string normalized = detail::normalize(impl_->normalizer, text);
+  impl_->words(normalized, true, pieces, buf, scratch);
   return {pieces.begin(), pieces.end()};
-}
-
-// ---- fromParts ---------------------------------------------------------------------------------------------------
-
-TokenizerSpec specFromParts(const std::vector<std::string>& tokens, const std::vector<std::int32_t>& tokenTypes,
-                            const std::vector<std::string>& merges, std::string_view preset, const SpecialIds& special,
-                            bool addBos, bool addEos, std::string source) {
-  TokenizerSpec spec;
-  spec.source = std::move(source);
-  if (!tokenTypes.empty() && tokenTypes.size() != tokens.size())
-    throw TokenizerError(spec.source + ": " + std::to_string(tokenTypes.size()) + " token types for " +
-                         std::to_string(tokens.size()) + " tokens");
-  try {
-    spec.preset = presetFromName(preset);
-  } catch (const TokenizerError& e) {
-    throw TokenizerError(spec.source + ": " + e.what());
-  }
-  spec.tokens.reserve(tokens.size());
-  spec.types.reserve(tokens.size());
-  for (std::size_t id = 0; id < tokens.size(); ++id) {
-    const std::int32_t t = tokenTypes.empty() ? 1 : tokenTypes[id];
-    if (t < 1 || t > 6)
-      throw TokenizerError(spec.source + ": token " + std::to_string(id) + " (" + quoted(tokens[id]) + ") has type " +
-                           std::to_string(t) + ", not a GGUF token type (1..6)");
-    const bool spelled = isByteLevelSpelled(tokens[id]);
-    // As transformers' GGUF conversion: a token written as text is looked up by its byte-level spelling; control
-    // tokens become special added tokens and user-defined ones plain added tokens -- but only those spelled in
-    // the byte alphabet (others are llama.cpp mislabels that stay ordinary vocabulary entries).
-    spec.tokens.push_back(spelled ? tokens[id] : detail::toByteLevel(tokens[id]));
-    spec.types.push_back(static_cast<TokenType>(t));
-    if (spelled && (t == 3 || t == 4) && !tokens[id].empty()) {
-      AddedToken a;
-      a.id = static_cast<std::int32_t>(id);
-      a.content = tokens[id];
-      a.special = t == 3;
-      spec.added.push_back(std::move(a));
-    }
-  }
-  spec.merges.reserve(merges.size());
-  for (std::size_t r = 0; r < merges.size(); ++r) {
-    const auto sp = merges[r].find(' ');
-    if (sp == std::string::npos || sp == 0 || sp + 1 == merges[r].size() ||
-        merges[r].find(' ', sp + 1) != std::string::npos)
-      throw TokenizerError(spec.source + ": merge " + std::to_string(r) + " (" + quoted(merges[r]) +
-                           ") is not two tokens separated by one space");
-    spec.merges.emplace_back(merges[r].substr(0, sp), merges[r].substr(sp + 1));
-  }
-  spec.special = special;
-  if (addBos) {
-    if (special.bos < 0) throw TokenizerError(spec.source + ": add_bos is set but there is no BOS token id");
-    spec.prefix.push_back(special.bos);
-  }
-  if (addEos) {
-    if (special.eos < 0) throw TokenizerError(spec.source + ": add_eos is set but there is no EOS token id");
-    spec.suffix.push_back(special.eos);
-  }
-  return spec;
-}
-
-Tokenizer fromParts(const std::vector<std::string>& tokens, const std::vector<std::int32_t>& tokenTypes,
-                    const std::vector<std::string>& merges, std::string_view preset, const SpecialIds& special,
-                    bool addBos, bool addEos, std::string source) {
-  return Tokenizer(specFromParts(tokens, tokenTypes, merges, preset, special, addBos, addEos, std::move(source)));
-}
-
-// ---- ChatML ------------------------------------------------------------------------------------------------------
-
-std::string applyChatML(const std::vector<std::pair<std::string, std::string>>& messages, bool addGenerationPrompt,
-                        std::string_view defaultSystem) {
-  std::string out;
-  const auto turn = [&](std::string_view role, std::string_view content) {
-    out += "<|im_start|>";
-    out += role;
-    out += '\n';
-    out += content;
-    out += "<|im_end|>\n";
-  };
-  // SmolLM2's template: {% if loop.first and messages[0]['role'] != 'system' %} -> the default system turn.
-  if (!messages.empty() && messages.front().first != "system" && !defaultSystem.empty()) turn("system", defaultSystem);
-  for (const auto& [role, content] : messages) turn(role, content);
-  if (addGenerationPrompt) out += "<|im_start|>assistant\n";
-  return out;
 }
 
 }  // namespace kvscope::tokenizer

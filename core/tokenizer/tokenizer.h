@@ -1,12 +1,19 @@
-// Byte-level BPE tokenizer (GPT-2 family), matching Hugging Face `tokenizers` id for id. Built from plain parts
-// (fromParts, what a GGUF holds), from a GGUF (fromGguf) or from a Hugging Face tokenizer.json (fromTokenizerJson).
-// No torch, no Qt: pre-tokenizer regexes run on PCRE2.
+// BPE tokenizer matching Hugging Face `tokenizers` id for id, in two modes: byte-level BPE (GPT-2 family: SmolLM,
+// Llama 3, Qwen2) and SentencePiece-style BPE with byte fallback (Llama 2, Mistral 7B, TinyLlama). Built from plain
+// parts (fromParts, what a GGUF holds), from a GGUF (fromGguf) or from a Hugging Face tokenizer.json
+// (fromTokenizerJson). No torch, no Qt: pre-tokenizer regexes run on PCRE2.
 //
 // Encoding follows tokenizers' pipeline: added tokens are cut out of the text first (leftmost, then longest match;
 // non-normalized tokens over the whole text, then normalized ones over what is left), the rest is split by the
 // preset's regexes (Isolated behaviour), each piece is mapped to its byte-level spelling and merged by BPE (lowest
 // rank first, leftmost on ties). Decoding concatenates token bytes and replaces invalid UTF-8 like
 // String::from_utf8_lossy; an added token is written as its text and ends the run of bytes before it.
+//
+// SentencePiece mode differs after the added tokens are cut out: each remaining piece of text is normalized
+// (Prepend "▁", Replace " " -> "▁": the older Llama 2 layout) or pre-tokenized by Metaspace (the newer layout), then
+// BPE starts from characters (not bytes): a character that is not a token becomes its UTF-8 bytes as <0xNN> tokens
+// (byte_fallback) or the unknown token. Decoding runs tokenizers' decoder chain (Replace, ByteFallback, Fuse, Strip,
+// Metaspace) over the token strings, added tokens included.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +50,50 @@ enum class Preset { Gpt2, SmolLM, Llama3, Qwen2 };
 Preset presetFromName(std::string_view name);
 const char* presetName(Preset preset);
 
+/// How text becomes model symbols and back:
+///   ByteLevel      GPT-2 byte-level BPE: every byte is a printable character; a Preset pre-tokenizer; ByteLevel
+///                  decoding (bytes concatenated, invalid UTF-8 replaced)
+///   SentencePiece  SentencePiece-style BPE (Llama 2, Mistral): characters are symbols as they are, with byte fallback;
+///                  spaces become "▁" by the normalizer or a Metaspace pre-tokenizer; decoding by the decoder chain
+enum class Mode { ByteLevel, SentencePiece };
+const char* modeName(Mode mode);  ///< "byte-level", "sentencepiece"
+
+/// tokenizers' Metaspace prepend_scheme.
+enum class PrependScheme { Always, First, Never };
+
+/// A normalizer step (tokenizers' Prepend and Replace with a String pattern). Steps run in order on each piece of text
+/// between added tokens. Prepend puts `content` before non-empty text; Replace replaces each `pattern` (left to
+/// right, not overlapping) with `content`.
+struct NormalizerStep {
+  enum class Kind { Prepend, Replace };
+  Kind kind = Kind::Replace;
+  std::string pattern, content;
+};
+
+/// tokenizers' Metaspace pre-tokenizer: every ' ' becomes `replacement`; then `replacement` is put before text that
+/// does not start with it (Always: every piece of text between added tokens; First: only the piece that starts the
+/// input, so none right after an added token; Never: none); when `split`, the text is cut before every replacement.
+struct MetaspaceSpec {
+  std::string replacement = "\xE2\x96\x81";  ///< one character; U+2581 "▁"
+  PrependScheme prependScheme = PrependScheme::Always;
+  bool split = true;
+};
+
+/// A decoder step. Steps run in order over the list of token strings, which is then concatenated:
+///   Replace       each `pattern` in every token -> `content`
+///   ByteFallback  each run of <0xNN> tokens -> its bytes when they are valid UTF-8, else one U+FFFD per byte
+///   Fuse          all tokens -> one
+///   Strip         up to `start` leading and `stop` trailing `content` characters off every token
+///   Metaspace     `pattern` (the replacement) -> ' ' in every token; in the first token it is removed instead,
+///                 unless prependScheme is Never
+struct DecoderStep {
+  enum class Kind { Replace, ByteFallback, Fuse, Strip, Metaspace };
+  Kind kind = Kind::Fuse;
+  std::string pattern, content;
+  std::size_t start = 0, stop = 0;
+  PrependScheme prependScheme = PrependScheme::Always;
+};
+
 struct SpecialIds {
   std::int32_t bos = -1, eos = -1, unk = -1, pad = -1;  ///< -1: none
 };
@@ -69,7 +120,15 @@ struct TokenizerSpec {
   std::vector<std::int32_t> prefix, suffix;  ///< ids encode(addSpecial = true) puts around the text (BOS, EOS)
   bool ignoreMerges = false;                 ///< a piece that is itself a vocabulary token is emitted whole (Llama 3)
   std::int32_t bpeUnk = -1;  ///< a character without a token becomes this id; -1 drops it (tokenizers, no unk)
+  bool fuseUnk = false;      ///< consecutive characters without a token become one bpeUnk
   std::string chatTemplate;  ///< Jinja source, when the origin carries one
+
+  Mode mode = Mode::ByteLevel;
+  // SentencePiece mode only (`preset` is then unused):
+  std::vector<NormalizerStep> normalizer;  ///< also applied to the content of normalized added tokens
+  std::optional<MetaspaceSpec> metaspace;  ///< the pre-tokenizer; none: each piece of text is one BPE word
+  std::vector<DecoderStep> decoder;        ///< empty: tokens joined with ' ' (tokenizers without a decoder)
+  bool byteFallback = false;               ///< a character without a token becomes its <0xNN> tokens (all must exist)
 };
 
 class Tokenizer {
@@ -99,9 +158,11 @@ class Tokenizer {
   const std::string& tokenString(std::int32_t id) const;
   TokenType tokenType(std::int32_t id) const;
   bool isSpecial(std::int32_t id) const;
-  Preset preset() const;
+  Preset preset() const;  ///< meaningful in ByteLevel mode
+  Mode mode() const;
   const std::string& chatTemplate() const;
-  /// The pre-tokenizer's pieces of `text` (raw bytes), with no added-token matching: for tests and diagnostics.
+  /// The pre-tokenizer's pieces of `text` (raw bytes), with no added-token matching: for tests and diagnostics. In
+  /// SentencePiece mode: the normalized text cut by Metaspace (as the start of the input), i.e. the BPE words.
   std::vector<std::string> preTokenize(std::string_view text) const;
 
  private:
@@ -121,11 +182,16 @@ TokenizerSpec specFromParts(const std::vector<std::string>& tokens, const std::v
                             const std::vector<std::string>& merges, std::string_view preset, const SpecialIds& special,
                             bool addBos, bool addEos = false, std::string source = "tokenizer parts");
 
-/// From a Hugging Face tokenizer.json (model BPE; merges as "a b" or [a, b]; pre_tokenizer ByteLevel,
-/// Sequence[Digits, ByteLevel] or Sequence[Split(known regex), ByteLevel]; decoder ByteLevel; post_processor
-/// TemplateProcessing/ByteLevel/none). When a tokenizer_config.json sits beside it, BOS/EOS/UNK/PAD and the chat
-/// template come from there (or from chat_template.jinja, as transformers 5 saves it); without one, BOS is the
-/// post-processor's single prefix id. Anything else is a TokenizerError naming the file and the key.
+/// From a Hugging Face tokenizer.json: model BPE (merges as "a b" or [a, b]; unk_token, fuse_unk, byte_fallback);
+/// post_processor TemplateProcessing/ByteLevel/none; and either
+///   ByteLevel mode: pre_tokenizer ByteLevel, Sequence[Digits, ByteLevel] or Sequence[Split(known regex),
+///     ByteLevel]; no normalizer; decoder ByteLevel; or
+///   SentencePiece mode (pre_tokenizer null or Metaspace): normalizer null, Prepend, Replace(String) or a Sequence
+///     of them (only without Metaspace); decoder Metaspace, Replace(String), ByteFallback, Fuse, Strip or a Sequence
+///     of them (Llama 2 / Mistral / TinyLlama, older and newer layouts).
+/// When a tokenizer_config.json sits beside it, BOS/EOS/UNK/PAD and the chat template come from there (or from
+/// chat_template.jinja, as transformers 5 saves it); without one, BOS is the post-processor's single prefix id.
+/// Anything else is a TokenizerError naming the file and the key.
 Tokenizer fromTokenizerJson(const std::string& path);
 
 /// From a GGUF's tokenizer.ggml.* metadata (model "gpt2" only) and tokenizer.chat_template. Defined in

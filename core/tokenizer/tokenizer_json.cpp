@@ -1,5 +1,6 @@
 // fromTokenizerJson: Hugging Face tokenizer.json (+ tokenizer_config.json beside it) -> TokenizerSpec. Only what
-// byte-level BPE needs is accepted; anything that would change ids in a way kvscope does not reproduce is an error.
+// byte-level BPE and SentencePiece-style BPE (Llama 2, Mistral) need is accepted; anything that would change ids or
+// text in a way kvscope does not reproduce is an error.
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -111,6 +112,116 @@ Preset readPreTokenizer(const Reader& r, const json& pt) {
   r.fail("pre_tokenizer.Split.pattern.Regex", "/" + regex + "/ is not a known preset regex (gpt2, llama3, qwen2)");
 }
 
+// A one-character string field (Metaspace replacement, Strip content).
+std::string oneChar(const Reader& r, const json& obj, const char* name, const std::string& key) {
+  const std::string s = r.str(obj.value(name, json()), key + "." + name);
+  char32_t cp = 0;
+  int bad = 0;
+  if (s.empty() || detail::decodeUtf8(s, 0, cp, bad) != static_cast<int>(s.size()))
+    r.fail(key + "." + name, "expected one character, found '" + s + "'");
+  return s;
+}
+
+// Metaspace's fields, as tokenizers deserializes them (pre-tokenizer and decoder alike).
+MetaspaceSpec readMetaspace(const Reader& r, const json& j, const std::string& key) {
+  MetaspaceSpec ms;
+  ms.replacement = oneChar(r, j, "replacement", key);
+  ms.prependScheme = PrependScheme::Always;
+  if (j.contains("prepend_scheme") && !j["prepend_scheme"].is_null()) {
+    const std::string s = r.str(j["prepend_scheme"], key + ".prepend_scheme");
+    if (s == "always")
+      ms.prependScheme = PrependScheme::Always;
+    else if (s == "first")
+      ms.prependScheme = PrependScheme::First;
+    else if (s == "never")
+      ms.prependScheme = PrependScheme::Never;
+    else
+      r.fail(key + ".prepend_scheme", "'" + s + "' is not always, first or never");
+  }
+  if (j.contains("add_prefix_space") && !r.flag(j, "add_prefix_space", key, true)) {
+    if (ms.prependScheme != PrependScheme::Never)
+      r.fail(key + ".add_prefix_space", "false does not match prepend_scheme (tokenizers rejects it too)");
+  }
+  ms.split = r.flag(j, "split", key, true);
+  return ms;
+}
+
+// A String pattern ({"String": "x"}); Regex patterns are not supported.
+std::string stringPattern(const Reader& r, const json& obj, const std::string& key) {
+  const json p = obj.value("pattern", json());
+  if (!p.is_object() || !p.contains("String"))
+    r.fail(key + ".pattern", "only {\"String\": ...} patterns are supported, found " + p.dump());
+  return r.str(p["String"], key + ".pattern.String");
+}
+
+// normalizer for SentencePiece mode: Prepend, Replace(String) or Sequence of them.
+void readNormalizer(const Reader& r, const json& n, const std::string& key, std::vector<NormalizerStep>& out) {
+  if (n.is_null()) return;
+  const std::string type = typeOf(n);
+  if (type == "Sequence") {
+    if (!n.contains("normalizers") || !n["normalizers"].is_array()) r.fail(key + ".normalizers", "expected a list");
+    for (std::size_t i = 0; i < n["normalizers"].size(); ++i)
+      readNormalizer(r, n["normalizers"][i], key + ".normalizers[" + std::to_string(i) + "]", out);
+  } else if (type == "Prepend") {
+    out.push_back({NormalizerStep::Kind::Prepend, "", r.str(n.value("prepend", json()), key + ".prepend")});
+  } else if (type == "Replace") {
+    out.push_back(
+        {NormalizerStep::Kind::Replace, stringPattern(r, n, key), r.str(n.value("content", json()), key + ".content")});
+  } else {
+    r.fail(key, "'" + type + "' is not supported (Prepend, Replace, Sequence of them)");
+  }
+}
+
+// decoder for SentencePiece mode: Replace(String), ByteFallback, Fuse, Strip, Metaspace or Sequence of them.
+void readDecoder(const Reader& r, const json& d, const std::string& key, std::vector<DecoderStep>& out) {
+  using K = DecoderStep::Kind;
+  const std::string type = d.is_null() ? "none" : typeOf(d);
+  DecoderStep st;
+  if (type == "Sequence") {
+    if (!d.contains("decoders") || !d["decoders"].is_array()) r.fail(key + ".decoders", "expected a list");
+    for (std::size_t i = 0; i < d["decoders"].size(); ++i)
+      readDecoder(r, d["decoders"][i], key + ".decoders[" + std::to_string(i) + "]", out);
+    return;
+  } else if (type == "Replace") {
+    st = {K::Replace, stringPattern(r, d, key), r.str(d.value("content", json()), key + ".content")};
+  } else if (type == "ByteFallback") {
+    st.kind = K::ByteFallback;
+  } else if (type == "Fuse") {
+    st.kind = K::Fuse;
+  } else if (type == "Strip") {
+    st.kind = K::Strip;
+    st.content = oneChar(r, d, "content", key);
+    for (const char* f : {"start", "stop"}) {
+      const json v = d.value(f, json());
+      if (!v.is_number_unsigned()) r.fail(key + "." + f, "expected a count, found " + v.dump());
+      (std::string(f) == "start" ? st.start : st.stop) = v.get<std::size_t>();
+    }
+  } else if (type == "Metaspace") {
+    const MetaspaceSpec ms = readMetaspace(r, d, key);
+    st.kind = K::Metaspace;
+    st.pattern = ms.replacement;
+    st.prependScheme = ms.prependScheme;
+  } else {
+    r.fail(key, "'" + type +
+                    "' is not supported with a SentencePiece-style model (Metaspace, Replace, ByteFallback, "
+                    "Fuse, Strip, Sequence of them)");
+  }
+  out.push_back(std::move(st));
+}
+
+// SentencePiece mode: pre_tokenizer null or Metaspace, normalizer, decoder.
+void readSentencePiece(const Reader& r, const json& j, TokenizerSpec& spec) {
+  spec.mode = Mode::SentencePiece;
+  const json pt = j.value("pre_tokenizer", json());
+  if (!pt.is_null()) spec.metaspace = readMetaspace(r, pt, "pre_tokenizer");
+  readNormalizer(r, j.value("normalizer", json()), "normalizer", spec.normalizer);
+  if (!spec.normalizer.empty() && spec.metaspace)
+    r.fail("normalizer", "a normalizer together with a Metaspace pre-tokenizer is not supported");
+  const json decoder = j.value("decoder", json());
+  if (decoder.is_null()) r.fail("decoder", "missing (a SentencePiece-style model needs one)");
+  readDecoder(r, decoder, "decoder", spec.decoder);
+}
+
 // Ids TemplateProcessing puts before and after a single sequence.
 void readPostProcessor(const Reader& r, const json& pp, std::vector<std::int32_t>& prefix,
                        std::vector<std::int32_t>& suffix) {
@@ -159,7 +270,13 @@ Tokenizer fromTokenizerJson(const std::string& path) {
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (m.contains(k) && !m[k].is_null() && !(m[k].is_string() && m[k].get<std::string>().empty()))
       r.fail(std::string("model.") + k, "must be empty");
-  if (r.flag(m, "byte_fallback", "model")) r.fail("model.byte_fallback", "true is not supported (byte-level BPE only)");
+  // SentencePiece-style (Llama 2, Mistral): no pre-tokenizer, or Metaspace. Everything else is byte-level.
+  const json pre = j.value("pre_tokenizer", json());
+  const bool sentencePiece = pre.is_null() || typeOf(pre) == "Metaspace";
+  spec.byteFallback = r.flag(m, "byte_fallback", "model");
+  if (spec.byteFallback && !sentencePiece)
+    r.fail("model.byte_fallback", "true is not supported with a byte-level pre-tokenizer ('" + typeOf(pre) + "')");
+  spec.fuseUnk = r.flag(m, "fuse_unk", "model");
   spec.ignoreMerges = r.flag(m, "ignore_merges", "model");
   if (!m.contains("vocab") || !m["vocab"].is_object()) r.fail("model.vocab", "expected an object token -> id");
   for (const auto& [tok, idj] : m["vocab"].items()) {
@@ -212,13 +329,17 @@ Tokenizer fromTokenizerJson(const std::string& path) {
   }
 
   // -- pipeline
-  if (j.contains("normalizer") && !j["normalizer"].is_null())
-    r.fail("normalizer", "'" + typeOf(j["normalizer"]) + "' is not supported (only none)");
-  spec.preset = readPreTokenizer(r, j.value("pre_tokenizer", json()));
-  const json decoder = j.value("decoder", json());
-  if (typeOf(decoder) != "ByteLevel")
-    r.fail("decoder",
-           "'" + (decoder.is_null() ? std::string("none") : typeOf(decoder)) + "' is not supported (only ByteLevel)");
+  if (sentencePiece) {
+    readSentencePiece(r, j, spec);
+  } else {
+    if (j.contains("normalizer") && !j["normalizer"].is_null())
+      r.fail("normalizer", "'" + typeOf(j["normalizer"]) + "' is not supported with a byte-level pre-tokenizer");
+    spec.preset = readPreTokenizer(r, pre);
+    const json decoder = j.value("decoder", json());
+    if (typeOf(decoder) != "ByteLevel")
+      r.fail("decoder", "'" + (decoder.is_null() ? std::string("none") : typeOf(decoder)) +
+                            "' is not supported with a byte-level pre-tokenizer (only ByteLevel)");
+  }
   readPostProcessor(r, j.value("post_processor", json()), spec.prefix, spec.suffix);
 
   // -- special ids and chat template: tokenizer_config.json beside it, when there is one

@@ -14,6 +14,22 @@ References (each a tokenizers.Tokenizer; ids, decodes and partial decodes are re
                   qwen2 pre-tokenizers (llama3 also with ignore_merges and a BOS template, qwen2 with "a b" merges,
                   gpt2 with a normalized added token and an lstrip/rstrip special token): a second tokenizer family
                   through the tokenizer.json path.
+  sp_*            SentencePiece-style BPE as Llama 2 / Mistral / TinyLlama ship it in tokenizer.json: a ~400-token BPE
+                  trained here on Metaspace words, with <unk> <s> </s> and the 256 <0xNN> byte tokens in the model
+                  vocabulary (ids 0..258, as in Llama 2), byte_fallback and fuse_unk, a "<s> $A" template, and:
+                    sp_llama2    the older layout: normalizer Sequence[Prepend("▁"), Replace(" " -> "▁")], no
+                                 pre-tokenizer, decoder Sequence[Replace("▁" -> " "), ByteFallback, Fuse, Strip(" ",
+                                 1, 0)], "a b" merges (Llama 2, TinyLlama, Mistral 7B v0.1)
+                    sp_mistral   the newer layout: no normalizer, Metaspace(prepend_scheme "first", split false), the
+                                 same decoder, [a, b] merges (transformers 5's LlamaTokenizer, Mistral v0.3)
+                    sp_metaspace Metaspace(prepend_scheme "always", split true) as pre-tokenizer and as decoder (no
+                                 byte fallback in decoding: <0xNN> stay text, as tokenizers does)
+                    sp_unk       sp_llama2 with byte_fallback false: unknown characters become one fused <unk>
+                    sp_partial   sp_mistral without the <0x80>..<0xFF> tokens: non-ASCII characters outside the
+                                 vocabulary fall to <unk> while unknown ASCII controls still fall back to bytes
+                  Added tokens on top: <|im_start|> <|im_end|> (special), <think> (normalized: in sp_llama2 it
+                  only matches as "▁<think>"), </think>, <mask> (lstrip/rstrip special). Emoji and rare CJK are
+                  outside the alphabet, so they go through byte fallback.
 
 Also: the GGUF's tokenizer parts (read with the gguf package, the keys fromGguf reads), every token's bytes, and the
 chat template rendered by transformers' apply_chat_template.
@@ -83,6 +99,7 @@ def fixed_corpus():
         "ab " * 200,
         " " * 100 + "x" + "\n" * 50 + "y" + "\t" * 30,
         "1" * 64 + " " + "9876543210" * 10,
+        "Byte fallback then unknown: 😀j 分词j\x0b 𝔘\x0bx ŋj ŋ😀ŋ jjj",
     ]
 
 
@@ -283,6 +300,105 @@ def trained(out, corpus, cases):
                                                    "preset": name, **record(tok, corpus)}
 
 
+SP = "\u2581"
+
+
+def sp_train(corpus):
+    """A small BPE trained on Metaspace words (merges never cross a ▁, as SentencePiece's), limited alphabet."""
+    rng = random.Random(11)
+    words = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "with", "as", "was", "on", "token", "cache",
+             "quantized", "model", "def", "return", "self", "int", "float", "print", "import", "café", "naïve", "日本",
+             "中文", "1234", "2024", "Hello", "world", "The", "quick", "brown", "fox", "numbers", "spaces", "leading"]
+    train = [line for line in corpus[:40] if line.isascii()]
+    for _ in range(4000):
+        sep = rng.choice([" ", " ", " ", "  ", "\n", "\t", ", ", ". ", "'s ", "\n    "])
+        train.append(sep.join(rng.choice(words) for _ in range(rng.randint(3, 20))))
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="always", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=90,
+                                  show_progress=False)
+    tok.train_from_iterator(train, trainer=trainer)
+    model = json.loads(tok.to_str())["model"]
+    trained = sorted(model["vocab"].items(), key=lambda kv: kv[1])
+    return [t for t, _ in trained if t not in ("<unk>", "<s>", "</s>")], [list(m) for m in model["merges"]]
+
+
+def sp_file(pieces, merges, layout, byte_range=range(256), byte_fallback=True, string_merges=False):
+    """A tokenizer.json laid out as the real Llama 2 / Mistral files are."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in byte_range:
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    for t in pieces:
+        vocab.setdefault(t, len(vocab))
+    n = len(vocab)
+
+    def added(i, content, special=True, normalized=False, lstrip=False, rstrip=False):
+        return {"id": i, "content": content, "single_word": False, "lstrip": lstrip, "rstrip": rstrip,
+                "normalized": normalized, "special": special}
+
+    added_tokens = [added(0, "<unk>"), added(1, "<s>"), added(2, "</s>"), added(n, "<|im_start|>"),
+                    added(n + 1, "<|im_end|>"), added(n + 2, "<think>", special=False, normalized=True),
+                    added(n + 3, "</think>", special=False), added(n + 4, "<mask>", lstrip=True, rstrip=True)]
+    strip_decoder = {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": SP}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    if layout == "legacy":
+        normalizer = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": SP},
+                                                         {"type": "Replace", "pattern": {"String": " "},
+                                                          "content": SP}]}
+        pre, decoder = None, strip_decoder
+    elif layout == "first":
+        normalizer, decoder = None, strip_decoder
+        pre = {"type": "Metaspace", "replacement": SP, "prepend_scheme": "first", "split": False}
+    else:
+        normalizer = None
+        pre = {"type": "Metaspace", "replacement": SP, "prepend_scheme": "always", "split": True}
+        decoder = dict(pre)
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added_tokens,
+        "normalizer": normalizer, "pre_tokenizer": pre,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                     {"SpecialToken": {"id": "<s>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": decoder,
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": byte_fallback,
+                  "ignore_merges": False, "vocab": vocab,
+                  "merges": [" ".join(m) for m in merges] if string_merges else merges},
+    }
+
+
+def sentencepiece(out, corpus, cases):
+    pieces, merges = sp_train(corpus)
+    variants = {
+        "sp_llama2": sp_file(pieces, merges, "legacy", string_merges=True),
+        "sp_mistral": sp_file(pieces, merges, "first"),
+        "sp_metaspace": sp_file(pieces, merges, "always"),
+        "sp_unk": sp_file(pieces, merges, "legacy", byte_fallback=False, string_merges=True),
+        "sp_partial": sp_file(pieces, merges, "first", byte_range=range(128)),
+    }
+    for name, data in variants.items():
+        directory = os.path.join(out, name)
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, "tokenizer.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False)
+        tok = Tokenizer.from_file(path)  # the reference is what tokenizers makes of this very file
+        ref = record(tok, corpus)
+        vocab = data["model"]["vocab"]
+        ref["byte_fallback_lines"] = sum(any(vocab.get(f"<0x{b:02X}>") in ids for b in range(128, 256))
+                                         for ids in ref["ids_no_special"])
+        ref["unk_lines"] = sum(0 in ids for ids in ref["ids_no_special"])
+        cases["references"][name] = {"tokenizer_json": name + "/tokenizer.json", "bos": tok.token_to_id("<s>"),
+                                     **ref}
+    # The layouts really differ: the same words, other ids.
+    r = cases["references"]
+    cases["sp_layouts_differ"] = sum(a != b for a, b in zip(r["sp_llama2"]["ids"], r["sp_mistral"]["ids"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -299,6 +415,7 @@ def main():
     cases = {"corpus": corpus, "long_index": len(corpus) - 1, "references": {}}
 
     trained(args.out, corpus, cases)
+    sentencepiece(args.out, corpus, cases)
     model = os.environ.get("KVSCOPE_MODEL", "")
     if model and os.path.isfile(model):
         smollm2(model, args.out, corpus, cases)
@@ -308,6 +425,9 @@ def main():
     with open(os.path.join(args.out, "cases.json"), "w", encoding="utf-8") as f:
         json.dump(cases, f, ensure_ascii=False)
     refs = ", ".join(sorted(cases["references"]))
+    sp = {k: (v["byte_fallback_lines"], v["unk_lines"]) for k, v in cases["references"].items() if k.startswith("sp_")}
+    print(f"sentencepiece lines with byte fallback (>= 0x80) / <unk>: {sp}; "
+          f"llama2 vs mistral layout ids differ on {cases['sp_layouts_differ']} lines")
     print(f"{len(corpus)} corpus lines; references: {refs}; "
           f"gguf vs smollm pre-tokenizer differ on {len(cases.get('smollm2_pre_differs', []))} lines")
 

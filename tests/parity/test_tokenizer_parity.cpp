@@ -1,7 +1,8 @@
 // kvscope's tokenizer against Hugging Face tokenizers, on the fixtures make_tokenizer_fixtures.py records at test
 // time: identical ids (with and without special tokens, with special tokens parsed and left as text) and identical
 // decodes (full, skipping special tokens, and of the first half of the ids, which cuts UTF-8 sequences) for every
-// corpus line, for every way a tokenizer is built (parts, tokenizer.json, the GGUF itself).
+// corpus line, for every way a tokenizer is built (parts, tokenizer.json, the GGUF itself), byte-level and
+// SentencePiece-style BPE alike.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -116,6 +117,30 @@ TEST(TokenizerParity, TrainedBpeFamiliesViaTokenizerJson) {
     ++n;
   }
   EXPECT_EQ(n, 4);
+}
+
+// SentencePiece-style BPE (Llama 2 / Mistral layouts) trained at test time: every corpus line through
+// tokenizer.json, ids and decodes identical to tokenizers.
+TEST(TokenizerParity, SentencePieceLayoutsViaTokenizerJson) {
+  int n = 0;
+  for (const auto& [name, ref] : cases()["references"].items()) {
+    if (name.rfind("sp_", 0) != 0) continue;
+    const auto tok = tokenizer::fromTokenizerJson((kDir / ref["tokenizer_json"].get<std::string>()).string());
+    EXPECT_EQ(tok.mode(), tokenizer::Mode::SentencePiece) << name;
+    EXPECT_EQ(tok.bosId(), ref["bos"].get<int>()) << name;
+    EXPECT_TRUE(tok.addBos()) << name;
+    compare(tok, name, "tokenizer.json");
+    std::printf("    (%d lines with byte fallback >= 0x80, %d with <unk>)\n", ref["byte_fallback_lines"].get<int>(),
+                ref["unk_lines"].get<int>());
+    ++n;
+  }
+  EXPECT_EQ(n, 5);
+  // The corpus does exercise what differs: byte fallback, <unk>, and the two layouts' prefix rules.
+  const json& r = cases()["references"];
+  EXPECT_GT(r["sp_llama2"]["byte_fallback_lines"].get<int>(), 50);
+  EXPECT_GT(r["sp_unk"]["unk_lines"].get<int>(), 50);
+  EXPECT_GT(r["sp_partial"]["unk_lines"].get<int>(), 50);
+  EXPECT_GT(cases()["sp_layouts_differ"].get<int>(), 50);
 }
 
 TEST(TokenizerParity, SmolLM2FromParts) {

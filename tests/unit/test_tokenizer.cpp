@@ -1,5 +1,5 @@
-// Unit tests of the byte-level BPE tokenizer on tiny hand-built vocabularies (the real vocabulary is checked against
-// Hugging Face tokenizers in tests/parity/test_tokenizer_parity.cpp).
+// Unit tests of the tokenizer (byte-level and SentencePiece-style BPE) on tiny hand-built vocabularies (real and
+// trained vocabularies are checked against Hugging Face tokenizers in tests/parity/test_tokenizer_parity.cpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -1,0 +1,139 @@
+#include "engine.h"
+
+#include <ATen/ATen.h>
+#include <QElapsedTimer>
+#include <QFileInfo>
+#include <filesystem>
+
+#include "cache/config.h"
+#include "generate/generate.h"
+#include "model/gguf.h"
+#include "model/llama.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvscope::app {
+
+struct Engine::Impl {
+  std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  int runs = 0;
+};
+
+void registerMetaTypes() {
+  qRegisterMetaType<kvscope::ui::ModelInfo>();
+  qRegisterMetaType<kvscope::ui::RunRequest>();
+  qRegisterMetaType<kvscope::ui::RunSnapshotPtr>();
+}
+
+Engine::Engine() : d_(std::make_unique<Impl>()) {}
+Engine::~Engine() = default;
+
+void Engine::load(const QString& path, const QString& dtype) {
+  try {
+    const std::string p = path.toStdString();
+    if (!std::filesystem::exists(p)) throw std::runtime_error("model `" + p + "` not found");
+    std::unique_ptr<tokenizer::Tokenizer> tok;
+    if (std::filesystem::is_directory(p)) {
+      tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromTokenizerJson(p + "/tokenizer.json"));
+    } else {
+      model::GgufFile g(p);
+      tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromGguf(g));
+    }
+    const at::ScalarType dt = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
+    auto m = model::LlamaModel::load(p, dt, [this](std::int64_t done, std::int64_t total) {
+      Q_EMIT loadProgress(static_cast<int>(done), static_cast<int>(total));
+      return true;
+    });
+    // Only a complete load replaces the previous model: a failure keeps what was there.
+    d_->model = std::move(m);
+    d_->tok = std::move(tok);
+    const auto& c = d_->model->config();
+    ui::ModelInfo info;
+    info.path = path;
+    info.arch = QString::fromStdString(c.arch);
+    info.name = QString::fromStdString(c.name);
+    info.dtype = dtype;
+    info.layers = c.layers;
+    info.hidden = c.hidden;
+    info.heads = c.heads;
+    info.kvHeads = c.kvHeads;
+    info.headDim = c.headDim;
+    info.vocab = c.vocab;
+    info.contextLength = c.contextLength;
+    for (const auto& w : c.weightTypes) info.weightTypes << QString::fromStdString(w);
+    Q_EMIT modelLoaded(info);
+  } catch (const std::exception& e) {
+    Q_EMIT failed(QString::fromStdString(e.what()));
+  }
+}
+
+void Engine::run(const ui::RunRequest& r) {
+  cancel_ = false;
+  try {
+    if (!d_->model) throw std::runtime_error("no model is loaded");
+    const cache::CacheConfig cfg = cache::parseSpec(r.spec.toStdString());
+    const std::string text = r.chat ? tokenizer::applyChatML({{"user", r.prompt.toStdString()}}, true)
+                                    : r.prompt.toStdString();
+    const auto ids32 = d_->tok->encode(text, true, r.chat);
+    if (ids32.empty()) throw std::runtime_error("the prompt is empty");
+    const std::vector<std::int64_t> prompt(ids32.begin(), ids32.end());
+    auto kv = d_->model->makeCache(cfg);
+    generate::GenerateOptions o;
+    o.maxNew = r.maxNew;
+    o.sampling.greedy = !r.sample;
+    o.sampling.temperature = r.temperature;
+    o.sampling.topK = r.topK;
+    o.sampling.topP = r.topP;
+    o.sampling.seed = r.seed;
+    o.shadow = r.shadow;
+    o.snapshots = true;
+    o.stopIds = {d_->tok->eosId()};
+    if (const auto e = d_->tok->tokenId("<|im_end|>")) o.stopIds.push_back(*e);
+
+    auto snap = std::make_shared<ui::RunSnapshot>();
+    snap->runId = ++d_->runs;
+    snap->spec = QString::fromStdString(cache::toSpec(cfg));
+    snap->shadow = r.shadow;
+    snap->promptTokens = static_cast<int>(prompt.size());
+    QElapsedTimer sinceEmit;
+    sinceEmit.start();
+    double decodeSeconds = 0;
+    int steps = 0;
+    const auto result = generate::generate(
+        *d_->model, *kv, prompt, o,
+        [&](const generate::StepEvent& ev) {
+          ui::TokenView t;
+          t.id = ev.token;
+          t.text = QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(ev.token)));
+          t.logprob = ev.logprob;
+          t.kl = ev.kl;
+          t.top1Agrees = ev.top1Agrees;
+          for (const auto& [id, lp] : ev.top)
+            t.top.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
+          snap->tokens.append(t);
+          snap->cache = *ev.snapshot;
+          if (ev.step == 0) snap->prefillTokS = snap->promptTokens / std::max(ev.seconds, 1e-9);
+          else decodeSeconds += ev.seconds, ++steps;
+          snap->decodeTokS = steps ? steps / decodeSeconds : 0.0;
+          // At most ~25 snapshots a second; each is a copy the GUI can keep.
+          if (sinceEmit.elapsed() >= 40) {
+            Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
+            sinceEmit.restart();
+          }
+          return true;
+        },
+        &cancel_);
+    snap->finished = true;
+    snap->stopReason = QString::fromStdString(result.stopReason);
+    snap->meanKl = result.meanKl;
+    snap->maxKl = result.maxKl;
+    snap->top1Agreement = result.top1Agreement;
+    snap->firstDivergence = result.firstDivergence;
+    snap->cache = kv->snapshot();
+    Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
+  } catch (const std::exception& e) {
+    Q_EMIT failed(QString::fromStdString(e.what()));
+  }
+}
+
+}  // namespace kvscope::app

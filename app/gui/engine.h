@@ -1,0 +1,41 @@
+// The engine: one object living in its own QThread that owns the model, the caches and the tokenizer. Commands
+// arrive as queued slot calls with small value objects; results leave as immutable snapshots, at most ~25 per
+// second, each superseding the last. requestStop() is the one call that may come from any thread.
+#pragma once
+
+#include <QObject>
+#include <atomic>
+#include <memory>
+
+#include "snapshots.h"
+
+namespace kvscope::app {
+
+class Engine : public QObject {
+  Q_OBJECT
+ public:
+  Engine();
+  ~Engine() override;
+  /// Thread-safe: the running generation stops after its current step.
+  void requestStop() { cancel_ = true; }
+
+ public Q_SLOTS:
+  void load(const QString& path, const QString& dtype);
+  void run(const kvscope::ui::RunRequest& request);
+
+ Q_SIGNALS:
+  void loadProgress(int done, int total);
+  void modelLoaded(const kvscope::ui::ModelInfo& info);
+  void runUpdated(const kvscope::ui::RunSnapshotPtr& run);
+  void failed(const QString& message);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> d_;
+  std::atomic<bool> cancel_{false};
+};
+
+/// Registers the snapshot types for queued connections (call once before connecting).
+void registerMetaTypes();
+
+}  // namespace kvscope::app

@@ -1,0 +1,86 @@
+// kvscope: the workbench. Starts on the embedded model (or the one given), ready to press Run.
+//   kvscope [--model PATH] [--autorun SPEC ...] [--screenshot FILE]
+// --autorun runs each SPEC in turn on the default prompt; --screenshot saves the window after the last run and quits.
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDir>
+#include <QScreen>
+#include <QThread>
+#include <QTimer>
+#include <cstdlib>
+
+#include "config_panel.h"
+#include "engine.h"
+#include "main_window.h"
+
+namespace {
+QString defaultModel() {
+  if (const char* p = std::getenv("KVSCOPE_MODEL"); p && *p) return QString::fromLocal8Bit(p);
+  const char* cache = std::getenv("KVSCOPE_CACHE");
+  const QString root = cache && *cache ? QString::fromLocal8Bit(cache) : QDir::homePath() + "/.cache/kvscope";
+  return root + "/model/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  QApplication::setApplicationName("kvscope");
+  QApplication::setOrganizationName("kvscope");
+  QApplication::setApplicationVersion("0.1.0");
+  QCommandLineParser cli;
+  cli.setApplicationDescription("kvscope: quantized KV-cache workbench");
+  cli.addHelpOption();
+  cli.addVersionOption();
+  QCommandLineOption modelOpt("model", "GGUF file or Hugging Face directory.", "path", defaultModel());
+  QCommandLineOption autorunOpt("autorun", "Run this cache SPEC after loading (repeatable).", "spec");
+  QCommandLineOption shotOpt("screenshot", "Save the window to this PNG after the autoruns, then quit.", "file");
+  cli.addOptions({modelOpt, autorunOpt, shotOpt});
+  cli.process(app);
+
+  kvscope::app::registerMetaTypes();
+  QThread engineThread;
+  engineThread.setObjectName("engine");
+  auto* engine = new kvscope::app::Engine();
+  engine->moveToThread(&engineThread);
+  QObject::connect(&engineThread, &QThread::finished, engine, &QObject::deleteLater);
+  engineThread.start();
+
+  kvscope::ui::MainWindow w;
+  w.setStopHandler([engine] { engine->requestStop(); });
+  QObject::connect(&w, &kvscope::ui::MainWindow::loadRequested, engine, &kvscope::app::Engine::load);
+  QObject::connect(&w, &kvscope::ui::MainWindow::runRequested, engine, &kvscope::app::Engine::run);
+  QObject::connect(engine, &kvscope::app::Engine::loadProgress, &w, &kvscope::ui::MainWindow::onLoadProgress);
+  QObject::connect(engine, &kvscope::app::Engine::modelLoaded, &w, &kvscope::ui::MainWindow::onModelLoaded);
+  QObject::connect(engine, &kvscope::app::Engine::runUpdated, &w, &kvscope::ui::MainWindow::onRunUpdated);
+  QObject::connect(engine, &kvscope::app::Engine::failed, &w, &kvscope::ui::MainWindow::onFailed);
+
+  QStringList autoruns = cli.values(autorunOpt);
+  const QString shot = cli.value(shotOpt);
+  auto next = [&] {
+    if (!autoruns.isEmpty()) {
+      w.configPanel()->setSpec(autoruns.takeFirst());
+      w.run();
+    } else if (!shot.isEmpty()) {
+      QTimer::singleShot(300, &w, [&] {
+        w.grab().save(shot);
+        QApplication::quit();
+      });
+    }
+  };
+  if (!autoruns.isEmpty() || !shot.isEmpty()) {
+    QObject::connect(&w, &kvscope::ui::MainWindow::runFinished, &w, [&] { next(); });
+    QObject::connect(engine, &kvscope::app::Engine::modelLoaded, &w, [&] { QTimer::singleShot(0, &w, next); });
+    QObject::connect(engine, &kvscope::app::Engine::failed, &w, [&](const QString& m) {
+      qCritical("kvscope: %s", qPrintable(m));
+      if (!shot.isEmpty()) QApplication::exit(2);
+    });
+  }
+  w.resize(1500, 950);
+  w.show();
+  w.openModel(cli.value(modelOpt));
+  const int rc = app.exec();
+  engine->requestStop();
+  engineThread.quit();
+  engineThread.wait();
+  return rc;
+}

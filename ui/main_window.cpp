@@ -1,0 +1,285 @@
+#include "main_window.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCheckBox>
+#include <QCloseEvent>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSaveFile>
+#include <QSettings>
+#include <QSpinBox>
+#include <QStatusBar>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include "cache/config.h"
+#include "config_panel.h"
+#include "docks.h"
+
+namespace kvscope::ui {
+
+namespace {
+QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWidget* content, Qt::DockWidgetArea area) {
+  auto* d = new QDockWidget(title, w);
+  d->setObjectName(name);  // restorable layout
+  d->setWidget(content);
+  w->addDockWidget(area, d);
+  return d;
+}
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+  setWindowTitle(tr("kvscope — quantized KV-cache workbench"));
+  setAcceptDrops(true);
+
+  // Run panel: model card, cache config, prompt, generation options.
+  auto* panel = new QWidget(this);
+  auto* pl = new QVBoxLayout(panel);
+  modelCard_ = new QLabel(tr("No model loaded (File > Open model, or drop a GGUF file)."), panel);
+  modelCard_->setObjectName("modelCard");
+  modelCard_->setWordWrap(true);
+  progress_ = new QProgressBar(panel);
+  progress_->setVisible(false);
+  config_ = new ConfigPanel(panel);
+  prompt_ = new QPlainTextEdit(panel);
+  prompt_->setObjectName("prompt");
+  prompt_->setPlaceholderText(tr("Prompt"));
+  prompt_->setPlainText(tr("Explain in three sentences why a quantized key-value cache saves memory."));
+  chat_ = new QCheckBox(tr("Chat template"), panel);
+  chat_->setChecked(true);
+  shadow_ = new QCheckBox(tr("Shadow reference (KL vs unquantized)"), panel);
+  shadow_->setChecked(true);
+  maxNew_ = new QSpinBox(panel);
+  maxNew_->setRange(1, 8192);
+  maxNew_->setValue(64);
+  auto* opts = new QFormLayout();
+  opts->addRow(tr("New tokens"), maxNew_);
+  runButton_ = new QPushButton(tr("Run"), panel);
+  runButton_->setObjectName("runButton");
+  stopButton_ = new QPushButton(tr("Stop"), panel);
+  stopButton_->setObjectName("stopButton");
+  auto* buttons = new QHBoxLayout();
+  buttons->addWidget(runButton_);
+  buttons->addWidget(stopButton_);
+  pl->addWidget(modelCard_);
+  pl->addWidget(progress_);
+  pl->addWidget(config_);
+  pl->addWidget(prompt_, 1);
+  pl->addWidget(chat_);
+  pl->addWidget(shadow_);
+  pl->addLayout(opts);
+  pl->addLayout(buttons);
+  dock(this, tr("Run"), "runDock", panel, Qt::LeftDockWidgetArea);
+
+  text_ = new TextView(this);
+  setCentralWidget(text_);
+  memory_ = new MemoryDock(this);
+  scales_ = new ScalesDock(this);
+  errors_ = new ErrorDock(this);
+  dock(this, tr("KV memory"), "memoryDock", memory_, Qt::RightDockWidgetArea);
+  dock(this, tr("FP8 scales"), "scalesDock", scales_, Qt::RightDockWidgetArea);
+  dock(this, tr("Quantization error"), "errorDock", errors_, Qt::RightDockWidgetArea);
+
+  runs_ = new QTableWidget(0, 8, this);
+  runs_->setObjectName("runsTable");
+  runs_->setHorizontalHeaderLabels({tr("run"), tr("config"), tr("KV MiB"), tr("ratio"), tr("decode tok/s"),
+                                    tr("mean KL"), tr("top-1"), tr("first divergence")});
+  runs_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
+  runs_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  runs_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  runs_->setToolTip(tr("Double-click a run to load its config into the form"));
+  dock(this, tr("Compare runs"), "runsDock", runs_, Qt::BottomDockWidgetArea);
+  connect(runs_, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
+    config_->setSpec(runs_->item(row, 1)->text());
+  });
+
+  status_ = new QLabel(this);
+  message_ = new QLabel(this);
+  message_->setObjectName("statusMessage");
+  statusBar()->addWidget(status_, 1);
+  statusBar()->addPermanentWidget(message_);
+
+  connect(runButton_, &QPushButton::clicked, this, &MainWindow::run);
+  connect(stopButton_, &QPushButton::clicked, this, &MainWindow::stop);
+  connect(config_, &ConfigPanel::changed, this, [this] { updateActions(); });
+  buildMenus();
+  QSettings s;
+  restoreGeometry(s.value("window/geometry").toByteArray());
+  restoreState(s.value("window/state").toByteArray());
+  updateActions();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  QAction* open = file->addAction(tr("&Open model…"), this, [this] {
+    const QString p = QFileDialog::getOpenFileName(this, tr("Open model"), QString(), tr("GGUF models (*.gguf);;All files (*)"));
+    if (!p.isEmpty()) openModel(p);
+  });
+  open->setShortcut(QKeySequence::Open);
+  file->addAction(tr("Open model &directory…"), this, [this] {
+    const QString p = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model directory"));
+    if (!p.isEmpty()) openModel(p);
+  });
+  QAction* exp = file->addAction(tr("&Export cache config…"), this, &MainWindow::exportConfig);
+  exp->setShortcut(QKeySequence(tr("Ctrl+E")));
+  file->addSeparator();
+  file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+  QMenu* runMenu = menuBar()->addMenu(tr("&Run"));
+  QAction* r = runMenu->addAction(tr("&Run"), this, &MainWindow::run);
+  r->setShortcut(QKeySequence(tr("Ctrl+R")));
+  QAction* st = runMenu->addAction(tr("&Stop"), this, &MainWindow::stop);
+  st->setShortcut(QKeySequence(Qt::Key_Escape));
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("&About kvscope"), this, [this] {
+    QMessageBox::about(this, tr("About kvscope"),
+                       tr("<b>kvscope %1</b><br>Quantized KV-cache workbench.<br>Qt %2.")
+                           .arg(QApplication::applicationVersion(), qVersion()));
+  });
+}
+
+void MainWindow::updateActions() {
+  runButton_->setEnabled(hasModel() && !running_ && !loading_ && config_->isValid());
+  stopButton_->setEnabled(running_);
+}
+
+void MainWindow::openModel(const QString& path) {
+  if (running_) stop();
+  loading_ = true;
+  progress_->setValue(0);
+  progress_->setVisible(true);
+  message_->setText(tr("Loading %1…").arg(path));
+  updateActions();
+  emit loadRequested(path, "fp32");
+}
+
+void MainWindow::onLoadProgress(int done, int total) {
+  progress_->setMaximum(total);
+  progress_->setValue(done);
+}
+
+void MainWindow::onModelLoaded(const ModelInfo& info) {
+  loading_ = false;
+  model_ = info;
+  progress_->setVisible(false);
+  modelCard_->setText(tr("<b>%1</b> (%2)<br>%3 layers, hidden %4, %5 heads / %6 KV heads x %7, vocab %8<br>weights: %9")
+                          .arg(info.name.isEmpty() ? info.path : info.name, info.arch)
+                          .arg(info.layers)
+                          .arg(info.hidden)
+                          .arg(info.heads)
+                          .arg(info.kvHeads)
+                          .arg(info.headDim)
+                          .arg(info.vocab)
+                          .arg(info.weightTypes.join(", ")));
+  message_->setText(tr("Model loaded."));
+  updateActions();
+}
+
+void MainWindow::run() {
+  if (!runButton_->isEnabled()) return;
+  RunRequest r;
+  r.spec = config_->spec();
+  r.prompt = prompt_->toPlainText();
+  r.chat = chat_->isChecked();
+  r.shadow = shadow_->isChecked();
+  r.maxNew = maxNew_->value();
+  running_ = true;
+  message_->clear();
+  updateActions();
+  emit runRequested(r);
+}
+
+void MainWindow::stop() {
+  if (running_ && stop_) stop_();
+}
+
+void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
+  last_ = run;
+  text_->show(run);
+  memory_->show(run);
+  scales_->show(run);
+  errors_->show(run);
+  status_->setText(tr("%1 — %2 tokens, prefill %3 tok/s, decode %4 tok/s")
+                       .arg(run->spec)
+                       .arg(run->tokens.size())
+                       .arg(run->prefillTokS, 0, 'f', 1)
+                       .arg(run->decodeTokS, 0, 'f', 1));
+  if (run->finished) {
+    running_ = false;
+    addRunRow(run);
+    updateActions();
+    emit runFinished(run);
+  }
+}
+
+void MainWindow::addRunRow(const RunSnapshotPtr& run) {
+  const int row = runs_->rowCount();
+  runs_->insertRow(row);
+  const auto t = run->cache.total();
+  const QStringList cells{QString::number(run->runId),
+                          run->spec,
+                          QString::number(t.stored() / 1048576.0, 'f', 3),
+                          QString::number(t.stored() ? double(t.unquantized) / double(t.stored()) : 0.0, 'f', 2),
+                          QString::number(run->decodeTokS, 'f', 1),
+                          run->shadow ? QString::number(run->meanKl, 'g', 3) : "-",
+                          run->shadow ? QString::number(100.0 * run->top1Agreement, 'f', 1) + "%" : "-",
+                          run->shadow && run->firstDivergence >= 0 ? QString::number(run->firstDivergence) : "-"};
+  for (int c = 0; c < cells.size(); ++c) runs_->setItem(row, c, new QTableWidgetItem(cells[c]));
+}
+
+void MainWindow::onFailed(const QString& message) {
+  // Non-blocking: the message stays in the status bar; the window keeps its state.
+  loading_ = false;
+  running_ = false;
+  progress_->setVisible(false);
+  message_->setText("<span style='color:#b00020'>" + message.toHtmlEscaped() + "</span>");
+  message_->setToolTip(message);
+  updateActions();
+}
+
+void MainWindow::exportConfig() {
+  const QString path = QFileDialog::getSaveFileName(this, tr("Export cache config"), "cache_config.json",
+                                                    tr("transformers cache_config (*.json)"));
+  if (path.isEmpty()) return;
+  try {
+    const auto e = cache::toHfCacheConfig(cache::parseSpec(config_->spec().toStdString()));
+    QSaveFile f(path);
+    if (!f.open(QIODevice::WriteOnly) || f.write(QByteArray::fromStdString(e.json + "\n")) < 0 || !f.commit())
+      throw std::runtime_error(tr("cannot write %1: %2").arg(path, f.errorString()).toStdString());
+    QString note;
+    for (const auto& n : e.notes) note += "; " + QString::fromStdString(n);
+    message_->setText(tr("Exported %1%2").arg(path, note));
+  } catch (const std::exception& ex) {
+    onFailed(QString::fromStdString(ex.what()));
+  }
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+  stop();
+  QSettings s;
+  s.setValue("window/geometry", saveGeometry());
+  s.setValue("window/state", saveState());
+  e->accept();
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* e) {
+  if (e->mimeData()->hasUrls()) e->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* e) {
+  const auto urls = e->mimeData()->urls();
+  if (!urls.isEmpty() && urls.front().isLocalFile()) openModel(urls.front().toLocalFile());
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,94 @@
+// The workbench window: composes the panels and docks, posts commands to the engine thread and shows the
+// snapshots it sends back. It never waits on the engine.
+#pragma once
+
+#include <QMainWindow>
+#include <functional>
+
+#include "snapshots.h"
+
+class QCheckBox;
+class QLabel;
+class QPlainTextEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QTableWidget;
+
+namespace kvscope::ui {
+
+class ConfigPanel;
+class ErrorDock;
+class MemoryDock;
+class ScalesDock;
+class TextView;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  /// Called (from the GUI thread) to stop the running generation; it must not block.
+  void setStopHandler(std::function<void()> stop) { stop_ = std::move(stop); }
+
+  ConfigPanel* configPanel() const { return config_; }
+  TextView* textView() const { return text_; }
+  QPlainTextEdit* promptEdit() const { return prompt_; }
+  QSpinBox* maxNewBox() const { return maxNew_; }
+  QTableWidget* runsTable() const { return runs_; }
+  MemoryDock* memoryDock() const { return memory_; }
+  bool isRunning() const { return running_; }
+  bool hasModel() const { return !model_.path.isEmpty(); }
+  RunSnapshotPtr lastRun() const { return last_; }
+
+ public slots:
+  void run();
+  void stop();
+  void openModel(const QString& path);
+  void onLoadProgress(int done, int total);
+  void onModelLoaded(const kvscope::ui::ModelInfo& info);
+  void onRunUpdated(const kvscope::ui::RunSnapshotPtr& run);
+  void onFailed(const QString& message);
+  void exportConfig();
+
+ signals:
+  void loadRequested(const QString& path, const QString& dtype);
+  void runRequested(const kvscope::ui::RunRequest& request);
+  /// A run finished (any stop reason); carries its final snapshot.
+  void runFinished(const kvscope::ui::RunSnapshotPtr& run);
+
+ protected:
+  void closeEvent(QCloseEvent* e) override;
+  void dragEnterEvent(QDragEnterEvent* e) override;
+  void dropEvent(QDropEvent* e) override;
+
+ private:
+  void buildMenus();
+  void updateActions();
+  void addRunRow(const RunSnapshotPtr& run);
+
+  ConfigPanel* config_;
+  QPlainTextEdit* prompt_;
+  QCheckBox* chat_;
+  QCheckBox* shadow_;
+  QSpinBox* maxNew_;
+  QPushButton* runButton_;
+  QPushButton* stopButton_;
+  TextView* text_;
+  MemoryDock* memory_;
+  ScalesDock* scales_;
+  ErrorDock* errors_;
+  QTableWidget* runs_;
+  QLabel* modelCard_;
+  QLabel* status_;
+  QLabel* message_;
+  QProgressBar* progress_;
+  std::function<void()> stop_;
+  ModelInfo model_;
+  RunSnapshotPtr last_;
+  bool running_ = false;
+  bool loading_ = false;
+};
+
+}  // namespace kvscope::ui

@@ -1,0 +1,62 @@
+// The values the GUI receives from the engine thread: plain, copied, immutable. No torch here (ui/ never sees it).
+#pragma once
+
+#include <QMetaType>
+#include <QPair>
+#include <QString>
+#include <QStringList>
+#include <QVector>
+#include <memory>
+
+#include "cache/stats.h"
+
+namespace kvscope::ui {
+
+struct ModelInfo {
+  QString path, arch, name, dtype;
+  int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0;
+  qint64 contextLength = 0;
+  QStringList weightTypes;
+};
+
+struct RunRequest {
+  QString spec = "dynamic";
+  QString prompt;
+  bool chat = true;
+  int maxNew = 64;
+  bool sample = false;
+  double temperature = 0.8, topP = 0.95;
+  int topK = 0;
+  quint64 seed = 0;
+  bool shadow = true;
+};
+
+struct TokenView {
+  qint64 id = 0;
+  QString text;
+  float logprob = 0.0f;
+  float kl = 0.0f;           ///< against the shadow reference (when the run has one)
+  bool top1Agrees = true;
+  QVector<QPair<QString, float>> top;  ///< (text, log-prob)
+};
+
+struct RunSnapshot {
+  int runId = 0;
+  QString spec;
+  bool shadow = false;
+  int promptTokens = 0;
+  QVector<TokenView> tokens;   ///< all generated so far
+  cache::CacheSnapshot cache;  ///< per-layer memory and statistics after the latest step
+  double prefillTokS = 0.0, decodeTokS = 0.0;
+  double meanKl = 0.0, maxKl = 0.0, top1Agreement = 1.0;
+  int firstDivergence = -1;
+  bool finished = false;
+  QString stopReason;
+};
+using RunSnapshotPtr = std::shared_ptr<const RunSnapshot>;
+
+}  // namespace kvscope::ui
+
+Q_DECLARE_METATYPE(kvscope::ui::ModelInfo)
+Q_DECLARE_METATYPE(kvscope::ui::RunRequest)
+Q_DECLARE_METATYPE(kvscope::ui::RunSnapshotPtr)
