@@ -105,7 +105,7 @@ void ConfigPanel::revalidate() {
   spec_ = QString::fromStdString(cache::toSpec(cfg));
   message_->setText(error);
   message_->setVisible(!valid_);
-  emit changed(spec_, valid_);
+  Q_EMIT changed(spec_, valid_);
 }
 
 bool ConfigPanel::setSpec(const QString& spec) {

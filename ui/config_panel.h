@@ -21,7 +21,7 @@ class ConfigPanel : public QWidget {
   /// Sets the form from a SPEC (e.g. "re-run with this config"); false with the error shown when it is invalid.
   bool setSpec(const QString& spec);
 
- signals:
+ Q_SIGNALS:
   void changed(const QString& spec, bool valid);
 
  private:

@@ -161,7 +161,7 @@ void MainWindow::openModel(const QString& path) {
   progress_->setVisible(true);
   message_->setText(tr("Loading %1…").arg(path));
   updateActions();
-  emit loadRequested(path, "fp32");
+  Q_EMIT loadRequested(path, "fp32");
 }
 
 void MainWindow::onLoadProgress(int done, int total) {
@@ -197,7 +197,7 @@ void MainWindow::run() {
   running_ = true;
   message_->clear();
   updateActions();
-  emit runRequested(r);
+  Q_EMIT runRequested(r);
 }
 
 void MainWindow::stop() {
@@ -219,7 +219,7 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
     running_ = false;
     addRunRow(run);
     updateActions();
-    emit runFinished(run);
+    Q_EMIT runFinished(run);
   }
 }
 

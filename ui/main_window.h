@@ -42,7 +42,7 @@ class MainWindow : public QMainWindow {
   bool hasModel() const { return !model_.path.isEmpty(); }
   RunSnapshotPtr lastRun() const { return last_; }
 
- public slots:
+ public Q_SLOTS:
   void run();
   void stop();
   void openModel(const QString& path);
@@ -52,7 +52,7 @@ class MainWindow : public QMainWindow {
   void onFailed(const QString& message);
   void exportConfig();
 
- signals:
+ Q_SIGNALS:
   void loadRequested(const QString& path, const QString& dtype);
   void runRequested(const kvscope::ui::RunRequest& request);
   /// A run finished (any stop reason); carries its final snapshot.

@@ -12,6 +12,7 @@
 #include "config_panel.h"
 #include "engine.h"
 #include "main_window.h"
+#include "wiring.h"
 
 namespace {
 QString defaultModel() {
@@ -37,7 +38,6 @@ int main(int argc, char** argv) {
   cli.addOptions({modelOpt, autorunOpt, shotOpt});
   cli.process(app);
 
-  kvscope::app::registerMetaTypes();
   QThread engineThread;
   engineThread.setObjectName("engine");
   auto* engine = new kvscope::app::Engine();
@@ -46,13 +46,7 @@ int main(int argc, char** argv) {
   engineThread.start();
 
   kvscope::ui::MainWindow w;
-  w.setStopHandler([engine] { engine->requestStop(); });
-  QObject::connect(&w, &kvscope::ui::MainWindow::loadRequested, engine, &kvscope::app::Engine::load);
-  QObject::connect(&w, &kvscope::ui::MainWindow::runRequested, engine, &kvscope::app::Engine::run);
-  QObject::connect(engine, &kvscope::app::Engine::loadProgress, &w, &kvscope::ui::MainWindow::onLoadProgress);
-  QObject::connect(engine, &kvscope::app::Engine::modelLoaded, &w, &kvscope::ui::MainWindow::onModelLoaded);
-  QObject::connect(engine, &kvscope::app::Engine::runUpdated, &w, &kvscope::ui::MainWindow::onRunUpdated);
-  QObject::connect(engine, &kvscope::app::Engine::failed, &w, &kvscope::ui::MainWindow::onFailed);
+  kvscope::app::wire(engine, &w);
 
   QStringList autoruns = cli.values(autorunOpt);
   const QString shot = cli.value(shotOpt);

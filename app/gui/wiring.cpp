@@ -1,0 +1,19 @@
+#include "wiring.h"
+
+#include "engine.h"
+#include "main_window.h"
+
+namespace kvscope::app {
+
+void wire(Engine* engine, ui::MainWindow* w) {
+  registerMetaTypes();
+  w->setStopHandler([engine] { engine->requestStop(); });
+  QObject::connect(w, &ui::MainWindow::loadRequested, engine, &Engine::load);
+  QObject::connect(w, &ui::MainWindow::runRequested, engine, &Engine::run);
+  QObject::connect(engine, &Engine::loadProgress, w, &ui::MainWindow::onLoadProgress);
+  QObject::connect(engine, &Engine::modelLoaded, w, &ui::MainWindow::onModelLoaded);
+  QObject::connect(engine, &Engine::runUpdated, w, &ui::MainWindow::onRunUpdated);
+  QObject::connect(engine, &Engine::failed, w, &ui::MainWindow::onFailed);
+}
+
+}  // namespace kvscope::app

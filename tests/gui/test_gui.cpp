@@ -1,0 +1,133 @@
+// The workbench as a user drives it, offscreen, on the embedded model: load, run fp8 then quanto, stop mid-run,
+// an invalid option blocks Run with the core's message, a bad model file keeps the loaded one, export parses back.
+#include <QAbstractItemModelTester>
+#include <QComboBox>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSaveFile>
+#include <QSpinBox>
+#include <QSignalSpy>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QThread>
+
+#include "config_panel.h"
+#include "docks.h"
+#include "engine.h"
+#include "main_window.h"
+#include "wiring.h"
+
+using namespace kvscope;
+
+class GuiTest : public QObject {
+  Q_OBJECT
+ private:
+  QThread thread_;
+  app::Engine* engine_ = nullptr;
+  ui::MainWindow* w_ = nullptr;
+  QString model_;
+
+  ui::RunSnapshotPtr runAndWait(const QString& spec, int maxNew) {
+    QSignalSpy done(w_, &ui::MainWindow::runFinished);
+    w_->configPanel()->setSpec(spec);
+    w_->maxNewBox()->setValue(maxNew);
+    QTest::mouseClick(w_->findChild<QPushButton*>("runButton"), Qt::LeftButton);
+    // Count-based waits: the engine thread may finish before a wait() would start listening.
+    if (!QTest::qWaitFor([&] { return done.count() > 0; }, 120000)) return nullptr;
+    return done.takeFirst().at(0).value<ui::RunSnapshotPtr>();
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    model_ = qEnvironmentVariable("KVSCOPE_MODEL");
+    if (model_.isEmpty() || !QFile::exists(model_)) QSKIP("KVSCOPE_MODEL is not set to the embedded GGUF");
+    engine_ = new app::Engine();
+    engine_->moveToThread(&thread_);
+    connect(&thread_, &QThread::finished, engine_, &QObject::deleteLater);
+    thread_.start();
+    w_ = new ui::MainWindow();
+    app::wire(engine_, w_);
+    new QAbstractItemModelTester(w_->runsTable()->model(), QAbstractItemModelTester::FailureReportingMode::QtTest, w_);
+    w_->show();
+    w_->openModel(model_);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->hasModel(), 60000);
+    QVERIFY(w_->findChild<QLabel*>("modelCard")->text().contains("30 layers"));
+  }
+
+  void runsTwoBackends() {
+    const auto fp8 = runAndWait("fp8:overflow=saturate", 12);
+    QVERIFY(fp8);
+    QCOMPARE(fp8->spec, QString("fp8:overflow=saturate"));
+    QVERIFY(!fp8->tokens.isEmpty());
+    QVERIFY(!w_->textView()->plainText().isEmpty());
+    QCOMPARE(static_cast<int>(fp8->cache.memory.size()), 30);
+    QCOMPARE(fp8->cache.total().payload * 4, fp8->cache.total().unquantized);  // fp8: one byte for four
+    QVERIFY(!fp8->cache.stats[0].keys.scales.empty());
+    const auto quanto = runAndWait("quanto:nbits=2,residual_length=8", 12);
+    QVERIFY(quanto);
+    QVERIFY(quanto->cache.total().payload > 0);
+    QVERIFY(quanto->shadow && quanto->meanKl > 0);
+    QCOMPARE(w_->runsTable()->rowCount(), 2);
+    QCOMPARE(w_->runsTable()->item(1, 1)->text(), QString("quanto:nbits=2,residual_length=8"));
+    // Double-clicking a run puts its config back into the form.
+    Q_EMIT w_->runsTable()->cellDoubleClicked(0, 1);
+    QCOMPARE(w_->configPanel()->spec(), QString("fp8:overflow=saturate"));
+  }
+
+  void stopsMidRun() {
+    QSignalSpy done(w_, &ui::MainWindow::runFinished);
+    w_->configPanel()->setSpec("hqq:nbits=4");
+    w_->maxNewBox()->setValue(2000);
+    QTest::mouseClick(w_->findChild<QPushButton*>("runButton"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->lastRun() && !w_->lastRun()->finished && w_->lastRun()->tokens.size() >= 2, 60000);
+    QTest::keyClick(w_, Qt::Key_Escape);
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 60000);
+    const auto r = done.takeFirst().at(0).value<ui::RunSnapshotPtr>();
+    QCOMPARE(r->stopReason, QString("cancelled"));
+    QVERIFY(r->tokens.size() < 2000);
+    QVERIFY(!w_->isRunning());
+  }
+
+  void invalidOptionBlocksRun() {
+    w_->configPanel()->setSpec("quanto");
+    auto* nbits = w_->findChild<QComboBox*>("opt_nbits");
+    QVERIFY(nbits);
+    auto* group = w_->findChild<QSpinBox*>("opt_q_group_size");
+    group->setValue(0);
+    QVERIFY(!w_->configPanel()->isValid());
+    QVERIFY(!w_->findChild<QPushButton*>("runButton")->isEnabled());
+    QVERIFY(w_->findChild<QLabel*>("configMessage")->text().contains("`q_group_size` must be a positive integer"));
+    group->setValue(32);
+    QVERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
+  }
+
+  void badModelKeepsTheLoadedOne() {
+    QTemporaryDir dir;
+    const QString bad = dir.filePath("broken.gguf");
+    QFile f(bad);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("GGUF but not really, just text long enough to read a header from");
+    f.close();
+    QSignalSpy failed(engine_, &app::Engine::failed);
+    w_->openModel(bad);
+    QTRY_VERIFY_WITH_TIMEOUT(failed.count() > 0, 30000);
+    QVERIFY(failed.takeFirst().at(0).toString().contains("broken.gguf"));
+    QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());  // the old model is still there
+    const auto again = runAndWait("fp8:overflow=saturate", 4);
+    QVERIFY(again && !again->tokens.isEmpty());
+  }
+
+  void cleanupTestCase() {
+    if (engine_) engine_->requestStop();
+    thread_.quit();
+    thread_.wait();
+    delete w_;
+  }
+};
+
+QTEST_MAIN(GuiTest)
+#include "test_gui.moc"
