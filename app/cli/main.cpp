@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <stdexcept>
 #include <vector>
 
 #include "cache/config.h"
@@ -27,24 +28,15 @@ int main(int argc, char** argv) {
   try {
     for (auto& run : runners)
       if (const int rc = run(); rc >= 0) return rc;
-  } catch (const kvscope::cache::ConfigError& e) {
-    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
-    return 2;
-  } catch (const kvscope::cache::CacheError& e) {
-    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
-    return 2;
-  } catch (const kvscope::model::FormatError& e) {
-    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
-    return 2;
-  } catch (const kvscope::tokenizer::TokenizerError& e) {
-    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
-    return 2;
-  } catch (const kvscope::cli::UsageError& e) {
-    std::cerr << "kvscope-cli: error: " << e.what() << "\n";
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "kvscope-cli: internal error: " << e.what() << "\n";
-    return 1;
+    // Bad input (a SPEC, a file, an option) is exit 2 with one line; anything else is kvscope's own failure.
+    const bool badInput = dynamic_cast<const std::invalid_argument*>(&e) ||  // ConfigError, option checks
+                          dynamic_cast<const kvscope::cache::CacheError*>(&e) ||
+                          dynamic_cast<const kvscope::model::FormatError*>(&e) ||
+                          dynamic_cast<const kvscope::tokenizer::TokenizerError*>(&e) ||
+                          dynamic_cast<const kvscope::cli::UsageError*>(&e);
+    std::cerr << "kvscope-cli: " << (badInput ? "error: " : "internal error: ") << e.what() << "\n";
+    return badInput ? 2 : 1;
   }
   return 0;
 }

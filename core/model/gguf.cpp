@@ -1,13 +1,8 @@
 #include "model/gguf.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 namespace kvscope::model {
@@ -162,28 +157,11 @@ std::uint64_t GgufFile::tensorBytes(std::uint32_t type, std::int64_t numel, cons
   return static_cast<std::uint64_t>(numel / t->blockElems) * t->blockBytes;
 }
 
-GgufFile::GgufFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FormatError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw FormatError(fmt::format("{}: not a regular file", path));
-  }
-  size_ = static_cast<std::size_t>(st.st_size);
-  if (size_ < 24) {
-    ::close(fd);
-    throw FormatError(fmt::format("{}: {} bytes is too short for a GGUF file", path, size_));
-  }
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw FormatError(fmt::format("{}: cannot map ({})", path, std::strerror(errno)));
-  }
-  try {
-    const auto* base = static_cast<const std::uint8_t*>(map_);
-    Cursor c(base, size_, path_);
+GgufFile::GgufFile(const std::string& path) : path_(path), file_(path, 24, "a GGUF file") {
+  const std::size_t size = file_.size();
+  {
+    const auto* base = file_.data();
+    Cursor c(base, size, path_);
     const auto magic = c.read<std::uint32_t>("magic");
     if (magic != 0x46554747u)  // "GGUF" little-endian
       throw FormatError(fmt::format("{}: not a GGUF file (magic {:08x})", path, magic));
@@ -192,15 +170,15 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       throw FormatError(fmt::format("{}: GGUF version {} is not supported (2 or 3)", path, version_));
     const auto nTensors = c.read<std::uint64_t>("tensor count");
     const auto nKv = c.read<std::uint64_t>("metadata count");
-    if (nTensors > size_ / 24 || nKv > size_ / 12)
+    if (nTensors > size / 24 || nKv > size / 12)
       throw FormatError(fmt::format("{}: header claims {} tensors and {} metadata entries in {} bytes", path, nTensors,
-                                    nKv, size_));
+                                    nKv, size));
     for (std::uint64_t i = 0; i < nKv; ++i) {
       const std::string key = c.readString(fmt::format("metadata key #{}", i));
       const auto type = c.read<std::uint32_t>(fmt::format("type of `{}`", key));
       const std::string what = fmt::format("{}: metadata `{}`", path, key);
       if (metadata_.count(key)) throw FormatError(fmt::format("{} appears twice", what));
-      metadata_.emplace(key, readValue(c, type, what, size_));
+      metadata_.emplace(key, readValue(c, type, what, size));
     }
     if (const auto a = getInt("general.alignment")) {
       if (*a <= 0 || *a > (1 << 20) || (*a & (*a - 1)) != 0)
@@ -230,8 +208,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       tensors_.push_back(std::move(t));
     }
     const std::uint64_t dataStart = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
-    if (dataStart > size_) throw FormatError(fmt::format("{}: no room for the tensor data", path));
-    const std::uint64_t dataSize = size_ - dataStart;
+    if (dataStart > size) throw FormatError(fmt::format("{}: no room for the tensor data", path));
+    const std::uint64_t dataSize = size - dataStart;
     for (Tensor& t : tensors_) {
       if (t.offset % alignment_ != 0)
         throw FormatError(fmt::format("{}: tensor `{}`: offset {} is not aligned to {}", path, t.name, t.offset,
@@ -249,15 +227,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       if (byOffset[i - 1]->offset + byOffset[i - 1]->bytes > byOffset[i]->offset)
         throw FormatError(fmt::format("{}: tensors `{}` and `{}` overlap", path, byOffset[i - 1]->name,
                                       byOffset[i]->name));
-  } catch (...) {
-    ::munmap(map_, size_);
-    map_ = nullptr;
-    throw;
   }
-}
-
-GgufFile::~GgufFile() {
-  if (map_) ::munmap(map_, size_);
 }
 
 const GgufFile::Tensor* GgufFile::find(const std::string& name) const {

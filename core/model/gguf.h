@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "model/mapped_file.h"
 #include "model/safetensors.h"  // FormatError
 
 namespace kvscope::model {
@@ -40,14 +41,13 @@ class GgufFile {
 
   /// Opens and validates `path`. Throws FormatError.
   explicit GgufFile(const std::string& path);
-  ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
   const std::string& path() const { return path_; }
   std::uint32_t version() const { return version_; }
   std::uint64_t alignment() const { return alignment_; }
-  std::uint64_t fileSize() const { return size_; }
+  std::uint64_t fileSize() const { return file_.size(); }
 
   const std::map<std::string, Value>& metadata() const { return metadata_; }
   bool has(const std::string& key) const { return metadata_.count(key) != 0; }
@@ -72,8 +72,7 @@ class GgufFile {
 
  private:
   std::string path_;
-  void* map_ = nullptr;
-  std::size_t size_ = 0;
+  MappedFile file_;
   std::uint32_t version_ = 0;
   std::uint64_t alignment_ = 32;
   std::map<std::string, Value> metadata_;

@@ -1,10 +1,7 @@
 #include "model/safetensors.h"
 
-#include <fcntl.h>
+
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -21,31 +18,15 @@ int SafetensorsFile::dtypeSize(const std::string& d) {
   return 0;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw FormatError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw FormatError(fmt::format("{}: not a regular file", path));
-  }
-  size_ = static_cast<std::size_t>(st.st_size);
-  if (size_ < 8) {
-    ::close(fd);
-    throw FormatError(fmt::format("{}: {} bytes is too short for a safetensors file (8-byte header size first)", path, size_));
-  }
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw FormatError(fmt::format("{}: cannot map ({})", path, std::strerror(errno)));
-  }
-  try {
-    const auto* base = static_cast<const std::uint8_t*>(map_);
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), file_(path, 8, "a safetensors file (8-byte header size first)") {
+  const std::size_t size = file_.size();
+  {
+    const auto* base = file_.data();
     std::uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | base[i];
-    if (n > size_ - 8)
-      throw FormatError(fmt::format("{}: header claims {} bytes but only {} follow", path, n, size_ - 8));
+    if (n > size - 8)
+      throw FormatError(fmt::format("{}: header claims {} bytes but only {} follow", path, n, size - 8));
     const char* hb = reinterpret_cast<const char*>(base + 8);
     nlohmann::json header;
     try {
@@ -55,7 +36,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     }
     if (!header.is_object()) throw FormatError(fmt::format("{}: header is not a JSON object", path));
     const std::uint8_t* data = base + 8 + n;
-    const std::uint64_t dataSize = size_ - 8 - n;
+    const std::uint64_t dataSize = size - 8 - n;
     for (const auto& [name, info] : header.items()) {
       if (name == "__metadata__") {
         if (!info.is_object()) throw FormatError(fmt::format("{}: __metadata__ is not an object", path));
@@ -99,16 +80,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       entries_.push_back(std::move(e));
     }
     std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& c) { return a.name < c.name; });
-  } catch (...) {
-    ::munmap(map_, size_);
-    map_ = nullptr;
-    throw;
   }
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, size_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 bool SafetensorsFile::contains(const std::string& name) const {
   const auto it = std::lower_bound(entries_.begin(), entries_.end(), name,

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+
+#include "model/mapped_file.h"
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,8 +45,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  void* map_ = nullptr;
-  std::size_t size_ = 0;
+  MappedFile file_;
   std::map<std::string, std::string> metadata_;
   std::vector<Entry> entries_;
 };

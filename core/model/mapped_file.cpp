@@ -1,0 +1,41 @@
+#include "model/mapped_file.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "model/safetensors.h"  // FormatError
+
+namespace kvscope::model {
+
+MappedFile::MappedFile(const std::string& path, std::size_t minSize, const char* kind) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw FormatError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw FormatError(fmt::format("{}: not a regular file", path));
+  }
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ < minSize) {
+    ::close(fd);
+    throw FormatError(fmt::format("{}: {} bytes is too short for {}", path, size_, kind));
+  }
+  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw FormatError(fmt::format("{}: cannot map ({})", path, std::strerror(errno)));
+  }
+}
+
+MappedFile::~MappedFile() {
+  if (map_) ::munmap(map_, size_);
+}
+
+}  // namespace kvscope::model

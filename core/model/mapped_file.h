@@ -1,0 +1,27 @@
+// A read-only memory map of a whole file, unmapped on destruction; the readers check every offset against size().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvscope::model {
+
+class MappedFile {
+ public:
+  /// Throws FormatError naming the file: cannot open, not a regular file, shorter than minSize (`kind` says what
+  /// the file should have been, e.g. "a GGUF file"), cannot map.
+  MappedFile(const std::string& path, std::size_t minSize, const char* kind);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::uint8_t* data() const { return static_cast<const std::uint8_t*>(map_); }
+  std::size_t size() const { return size_; }
+
+ private:
+  void* map_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace kvscope::model
