@@ -1,7 +1,9 @@
 #include "docks.h"
 
 #include <QComboBox>
+#include <QHeaderView>
 #include <QLabel>
+#include <QTableWidget>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
@@ -174,6 +176,13 @@ ErrorDock::ErrorDock(QWidget* parent) : QWidget(parent) {
   plot_->yAxis->setLabel(tr("KV head"));
   map_ = new QCPColorMap(plot_->xAxis, plot_->yAxis);
   map_->setInterpolate(false);
+  // Cells are whole layers and heads: integer ticks only.
+  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
+    QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
+    ticker->setTickStep(1.0);
+    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    axis->setTicker(ticker);
+  }
   auto* scale = new QCPColorScale(plot_);
   plot_->plotLayout()->addElement(0, 1, scale);
   scale->axis()->setLabel(tr("relative L2 error"));
@@ -215,6 +224,47 @@ void ErrorDock::redraw() {
   map_->rescaleDataRange(true);
   plot_->rescaleAxes();
   plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+BeamDock::BeamDock(QWidget* parent) : QWidget(parent) {
+  auto* l = new QVBoxLayout(this);
+  summary_ = new QLabel(tr("Beam search runs show here (Decoding: beam search)."), this);
+  summary_->setWordWrap(true);
+  table_ = new QTableWidget(0, 0, this);
+  table_->setObjectName("beamTable");
+  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  l->addWidget(summary_);
+  l->addWidget(table_, 1);
+}
+
+void BeamDock::show(const RunSnapshotPtr& run) {
+  if (run->beamSteps.isEmpty()) return;
+  const int beams = static_cast<int>(run->beamSteps.front().parents.size());
+  table_->setColumnCount(beams);
+  QStringList headers;
+  for (int b = 0; b < beams; ++b) headers << tr("beam %1").arg(b);
+  table_->setHorizontalHeaderLabels(headers);
+  table_->setRowCount(static_cast<int>(run->beamSteps.size()));
+  for (int r = 0; r < run->beamSteps.size(); ++r) {
+    const auto& st = run->beamSteps[r];
+    table_->setVerticalHeaderItem(r, new QTableWidgetItem(QString::number(st.step)));
+    for (int b = 0; b < beams && b < st.parents.size(); ++b) {
+      const bool moved = st.parents[b] != b;
+      QString cell = tr("%1%2 %3").arg(moved ? QString("\u2190%1 ").arg(st.parents[b]) : QString(), st.tokens.value(b).trimmed().isEmpty() ? "\u2423" : st.tokens.value(b),
+                                     QString::number(st.scores.value(b), 'f', 2));
+      auto* item = new QTableWidgetItem(cell);
+      item->setToolTip(tr("continues beam %1 (the cache rows were reordered to follow it); reads quantized-store row %2")
+                           .arg(st.parents[b])
+                           .arg(b < st.storeRows.size() ? QString::number(st.storeRows[b]) : tr("n/a")));
+      if (moved) item->setBackground(QColor(255, 236, 179));
+      table_->setItem(r, b, item);
+    }
+  }
+  table_->scrollToBottom();
+  QString text = tr("%1: %2 steps").arg(run->spec).arg(run->beamSteps.size());
+  for (int i = 0; i < run->beamTexts.size(); ++i)
+    text += tr("<br><b>%1</b> (%2): %3").arg(i).arg(run->beamScores.value(i), 0, 'f', 4).arg(run->beamTexts[i].toHtmlEscaped());
+  summary_->setText(text);
 }
 
 }  // namespace kvscope::ui

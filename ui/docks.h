@@ -9,6 +9,7 @@
 class QCustomPlot;
 class QCPColorMap;
 class QComboBox;
+class QTableWidget;
 class QLabel;
 
 namespace kvscope::ui {
@@ -67,6 +68,19 @@ class ErrorDock : public QWidget {
   RunSnapshotPtr last_;
   // Keeps the latest error seen per (layer, head), since a step quantizes only some layers' history.
   std::vector<std::vector<float>> relK_, relV_;
+};
+
+/// Beam search, step by step: for each beam the old beam it continues (the cache reorder), the token it appended and
+/// its score, and the row of the quantized store it reads; then the finished hypotheses.
+class BeamDock : public QWidget {
+  Q_OBJECT
+ public:
+  explicit BeamDock(QWidget* parent = nullptr);
+  void show(const RunSnapshotPtr& run);
+
+ private:
+  QTableWidget* table_;
+  QLabel* summary_;
 };
 
 }  // namespace kvscope::ui

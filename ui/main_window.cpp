@@ -3,6 +3,8 @@
 #include <QAction>
 #include <QApplication>
 #include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QCloseEvent>
 #include <QDockWidget>
 #include <QFileDialog>
@@ -25,6 +27,8 @@
 #include "cache/config.h"
 #include "config_panel.h"
 #include "docks.h"
+
+#include <qcustomplot.h>
 
 namespace kvscope::ui {
 
@@ -62,8 +66,42 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   maxNew_ = new QSpinBox(panel);
   maxNew_->setRange(1, 8192);
   maxNew_->setValue(64);
+  decoding_ = new QComboBox(panel);
+  decoding_->setObjectName("decoding");
+  decoding_->addItems({tr("Greedy"), tr("Sampling"), tr("Beam search")});
+  temperature_ = new QDoubleSpinBox(panel);
+  temperature_->setRange(0.01, 5.0);
+  temperature_->setValue(0.8);
+  topP_ = new QDoubleSpinBox(panel);
+  topP_->setRange(0.01, 1.0);
+  topP_->setSingleStep(0.05);
+  topP_->setValue(0.95);
+  topK_ = new QSpinBox(panel);
+  topK_->setRange(0, 100000);
+  seed_ = new QSpinBox(panel);
+  seed_->setRange(0, 1 << 30);
+  beams_ = new QSpinBox(panel);
+  beams_->setObjectName("beams");
+  beams_->setRange(1, 16);
+  beams_->setValue(4);
   auto* opts = new QFormLayout();
   opts->addRow(tr("New tokens"), maxNew_);
+  opts->addRow(tr("Decoding"), decoding_);
+  opts->addRow(tr("Temperature"), temperature_);
+  opts->addRow(tr("Top-p"), topP_);
+  opts->addRow(tr("Top-k (0: off)"), topK_);
+  opts->addRow(tr("Seed"), seed_);
+  opts->addRow(tr("Beams"), beams_);
+  auto showDecoding = [this, opts] {
+    const int mode = decoding_->currentIndex();
+    for (QWidget* w : {static_cast<QWidget*>(temperature_), static_cast<QWidget*>(topP_), static_cast<QWidget*>(topK_),
+                       static_cast<QWidget*>(seed_)})
+      opts->setRowVisible(w, mode == 1);
+    opts->setRowVisible(beams_, mode == 2);
+    shadow_->setEnabled(mode != 2);
+  };
+  connect(decoding_, &QComboBox::currentIndexChanged, this, showDecoding);
+  showDecoding();
   runButton_ = new QPushButton(tr("Run"), panel);
   runButton_->setObjectName("runButton");
   stopButton_ = new QPushButton(tr("Stop"), panel);
@@ -89,6 +127,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   dock(this, tr("KV memory"), "memoryDock", memory_, Qt::RightDockWidgetArea);
   dock(this, tr("FP8 scales"), "scalesDock", scales_, Qt::RightDockWidgetArea);
   dock(this, tr("Quantization error"), "errorDock", errors_, Qt::RightDockWidgetArea);
+  beamDock_ = new BeamDock(this);
+  auto* bd = dock(this, tr("Beams"), "beamDock", beamDock_, Qt::BottomDockWidgetArea);
 
   runs_ = new QTableWidget(0, 8, this);
   runs_->setObjectName("runsTable");
@@ -98,7 +138,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   runs_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   runs_->setSelectionBehavior(QAbstractItemView::SelectRows);
   runs_->setToolTip(tr("Double-click a run to load its config into the form"));
-  dock(this, tr("Compare runs"), "runsDock", runs_, Qt::BottomDockWidgetArea);
+  auto* rd = dock(this, tr("Compare runs"), "runsDock", runs_, Qt::BottomDockWidgetArea);
+  tabifyDockWidget(rd, bd);
+  rd->raise();
   connect(runs_, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
     config_->setSpec(runs_->item(row, 1)->text());
   });
@@ -134,6 +176,8 @@ void MainWindow::buildMenus() {
   });
   QAction* exp = file->addAction(tr("&Export cache config…"), this, &MainWindow::exportConfig);
   exp->setShortcut(QKeySequence(tr("Ctrl+E")));
+  file->addAction(tr("Export runs as &CSV…"), this, &MainWindow::exportRuns);
+  file->addAction(tr("Export &plots as PNG/PDF…"), this, &MainWindow::exportPlots);
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
   QMenu* runMenu = menuBar()->addMenu(tr("&Run"));
@@ -194,6 +238,13 @@ void MainWindow::run() {
   r.chat = chat_->isChecked();
   r.shadow = shadow_->isChecked();
   r.maxNew = maxNew_->value();
+  r.sample = decoding_->currentIndex() == 1;
+  r.temperature = temperature_->value();
+  r.topP = topP_->value();
+  r.topK = topK_->value();
+  r.seed = static_cast<quint64>(seed_->value());
+  r.beams = decoding_->currentIndex() == 2 ? beams_->value() : 0;
+  if (r.beams > 0) r.shadow = false;
   running_ = true;
   message_->clear();
   updateActions();
@@ -210,6 +261,7 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
   memory_->show(run);
   scales_->show(run);
   errors_->show(run);
+  beamDock_->show(run);
   status_->setText(tr("%1 — %2 tokens, prefill %3 tok/s, decode %4 tok/s")
                        .arg(run->spec)
                        .arg(run->tokens.size())
@@ -263,6 +315,39 @@ void MainWindow::exportConfig() {
   } catch (const std::exception& ex) {
     onFailed(QString::fromStdString(ex.what()));
   }
+}
+
+void MainWindow::exportRuns() {
+  const QString path = QFileDialog::getSaveFileName(this, tr("Export runs"), "kvscope_runs.csv", tr("CSV (*.csv)"));
+  if (path.isEmpty()) return;
+  QString csv;
+  for (int c = 0; c < runs_->columnCount(); ++c)
+    csv += (c ? "," : "") + runs_->horizontalHeaderItem(c)->text();
+  csv += "\n";
+  for (int r = 0; r < runs_->rowCount(); ++r) {
+    for (int c = 0; c < runs_->columnCount(); ++c)
+      csv += (c ? "," : "") + QString("\"%1\"").arg(runs_->item(r, c)->text().replace('"', "\"\""));
+    csv += "\n";
+  }
+  QSaveFile f(path);
+  if (!f.open(QIODevice::WriteOnly) || f.write(csv.toUtf8()) < 0 || !f.commit()) {
+    onFailed(tr("cannot write %1: %2").arg(path, f.errorString()));
+    return;
+  }
+  message_->setText(tr("Exported %1 runs to %2").arg(runs_->rowCount()).arg(path));
+}
+
+void MainWindow::exportPlots() {
+  const QString dir = QFileDialog::getExistingDirectory(this, tr("Export plots to a folder"));
+  if (dir.isEmpty()) return;
+  int saved = 0;
+  for (auto [name, plot] : {std::pair{"kv_memory", memory_->plot()}, std::pair{"fp8_scales", scales_->plot()},
+                            std::pair{"quantization_error", errors_->plot()}}) {
+    saved += plot->savePng(dir + "/" + name + ".png", 0, 0, 2.0) ? 1 : 0;
+    saved += plot->savePdf(dir + "/" + name + ".pdf") ? 1 : 0;
+  }
+  if (saved == 6) message_->setText(tr("Saved 3 plots as PNG and PDF in %1").arg(dir));
+  else onFailed(tr("could not write every plot to %1").arg(dir));
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {

@@ -8,6 +8,8 @@
 #include "snapshots.h"
 
 class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
 class QLabel;
 class QPlainTextEdit;
 class QProgressBar;
@@ -18,6 +20,7 @@ class QTableWidget;
 namespace kvscope::ui {
 
 class ConfigPanel;
+class BeamDock;
 class ErrorDock;
 class MemoryDock;
 class ScalesDock;
@@ -51,6 +54,8 @@ class MainWindow : public QMainWindow {
   void onRunUpdated(const kvscope::ui::RunSnapshotPtr& run);
   void onFailed(const QString& message);
   void exportConfig();
+  void exportRuns();
+  void exportPlots();
 
  Q_SIGNALS:
   void loadRequested(const QString& path, const QString& dtype);
@@ -73,6 +78,13 @@ class MainWindow : public QMainWindow {
   QCheckBox* chat_;
   QCheckBox* shadow_;
   QSpinBox* maxNew_;
+  QComboBox* decoding_;
+  QDoubleSpinBox* temperature_;
+  QDoubleSpinBox* topP_;
+  QSpinBox* topK_;
+  QSpinBox* seed_;
+  QSpinBox* beams_;
+  BeamDock* beamDock_;
   QPushButton* runButton_;
   QPushButton* stopButton_;
   TextView* text_;

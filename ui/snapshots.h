@@ -29,6 +29,7 @@ struct RunRequest {
   int topK = 0;
   quint64 seed = 0;
   bool shadow = true;
+  int beams = 0;  ///< > 0: beam search with this many beams (no shadow)
 };
 
 struct TokenView {
@@ -38,6 +39,16 @@ struct TokenView {
   float kl = 0.0f;           ///< against the shadow reference (when the run has one)
   bool top1Agrees = true;
   QVector<QPair<QString, float>> top;  ///< (text, log-prob)
+};
+
+/// One beam-search step: which old beam each beam continues (the reorder applied to the cache), its new token and
+/// running score, and which row of the quantized store each beam reads (layer 0).
+struct BeamStepView {
+  int step = 0;
+  QVector<qint64> parents;
+  QStringList tokens;
+  QVector<float> scores;
+  QVector<qint64> storeRows;
 };
 
 struct RunSnapshot {
@@ -52,6 +63,10 @@ struct RunSnapshot {
   int firstDivergence = -1;
   bool finished = false;
   QString stopReason;
+  // Beam search runs:
+  QVector<BeamStepView> beamSteps;
+  QStringList beamTexts;  ///< finished hypotheses, best first
+  QVector<float> beamScores;
 };
 using RunSnapshotPtr = std::shared_ptr<const RunSnapshot>;
 

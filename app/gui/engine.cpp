@@ -19,6 +19,56 @@ struct Engine::Impl {
   int runs = 0;
 };
 
+void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt,
+                      cache::KvCache& kv) {
+  auto snap = std::make_shared<ui::RunSnapshot>();
+  snap->runId = ++d_->runs;
+  snap->spec = QString::fromStdString(cache::toSpec(cfg)) + QString(" (%1 beams)").arg(r.beams);
+  snap->promptTokens = static_cast<int>(prompt.size());
+  generate::BeamOptions bo;
+  bo.numBeams = r.beams;
+  std::vector<std::int64_t> stops{d_->tok->eosId()};
+  if (const auto e = d_->tok->tokenId("<|im_end|>")) stops.push_back(*e);
+  QElapsedTimer sinceEmit;
+  sinceEmit.start();
+  const auto result = generate::beamSearch(
+      *d_->model, kv, prompt, r.maxNew, bo, stops,
+      [&](const generate::BeamStepEvent& ev) {
+        ui::BeamStepView v;
+        v.step = ev.step;
+        for (auto p : ev.parents) v.parents << p;
+        for (auto t : ev.tokens) v.tokens << QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(t)));
+        for (auto sc : ev.scores) v.scores << sc;
+        if (ev.snapshot && !ev.snapshot->stats.empty())
+          for (auto row : ev.snapshot->stats[0].storeRows) v.storeRows << row;
+        snap->beamSteps.append(v);
+        if (ev.snapshot) snap->cache = *ev.snapshot;
+        if (sinceEmit.elapsed() >= 40) {
+          Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
+          sinceEmit.restart();
+        }
+        return true;
+      },
+      &cancel_);
+  for (std::size_t b = 0; b < result.sequences.size(); ++b) {
+    const std::vector<std::int32_t> ids(result.sequences[b].begin(), result.sequences[b].end());
+    snap->beamTexts << QString::fromStdString(d_->tok->decode(ids, true));
+    snap->beamScores << result.scores[b];
+  }
+  if (!result.sequences.empty())
+    for (auto id : result.sequences[0]) {
+      ui::TokenView t;
+      t.id = id;
+      t.text = QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id)));
+      snap->tokens.append(t);
+    }
+  snap->decodeTokS = result.seconds > 0 ? snap->beamSteps.size() / result.seconds : 0.0;
+  snap->finished = true;
+  snap->stopReason = QString::fromStdString(result.stopReason);
+  snap->cache = kv.snapshot();
+  Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
+}
+
 void registerMetaTypes() {
   qRegisterMetaType<kvscope::ui::ModelInfo>();
   qRegisterMetaType<kvscope::ui::RunRequest>();
@@ -78,6 +128,10 @@ void Engine::run(const ui::RunRequest& r) {
     if (ids32.empty()) throw std::runtime_error("the prompt is empty");
     const std::vector<std::int64_t> prompt(ids32.begin(), ids32.end());
     auto kv = d_->model->makeCache(cfg);
+    if (r.beams > 0) {
+      runBeams(r, cfg, prompt, *kv);
+      return;
+    }
     generate::GenerateOptions o;
     o.maxNew = r.maxNew;
     o.sampling.greedy = !r.sample;

@@ -6,8 +6,14 @@
 #include <QObject>
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "snapshots.h"
+
+namespace kvscope::cache {
+struct CacheConfig;
+class KvCache;
+}  // namespace kvscope::cache
 
 namespace kvscope::app {
 
@@ -30,6 +36,8 @@ class Engine : public QObject {
   void failed(const QString& message);
 
  private:
+  void runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt,
+                cache::KvCache& kv);
   struct Impl;
   std::unique_ptr<Impl> d_;
   std::atomic<bool> cancel_{false};

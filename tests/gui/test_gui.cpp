@@ -121,6 +121,20 @@ class GuiTest : public QObject {
     QVERIFY(again && !again->tokens.isEmpty());
   }
 
+  void beamSearchShowsTheReorders() {
+    w_->findChild<QComboBox*>("decoding")->setCurrentIndex(2);
+    w_->findChild<QSpinBox*>("beams")->setValue(3);
+    const auto r = runAndWait("quanto:nbits=4,residual_length=4", 6);
+    w_->findChild<QComboBox*>("decoding")->setCurrentIndex(0);
+    QVERIFY(r);
+    QVERIFY(r->spec.endsWith("(3 beams)"));
+    QVERIFY(!r->beamSteps.isEmpty());
+    QCOMPARE(r->beamSteps.front().parents.size(), 3);
+    QCOMPARE(r->beamTexts.size(), 3);
+    QVERIFY(r->beamScores[0] >= r->beamScores[2]);
+    QCOMPARE(w_->findChild<QTableWidget*>("beamTable")->rowCount(), r->beamSteps.size());
+  }
+
   void cleanupTestCase() {
     if (engine_) engine_->requestStop();
     thread_.quit();
