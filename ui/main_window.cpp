@@ -251,6 +251,8 @@ void MainWindow::run() {
   Q_EMIT runRequested(r);
 }
 
+void MainWindow::setShadow(bool on) { shadow_->setChecked(on); }
+
 void MainWindow::stop() {
   if (running_ && stop_) stop_();
 }

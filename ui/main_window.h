@@ -42,6 +42,7 @@ class MainWindow : public QMainWindow {
   QTableWidget* runsTable() const { return runs_; }
   MemoryDock* memoryDock() const { return memory_; }
   bool isRunning() const { return running_; }
+  void setShadow(bool on);
   bool hasModel() const { return !model_.path.isEmpty(); }
   RunSnapshotPtr lastRun() const { return last_; }
 

@@ -13,6 +13,12 @@
 
 namespace kvscope::app {
 
+namespace {
+// Snapshots at most every 100 ms (10 Hz): smooth enough to watch, and on a 2-core machine the GUI's redraws then take
+// little from the engine (tests/bench/bench_gui_vs_cli.sh measures it).
+constexpr qint64 kEmitMs = 100;
+}  // namespace
+
 struct Engine::Impl {
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -43,7 +49,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
           for (auto row : ev.snapshot->stats[0].storeRows) v.storeRows << row;
         snap->beamSteps.append(v);
         if (ev.snapshot) snap->cache = *ev.snapshot;
-        if (sinceEmit.elapsed() >= 40) {
+        if (sinceEmit.elapsed() >= kEmitMs) {
           Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
           sinceEmit.restart();
         }
@@ -140,7 +146,7 @@ void Engine::run(const ui::RunRequest& r) {
     o.sampling.topP = r.topP;
     o.sampling.seed = r.seed;
     o.shadow = r.shadow;
-    o.snapshots = true;
+    o.snapshots = false;  // the cache snapshot is taken only when a GUI update is due (below)
     o.stopIds = {d_->tok->eosId()};
     if (const auto e = d_->tok->tokenId("<|im_end|>")) o.stopIds.push_back(*e);
 
@@ -165,12 +171,12 @@ void Engine::run(const ui::RunRequest& r) {
           for (const auto& [id, lp] : ev.top)
             t.top.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
           snap->tokens.append(t);
-          snap->cache = *ev.snapshot;
           if (ev.step == 0) snap->prefillTokS = snap->promptTokens / std::max(ev.seconds, 1e-9);
           else decodeSeconds += ev.seconds, ++steps;
           snap->decodeTokS = steps ? steps / decodeSeconds : 0.0;
-          // At most ~25 snapshots a second; each is a copy the GUI can keep.
-          if (sinceEmit.elapsed() >= 40) {
+          // Each snapshot is a copy the GUI can keep.
+          if (sinceEmit.elapsed() >= kEmitMs) {
+            snap->cache = kv->snapshot();
             Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
             sinceEmit.restart();
           }

@@ -1,6 +1,6 @@
 // The engine: one object living in its own QThread that owns the model, the caches and the tokenizer. Commands
-// arrive as queued slot calls with small value objects; results leave as immutable snapshots, at most ~25 per
-// second, each superseding the last. requestStop() is the one call that may come from any thread.
+// arrive as queued slot calls with small value objects; results leave as immutable snapshots, at most 10 per second,
+// each superseding the last. requestStop() is the one call that may come from any thread.
 #pragma once
 
 #include <QObject>
