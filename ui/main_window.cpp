@@ -27,6 +27,7 @@
 #include "cache/config.h"
 #include "config_panel.h"
 #include "docks.h"
+#include "session.h"
 
 #include <qcustomplot.h>
 
@@ -176,6 +177,16 @@ void MainWindow::buildMenus() {
   });
   QAction* exp = file->addAction(tr("&Export cache config…"), this, &MainWindow::exportConfig);
   exp->setShortcut(QKeySequence(tr("Ctrl+E")));
+  file->addAction(tr("&Save session…"), this, [this] {
+    const QString p = QFileDialog::getSaveFileName(this, tr("Save session"), "session.kvscope.json",
+                                                   tr("kvscope sessions (*.kvscope.json *.json)"));
+    if (!p.isEmpty()) saveSessionTo(p);
+  });
+  file->addAction(tr("Open &session…"), this, [this] {
+    const QString p = QFileDialog::getOpenFileName(this, tr("Open session"), QString(),
+                                                   tr("kvscope sessions (*.kvscope.json *.json)"));
+    if (!p.isEmpty()) openSession(p);
+  });
   file->addAction(tr("Export runs as &CSV…"), this, &MainWindow::exportRuns);
   file->addAction(tr("Export &plots as PNG/PDF…"), this, &MainWindow::exportPlots);
   file->addSeparator();
@@ -271,6 +282,7 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
                        .arg(run->decodeTokS, 0, 'f', 1));
   if (run->finished) {
     running_ = false;
+    finished_.append(run);
     addRunRow(run);
     updateActions();
     Q_EMIT runFinished(run);
@@ -317,6 +329,38 @@ void MainWindow::exportConfig() {
   } catch (const std::exception& ex) {
     onFailed(QString::fromStdString(ex.what()));
   }
+}
+
+void MainWindow::saveSessionTo(const QString& path) {
+  try {
+    saveSession(Session{model_.path, finished_}, path);
+    message_->setText(tr("Saved %1 runs to %2").arg(finished_.size()).arg(path));
+  } catch (const SessionError& e) {
+    onFailed(QString::fromStdString(e.what()));
+  }
+}
+
+void MainWindow::openSession(const QString& path) {
+  Session s;
+  try {
+    s = loadSession(path);  // nothing changes unless the whole file reads
+  } catch (const SessionError& e) {
+    onFailed(QString::fromStdString(e.what()));
+    return;
+  }
+  finished_ = s.runs;
+  runs_->setRowCount(0);
+  for (const auto& r : finished_) addRunRow(r);
+  if (!finished_.isEmpty()) {
+    last_ = finished_.back();
+    text_->show(last_);
+    memory_->show(last_);
+  }
+  message_->setText(tr("Opened %1 runs from %2%3")
+                        .arg(finished_.size())
+                        .arg(path, s.modelPath.isEmpty() || s.modelPath == model_.path
+                                       ? QString()
+                                       : tr(" (recorded with %1)").arg(s.modelPath)));
 }
 
 void MainWindow::exportRuns() {

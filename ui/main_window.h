@@ -57,6 +57,8 @@ class MainWindow : public QMainWindow {
   void exportConfig();
   void exportRuns();
   void exportPlots();
+  void saveSessionTo(const QString& path);
+  void openSession(const QString& path);
 
  Q_SIGNALS:
   void loadRequested(const QString& path, const QString& dtype);
@@ -100,6 +102,7 @@ class MainWindow : public QMainWindow {
   std::function<void()> stop_;
   ModelInfo model_;
   RunSnapshotPtr last_;
+  QVector<RunSnapshotPtr> finished_;  ///< every finished run, in order (session files)
   bool running_ = false;
   bool loading_ = false;
 };

@@ -19,6 +19,7 @@
 #include "docks.h"
 #include "engine.h"
 #include "main_window.h"
+#include "session.h"
 #include "wiring.h"
 
 using namespace kvscope;
@@ -133,6 +134,30 @@ class GuiTest : public QObject {
     QCOMPARE(r->beamTexts.size(), 3);
     QVERIFY(r->beamScores[0] >= r->beamScores[2]);
     QCOMPARE(w_->findChild<QTableWidget*>("beamTable")->rowCount(), r->beamSteps.size());
+  }
+
+  void sessionRoundTrip() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("s.kvscope.json");
+    const int rows = w_->runsTable()->rowCount();
+    QVERIFY(rows >= 2);
+    const QString firstConfig = w_->runsTable()->item(0, 1)->text();
+    w_->saveSessionTo(path);
+    QVERIFY(QFile::exists(path));
+    // A broken session file is refused and nothing changes.
+    const QString bad = dir.filePath("bad.json");
+    QFile b(bad);
+    QVERIFY(b.open(QIODevice::WriteOnly));
+    b.write("{\"format\": \"something else\"}");
+    b.close();
+    w_->openSession(bad);
+    QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("not a kvscope session file"));
+    QCOMPARE(w_->runsTable()->rowCount(), rows);
+    w_->runsTable()->setRowCount(0);
+    w_->openSession(path);
+    QCOMPARE(w_->runsTable()->rowCount(), rows);
+    QCOMPARE(w_->runsTable()->item(0, 1)->text(), firstConfig);
+    QVERIFY(!w_->textView()->plainText().isEmpty());
   }
 
   void cleanupTestCase() {

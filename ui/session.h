@@ -1,0 +1,28 @@
+// Session files: the finished runs of a workbench session (config, prompt size, tokens with their log-probs and KL,
+// figures, per-layer memory) as JSON, so that a session can be reopened and compared later.
+#pragma once
+
+#include <QString>
+#include <QVector>
+#include <stdexcept>
+
+#include "snapshots.h"
+
+namespace kvscope::ui {
+
+struct Session {
+  QString modelPath;
+  QVector<RunSnapshotPtr> runs;
+};
+
+class SessionError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Writes atomically (QSaveFile). Throws SessionError naming the file.
+void saveSession(const Session& s, const QString& path);
+/// Throws SessionError naming the file and the problem; nothing is half-read.
+Session loadSession(const QString& path);
+
+}  // namespace kvscope::ui
