@@ -11,6 +11,7 @@
 #include <QFormLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QMenu>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
@@ -55,6 +56,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   modelCard_->setWordWrap(true);
   progress_ = new QProgressBar(panel);
   progress_->setVisible(false);
+  dtype_ = new QComboBox(panel);
+  dtype_->setObjectName("dtype");
+  dtype_->addItems({"fp32", "bf16", "fp16"});
+  dtype_->setToolTip(tr("Weights and activations; changing it reloads the model (CPU)"));
+  auto* modelRow = new QFormLayout();
+  modelRow->addRow(tr("Model dtype"), dtype_);
+  connect(dtype_, &QComboBox::currentTextChanged, this, [this] {
+    if (hasModel() && !loading_) openModel(model_.path);
+  });
   config_ = new ConfigPanel(panel);
   prompt_ = new QPlainTextEdit(panel);
   prompt_->setObjectName("prompt");
@@ -112,6 +122,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   buttons->addWidget(stopButton_);
   pl->addWidget(modelCard_);
   pl->addWidget(progress_);
+  pl->addLayout(modelRow);
   pl->addWidget(config_);
   pl->addWidget(prompt_, 1);
   pl->addWidget(chat_);
@@ -175,6 +186,8 @@ void MainWindow::buildMenus() {
     const QString p = QFileDialog::getExistingDirectory(this, tr("Open a Hugging Face model directory"));
     if (!p.isEmpty()) openModel(p);
   });
+  recent_ = file->addMenu(tr("Open &recent"));
+  rebuildRecent();
   QAction* exp = file->addAction(tr("&Export cache config…"), this, &MainWindow::exportConfig);
   exp->setShortcut(QKeySequence(tr("Ctrl+E")));
   file->addAction(tr("&Save session…"), this, [this] {
@@ -204,6 +217,24 @@ void MainWindow::buildMenus() {
   });
 }
 
+void MainWindow::rememberModel(const QString& path) {
+  QSettings s;
+  QStringList recent = s.value("recent/models").toStringList();
+  recent.removeAll(path);
+  recent.prepend(path);
+  while (recent.size() > 8) recent.removeLast();
+  s.setValue("recent/models", recent);
+  rebuildRecent();
+}
+
+void MainWindow::rebuildRecent() {
+  if (!recent_) return;
+  recent_->clear();
+  const QStringList recent = QSettings().value("recent/models").toStringList();
+  for (const QString& p : recent) recent_->addAction(p, this, [this, p] { openModel(p); });
+  recent_->setEnabled(!recent.isEmpty());
+}
+
 void MainWindow::updateActions() {
   runButton_->setEnabled(hasModel() && !running_ && !loading_ && config_->isValid());
   stopButton_->setEnabled(running_);
@@ -216,7 +247,7 @@ void MainWindow::openModel(const QString& path) {
   progress_->setVisible(true);
   message_->setText(tr("Loading %1…").arg(path));
   updateActions();
-  Q_EMIT loadRequested(path, "fp32");
+  Q_EMIT loadRequested(path, dtype_->currentText());
 }
 
 void MainWindow::onLoadProgress(int done, int total) {
@@ -237,7 +268,8 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
                           .arg(info.headDim)
                           .arg(info.vocab)
                           .arg(info.weightTypes.join(", ")));
-  message_->setText(tr("Model loaded."));
+  message_->setText(tr("Model loaded (%1).").arg(info.dtype));
+  rememberModel(info.path);
   updateActions();
 }
 

@@ -82,6 +82,10 @@ class MainWindow : public QMainWindow {
   QCheckBox* shadow_;
   QSpinBox* maxNew_;
   QComboBox* decoding_;
+  QComboBox* dtype_;
+  class QMenu* recent_ = nullptr;
+  void rememberModel(const QString& path);
+  void rebuildRecent();
   QDoubleSpinBox* temperature_;
   QDoubleSpinBox* topP_;
   QSpinBox* topK_;

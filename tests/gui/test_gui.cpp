@@ -160,6 +160,19 @@ class GuiTest : public QObject {
     QVERIFY(!w_->textView()->plainText().isEmpty());
   }
 
+  void bf16ReloadsAndRuns() {
+    QSignalSpy loaded(engine_, &app::Engine::modelLoaded);
+    w_->findChild<QComboBox*>("dtype")->setCurrentText("bf16");
+    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 60000);
+    QCOMPARE(loaded.takeFirst().at(0).value<ui::ModelInfo>().dtype, QString("bf16"));
+    const auto r = runAndWait("fp8:overflow=saturate", 4);
+    QVERIFY(r && !r->tokens.isEmpty());
+    // bf16 states: the unquantized equivalent is two bytes a value, fp8 one.
+    QCOMPARE(r->cache.total().payload * 2, r->cache.total().unquantized);
+    w_->findChild<QComboBox*>("dtype")->setCurrentText("fp32");
+    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 60000);
+  }
+
   void cleanupTestCase() {
     if (engine_) engine_->requestStop();
     thread_.quit();
