@@ -15,6 +15,7 @@
 
 #include "tokenizer/detail.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer_test_util.h"
 
 using namespace kvscope::tokenizer;
 namespace detail = kvscope::tokenizer::detail;
@@ -56,22 +57,8 @@ std::string concatTokenText(const Tokenizer& t, const std::vector<std::int32_t>&
   return s;
 }
 
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const TokenizerError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-std::string writeTemp(const std::string& name, const std::string& text) {
-  const auto dir = std::filesystem::temp_directory_path() / ("kvscope_tok_" + std::to_string(::getpid()) + "_" + name);
-  std::filesystem::create_directories(dir);
-  const auto path = (dir / "tokenizer.json").string();
-  std::ofstream(path, std::ios::binary) << text;
-  return path;
-}
+using kvscope::tokenizer::testutil::errorOf;
+using kvscope::tokenizer::testutil::writeTemp;
 
 }  // namespace
 
