@@ -11,6 +11,8 @@
 #include <QFormLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
+#include <QTimer>
 #include <QMenu>
 #include <QMenuBar>
 #include <QMessageBox>
@@ -150,7 +152,38 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   runs_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   runs_->setSelectionBehavior(QAbstractItemView::SelectRows);
   runs_->setToolTip(tr("Double-click a run to load its config into the form"));
-  auto* rd = dock(this, tr("Compare runs"), "runsDock", runs_, Qt::BottomDockWidgetArea);
+  // Compare dock: the runs table under a sweep bar (grid, budget, progress, best).
+  auto* compare = new QWidget(this);
+  auto* cl = new QVBoxLayout(compare);
+  cl->setContentsMargins(2, 2, 2, 2);
+  auto* bar = new QHBoxLayout();
+  sweepGrid_ = new QLineEdit("quanto:nbits=2,4;q_group_size=32,64", compare);
+  sweepGrid_->setObjectName("sweepGrid");
+  sweepGrid_->setToolTip(tr("backend:key=v1,v2;key2=v1,v2 — every combination runs on the current prompt"));
+  auto* sweep = new QPushButton(tr("Sweep"), compare);
+  sweep->setObjectName("sweepButton");
+  budgetKind_ = new QComboBox(compare);
+  budgetKind_->addItems({tr("smallest KV with mean KL ≤"), tr("lowest mean KL with KV MiB ≤")});
+  budget_ = new QDoubleSpinBox(compare);
+  budget_->setObjectName("budget");
+  budget_->setDecimals(4);
+  budget_->setRange(0.0, 1e6);
+  budget_->setValue(0.05);
+  sweepProgress_ = new QProgressBar(compare);
+  sweepProgress_->setVisible(false);
+  best_ = new QLabel(compare);
+  best_->setObjectName("bestLabel");
+  bar->addWidget(new QLabel(tr("Grid"), compare));
+  bar->addWidget(sweepGrid_, 2);
+  bar->addWidget(sweep);
+  bar->addWidget(budgetKind_);
+  bar->addWidget(budget_);
+  bar->addWidget(sweepProgress_, 1);
+  cl->addLayout(bar);
+  cl->addWidget(best_);
+  cl->addWidget(runs_, 1);
+  connect(sweep, &QPushButton::clicked, this, [this] { startSweep(sweepGrid_->text()); });
+  auto* rd = dock(this, tr("Compare runs"), "runsDock", compare, Qt::BottomDockWidgetArea);
   tabifyDockWidget(rd, bd);
   rd->raise();
   connect(runs_, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
@@ -297,7 +330,71 @@ void MainWindow::run() {
 void MainWindow::setShadow(bool on) { shadow_->setChecked(on); }
 
 void MainWindow::stop() {
+  sweepQueue_.clear();  // a stop ends the sweep too
   if (running_ && stop_) stop_();
+}
+
+void MainWindow::startSweep(const QString& grid) {
+  if (running_ || !hasModel()) return;
+  QStringList specs;
+  try {
+    for (const auto& s : cache::expandGrid(grid.toStdString())) {
+      cache::parseSpec(s);  // every grid point valid before the first run
+      specs << QString::fromStdString(s);
+    }
+  } catch (const cache::ConfigError& e) {
+    onFailed(tr("sweep: %1").arg(QString::fromStdString(e.what())));
+    return;
+  }
+  sweepQueue_ = specs;
+  sweepRuns_.clear();
+  sweepTotal_ = static_cast<int>(specs.size());
+  sweeping_ = true;
+  sweepProgress_->setRange(0, sweepTotal_);
+  sweepProgress_->setValue(0);
+  sweepProgress_->setVisible(true);
+  best_->setText(tr("Sweeping %1 configs…").arg(sweepTotal_));
+  runNextInSweep();
+}
+
+void MainWindow::runNextInSweep() {
+  if (!sweeping_) return;
+  if (sweepQueue_.isEmpty()) {
+    finishSweep();
+    return;
+  }
+  config_->setSpec(sweepQueue_.takeFirst());
+  run();
+}
+
+void MainWindow::finishSweep() {
+  sweeping_ = false;
+  sweepProgress_->setVisible(false);
+  const bool byKl = budgetKind_->currentIndex() == 0;
+  const double limit = budget_->value();
+  RunSnapshotPtr best;
+  for (const auto& r : sweepRuns_) {
+    if (r->stopReason == "cancelled") continue;
+    const double mib = r->cache.total().stored() / 1048576.0;
+    if (byKl) {
+      if (r->shadow && r->meanKl <= limit && (!best || mib < best->cache.total().stored() / 1048576.0)) best = r;
+    } else if (mib <= limit && (!best || r->meanKl < best->meanKl)) {
+      best = r;
+    }
+  }
+  const QString budget = byKl ? tr("mean KL ≤ %1").arg(limit) : tr("KV ≤ %1 MiB").arg(limit);
+  if (!best) {
+    best_->setText(tr("Sweep of %1 configs: none meets %2%3")
+                       .arg(sweepRuns_.size())
+                       .arg(budget, byKl && !shadow_->isChecked() ? tr(" (KL needs the shadow reference)") : QString()));
+    return;
+  }
+  best_->setText(tr("Best under %1: <b>%2</b> (%3 MiB, %4x, mean KL %5)")
+                     .arg(budget, best->spec)
+                     .arg(best->cache.total().stored() / 1048576.0, 0, 'f', 3)
+                     .arg(best->cache.total().stored() ? double(best->cache.total().unquantized) / best->cache.total().stored() : 0.0, 0, 'f', 2)
+                     .arg(best->meanKl, 0, 'g', 3));
+  runs_->selectRow(static_cast<int>(finished_.indexOf(best)));
 }
 
 void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
@@ -317,6 +414,12 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
     finished_.append(run);
     addRunRow(run);
     updateActions();
+    if (sweeping_) {
+      sweepRuns_.append(run);
+      sweepProgress_->setValue(static_cast<int>(sweepRuns_.size()));
+      if (run->stopReason == "cancelled") sweepQueue_.clear();
+      QTimer::singleShot(0, this, &MainWindow::runNextInSweep);
+    }
     Q_EMIT runFinished(run);
   }
 }

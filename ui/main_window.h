@@ -11,6 +11,8 @@ class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
+class QLineEdit;
+class QMenu;
 class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
@@ -58,6 +60,9 @@ class MainWindow : public QMainWindow {
   void exportRuns();
   void exportPlots();
   void saveSessionTo(const QString& path);
+  /// Runs every config of a grid (`quanto:nbits=2,4;q_group_size=32,64`) on the current prompt, then names the best
+  /// under the budget. Stop cancels the running config and the rest of the grid.
+  void startSweep(const QString& grid);
   void openSession(const QString& path);
 
  Q_SIGNALS:
@@ -83,7 +88,7 @@ class MainWindow : public QMainWindow {
   QSpinBox* maxNew_;
   QComboBox* decoding_;
   QComboBox* dtype_;
-  class QMenu* recent_ = nullptr;
+  QMenu* recent_ = nullptr;
   void rememberModel(const QString& path);
   void rebuildRecent();
   QDoubleSpinBox* temperature_;
@@ -107,6 +112,18 @@ class MainWindow : public QMainWindow {
   ModelInfo model_;
   RunSnapshotPtr last_;
   QVector<RunSnapshotPtr> finished_;  ///< every finished run, in order (session files)
+  // Sweep
+  void runNextInSweep();
+  void finishSweep();
+  QLineEdit* sweepGrid_ = nullptr;
+  QComboBox* budgetKind_ = nullptr;
+  QDoubleSpinBox* budget_ = nullptr;
+  QLabel* best_ = nullptr;
+  QProgressBar* sweepProgress_ = nullptr;
+  QStringList sweepQueue_;
+  QVector<RunSnapshotPtr> sweepRuns_;
+  int sweepTotal_ = 0;
+  bool sweeping_ = false;
   bool running_ = false;
   bool loading_ = false;
 };

@@ -90,31 +90,6 @@ void emit(const CommonOpts& o, const RunFigures& f) {
   else printRow(f);
 }
 
-// `quanto:nbits=2,4;q_group_size=32,64` -> every combination as a SPEC.
-std::vector<std::string> expandGrid(const std::string& grid) {
-  const auto colon = grid.find(':');
-  std::vector<std::string> specs{grid.substr(0, colon)};
-  if (colon == std::string::npos) return specs;
-  std::stringstream rest(grid.substr(colon + 1));
-  std::string axis;
-  while (std::getline(rest, axis, ';')) {
-    if (axis.empty()) continue;
-    const auto eq = axis.find('=');
-    if (eq == std::string::npos) throw UsageError(fmt::format("bad grid axis `{}` in `{}` (write key=v1,v2,...)", axis, grid));
-    const std::string key = axis.substr(0, eq);
-    std::vector<std::string> values;
-    std::stringstream vs(axis.substr(eq + 1));
-    std::string v;
-    while (std::getline(vs, v, ',')) if (!v.empty()) values.push_back(v);
-    if (values.empty()) throw UsageError(fmt::format("grid axis `{}` has no values", key));
-    std::vector<std::string> next;
-    for (const auto& s : specs)
-      for (const auto& val : values) next.push_back(s + (s.find(':') == std::string::npos ? ":" : ",") + key + "=" + val);
-    specs = std::move(next);
-  }
-  return specs;
-}
-
 }  // namespace
 
 Runner addCompare(CLI::App& app) {
@@ -164,7 +139,7 @@ Runner addSweep(CLI::App& app) {
     if (!*cmd) return -1;
     std::vector<cache::CacheConfig> cfgs;
     for (const auto& g : *grids)
-      for (const auto& s : expandGrid(g)) cfgs.push_back(cache::parseSpec(s));  // every grid point valid up front
+      for (const auto& s : cache::expandGrid(g)) cfgs.push_back(cache::parseSpec(s));  // every grid point valid up front
     if (o->threads > 0) at::set_num_threads(o->threads);
     const std::string text = promptText(o->prompt, o->promptFile);
     const Loaded m = loadModel(o->model, o->dtype);

@@ -256,6 +256,35 @@ void validate(const CacheConfig& cfg) {
   }
 }
 
+std::vector<std::string> expandGrid(std::string_view gridIn) {
+  const std::string grid = trim(gridIn);
+  const auto colon = grid.find(':');
+  std::vector<std::string> specs{trim(grid.substr(0, colon))};
+  if (specs.front().empty()) throw ConfigError("backend", fmt::format("grid `{}` names no backend", grid));
+  if (colon == std::string::npos) return specs;
+  std::stringstream rest(grid.substr(colon + 1));
+  std::string axis;
+  while (std::getline(rest, axis, ';')) {
+    axis = trim(axis);
+    if (axis.empty()) continue;
+    const auto eq = axis.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw ConfigError(axis, fmt::format("bad grid axis `{}` in `{}` (write key=v1,v2,...)", axis, grid));
+    const std::string key = trim(axis.substr(0, eq));
+    std::vector<std::string> values;
+    std::stringstream vs(axis.substr(eq + 1));
+    std::string v;
+    while (std::getline(vs, v, ','))
+      if (!trim(v).empty()) values.push_back(trim(v));
+    if (values.empty()) throw ConfigError(key, fmt::format("grid axis `{}` has no values", key));
+    std::vector<std::string> next;
+    for (const auto& s : specs)
+      for (const auto& val : values) next.push_back(s + (s.find(':') == std::string::npos ? ":" : ",") + key + "=" + val);
+    specs = std::move(next);
+  }
+  return specs;
+}
+
 CacheConfig parseSpec(std::string_view specIn) {
   const std::string spec = trim(specIn);
   if (spec.empty()) throw ConfigError("backend", "empty cache spec (try `fp8`, `quanto:nbits=2` or a JSON file)");

@@ -84,6 +84,10 @@ CacheConfig configFromJson(std::string_view text, std::string_view origin = "con
 /// Reads and parses a JSON config file. Throws ConfigError (also for unreadable files).
 CacheConfig loadConfigFile(const std::string& path);
 
+/// A grid of configs, `quanto:nbits=2,4;q_group_size=32,64` -> every combination as a SPEC (not yet validated).
+/// Throws ConfigError for a malformed grid.
+std::vector<std::string> expandGrid(std::string_view grid);
+
 /// Checks the combination with the reference's own limits and messages. Throws ConfigError.
 void validate(const CacheConfig& cfg);
 

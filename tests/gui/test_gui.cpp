@@ -2,6 +2,7 @@
 // an invalid option blocks Run with the core's message, a bad model file keeps the loaded one, export parses back.
 #include <QAbstractItemModelTester>
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
@@ -171,6 +172,21 @@ class GuiTest : public QObject {
     QCOMPARE(r->cache.total().payload * 2, r->cache.total().unquantized);
     w_->findChild<QComboBox*>("dtype")->setCurrentText("fp32");
     QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 60000);
+  }
+
+  void sweepFindsTheBestUnderABudget() {
+    QSignalSpy done(w_, &ui::MainWindow::runFinished);
+    const int before = w_->runsTable()->rowCount();
+    w_->maxNewBox()->setValue(4);
+    w_->findChild<QDoubleSpinBox*>("budget")->setValue(1000.0);  // every config meets it: the smallest KV wins
+    w_->startSweep("quanto:nbits=2,4;residual_length=4");
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() == 2, 120000);
+    QCOMPARE(w_->runsTable()->rowCount(), before + 2);
+    QTRY_VERIFY(w_->findChild<QLabel*>("bestLabel")->text().contains("quanto:nbits=2,residual_length=4"));
+    // A malformed grid is refused before anything runs.
+    w_->startSweep("quanto:nbits");
+    QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("bad grid axis"));
+    QCOMPARE(w_->runsTable()->rowCount(), before + 2);
   }
 
   void cleanupTestCase() {

@@ -167,3 +167,14 @@ TEST(Config, CanonicalSpec) {
   EXPECT_EQ(toSpec(parseSpec("fp8")), "fp8");
   EXPECT_EQ(parseSpec(toSpec(parseSpec("hqq:nbits=8,optimize=false"))), parseSpec("hqq:nbits=8,optimize=false"));
 }
+
+TEST(Config, GridsExpandToEveryCombination) {
+  EXPECT_EQ(expandGrid("quanto:nbits=2,4;q_group_size=32,64"),
+            (std::vector<std::string>{"quanto:nbits=2,q_group_size=32", "quanto:nbits=2,q_group_size=64",
+                                      "quanto:nbits=4,q_group_size=32", "quanto:nbits=4,q_group_size=64"}));
+  EXPECT_EQ(expandGrid("fp8"), (std::vector<std::string>{"fp8"}));
+  EXPECT_EQ(expandGrid(" hqq : nbits = 2 , 3 "), (std::vector<std::string>{"hqq:nbits=2", "hqq:nbits=3"}));
+  EXPECT_THROW(expandGrid("quanto:nbits"), ConfigError);
+  EXPECT_THROW(expandGrid("quanto:nbits="), ConfigError);
+  EXPECT_THROW(expandGrid(":nbits=2"), ConfigError);
+}
