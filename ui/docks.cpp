@@ -34,7 +34,12 @@ void TextView::show(const RunSnapshotPtr& run) {
   for (const auto& t : run->tokens) {
     QString tip = tr("position %1, id %2, log-prob %3").arg(pos++).arg(t.id).arg(t.logprob, 0, 'f', 3);
     if (run->shadow) tip += tr("\nKL vs reference %1%2").arg(t.kl, 0, 'g', 3).arg(t.top1Agrees ? "" : tr(", top-1 differs"));
-    for (const auto& [text, lp] : t.top) tip += QString("\n  %1  %2").arg(text.toHtmlEscaped(), 10).arg(lp, 0, 'f', 3);
+    tip += run->shadow ? tr("\n  quantized            reference") : tr("\n  top candidates");
+    for (int i = 0; i < t.top.size(); ++i) {
+      tip += QString("\n  %1 %2").arg(t.top[i].first.toHtmlEscaped(), -10).arg(t.top[i].second, 7, 'f', 3);
+      if (i < t.refTop.size())
+        tip += QString("   %1 %2").arg(t.refTop[i].first.toHtmlEscaped(), -10).arg(t.refTop[i].second, 7, 'f', 3);
+    }
     const QColor c = run->shadow ? klColour(t.kl) : QColor::fromHsvF(0.33 * std::clamp(std::exp(t.logprob), 0.0f, 1.0f), 0.35, 1.0);
     html += QString("<span style='background-color:%1' title='%2'>%3</span>")
                 .arg(c.name(), tip.toHtmlEscaped(), t.text.toHtmlEscaped());

@@ -38,7 +38,8 @@ struct TokenView {
   float logprob = 0.0f;
   float kl = 0.0f;           ///< against the shadow reference (when the run has one)
   bool top1Agrees = true;
-  QVector<QPair<QString, float>> top;  ///< (text, log-prob)
+  QVector<QPair<QString, float>> top;     ///< (text, log-prob) under the quantized cache
+  QVector<QPair<QString, float>> refTop;  ///< the same under the shadow reference (when the run has one)
 };
 
 /// One beam-search step: which old beam each beam continues (the reorder applied to the cache), its new token and

@@ -170,6 +170,8 @@ void Engine::run(const ui::RunRequest& r) {
           t.top1Agrees = ev.top1Agrees;
           for (const auto& [id, lp] : ev.top)
             t.top.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
+          for (const auto& [id, lp] : ev.refTop)
+            t.refTop.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
           snap->tokens.append(t);
           if (ev.step == 0) snap->prefillTokS = snap->promptTokens / std::max(ev.seconds, 1e-9);
           else decodeSeconds += ev.seconds, ++steps;

@@ -97,6 +97,11 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
       ev.refToken = refLogits.argmax().item<std::int64_t>();
       ev.refLogprob = refLogp[token].item<float>();
       ev.top1Agrees = ev.refToken == logits.argmax().item<std::int64_t>();
+      if (o.topCandidates > 0) {
+        auto [rv, ri] = refLogp.topk(std::min<std::int64_t>(o.topCandidates, refLogp.size(0)));
+        for (std::int64_t j = 0; j < rv.size(0); ++j)
+          ev.refTop.emplace_back(ri[j].item<std::int64_t>(), rv[j].item<float>());
+      }
       klSum += ev.kl;
       r.maxKl = std::max(r.maxKl, static_cast<double>(ev.kl));
       agree += ev.top1Agrees ? 1 : 0;

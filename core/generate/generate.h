@@ -47,6 +47,7 @@ struct StepEvent {
   bool top1Agrees = true;    ///< the reference's argmax is the same token
   std::int64_t refToken = -1;
   float refLogprob = 0.0f;   ///< the reference's log-prob of the chosen token
+  std::vector<std::pair<std::int64_t, float>> refTop;  ///< the reference's best candidates (id, log-prob)
   std::shared_ptr<const cache::CacheSnapshot> snapshot;  ///< with GenerateOptions::snapshots
 };
 

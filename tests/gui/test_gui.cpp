@@ -73,6 +73,8 @@ class GuiTest : public QObject {
     QVERIFY(quanto);
     QVERIFY(quanto->cache.total().payload > 0);
     QVERIFY(quanto->shadow && quanto->meanKl > 0);
+    QCOMPARE(quanto->tokens.front().refTop.size(), 5);  // the hover shows the reference's top-5 beside ours
+    QCOMPARE(quanto->tokens.front().top.size(), 5);
     QCOMPARE(w_->runsTable()->rowCount(), 2);
     QCOMPARE(w_->runsTable()->item(1, 1)->text(), QString("quanto:nbits=2,residual_length=8"));
     // Double-clicking a run puts its config back into the form.
