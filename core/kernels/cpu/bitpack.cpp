@@ -57,6 +57,7 @@ void unpackStream(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t
 }  // namespace
 
 void packBits(const std::uint8_t* v, std::int64_t n, int bits, std::uint8_t* out) {
+  if (n <= 0) return;  // nothing to pack (and the pointers may be null)
   switch (bits) {
     case 1: packFixed<1>(v, n, out); break;
     case 2: packFixed<2>(v, n, out); break;
@@ -67,6 +68,7 @@ void packBits(const std::uint8_t* v, std::int64_t n, int bits, std::uint8_t* out
 }
 
 void unpackBits(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t* v) {
+  if (n <= 0) return;
   switch (bits) {
     case 1: unpackFixed<1>(in, n, v); break;
     case 2: unpackFixed<2>(in, n, v); break;
