@@ -335,7 +335,7 @@ void MainWindow::stop() {
 }
 
 void MainWindow::startSweep(const QString& grid) {
-  if (running_ || !hasModel()) return;
+  if (running_ || loading_ || !hasModel()) return;
   QStringList specs;
   try {
     for (const auto& s : cache::expandGrid(grid.toStdString())) {

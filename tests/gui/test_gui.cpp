@@ -37,7 +37,9 @@ class GuiTest : public QObject {
     QSignalSpy done(w_, &ui::MainWindow::runFinished);
     w_->configPanel()->setSpec(spec);
     w_->maxNewBox()->setValue(maxNew);
-    QTest::mouseClick(w_->findChild<QPushButton*>("runButton"), Qt::LeftButton);
+    auto* runButton = w_->findChild<QPushButton*>("runButton");
+    if (!QTest::qWaitFor([&] { return runButton->isEnabled(); }, 60000)) return nullptr;
+    QTest::mouseClick(runButton, Qt::LeftButton);
     // Count-based waits: the engine thread may finish before a wait() would start listening.
     if (!QTest::qWaitFor([&] { return done.count() > 0; }, 120000)) return nullptr;
     return done.takeFirst().at(0).value<ui::RunSnapshotPtr>();
@@ -168,12 +170,15 @@ class GuiTest : public QObject {
     w_->findChild<QComboBox*>("dtype")->setCurrentText("bf16");
     QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 60000);
     QCOMPARE(loaded.takeFirst().at(0).value<ui::ModelInfo>().dtype, QString("bf16"));
+    // The window learns of the load through its own queued slot: wait until it is ready to run.
+    QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
     const auto r = runAndWait("fp8:overflow=saturate", 4);
     QVERIFY(r && !r->tokens.isEmpty());
     // bf16 states: the unquantized equivalent is two bytes a value, fp8 one.
     QCOMPARE(r->cache.total().payload * 2, r->cache.total().unquantized);
     w_->findChild<QComboBox*>("dtype")->setCurrentText("fp32");
     QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 60000);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
   }
 
   void sweepFindsTheBestUnderABudget() {
