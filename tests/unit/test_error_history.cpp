@@ -1,0 +1,114 @@
+// ErrorHistory: the token x channel error a view shows equals the error recomputed from what the layer returns.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cache/error_history.h"
+#include "cache/layer.h"
+
+namespace kvscope::cache {
+namespace {
+
+// ||xq - x|| / ||x|| over the tokens [t0, t1) of head h, channel c (batch 1).
+float relError(const at::Tensor& x, const at::Tensor& xq, std::int64_t t0, std::int64_t t1, std::int64_t h,
+               std::int64_t c) {
+  const at::Tensor a = x.index({0, h, at::indexing::Slice(t0, t1), c}).to(at::kDouble);
+  const at::Tensor b = xq.index({0, h, at::indexing::Slice(t0, t1), c}).to(at::kDouble);
+  return static_cast<float>(((b - a).norm() / a.norm()).item<double>());
+}
+
+TEST(ErrorHistory, Fp8PromptBinsThenOneRowPerDecodedToken) {
+  at::manual_seed(3);
+  StatsOptions so;
+  so.tokenBin = 4;
+  auto layer = makeLayer(parseSpec("fp8:overflow=saturate"), so);
+  ErrorHistory hk, hv;
+  const at::Tensor k0 = at::randn({1, 2, 10, 8}), v0 = at::randn({1, 2, 10, 8});
+  layer->update(k0, v0);
+  hk.add(layer->stats().keys);
+  hv.add(layer->stats().values);
+  ASSERT_EQ(hk.tokens(), 10);
+  ASSERT_EQ(hk.heads(), 2);
+  ASSERT_EQ(hk.channels(), 8);
+  at::Tensor kAll = k0;
+  at::Tensor kq;
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor k = at::randn({1, 2, 1, 8}) * 3.0, v = at::randn({1, 2, 1, 8});
+    kq = layer->update(k, v).first;
+    hk.add(layer->stats().keys);
+    hv.add(layer->stats().values);
+    kAll = at::cat({kAll, k}, 2);
+  }
+  ASSERT_EQ(hk.tokens(), 13);
+  ASSERT_EQ(hv.tokens(), 13);
+  for (std::int64_t h = 0; h < 2; ++h)
+    for (std::int64_t c = 0; c < 8; ++c) {
+      // Prompt: bins of 4 tokens (the last holds 2); every token of a bin carries the bin's error.
+      for (std::int64_t t = 0; t < 10; ++t) {
+        const std::int64_t b0 = t / 4 * 4, b1 = std::min<std::int64_t>(b0 + 4, 10);
+        EXPECT_NEAR(hk.at(t, h, c), relError(kAll, kq, b0, b1, h, c), 1e-5) << t << " " << h << " " << c;
+      }
+      for (std::int64_t t = 10; t < 13; ++t)
+        EXPECT_NEAR(hk.at(t, h, c), relError(kAll, kq, t, t + 1, h, c), 1e-5) << t << " " << h << " " << c;
+    }
+  hk.truncate(11);
+  EXPECT_EQ(hk.tokens(), 11);
+  EXPECT_EQ(hk.values().size(), 11u * 2 * 8);
+}
+
+TEST(ErrorHistory, QuantoFlushOverwritesTheWholeHistoryAndResidualStepsAddNothing) {
+  at::manual_seed(5);
+  StatsOptions so;
+  so.tokenBin = 1;
+  auto layer = makeLayer(parseSpec("quanto:nbits=2,residual_length=4,q_group_size=8"), so);
+  ErrorHistory h;
+  at::Tensor all = at::randn({1, 1, 6, 8});
+  layer->update(all, all);  // prefill quantizes all 6 tokens
+  h.add(layer->stats().keys);
+  ASSERT_EQ(h.tokens(), 6);
+  const float before = h.at(0, 0, 0);
+  for (int step = 0; step < 4; ++step) {
+    const at::Tensor k = at::randn({1, 1, 1, 8});
+    all = at::cat({all, k}, 2);
+    layer->update(k, k);
+    const bool flushed = layer->stats().keys.quantized;
+    h.add(layer->stats().keys);
+    // Residual steps leave the history as it was; the flush on the 4th step re-quantizes all 10 tokens.
+    EXPECT_EQ(h.tokens(), flushed ? 10 : 6) << step;
+    EXPECT_EQ(flushed, step == 3) << step;
+  }
+  EXPECT_TRUE(std::isfinite(h.at(9, 0, 7)));
+  // Token 0 was re-quantized with a different group range (the whole history), so its error changed.
+  EXPECT_NE(h.at(0, 0, 0), before);
+}
+
+TEST(ErrorHistory, NewShapeStartsAgain) {
+  ErrorHistory h;
+  TensorStats s;
+  s.quantized = true;
+  s.quantizedTokens = 2;
+  s.error.heads = 1;
+  s.error.ranges = 1;
+  s.error.channels = 2;
+  s.error.tokenBin = 16;
+  s.error.relL2 = {0.5f, 0.25f};
+  s.error.maxAbs = {1.0f, 1.0f};
+  h.add(s);
+  EXPECT_EQ(h.tokens(), 2);
+  EXPECT_FLOAT_EQ(h.at(1, 0, 1), 0.25f);
+  s.error.tokenStart = 5;
+  s.quantizedTokens = 1;
+  h.add(s);
+  EXPECT_EQ(h.tokens(), 6);
+  EXPECT_TRUE(std::isnan(h.at(3, 0, 0)));  // never quantized
+  s.error.channels = 1;
+  s.error.relL2 = {0.1f};
+  s.error.tokenStart = 0;
+  h.add(s);
+  EXPECT_EQ(h.channels(), 1);
+  EXPECT_EQ(h.tokens(), 1);
+}
+
+}  // namespace
+}  // namespace kvscope::cache
