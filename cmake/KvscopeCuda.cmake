@@ -29,3 +29,14 @@ if(KVSCOPE_WITH_CUDA)
   find_library(KVSCOPE_TORCH_CUDA_LIB torch_cuda PATHS ${KVSCOPE_TORCH_DIR}/lib NO_DEFAULT_PATH)
   find_library(KVSCOPE_C10_CUDA_LIB c10_cuda PATHS ${KVSCOPE_TORCH_DIR}/lib NO_DEFAULT_PATH)
 endif()
+# kvscope::torch_cuda: LibTorch's CUDA backend (CUDA tensors in ATen). Only what makes CUDA tensors links it (the
+# gpu tests and benchmarks): loading it costs every process ~0.2 s and ~350 MB. Nothing references its symbols
+# directly (it registers the CUDA kernels when loaded), hence --no-as-needed.
+if(KVSCOPE_WITH_CUDA AND KVSCOPE_TORCH_CUDA_LIB AND KVSCOPE_C10_CUDA_LIB)
+  add_library(kvscope_torch_cuda INTERFACE)
+  add_library(kvscope::torch_cuda ALIAS kvscope_torch_cuda)
+  target_link_libraries(kvscope_torch_cuda INTERFACE kvscope::torch "-Wl,--no-as-needed" ${KVSCOPE_TORCH_CUDA_LIB}
+                        ${KVSCOPE_C10_CUDA_LIB} "-Wl,--as-needed")
+elseif(KVSCOPE_WITH_CUDA)
+  message(STATUS "kvscope: this LibTorch has no CUDA backend; the CUDA kernels build, the tests on CUDA tensors skip")
+endif()

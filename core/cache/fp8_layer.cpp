@@ -15,6 +15,7 @@
 #include "cache/detail/layers.h"
 #include "cache/detail/seq_buffer.h"
 #include "kernels/cpu/fp8_cpu.h"
+#include "kernels/fp8_tensor.h"
 
 namespace kvscope::cache::detail {
 namespace {
@@ -131,7 +132,10 @@ class Fp8Layer final : public CacheLayer {
     Fp8Counts total;
     const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
     if (T == 0) return total;
-    if (!x.is_cpu()) return encodeGeneric(x, dst, expanded, saturate);
+    if (!x.is_cpu()) {  // kvscope's kernels where the device has them (CUDA), else LibTorch's cast
+      if (auto c = kernels::fp8EncodeOnDevice(x, dst, expanded, format_, saturate)) return *c;
+      return encodeGeneric(x, dst, expanded, saturate);
+    }
     const auto type = elemType(x.scalar_type());
     const auto esize = static_cast<std::int64_t>(x.element_size());
     const auto* xp = static_cast<const std::uint8_t*>(x.const_data_ptr());
@@ -144,7 +148,7 @@ class Fp8Layer final : public CacheLayer {
     return total;
   }
 
-  // Devices without our kernels yet: LibTorch's own float8 cast, the definition we are bit-exact with.
+  // Devices without kvscope kernels: LibTorch's own float8 cast, the definition we are bit-exact with.
   Fp8Counts encodeGeneric(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, bool saturate) const {
     at::Tensor a = x.to(at::kFloat) / expanded.to(x.device()).view({1, expanded.size(0), 1, expanded.size(1)});
     Fp8Counts c;
@@ -161,6 +165,7 @@ class Fp8Layer final : public CacheLayer {
     const std::int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
     if (T == 0) return;
     if (!q.is_cpu()) {
+      if (kernels::fp8DecodeOnDevice(q, dst, expanded, format_)) return;
       const at::Tensor f = q.view(format_ == kernels::Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2)
                                .to(at::kFloat);
       dst.copy_((f * expanded.to(q.device()).view({1, H, 1, D})).to(dst.scalar_type()));

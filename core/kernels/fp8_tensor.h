@@ -1,0 +1,28 @@
+// FP8 encode/decode of cache states held as ATen tensors on a device that has kvscope kernels (CUDA, when built with
+// them). The CPU path stays in the layers (kernels/cpu/fp8_cpu.h); here is what runs on other devices, bit-identical
+// to it (same scalar conversions, kernels/fp8.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+#include "kernels/cpu/fp8_cpu.h"
+
+namespace kvscope::kernels {
+
+/// dst[b, h, t, :] = fp8(x[b, h, t, :] / expanded[h, :]) for x [B, H, T, D] (fp32/bf16/fp16) and dst uint8 of the same
+/// shape; both need dense [T, D] planes (stride(3) == 1, stride(2) == D), as the cache buffers and their slots have.
+/// `expanded` is the float32 [H, D] scale. With `saturate`, x/scale is clamped to +-max first (NaN stays NaN).
+/// Returns the counts, or nullopt when x's device has no kvscope kernel (the caller then uses ATen's cast).
+std::optional<Fp8Counts> fp8EncodeOnDevice(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded,
+                                           Fp8Format format, bool saturate);
+
+/// dst[b, h, t, :] = T(decode(q[b, h, t, :]) * expanded[h, :]) (float32 multiply, then the cast to dst's dtype).
+/// Returns false when q's device has no kvscope kernel.
+bool fp8DecodeOnDevice(const at::Tensor& q, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format);
+
+/// True when this build has CUDA kernels and a CUDA device can be used now.
+bool cudaKernelsUsable();
+
+}  // namespace kvscope::kernels

@@ -1,0 +1,82 @@
+// The cache layers on CUDA tensors against the same layers on the CPU (their CPU twins): the fp8 layer through
+// kvscope's CUDA kernels bit for bit (NaN compared as NaN), counters and scales equal. Skipped without a CUDA device.
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cache/layer.h"
+#include "kernels/fp8_tensor.h"
+
+using namespace kvscope;
+
+namespace {
+
+bool sameBits(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a.isnan(), b.isnan()) &&
+         at::equal(at::nan_to_num(a), at::nan_to_num(b));
+}
+
+#define KVS_NEED_CUDA()                                                                            \
+  do {                                                                                             \
+    if (!at::hasCUDA() || !kernels::cudaKernelsUsable()) GTEST_SKIP() << "no CUDA device";         \
+  } while (0)
+
+// A prompt, then decode steps; step 3 carries values far beyond the calibrated scale (overflow, NaN or saturation).
+std::vector<at::Tensor> steps(std::int64_t B, std::int64_t H, std::int64_t D, at::ScalarType dt) {
+  at::manual_seed(7);
+  std::vector<at::Tensor> s;
+  at::Tensor p = at::randn({B, H, 37, D});
+  p.select(1, H - 1).mul_(30);  // one loud head
+  s.push_back(p.to(dt));
+  for (int i = 0; i < 6; ++i) {
+    at::Tensor n = at::randn({B, H, i == 2 ? 3 : 1, D});
+    if (i == 3) n.mul_(500);
+    s.push_back(n.to(dt));
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(CacheCuda, Fp8LayerMatchesTheCpuLayer) {
+  KVS_NEED_CUDA();
+  const at::Device dev(at::kCUDA, 0);
+  for (const std::string spec : {"fp8", "fp8:granularity=head", "fp8:granularity=channel", "fp8:format=e5m2",
+                                 "fp8:overflow=saturate", "fp8:overflow=recalibrate,granularity=head",
+                                 "fp8:headroom=1.5,granularity=channel,format=e5m2"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      SCOPED_TRACE(spec + " " + std::string(c10::toString(dt)));
+      const auto cfg = cache::parseSpec(spec);
+      auto cpu = cache::makeLayer(cfg), gpu = cache::makeLayer(cfg);
+      int step = 0;
+      for (const at::Tensor& x : steps(2, 3, 64, dt)) {
+        const at::Tensor v = x.flip(3);
+        auto [kc, vc] = cpu->update(x, v);
+        auto [kg, vg] = gpu->update(x.to(dev), v.to(dev));
+        ASSERT_TRUE(kg.is_cuda());
+        EXPECT_TRUE(sameBits(kc, kg.cpu())) << "keys, step " << step;
+        EXPECT_TRUE(sameBits(vc, vg.cpu())) << "values, step " << step;
+        const auto &sc = cpu->stats(), &sg = gpu->stats();
+        for (auto [a, b] : {std::pair{&sc.keys, &sg.keys}, std::pair{&sc.values, &sg.values}}) {
+          EXPECT_EQ(a->overflow, b->overflow) << "step " << step;
+          EXPECT_EQ(a->nonFinite, b->nonFinite) << "step " << step;
+          EXPECT_EQ(a->recalibrations, b->recalibrations);
+          EXPECT_EQ(a->scales, b->scales);
+        }
+        ++step;
+      }
+      EXPECT_GT(cpu->stats().keys.overflowTotal, 0);  // the loud step did overflow
+      // A beam reorder moves the codes on the device as on the CPU.
+      const at::Tensor idx = at::tensor(std::vector<std::int64_t>{1, 1});
+      cpu->reorder(idx);
+      gpu->reorder(idx.to(dev));
+      const at::Tensor n = at::randn({2, 3, 1, 64}).to(dt);
+      auto [kc, vc] = cpu->update(n, n);
+      auto [kg, vg] = gpu->update(n.to(dev), n.to(dev));
+      EXPECT_TRUE(sameBits(kc, kg.cpu()));
+    }
+  }
+}
