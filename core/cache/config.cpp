@@ -153,16 +153,19 @@ std::string_view backendName(Backend b) {
     case Backend::Fp8: return "fp8";
     case Backend::Quanto: return "quanto";
     case Backend::Hqq: return "hqq";
+    case Backend::Kivi: return "kivi";
   }
   return "dynamic";
 }
 
-std::vector<Backend> allBackends() { return {Backend::Dynamic, Backend::Fp8, Backend::Quanto, Backend::Hqq}; }
+std::vector<Backend> allBackends() {
+  return {Backend::Dynamic, Backend::Fp8, Backend::Quanto, Backend::Hqq, Backend::Kivi};
+}
 
 Backend parseBackend(std::string_view name) {
   for (Backend b : allBackends())
     if (backendName(b) == name) return b;
-  throw ConfigError("backend", fmt::format("unknown cache backend `{}` (allowed: dynamic, fp8, quanto, hqq)", name));
+  throw ConfigError("backend", fmt::format("unknown cache backend `{}` (allowed: dynamic, fp8, quanto, hqq, kivi)", name));
 }
 
 const std::vector<OptionInfo>& backendOptions(Backend b) {
@@ -191,11 +194,19 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       {"optimize", "bool", {"true", "false"}, "true", false,
        "hqq's half-quadratic zero-point optimizer (hqq's default, so transformers runs it)"},
   };
+  static const std::vector<OptionInfo> kivi = {
+      {"nbits", "int", {"2", "4"}, "2", false, "bits per value (keys and values)"},
+      {"q_group_size", "int", {}, "32", false,
+       "keys: tokens per group (one scale/zero per channel); values: channels per group of each token"},
+      {"residual_length", "int", {}, "128", false,
+       "full-precision window of the newest tokens; older tokens leave it one whole group at a time"},
+  };
   switch (b) {
     case Backend::Dynamic: return none;
     case Backend::Fp8: return fp8;
     case Backend::Quanto: return quanto;
     case Backend::Hqq: return hqq;
+    case Backend::Kivi: return kivi;
   }
   return none;
 }
@@ -245,6 +256,20 @@ void validate(const CacheConfig& cfg) {
       for (auto [key, v] : {std::pair{"axis_key", cfg.resolvedAxisKey()}, std::pair{"axis_value", cfg.resolvedAxisValue()}})
         if (v != 0 && v != other)
           throw ConfigError(key, fmt::format("`{}` for `{}` backend has to be one of {} but got {}", key, name, allowed, v));
+      if (cfg.resolvedGroupSize() <= 0)
+        throw ConfigError("q_group_size",
+                          fmt::format("`q_group_size` must be a positive integer, got {}", cfg.resolvedGroupSize()));
+      if (cfg.resolvedResidualLength() < 0)
+        throw ConfigError("residual_length", fmt::format("`residual_length` must be 0 or more, got {}",
+                                                         cfg.resolvedResidualLength()));
+      return;
+    }
+    case Backend::Kivi: {
+      const int nb = cfg.resolvedNbits();
+      if (nb != 2 && nb != 4) throw ConfigError("nbits", fmt::format("`nbits` for `kivi` has to be 2 or 4, got {}", nb));
+      for (auto [key, v] : {std::pair{"axis_key", cfg.axisKey}, std::pair{"axis_value", cfg.axisValue}})
+        if (v) throw ConfigError(key, fmt::format("`kivi` fixes the axes (keys per channel, values per token): `{}` "
+                                                  "does not apply", key));
       if (cfg.resolvedGroupSize() <= 0)
         throw ConfigError("q_group_size",
                           fmt::format("`q_group_size` must be a positive integer, got {}", cfg.resolvedGroupSize()));
@@ -405,6 +430,10 @@ json kvscopeSection(const CacheConfig& cfg) {
     k["overflow"] = std::string(overflowName(cfg.overflow));
   } else if (cfg.backend == Backend::Hqq) {
     k["optimize"] = cfg.hqqOptimize;
+  } else if (cfg.backend == Backend::Kivi) {
+    k["nbits"] = cfg.resolvedNbits();
+    k["q_group_size"] = cfg.resolvedGroupSize();
+    k["residual_length"] = cfg.resolvedResidualLength();
   }
   return k;
 }
@@ -415,7 +444,22 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
   if (cfg.backend == Backend::Dynamic)
     throw ConfigError("backend", "the `dynamic` backend is transformers' default cache: it has no cache_config to export");
   HfExport out;
-  out.json = hfDict(cfg).dump(2);
+  if (cfg.backend == Backend::Kivi) {
+    // The nearest QuantizedCache: quanto with keys grouped per channel (axis -1) and values per token (axis 0).
+    json d = json::object();
+    d["backend"] = "quanto";
+    d["nbits"] = cfg.resolvedNbits();
+    d["axis_key"] = -1;
+    d["axis_value"] = 0;
+    d["q_group_size"] = cfg.resolvedGroupSize();
+    d["residual_length"] = cfg.resolvedResidualLength();
+    out.json = d.dump(2);
+    out.notes.push_back("nearest equivalent only: transformers has no KIVI-style cache; its quanto backend groups "
+                        "keys across all tokens of a channel and re-quantizes the whole history when the residual "
+                        "window fills, where kivi quantizes each group of tokens once as it leaves the window");
+  } else {
+    out.json = hfDict(cfg).dump(2);
+  }
   const CacheConfig defaults{};
   if (cfg.backend == Backend::Fp8) {
     if (cfg.fp8Format != defaults.fp8Format)
@@ -454,6 +498,7 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
       break;
     case Backend::Quanto:
     case Backend::Hqq:
+    case Backend::Kivi:
       e.flags = "--kv-cache-dtype fp8_e4m3";
       e.notes.push_back(fmt::format("nearest equivalent only: vLLM has no {}-bit group-wise KV cache; FP8 (8 bits) is "
                                     "its smallest KV cache type",
@@ -478,7 +523,8 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
                         "values) is its 8-bit type");
       break;
     case Backend::Quanto:
-    case Backend::Hqq: {
+    case Backend::Hqq:
+    case Backend::Kivi: {
       const int nb = cfg.resolvedNbits();
       type = nb >= 8 ? "q8_0" : nb >= 4 ? "q4_1" : "q4_0";
       e.notes.push_back(fmt::format("nearest equivalent only: {}-bit groups of {} with a full-precision residual map to "

@@ -11,7 +11,7 @@
 
 namespace kvscope::cache {
 
-enum class Backend { Dynamic, Fp8, Quanto, Hqq };
+enum class Backend { Dynamic, Fp8, Quanto, Hqq, Kivi };
 enum class Fp8Format { E4M3FN, E5M2 };
 enum class Fp8Granularity { Tensor, Head, Channel };
 /// What happens to a value whose |x / scale| exceeds the format's maximum after the scale was calibrated.
@@ -47,10 +47,11 @@ struct CacheConfig {
   bool hqqOptimize = true;
 
   // transformers' layer defaults for unset keys.
-  int resolvedNbits() const { return nbits.value_or(4); }
+  // (kivi: KIVI's own defaults, 2 bits in groups of 32.)
+  int resolvedNbits() const { return nbits.value_or(backend == Backend::Kivi ? 2 : 4); }
   int resolvedAxisKey() const { return axisKey.value_or(0); }
   int resolvedAxisValue() const { return axisValue.value_or(0); }
-  int resolvedGroupSize() const { return qGroupSize.value_or(64); }
+  int resolvedGroupSize() const { return qGroupSize.value_or(backend == Backend::Kivi ? 32 : 64); }
   int resolvedResidualLength() const { return residualLength.value_or(128); }
 
   bool operator==(const CacheConfig&) const = default;

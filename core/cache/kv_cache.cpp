@@ -13,6 +13,7 @@ std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions
     case Backend::Fp8: return detail::makeFp8Layer(cfg, stats);
     case Backend::Quanto: return detail::makeQuantoLayer(cfg, stats);
     case Backend::Hqq: return detail::makeHqqLayer(cfg, stats);
+    case Backend::Kivi: return detail::makeKiviLayer(cfg, stats);
   }
   throw ConfigError("backend", "unknown backend");
 }

@@ -81,7 +81,7 @@ TEST(Config, ReferenceLimitsAndMessages) {
 }
 
 TEST(Config, ClearErrorsForBadSpecs) {
-  EXPECT_EQ(errorOf("fp4"), "unknown cache backend `fp4` (allowed: dynamic, fp8, quanto, hqq)");
+  EXPECT_EQ(errorOf("fp4"), "unknown cache backend `fp4` (allowed: dynamic, fp8, quanto, hqq, kivi)");
   EXPECT_EQ(errorOf("quanto:nbit=2"),
             "unknown option `nbit` for the `quanto` backend (allowed: nbits, axis_key, axis_value, q_group_size, "
             "residual_length)");
@@ -177,4 +177,29 @@ TEST(Config, GridsExpandToEveryCombination) {
   EXPECT_THROW(expandGrid("quanto:nbits"), ConfigError);
   EXPECT_THROW(expandGrid("quanto:nbits="), ConfigError);
   EXPECT_THROW(expandGrid(":nbits=2"), ConfigError);
+}
+
+TEST(Config, KiviOptions) {
+  const CacheConfig k = parseSpec("kivi");
+  EXPECT_EQ(k.backend, Backend::Kivi);
+  EXPECT_EQ(k.resolvedNbits(), 2);  // KIVI's defaults
+  EXPECT_EQ(k.resolvedGroupSize(), 32);
+  EXPECT_EQ(k.resolvedResidualLength(), 128);
+  EXPECT_EQ(toSpec(parseSpec("kivi:nbits=4,residual_length=16")), "kivi:nbits=4,residual_length=16");
+  EXPECT_EQ(errorOf("kivi:nbits=8"), "`nbits` for `kivi` has to be 2 or 4, got 8");
+  EXPECT_NE(errorOf("kivi:axis_value=0").find("unknown option `axis_value` for the `kivi` backend"), std::string::npos);
+  CacheConfig axes = k;
+  axes.axisKey = 0;  // built in code rather than parsed
+  EXPECT_THROW(validate(axes), ConfigError);
+  // kivi is kvscope's: its options live in the file's kvscope section, and transformers gets the nearest quanto.
+  const auto j = nlohmann::json::parse(toKvscopeJson(parseSpec("kivi:nbits=4")));
+  EXPECT_EQ(j["cache_config"], nlohmann::json::parse(R"({"backend":"kivi"})"));
+  EXPECT_EQ(j["kvscope"]["nbits"], 4);
+  EXPECT_EQ(configFromJson(j.dump()).resolvedNbits(), 4);
+  const auto hf = toHfCacheConfig(parseSpec("kivi"));
+  EXPECT_EQ(nlohmann::json::parse(hf.json), nlohmann::json::parse(R"({"backend":"quanto","nbits":2,"axis_key":-1,
+      "axis_value":0,"q_group_size":32,"residual_length":128})"));
+  ASSERT_EQ(hf.notes.size(), 1u);
+  EXPECT_NE(hf.notes[0].find("nearest equivalent only"), std::string::npos);
+  EXPECT_NE(toLlamaCppFlags(parseSpec("kivi")).flags.find("-ctk q4_0"), std::string::npos);
 }

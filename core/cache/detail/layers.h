@@ -11,5 +11,6 @@ std::unique_ptr<CacheLayer> makeDynamicLayer(const StatsOptions& stats);
 std::unique_ptr<CacheLayer> makeFp8Layer(const CacheConfig& cfg, const StatsOptions& stats);
 std::unique_ptr<CacheLayer> makeQuantoLayer(const CacheConfig& cfg, const StatsOptions& stats);
 std::unique_ptr<CacheLayer> makeHqqLayer(const CacheConfig& cfg, const StatsOptions& stats);
+std::unique_ptr<CacheLayer> makeKiviLayer(const CacheConfig& cfg, const StatsOptions& stats);
 
 }  // namespace kvscope::cache::detail

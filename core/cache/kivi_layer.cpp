@@ -1,0 +1,253 @@
+// `kivi`: a KIVI-style cache (Liu et al., 2024). Keys are quantized per channel in groups of `q_group_size` tokens
+// (one scale and zero-point per (row, head, channel, group)); values per token in groups of `q_group_size` channels.
+// Asymmetric min/max, int2 or int4, round to nearest even, codes packed with kernels::packBits.
+//
+// Streaming: the newest tokens stay in a full-precision window. Before an update stores anything, every whole group of
+// the oldest window tokens that the window can give up while keeping at least `residual_length` tokens is quantized,
+// once: quantized history is never re-quantized (transformers' QuantizedLayer re-quantizes it all when its window
+// fills). So attention in a step reads the tokens stored before it quantized, except the newest residual_length ..
+// residual_length + group - 1, and the new tokens (and the whole first update, which is returned as it came) in full
+// precision, as KIVI's decode does (it quantizes after attention).
+//
+// Storage per side: packed codes [B, H, T, packedBytes(D, bits)], scales and zero-points in the input dtype (keys
+// [B, H, groups, D], values [B, H, T, D / group]), and one full-precision buffer holding [dequantized quantized part |
+// window]: the tensor attention reads. A group leaving the window is quantized, packed, unpacked again from what was
+// stored, and its dequantized values overwrite its slot in that buffer: O(group) work, no copy of the history.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cache/detail/error_stats.h"
+#include "cache/detail/layers.h"
+#include "cache/detail/seq_buffer.h"
+#include "kernels/cpu/bitpack.h"
+
+namespace kvscope::cache::detail {
+namespace {
+
+/// Packs each row (last dim) of uint8 codes [B, H, T, D] into [B, H, T, packedBytes(D, bits)] (CPU, contiguous).
+at::Tensor packRows(const at::Tensor& codes, int bits) {
+  const at::Tensor c = codes.contiguous().cpu();
+  const std::int64_t D = c.size(3), rows = c.numel() / D, pb = kernels::packedBytes(D, bits);
+  at::Tensor out = at::empty({c.size(0), c.size(1), c.size(2), pb}, c.options());
+  const auto* in = c.const_data_ptr<std::uint8_t>();
+  auto* o = out.mutable_data_ptr<std::uint8_t>();
+  if ((D * bits) % 8 == 0) {
+    kernels::packBits(in, rows * D, bits, o);
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r) kernels::packBits(in + r * D, D, bits, o + r * pb);
+  }
+  return out;
+}
+
+/// Inverse of packRows: [B, H, T, pb] -> uint8 [B, H, T, D].
+at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits) {
+  const at::Tensor p = packed.contiguous().cpu();
+  const std::int64_t pb = p.size(3), rows = p.numel() / std::max<std::int64_t>(pb, 1);
+  at::Tensor out = at::empty({p.size(0), p.size(1), p.size(2), D}, p.options());
+  const auto* in = p.const_data_ptr<std::uint8_t>();
+  auto* o = out.mutable_data_ptr<std::uint8_t>();
+  if ((D * bits) % 8 == 0) {
+    kernels::unpackBits(in, rows * D, bits, o);
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r) kernels::unpackBits(in + r * pb, D, bits, o + r * D);
+  }
+  return out;
+}
+
+class KiviLayer final : public CacheLayer {
+ public:
+  KiviLayer(const CacheConfig& cfg, const StatsOptions& s)
+      : CacheLayer(s),
+        bits_(cfg.resolvedNbits()),
+        group_(cfg.resolvedGroupSize()),
+        window_(cfg.resolvedResidualLength()) {}
+
+  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
+    checkStates(k, "kivi keys");
+    checkStates(v, "kivi values");
+    checkSameLayout(v, k, "kivi values");
+    const std::int64_t D = k.size(3);
+    const std::int64_t vg = std::min<std::int64_t>(group_, D);
+    if (D % vg != 0)
+      throw CacheError(fmt::format("kivi: q_group_size {} does not divide head_dim {} (values are grouped along the "
+                                   "channels of each token)",
+                                   group_, D));
+    const bool first = !k_.out.defined();
+    if (!first) {
+      checkSameLayout(k, k_.out.view(), "kivi keys");
+      checkSameLayout(v, v_.out.view(), "kivi values");
+    }
+    ++stats_.updates;
+    // What the previous steps stored leaves the window now, whole groups at a time.
+    const std::int64_t before = quantized_;
+    while (k_.out.length() - quantized_ >= window_ + group_) {
+      quantizeKeys(quantized_);
+      quantizeValues(quantized_);
+      quantized_ += group_;
+    }
+    for (auto [st, x] : {std::pair{&stats_.keys, &k}, std::pair{&stats_.values, &v}}) {
+      st->quantized = quantized_ > before;
+      st->quantizedTokens = quantized_ - before;
+      if (!st->quantized) st->error = {};
+      if (statsOptions_.enabled) st->amaxPerHead = amaxPerHead(*x);
+    }
+    if (statsOptions_.enabled && quantized_ > before) {
+      stats_.keys.error = errorMap(pendingK_, k_.out.view().narrow(2, before, quantized_ - before), before,
+                                   statsOptions_.tokenBin);
+      stats_.values.error = errorMap(pendingV_, v_.out.view().narrow(2, before, quantized_ - before), before,
+                                     statsOptions_.tokenBin);
+    }
+    pendingK_ = at::Tensor();
+    pendingV_ = at::Tensor();
+    k_.out.append(k);
+    v_.out.append(v);
+    if (first) {
+      resetRows(k.size(0));
+      return {k, v};
+    }
+    return {k_.out.view(), v_.out.view()};
+  }
+
+  void reorder(const at::Tensor& beamIdx) override {
+    if (!k_.out.defined()) return;
+    const at::Tensor idx = checkBeamIndex(beamIdx, k_.out.view().size(0), k_.out.view().device());
+    for (Side* s : {&k_, &v_}) {
+      s->out.reorderBatch(idx);
+      s->codes.reorderBatch(idx);
+      s->scale.reorderBatch(idx);
+      s->zero.reorderBatch(idx);
+    }
+  }
+
+  void reset() override {
+    k_ = Side{};
+    v_ = Side{};
+    quantized_ = 0;
+    stats_ = {};
+  }
+
+  void crop(std::int64_t n) override {
+    if (!k_.out.defined()) return;
+    const std::int64_t len = seqLength();
+    const std::int64_t keep = n < 0 ? std::max<std::int64_t>(len + n, 0) : std::min(n, len);
+    if (keep == 0) {
+      reset();
+      return;
+    }
+    if (keep < quantized_) {
+      // Whole groups stay quantized; the tokens of a cut group return to the window with their dequantized values.
+      quantized_ = keep / group_ * group_;
+      for (Side* s : {&k_, &v_}) s->codes.setLength(quantized_);
+      k_.scale.setLength(quantized_ / group_);
+      k_.zero.setLength(quantized_ / group_);
+      v_.scale.setLength(quantized_);
+      v_.zero.setLength(quantized_);
+    }
+    k_.out.setLength(keep);
+    v_.out.setLength(keep);
+  }
+
+  std::int64_t seqLength() const override { return k_.out.length(); }
+  Backend backend() const override { return Backend::Kivi; }
+
+  LayerMemory memory() const override {
+    LayerMemory m;
+    for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
+      if (!s->out.defined()) continue;
+      const std::int64_t bpt = s->out.bytesPerToken();
+      mem->payload = s->codes.bytesUsed();
+      mem->metadata = s->scale.bytesUsed() + s->zero.bytesUsed();
+      mem->residual = (s->out.length() - quantized_) * bpt;
+      mem->transient = quantized_ * bpt;
+      mem->reserved = s->out.bytesReserved() + s->codes.bytesReserved() + s->scale.bytesReserved() +
+                      s->zero.bytesReserved();
+      mem->unquantized = s->out.bytesUsed();
+    }
+    return m;
+  }
+
+ private:
+  struct Side {
+    SeqBuffer out;    // [dequantized quantized part | window], input dtype
+    SeqBuffer codes;  // uint8 [B, H, T, packedBytes(D, bits)]
+    SeqBuffer scale;  // keys [B, H, groups, D]; values [B, H, T, D / group], input dtype
+    SeqBuffer zero;   // the group minimum, same layout
+  };
+
+  std::int64_t levels() const { return (std::int64_t{1} << bits_) - 1; }
+
+  // min/max over `dim` of x (float32), rounded to the storage dtype; returns (scale, min) as float32.
+  std::pair<at::Tensor, at::Tensor> minMax(const at::Tensor& x, std::int64_t dim, at::ScalarType dt) const {
+    const at::Tensor mn = x.amin({dim}, true), mx = x.amax({dim}, true);
+    const at::Tensor scale = ((mx - mn) / static_cast<double>(levels())).to(dt).to(at::kFloat);
+    return {scale, mn.to(dt).to(at::kFloat)};
+  }
+
+  at::Tensor codesOf(const at::Tensor& x, const at::Tensor& scale, const at::Tensor& mn) const {
+    // A constant group (scale 0) takes code 0 and dequantizes to its minimum exactly.
+    const at::Tensor safe = at::where(scale > 0, scale, at::ones_like(scale));
+    return at::round((x - mn) / safe).clamp(0, levels()).to(at::kByte);
+  }
+
+  // Stores the packed codes and returns them as read back from storage (as uint8 [B, H, G, D] on x's device).
+  at::Tensor storeCodes(Side& s, const at::Tensor& codes) {
+    const at::Tensor packed = packRows(codes, bits_).to(codes.device());
+    s.codes.append(packed);
+    const std::int64_t n = codes.size(2);
+    return unpackRows(s.codes.view().narrow(2, s.codes.length() - n, n), codes.size(3), bits_).to(codes.device());
+  }
+
+  void quantizeKeys(std::int64_t start) {
+    const at::Tensor slot = k_.out.view().narrow(2, start, group_);
+    const at::ScalarType dt = slot.scalar_type();
+    const at::Tensor x = slot.to(at::kFloat);
+    auto [scale, mn] = minMax(x, 2, dt);  // [B, H, 1, D]: per channel over the group's tokens
+    const at::Tensor stored = storeCodes(k_, codesOf(x, scale, mn));
+    k_.scale.append(scale.to(dt));
+    k_.zero.append(mn.to(dt));
+    keepPending(pendingK_, slot);
+    slot.copy_((stored.to(at::kFloat) * scale + mn).to(dt));
+  }
+
+  void quantizeValues(std::int64_t start) {
+    const at::Tensor slot = v_.out.view().narrow(2, start, group_);
+    const at::ScalarType dt = slot.scalar_type();
+    const std::int64_t B = slot.size(0), H = slot.size(1), T = slot.size(2), D = slot.size(3);
+    const std::int64_t vg = std::min<std::int64_t>(group_, D);
+    const at::Tensor x = slot.to(at::kFloat).reshape({B, H, T, D / vg, vg});
+    auto [scale, mn] = minMax(x, 4, dt);  // [B, H, T, D / vg, 1]: per token and channel group
+    const at::Tensor stored = storeCodes(v_, codesOf(x, scale, mn).reshape({B, H, T, D}));
+    v_.scale.append(scale.reshape({B, H, T, D / vg}).to(dt));
+    v_.zero.append(mn.reshape({B, H, T, D / vg}).to(dt));
+    keepPending(pendingV_, slot);
+    slot.copy_((stored.to(at::kFloat).reshape({B, H, T, D / vg, vg}) * scale + mn).reshape({B, H, T, D}).to(dt));
+  }
+
+  // The states about to be overwritten by their dequantized values, for this update's error map.
+  void keepPending(at::Tensor& pending, const at::Tensor& slot) const {
+    if (!statsOptions_.enabled) return;
+    pending = pending.defined() ? at::cat({pending, slot}, 2) : slot.clone();
+  }
+
+  void resetRows(std::int64_t batch) {
+    stats_.storeRows.resize(static_cast<std::size_t>(batch));
+    std::iota(stats_.storeRows.begin(), stats_.storeRows.end(), 0);
+  }
+
+  int bits_;
+  std::int64_t group_, window_;
+  std::int64_t quantized_ = 0;  // tokens quantized (a multiple of group_), the same for keys and values
+  Side k_, v_;
+  at::Tensor pendingK_, pendingV_;
+};
+
+}  // namespace
+
+std::unique_ptr<CacheLayer> makeKiviLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+  return std::make_unique<KiviLayer>(cfg, stats);
+}
+
+}  // namespace kvscope::cache::detail
