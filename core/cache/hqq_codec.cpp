@@ -10,6 +10,7 @@
 
 #include "cache/detail/group_codec.h"
 #include "cache/layer.h"
+#include "kernels/int_tensor.h"
 
 namespace kvscope::cache::detail {
 namespace {
@@ -37,8 +38,13 @@ class HqqCodec final : public GroupCodec {
     }
     at::Tensor W = x.to(at::kFloat);
     W = axis == 1 ? W.reshape({-1, gs}) : W.reshape({gs, -1});
-    const at::Tensor mn = std::get<0>(W.min(axis, true));
-    const at::Tensor mx = std::get<0>(W.max(axis, true));
+    // CUDA states go through kvscope's kernels (kernels/int_tensor.h) for the O(n) passes, with these roundings.
+    at::Tensor mn, mx;
+    if (W.is_cuda()) {
+      std::tie(mn, mx) = kernels::groupMinMax(W.contiguous(), axis);
+    } else {
+      mn = std::get<0>(W.min(axis, true)), mx = std::get<0>(W.max(axis, true));
+    }
     const std::int64_t maxv = (std::int64_t{1} << bits_) - 1;
     const at::Tensor denom = mx - mn;
     at::Tensor scale = denom.reciprocal() * maxv;  // Python's `max_v / denom` is reciprocal() * max_v
@@ -46,7 +52,6 @@ class HqqCodec final : public GroupCodec {
     scale = scale.clamp_max(2e4);
     at::Tensor zero = -mn * scale;
 
-    at::Tensor codes;
     if (optimize_) {
       at::Tensor best = at::full({}, INFINITY, W.options());
       for (int i = 0; i < kIters; ++i) {
@@ -61,14 +66,15 @@ class HqqCodec final : public GroupCodec {
           break;
         }
       }
-      codes = at::round(W * scale + zero).clamp_(0, maxv);
-    } else {
-      codes = (W * scale + zero).round_().clamp_(0, maxv);
     }
     QuantizedBlock q;
+    if (W.is_cuda()) {
+      q.packed = kernels::quantizePack(W.contiguous(), axis, scale, zero, kernels::IntScheme::Hqq, bits_);
+    } else {
+      q.packed = packCodes(at::round(W * scale + zero).clamp_(0, maxv).to(at::kByte), bits_);
+    }
     q.scale = scale.reciprocal().to(x.scalar_type());  // `1.0 / scale`, then cast to the compute dtype
     q.zero = zero.to(x.scalar_type());
-    q.packed = packCodes(codes.to(at::kByte), bits_);
     q.grouped = W.sizes().vec();
     q.shape = x.sizes().vec();
     q.axis = axis;
@@ -76,6 +82,12 @@ class HqqCodec final : public GroupCodec {
   }
 
   void dequantizeInto(const QuantizedBlock& q, const at::Tensor& dst) const override {
+    if (q.packed.is_cuda()) {
+      dst.copy_(kernels::unpackDequantize(q.packed, q.grouped[0], q.grouped[1], q.axis, q.scale, q.zero,
+                                          kernels::IntScheme::Hqq, bits_, q.scale.scalar_type())
+                    .reshape(q.shape));
+      return;
+    }
     const at::Tensor wr = unpackCodes(q.packed, q.grouped, bits_).to(q.scale.scalar_type());
     dst.copy_(((wr - q.zero) * q.scale).reshape(q.shape));
   }

@@ -7,6 +7,7 @@
 #include "cache/detail/group_codec.h"
 #include "cache/layer.h"
 #include "kernels/cpu/bitpack.h"
+#include "kernels/int_tensor.h"
 
 namespace kvscope::cache::detail {
 
@@ -50,14 +51,26 @@ class QuantoCodec final : public GroupCodec {
     }
     // AffineOptimizer drops the axis when the grouped tensor has a single row/column along it.
     const std::int64_t dim = (axis == 0 && g.size(0) != 1) ? 1 : 0;
-    const at::Tensor rmin = at::amin(g, {dim}, true);
-    const at::Tensor rmax = at::amax(g, {dim}, true);
+    // CUDA states go through kvscope's kernels (kernels/int_tensor.h), which do these ops' roundings element-wise.
+    const bool device = g.is_cuda();
+    const at::Tensor gc = device ? g.contiguous() : g;
+    at::Tensor rmin, rmax;
+    if (device) {
+      auto [mn, mx] = kernels::groupMinMax(gc, static_cast<int>(dim));
+      rmin = mn.to(g.scalar_type()), rmax = mx.to(g.scalar_type());
+    } else {
+      rmin = at::amin(g, {dim}, true), rmax = at::amax(g, {dim}, true);
+    }
     const std::int64_t levels = (std::int64_t{1} << bits_) - 1;
     QuantizedBlock q;
     q.scale = (rmax - rmin) / levels;
     q.zero = -rmin;
-    const at::Tensor codes = at::round((g + q.zero) / q.scale).clamp(0, levels).to(at::kByte);
-    q.packed = packCodes(codes, bits_);
+    if (device) {
+      q.packed = kernels::quantizePack(gc, static_cast<int>(dim), q.scale, q.zero, kernels::IntScheme::Quanto, bits_);
+    } else {
+      const at::Tensor codes = at::round((g + q.zero) / q.scale).clamp(0, levels).to(at::kByte);
+      q.packed = packCodes(codes, bits_);
+    }
     q.grouped = g.sizes().vec();
     q.shape = x.sizes().vec();
     q.axis = axis;
@@ -65,9 +78,16 @@ class QuantoCodec final : public GroupCodec {
   }
 
   void dequantizeInto(const QuantizedBlock& q, const at::Tensor& dst) const override {
-    const at::Tensor codes = unpackCodes(q.packed, q.grouped, bits_);
-    at::Tensor dq = q.scale * codes;
-    dq -= q.zero;
+    at::Tensor dq;
+    if (q.packed.is_cuda()) {
+      const int dim = (q.axis == 0 && q.grouped[0] != 1) ? 1 : 0;
+      dq = kernels::unpackDequantize(q.packed, q.grouped[0], q.grouped[1], dim, q.scale, q.zero,
+                                     kernels::IntScheme::Quanto, bits_, q.scale.scalar_type());
+    } else {
+      const at::Tensor codes = unpackCodes(q.packed, q.grouped, bits_);
+      dq = q.scale * codes;
+      dq -= q.zero;
+    }
     if (q.axis == 0) {
       dst.copy_(dq.reshape(q.shape));
     } else {

@@ -1,0 +1,105 @@
+// kvscope's CUDA kernels against their CPU twins, on a device (skipped without one):
+//   int codecs (quanto, hqq): the GPU path (group min/max, quantize + pack, unpack + dequantize kernels) against the
+//   codecs' LibTorch ops on the CPU. Stated tolerance: quanto and hqq without the optimizer give bit-identical scales,
+//   zero-points and dequantized values, and identical codes except in zero-range groups (their codes are 0/0 and
+//   decode to the group's minimum whatever they are); hqq's optimizer reduces (means) in another order on CUDA, so
+//   there the dequantized values may move by at most one quantization step, on at most 1% of the values.
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cache/detail/group_codec.h"
+#include "cache/layer.h"
+#include "kernels/fp8_tensor.h"
+
+using namespace kvscope;
+
+namespace {
+
+#define KVS_NEED_CUDA()                                                                    \
+  do {                                                                                     \
+    if (!at::hasCUDA() || !kernels::cudaKernelsUsable()) GTEST_SKIP() << "no CUDA device"; \
+  } while (0)
+
+const at::Device kDev(at::kCUDA, 0);
+
+bool sameBits(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a.isnan(), b.isnan()) &&
+         at::equal(at::nan_to_num(a), at::nan_to_num(b));
+}
+
+at::Tensor states(at::ScalarType dt, std::int64_t S = 64) {
+  at::manual_seed(21);
+  at::Tensor x = at::randn({2, 3, S, 64});
+  x.select(1, 1).mul_(20);
+  x.select(2, 5).fill_(0.25f);  // a constant token: zero-range groups along the head dim
+  return x.to(dt);
+}
+
+}  // namespace
+
+TEST(IntCuda, QuantoAndHqqCodecsMatchTheCpu) {
+  KVS_NEED_CUDA();
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    const at::Tensor x = states(dt);
+    struct Case {
+      std::string name;
+      std::unique_ptr<cache::detail::GroupCodec> codec;
+      std::vector<int> axes;
+      bool exact;
+    };
+    std::vector<Case> cases;
+    for (int bits : {2, 4}) {
+      cases.push_back({"quanto" + std::to_string(bits), cache::detail::makeQuantoCodec(bits, 64), {0, -1}, true});
+      cases.push_back({"quanto-g32-" + std::to_string(bits), cache::detail::makeQuantoCodec(bits, 32), {0, -1}, true});
+    }
+    for (int bits : {1, 2, 3, 4, 8}) {
+      cases.push_back({"hqq" + std::to_string(bits), cache::detail::makeHqqCodec(bits, 64, false), {0, 1}, true});
+      cases.push_back({"hqq-opt" + std::to_string(bits), cache::detail::makeHqqCodec(bits, 64, true), {0, 1}, false});
+    }
+    for (const Case& c : cases)
+      for (int axis : c.axes) {
+        SCOPED_TRACE(c.name + " axis " + std::to_string(axis) + " " + c10::toString(dt));
+        const auto qc = c.codec->quantize(x, axis);
+        const auto qg = c.codec->quantize(x.to(kDev), axis);
+        ASSERT_TRUE(qg.packed.is_cuda());
+        at::Tensor dc = at::empty(x.sizes(), x.options()), dg = at::empty(x.sizes(), x.options().device(kDev));
+        c.codec->dequantizeInto(qc, dc);
+        c.codec->dequantizeInto(qg, dg);
+        const at::Tensor g = dg.cpu();
+        if (c.exact) {
+          EXPECT_TRUE(sameBits(qc.scale, qg.scale.cpu()));
+          EXPECT_TRUE(sameBits(qc.zero, qg.zero.cpu()));
+          EXPECT_TRUE(sameBits(dc, g));
+          EXPECT_EQ(qc.packed.numel(), qg.packed.numel());  // codes: through the values (zero-range groups aside)
+        } else {
+          const double step = qc.scale.to(at::kFloat).abs().max().item<double>();
+          const at::Tensor diff = (dc.to(at::kFloat) - g.to(at::kFloat)).abs();
+          EXPECT_LE(diff.max().item<double>(), step * 1.01 + 1e-6);
+          EXPECT_LE((diff > 0).sum().item<double>() / static_cast<double>(diff.numel()), 0.01);
+        }
+      }
+  }
+}
+
+TEST(IntCuda, ResidualLayersOnTheDeviceMatchTheCpu) {
+  KVS_NEED_CUDA();
+  for (const std::string spec : {"quanto:nbits=2,residual_length=8,q_group_size=32",
+                                 "quanto:nbits=4,axis_key=-1,axis_value=-1,residual_length=8,q_group_size=32",
+                                 "hqq:nbits=4,residual_length=8,optimize=false",
+                                 "hqq:nbits=3,axis_key=1,axis_value=1,residual_length=8,optimize=false"}) {
+    SCOPED_TRACE(spec);
+    const auto cfg = cache::parseSpec(spec);
+    auto cpu = cache::makeLayer(cfg), gpu = cache::makeLayer(cfg);
+    at::manual_seed(5);
+    for (int step = 0; step < 20; ++step) {
+      const at::Tensor x = at::randn({1, 4, step == 0 ? 32 : 1, 64});  // 4 * 8k tokens: quanto axis -1 groups fit
+      auto [kc, vc] = cpu->update(x, x * 2);
+      auto [kg, vg] = gpu->update(x.to(kDev), (x * 2).to(kDev));
+      EXPECT_TRUE(sameBits(kc, kg.cpu())) << "step " << step;
+      EXPECT_TRUE(sameBits(vc, vg.cpu())) << "step " << step;
+    }
+  }
+}
