@@ -121,6 +121,7 @@ void applyOption(CacheConfig& cfg, std::string_view key, const json& v) {
     const auto s = asChoice(key, v, info->choices);
     cfg.overflow = s == "saturate" ? OverflowPolicy::Saturate : s == "recalibrate" ? OverflowPolicy::Recalibrate : OverflowPolicy::Nan;
   } else if (key == "optimize") cfg.hqqOptimize = asBool(key, v);
+  else if (key == "sink") cfg.sink = asInt(key, v);
 }
 
 json specValue(std::string_view text) {
@@ -170,6 +171,8 @@ Backend parseBackend(std::string_view name) {
 
 const std::vector<OptionInfo>& backendOptions(Backend b) {
   static const std::vector<OptionInfo> none;
+  static const OptionInfo kSinkOption{"sink", "int", {}, "0", false,
+                                      "first tokens kept in full precision (attention sinks); 0: none"};
   static const std::vector<OptionInfo> fp8 = {
       {"format", "choice", {"e4m3fn", "e5m2"}, "e4m3fn", false, "FP8 format of the stored states"},
       {"granularity", "choice", {"tensor", "head", "channel"}, "tensor", false,
@@ -177,6 +180,7 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       {"headroom", "number", {}, "1", false, "scale = amax x headroom / format max, calibrated on the first update"},
       {"overflow", "choice", {"nan", "saturate", "recalibrate"}, "nan", false,
        "values beyond the frozen scale: NaN as PyTorch's cast (transformers), clamp, or grow the scale"},
+      kSinkOption,
   };
   static const std::vector<OptionInfo> quanto = {
       {"nbits", "int", {"2", "4"}, "4", true, "bits per value"},
@@ -184,6 +188,7 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       {"axis_value", "int", {"0", "-1"}, "0", true, "quantization axis of the values"},
       {"q_group_size", "int", {}, "64", true, "values per scale/zero-point group"},
       {"residual_length", "int", {}, "128", true, "full-precision window before the history is re-quantized"},
+      kSinkOption,
   };
   static const std::vector<OptionInfo> hqq = {
       {"nbits", "int", {"1", "2", "3", "4", "8"}, "4", true, "bits per value"},
@@ -193,6 +198,7 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       {"residual_length", "int", {}, "128", true, "full-precision window before the history is re-quantized"},
       {"optimize", "bool", {"true", "false"}, "true", false,
        "hqq's half-quadratic zero-point optimizer (hqq's default, so transformers runs it)"},
+      kSinkOption,
   };
   static const std::vector<OptionInfo> kivi = {
       {"nbits", "int", {"2", "4"}, "2", false, "bits per value (keys and values)"},
@@ -200,6 +206,7 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
        "keys: tokens per group (one scale/zero per channel); values: channels per group of each token"},
       {"residual_length", "int", {}, "128", false,
        "full-precision window of the newest tokens; older tokens leave it one whole group at a time"},
+      kSinkOption,
   };
   switch (b) {
     case Backend::Dynamic: return none;
@@ -218,6 +225,9 @@ void setOption(CacheConfig& cfg, std::string_view key, std::string_view value) {
 void validate(const CacheConfig& cfg) {
   const std::optional<int>* groupWise[] = {&cfg.nbits, &cfg.axisKey, &cfg.axisValue, &cfg.qGroupSize,
                                            &cfg.residualLength};
+  if (cfg.sink < 0) throw ConfigError("sink", fmt::format("`sink` must be 0 or more tokens, got {}", cfg.sink));
+  if (cfg.sink > 0 && cfg.backend == Backend::Dynamic)
+    throw ConfigError("sink", "the `dynamic` backend keeps every token in full precision: `sink` does not apply");
   switch (cfg.backend) {
     case Backend::Dynamic: {
       for (int i = 0; i < 5; ++i)
@@ -435,6 +445,7 @@ json kvscopeSection(const CacheConfig& cfg) {
     k["q_group_size"] = cfg.resolvedGroupSize();
     k["residual_length"] = cfg.resolvedResidualLength();
   }
+  if (cfg.sink > 0) k["sink"] = cfg.sink;
   return k;
 }
 }  // namespace
@@ -460,6 +471,10 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
   } else {
     out.json = hfDict(cfg).dump(2);
   }
+  if (cfg.sink > 0)
+    out.notes.push_back(fmt::format("sink={} has no transformers equivalent: its QuantizedCache quantizes the first "
+                                    "tokens with the rest",
+                                    cfg.sink));
   const CacheConfig defaults{};
   if (cfg.backend == Backend::Fp8) {
     if (cfg.fp8Format != defaults.fp8Format)
@@ -505,6 +520,7 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
                                     cfg.resolvedNbits()));
       break;
   }
+  if (cfg.sink > 0) e.notes.push_back(fmt::format("sink={}: vLLM quantizes every token alike", cfg.sink));
   return e;
 }
 
@@ -534,6 +550,8 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
       break;
     }
   }
+  if (cfg.sink > 0)
+    e.notes.push_back(fmt::format("sink={}: llama.cpp quantizes every token alike", cfg.sink));
   e.flags = fmt::format("-ctk {} -ctv {}", type, type);
   if (type != "f16") {
     e.flags += " -fa";
@@ -567,6 +585,7 @@ std::string toSpec(const CacheConfig& cfg) {
     if (cfg.overflow != d.overflow) parts.push_back(fmt::format("overflow={}", overflowName(cfg.overflow)));
   }
   if (cfg.backend == Backend::Hqq && cfg.hqqOptimize != d.hqqOptimize) parts.push_back("optimize=false");
+  if (cfg.sink != d.sink) parts.push_back(fmt::format("sink={}", cfg.sink));
   std::string s(backendName(cfg.backend));
   if (!parts.empty()) s += ":" + fmt::format("{}", fmt::join(parts, ","));
   return s;

@@ -46,6 +46,10 @@ struct CacheConfig {
   // kvscope's hqq option: the half-quadratic optimizer, on by default as in hqq 0.2.8 (what transformers runs).
   bool hqqOptimize = true;
 
+  // kvscope's attention-sink option (fp8, quanto, hqq, kivi): the first `sink` tokens stay in full precision and the
+  // backend sees only the tokens after them. 0 (default): the backend alone, as transformers.
+  int sink = 0;
+
   // transformers' layer defaults for unset keys.
   // (kivi: KIVI's own defaults, 2 bits in groups of 32.)
   int resolvedNbits() const { return nbits.value_or(backend == Backend::Kivi ? 2 : 4); }

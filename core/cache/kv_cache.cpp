@@ -6,8 +6,8 @@
 
 namespace kvscope::cache {
 
-std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats) {
-  validate(cfg);
+namespace {
+std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const StatsOptions& stats) {
   switch (cfg.backend) {
     case Backend::Dynamic: return detail::makeDynamicLayer(stats);
     case Backend::Fp8: return detail::makeFp8Layer(cfg, stats);
@@ -16,6 +16,14 @@ std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions
     case Backend::Kivi: return detail::makeKiviLayer(cfg, stats);
   }
   throw ConfigError("backend", "unknown backend");
+}
+}  // namespace
+
+std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+  validate(cfg);
+  auto layer = makeBackendLayer(cfg, stats);
+  if (cfg.sink > 0) return detail::makeSinkLayer(cfg.sink, std::move(layer), stats);
+  return layer;
 }
 
 KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats) : config_(cfg) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -84,14 +85,14 @@ TEST(Config, ClearErrorsForBadSpecs) {
   EXPECT_EQ(errorOf("fp4"), "unknown cache backend `fp4` (allowed: dynamic, fp8, quanto, hqq, kivi)");
   EXPECT_EQ(errorOf("quanto:nbit=2"),
             "unknown option `nbit` for the `quanto` backend (allowed: nbits, axis_key, axis_value, q_group_size, "
-            "residual_length)");
+            "residual_length, sink)");
   EXPECT_EQ(errorOf("quanto:nbits=two"), "option `nbits` takes an integer, got `two`");
   EXPECT_EQ(errorOf("quanto:nbits"), "bad option `nbits` in cache spec `quanto:nbits` (write key=value)");
   EXPECT_EQ(errorOf("quanto:nbits=2,nbits=4"), "option `nbits` is given twice in cache spec `quanto:nbits=2,nbits=4`");
   EXPECT_EQ(errorOf("fp8:granularity=row"), "option `granularity` takes one of tensor, head, channel, got `row`");
   EXPECT_EQ(errorOf("dynamic:nbits=2"), "unknown option `nbits` for the `dynamic` backend (allowed: none)");
   EXPECT_EQ(errorOf("fp8:optimize=true"),
-            "unknown option `optimize` for the `fp8` backend (allowed: format, granularity, headroom, overflow)");
+            "unknown option `optimize` for the `fp8` backend (allowed: format, granularity, headroom, overflow, sink)");
   EXPECT_EQ(errorOf(""), "empty cache spec (try `fp8`, `quanto:nbits=2` or a JSON file)");
   EXPECT_EQ(errorOf("/nonexistent/cfg.json"), "cannot read cache config file `/nonexistent/cfg.json`");
 }
@@ -202,4 +203,23 @@ TEST(Config, KiviOptions) {
   ASSERT_EQ(hf.notes.size(), 1u);
   EXPECT_NE(hf.notes[0].find("nearest equivalent only"), std::string::npos);
   EXPECT_NE(toLlamaCppFlags(parseSpec("kivi")).flags.find("-ctk q4_0"), std::string::npos);
+}
+
+TEST(Config, SinkOption) {
+  EXPECT_EQ(toSpec(parseSpec("kivi:nbits=4,sink=4")), "kivi:nbits=4,sink=4");
+  EXPECT_EQ(errorOf("fp8:sink=-2"), "`sink` must be 0 or more tokens, got -2");
+  EXPECT_NE(errorOf("dynamic:sink=2").find("unknown option `sink`"), std::string::npos);
+  CacheConfig dyn;
+  dyn.sink = 2;
+  EXPECT_THROW(validate(dyn), ConfigError);
+  for (const char* b : {"fp8", "quanto", "hqq", "kivi"}) EXPECT_EQ(parseSpec(std::string(b) + ":sink=3").sink, 3);
+  const auto j = nlohmann::json::parse(toKvscopeJson(parseSpec("quanto:sink=2")));
+  EXPECT_EQ(j["kvscope"]["sink"], 2);
+  EXPECT_EQ(configFromJson(j.dump()).sink, 2);
+  const auto hf = toHfCacheConfig(parseSpec("kivi:sink=2"));
+  ASSERT_EQ(hf.notes.size(), 2u);
+  EXPECT_NE(hf.notes[1].find("sink=2 has no transformers equivalent"), std::string::npos);
+  EXPECT_NE(toVllmFlags(parseSpec("fp8:sink=1")).notes.back().find("sink=1"), std::string::npos);
+  const auto ll = toLlamaCppFlags(parseSpec("hqq:sink=1")).notes;
+  EXPECT_EQ(std::count_if(ll.begin(), ll.end(), [](const std::string& n) { return n.find("sink=1") == 0; }), 1);
 }
