@@ -292,6 +292,7 @@ void validate(const CacheConfig& cfg) {
 }
 
 std::vector<std::string> expandGrid(std::string_view gridIn) {
+  constexpr std::size_t kMaxGridConfigs = 4096;  // a sweep of more is a typo, not a plan
   const std::string grid = trim(gridIn);
   const auto colon = grid.find(':');
   std::vector<std::string> specs{trim(grid.substr(0, colon))};
@@ -312,6 +313,8 @@ std::vector<std::string> expandGrid(std::string_view gridIn) {
     while (std::getline(vs, v, ','))
       if (!trim(v).empty()) values.push_back(trim(v));
     if (values.empty()) throw ConfigError(key, fmt::format("grid axis `{}` has no values", key));
+    if (specs.size() * values.size() > kMaxGridConfigs)
+      throw ConfigError(key, fmt::format("grid `{}` expands to more than {} configs", grid, kMaxGridConfigs));
     std::vector<std::string> next;
     for (const auto& s : specs)
       for (const auto& val : values) next.push_back(s + (s.find(':') == std::string::npos ? ":" : ",") + key + "=" + val);

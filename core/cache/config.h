@@ -90,7 +90,7 @@ CacheConfig configFromJson(std::string_view text, std::string_view origin = "con
 CacheConfig loadConfigFile(const std::string& path);
 
 /// A grid of configs, `quanto:nbits=2,4;q_group_size=32,64` -> every combination as a SPEC (not yet validated).
-/// Throws ConfigError for a malformed grid.
+/// Throws ConfigError for a malformed grid or one of more than 4096 configs.
 std::vector<std::string> expandGrid(std::string_view grid);
 
 /// Checks the combination with the reference's own limits and messages. Throws ConfigError.
