@@ -157,7 +157,15 @@ std::uint64_t GgufFile::tensorBytes(std::uint32_t type, std::int64_t numel, cons
   return static_cast<std::uint64_t>(numel / t->blockElems) * t->blockBytes;
 }
 
-GgufFile::GgufFile(const std::string& path) : path_(path), file_(path, 24, "a GGUF file") {
+GgufFile::GgufFile(const std::string& path) : path_(path), file_(path, 24, "a GGUF file") { parse(); }
+
+GgufFile::GgufFile(const std::uint8_t* data, std::size_t size, const std::string& name)
+    : path_(name), file_(data, size, name, 24, "a GGUF file") {
+  parse();
+}
+
+void GgufFile::parse() {
+  const std::string& path = path_;
   const std::size_t size = file_.size();
   {
     const auto* base = file_.data();

@@ -41,6 +41,9 @@ class GgufFile {
 
   /// Opens and validates `path`. Throws FormatError.
   explicit GgufFile(const std::string& path);
+  /// Reads a GGUF image already in memory (the caller keeps `data` alive as long as this object and its tensors'
+  /// data pointers); `name` stands for the file in messages. Throws FormatError.
+  GgufFile(const std::uint8_t* data, std::size_t size, const std::string& name);
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
@@ -71,6 +74,8 @@ class GgufFile {
   static std::uint64_t tensorBytes(std::uint32_t type, std::int64_t numel, const std::string& what);
 
  private:
+  void parse();
+
   std::string path_;
   MappedFile file_;
   std::uint32_t version_ = 0;

@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <map>
 
 #include "model/dequant.h"
 #include "model/gguf.h"
+#include "model/hf_config.h"
 #include "model/safetensors.h"
 
 namespace kvscope::model {
@@ -136,7 +136,12 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::Sc
   c.heads = req("attention.head_count");
   c.kvHeads = f.getInt(c.arch + ".attention.head_count_kv") ? req("attention.head_count_kv") : c.heads;
   c.intermediate = req("feed_forward_length");
+  if (!f.getInt(c.arch + ".attention.key_length") && c.hidden % c.heads != 0)
+    throw FormatError(fmt::format("{}: `{}.embedding_length` = {} is not a multiple of the {} attention heads", path,
+                                  c.arch, c.hidden, c.heads));
   c.headDim = f.getInt(c.arch + ".attention.key_length") ? req("attention.key_length") : c.hidden / c.heads;
+  if (c.headDim % 2 != 0)
+    throw FormatError(fmt::format("{}: head dimension {} must be even (rotary embedding)", path, c.headDim));
   c.rmsEps = f.getFloat(c.arch + ".attention.layer_norm_rms_epsilon").value_or(1e-5);
   c.ropeTheta = f.getFloat(c.arch + ".rope.freq_base").value_or(10000.0);
   c.contextLength = f.getInt(c.arch + ".context_length").value_or(2048);
@@ -164,10 +169,12 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::Sc
       if (optional) return at::Tensor();
       throw FormatError(fmt::format("{}: missing tensor `{}`", path, name));
     }
-    at::Tensor x = toTensor(*t, at::kFloat);
-    if (x.sizes() != at::IntArrayRef(shape))
+    // The shape is checked before anything is dequantized (ggml order: dims[0] is the row length).
+    const std::vector<std::int64_t> got(t->dims.rbegin(), t->dims.rend());
+    if (got != shape)
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} architecture needs {}", path, name,
-                                    fmt::join(x.sizes(), "x"), c.arch, fmt::join(shape, "x")));
+                                    fmt::join(got, "x"), c.arch, fmt::join(shape, "x")));
+    at::Tensor x = toTensor(*t, at::kFloat);
     if (!at::isfinite(x).all().item<bool>())
       throw FormatError(fmt::format("{}: tensor `{}` holds NaN or infinite values", path, name));
     if (progress && !progress(++done, total)) throw LoadCancelled();
@@ -183,91 +190,24 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, at::Sc
   namespace fs = std::filesystem;
   const fs::path root(dir);
   const fs::path cfgPath = root / "config.json";
-  std::ifstream in(cfgPath);
+  std::ifstream in(cfgPath, std::ios::binary);
   if (!in) throw FormatError(fmt::format("{}: no config.json", dir));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("{}: not valid JSON ({})", cfgPath.string(), e.what()));
-  }
-  const std::string where = cfgPath.string();
-  if (j.contains("text_config") && j["text_config"].is_object()) j = j["text_config"];
-  auto num = [&](const char* key, std::optional<double> dflt = std::nullopt) -> double {
-    if (!j.contains(key) || j[key].is_null()) {
-      if (dflt) return *dflt;
-      throw FormatError(fmt::format("{}: missing `{}`", where, key));
-    }
-    if (!j[key].is_number()) throw FormatError(fmt::format("{}: `{}` must be a number", where, key));
-    return j[key].get<double>();
-  };
-  auto positive = [&](const char* key, std::optional<double> dflt = std::nullopt) {
-    const double v = num(key, dflt);
-    if (v <= 0 || v > (1 << 24) || v != std::floor(v))
-      throw FormatError(fmt::format("{}: `{}` = {} is not a positive integer", where, key, v));
-    return static_cast<int>(v);
-  };
+  const std::string cfgText((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
   ModelConfig& c = m->cfg_;
-  c.arch = j.value("model_type", std::string("llama"));
-  if (c.arch == "mistral") {
-    if (j.contains("sliding_window") && !j["sliding_window"].is_null())
-      throw FormatError(fmt::format("{}: sliding-window attention is not supported (a quantized cache needs full "
-                                    "attention layers)", where));
-  } else if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3") {
-    throw FormatError(fmt::format("{}: model_type `{}` is not supported (llama, mistral, qwen2, qwen3)", where, c.arch));
-  }
-  if (j.contains("layer_types") && j["layer_types"].is_array())
-    for (const auto& t : j["layer_types"])
-      if (t != "full_attention")
-        throw FormatError(fmt::format("{}: layer type {} is not supported (full attention only)", where, t.dump()));
+  c = hfConfigFromJson(cfgText, cfgPath.string());
   c.name = root.filename().string();
-  c.layers = positive("num_hidden_layers");
-  c.hidden = positive("hidden_size");
-  c.heads = positive("num_attention_heads");
-  c.kvHeads = positive("num_key_value_heads", c.heads);
-  c.intermediate = positive("intermediate_size");
-  c.vocab = positive("vocab_size");
-  c.headDim = positive("head_dim", c.hidden / c.heads);
-  c.rmsEps = num("rms_norm_eps", 1e-6);
-  c.contextLength = positive("max_position_embeddings", 2048);
-  // v5: rope_parameters {rope_theta, rope_type, ...}; v4: rope_theta + rope_scaling.
-  nlohmann::json rope = j.contains("rope_parameters") && j["rope_parameters"].is_object() ? j["rope_parameters"]
-                        : j.contains("rope_scaling") && j["rope_scaling"].is_object()   ? j["rope_scaling"]
-                                                                                        : nlohmann::json::object();
-  c.ropeTheta = rope.contains("rope_theta") ? rope["rope_theta"].get<double>() : num("rope_theta", 10000.0);
-  const std::string ropeType = rope.value("rope_type", rope.value("type", std::string("default")));
-  if (ropeType == "llama3") {
-    c.ropeFactor = rope.value("factor", 8.0);
-    c.ropeLowFreq = rope.value("low_freq_factor", 1.0);
-    c.ropeHighFreq = rope.value("high_freq_factor", 4.0);
-    c.ropeOriginalMax = rope.value("original_max_position_embeddings", std::int64_t{8192});
-  } else if (ropeType != "default") {
-    throw FormatError(fmt::format("{}: rope type `{}` is not supported (default, llama3)", where, ropeType));
-  }
-  if (c.heads % c.kvHeads != 0)
-    throw FormatError(fmt::format("{}: {} attention heads are not a multiple of {} KV heads", where, c.heads, c.kvHeads));
 
   // Weights: one file or a sharded index.
   std::vector<std::unique_ptr<SafetensorsFile>> files;
   std::map<std::string, const SafetensorsFile*> where_;
   const fs::path single = root / "model.safetensors", index = root / "model.safetensors.index.json";
   if (fs::exists(index)) {
-    std::ifstream ii(index);
-    nlohmann::json idx;
-    try {
-      idx = nlohmann::json::parse(ii);
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(fmt::format("{}: not valid JSON ({})", index.string(), e.what()));
-    }
-    if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
-      throw FormatError(fmt::format("{}: no weight_map", index.string()));
+    std::ifstream ii(index, std::ios::binary);
+    if (!ii) throw FormatError(fmt::format("{}: cannot open", index.string()));
+    const std::string text((std::istreambuf_iterator<char>(ii)), std::istreambuf_iterator<char>());
     std::map<std::string, const SafetensorsFile*> byShard;
-    for (const auto& [name, shard] : idx["weight_map"].items()) {
-      if (!shard.is_string()) throw FormatError(fmt::format("{}: weight_map[{}] is not a file name", index.string(), name));
-      const std::string s = shard.get<std::string>();
-      if (s.find('/') != std::string::npos || s == "..")
-        throw FormatError(fmt::format("{}: shard `{}` is not a file in the directory", index.string(), s));
+    for (const auto& [name, s] : readSafetensorsIndex(text, index.string())) {
       if (!byShard.count(s)) {
         files.push_back(std::make_unique<SafetensorsFile>((root / s).string()));
         byShard[s] = files.back().get();
@@ -307,7 +247,7 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, at::Sc
   for (const auto& f : files)
     for (const auto& e : f->entries()) ++types[e.dtype];
   for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
-  const bool tied = j.value("tie_word_embeddings", false) || !where_.count("lm_head.weight");
+  const bool tied = c.tiedEmbeddings || !where_.count("lm_head.weight");
   m->assemble(get, hfNames(), false, tied, dtype);
   return m;
 }

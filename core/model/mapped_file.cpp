@@ -32,10 +32,18 @@ MappedFile::MappedFile(const std::string& path, std::size_t minSize, const char*
     map_ = nullptr;
     throw FormatError(fmt::format("{}: cannot map ({})", path, std::strerror(errno)));
   }
+  owned_ = true;
+}
+
+MappedFile::MappedFile(const std::uint8_t* data, std::size_t size, const std::string& name, std::size_t minSize,
+                       const char* kind)
+    : map_(const_cast<std::uint8_t*>(data)), size_(size) {
+  if (size_ < minSize) throw FormatError(fmt::format("{}: {} bytes is too short for {}", name, size_, kind));
+  if (!data && size_ > 0) throw FormatError(fmt::format("{}: no data", name));
 }
 
 MappedFile::~MappedFile() {
-  if (map_) ::munmap(map_, size_);
+  if (map_ && owned_) ::munmap(map_, size_);
 }
 
 }  // namespace kvscope::model

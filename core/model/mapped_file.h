@@ -1,4 +1,5 @@
-// A read-only memory map of a whole file, unmapped on destruction; the readers check every offset against size().
+// A read-only memory map of a whole file, unmapped on destruction (or a view of caller-owned bytes); the readers
+// check every offset against size().
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,10 @@ class MappedFile {
   /// Throws FormatError naming the file: cannot open, not a regular file, shorter than minSize (`kind` says what
   /// the file should have been, e.g. "a GGUF file"), cannot map.
   MappedFile(const std::string& path, std::size_t minSize, const char* kind);
+  /// A view of bytes already in memory (the caller keeps them alive): the same checks, no file. `name` stands for
+  /// the file in messages.
+  MappedFile(const std::uint8_t* data, std::size_t size, const std::string& name, std::size_t minSize,
+             const char* kind);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -22,6 +27,7 @@ class MappedFile {
  private:
   void* map_ = nullptr;
   std::size_t size_ = 0;
+  bool owned_ = false;  ///< map_ is a mapping of ours (unmapped on destruction), not a caller's view
 };
 
 }  // namespace kvscope::model

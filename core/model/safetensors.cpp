@@ -20,6 +20,16 @@ int SafetensorsFile::dtypeSize(const std::string& d) {
 
 SafetensorsFile::SafetensorsFile(const std::string& path)
     : path_(path), file_(path, 8, "a safetensors file (8-byte header size first)") {
+  parse();
+}
+
+SafetensorsFile::SafetensorsFile(const std::uint8_t* data, std::size_t size, const std::string& name)
+    : path_(name), file_(data, size, name, 8, "a safetensors file (8-byte header size first)") {
+  parse();
+}
+
+void SafetensorsFile::parse() {
+  const std::string& path = path_;
   const std::size_t size = file_.size();
   {
     const auto* base = file_.data();
@@ -96,6 +106,29 @@ const SafetensorsFile::Entry& SafetensorsFile::at(const std::string& name) const
                                    [](const Entry& a, const std::string& n) { return a.name < n; });
   if (it == entries_.end() || it->name != name) throw FormatError(fmt::format("{}: no tensor `{}`", path_, name));
   return *it;
+}
+
+std::map<std::string, std::string> readSafetensorsIndex(std::string_view text, const std::string& where) {
+  nlohmann::json idx;
+  try {
+    idx = nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("{}: not valid JSON ({})", where, e.what()));
+  }
+  if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
+    throw FormatError(fmt::format("{}: no weight_map object", where));
+  std::map<std::string, std::string> map;
+  for (const auto& [name, shard] : idx["weight_map"].items()) {
+    if (!shard.is_string())
+      throw FormatError(fmt::format("{}: weight_map[`{}`] is not a file name (found {})", where, name,
+                                    shard.type_name()));
+    const std::string s = shard.get<std::string>();
+    if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos || s.find('\0') != std::string::npos)
+      throw FormatError(fmt::format("{}: weight_map[`{}`]: shard `{}` is not a file in the directory", where, name, s));
+    map.emplace(name, s);
+  }
+  if (map.empty()) throw FormatError(fmt::format("{}: weight_map is empty", where));
+  return map;
 }
 
 }  // namespace kvscope::model

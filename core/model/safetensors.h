@@ -8,6 +8,7 @@
 #include "model/mapped_file.h"
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvscope::model {
@@ -29,6 +30,9 @@ class SafetensorsFile {
 
   /// Opens and validates `path`. Throws FormatError naming the file, the tensor and the problem.
   explicit SafetensorsFile(const std::string& path);
+  /// Reads a safetensors image already in memory (the caller keeps `data` alive as long as this object and its
+  /// entries' data pointers); `name` stands for the file in messages. Throws FormatError.
+  SafetensorsFile(const std::uint8_t* data, std::size_t size, const std::string& name);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -44,10 +48,17 @@ class SafetensorsFile {
   static int dtypeSize(const std::string& dtype);
 
  private:
+  void parse();
+
   std::string path_;
   MappedFile file_;
   std::map<std::string, std::string> metadata_;
   std::vector<Entry> entries_;
 };
+
+/// The weight map of a sharded model's model.safetensors.index.json (`text`; `where` names it in messages): tensor
+/// name -> shard file name. Each shard must be a plain file name in the same directory (no '/', not "." or "..").
+/// Throws FormatError naming the file, the key and the problem.
+std::map<std::string, std::string> readSafetensorsIndex(std::string_view text, const std::string& where);
 
 }  // namespace kvscope::model

@@ -193,6 +193,13 @@ TokenizerSpec specFromParts(const std::vector<std::string>& tokens, const std::v
 /// chat_template.jinja, as transformers 5 saves it); without one, BOS is the post-processor's single prefix id.
 /// Anything else is a TokenizerError naming the file and the key.
 Tokenizer fromTokenizerJson(const std::string& path);
+/// The same from text already in memory: `tokenizerJson` (named `source` in messages), the tokenizer_config.json
+/// beside it when there is one (named `configSource`), and the chat_template.jinja text ("" when none; a template in
+/// tokenizer_config.json wins).
+Tokenizer fromTokenizerJsonText(std::string_view tokenizerJson, const std::string& source,
+                                std::optional<std::string_view> tokenizerConfig = std::nullopt,
+                                const std::string& configSource = "tokenizer_config.json",
+                                const std::string& chatTemplate = "");
 
 /// From a GGUF's tokenizer.ggml.* metadata (model "gpt2" only) and tokenizer.chat_template. Defined in
 /// from_gguf.cpp.

@@ -25,13 +25,9 @@ class Reader {
     throw TokenizerError(path_ + ": " + key + ": " + what);
   }
 
-  json load() const {
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) throw TokenizerError(path_ + ": cannot open (" + std::strerror(errno) + ")");
-    std::stringstream ss;
-    ss << in.rdbuf();
+  json parse(std::string_view text) const {
     try {
-      return json::parse(ss.str());
+      return json::parse(text.begin(), text.end());
     } catch (const json::exception& e) {
       throw TokenizerError(path_ + ": not valid JSON (" + e.what() + ")");
     }
@@ -255,9 +251,35 @@ void readPostProcessor(const Reader& r, const json& pp, std::vector<std::int32_t
 
 }  // namespace
 
+namespace {
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TokenizerError(path + ": cannot open (" + std::strerror(errno) + ")");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
 Tokenizer fromTokenizerJson(const std::string& path) {
+  const std::string text = readFile(path);
+  const auto dir = std::filesystem::path(path).parent_path();
+  const auto cfgPath = dir / "tokenizer_config.json";
+  std::optional<std::string> cfg;
+  if (std::filesystem::exists(cfgPath)) cfg = readFile(cfgPath.string());
+  // transformers 5 saves the template in a file of its own.
+  const auto jinjaPath = dir / "chat_template.jinja";
+  std::string jinja;
+  if (std::filesystem::exists(jinjaPath)) jinja = readFile(jinjaPath.string());
+  return fromTokenizerJsonText(text, path, cfg ? std::optional<std::string_view>(*cfg) : std::nullopt,
+                               cfgPath.string(), jinja);
+}
+
+Tokenizer fromTokenizerJsonText(std::string_view text, const std::string& path,
+                                std::optional<std::string_view> tokenizerConfig, const std::string& configSource,
+                                const std::string& chatTemplate) {
   const Reader r(path);
-  const json j = r.load();
+  const json j = r.parse(text);
   if (!j.is_object()) r.fail("(top level)", "expected an object");
   TokenizerSpec spec;
   spec.source = path;
@@ -350,10 +372,10 @@ Tokenizer fromTokenizerJson(const std::string& path) {
       if (spec.tokens[i] == text) return static_cast<std::int32_t>(i);
     return -1;
   };
-  const auto cfgPath = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  if (std::filesystem::exists(cfgPath)) {
-    const Reader cr(cfgPath.string());
-    const json cfg = cr.load();
+  if (tokenizerConfig) {
+    const Reader cr(configSource);
+    const json cfg = cr.parse(*tokenizerConfig);
+    if (!cfg.is_object()) cr.fail("(top level)", "expected an object");
     const auto special = [&](const char* name) -> std::int32_t {
       if (!cfg.contains(name) || cfg[name].is_null()) return -1;
       const json& v = cfg[name];
@@ -370,14 +392,7 @@ Tokenizer fromTokenizerJson(const std::string& path) {
     if (spec.prefix.size() == 1) spec.special.bos = spec.prefix.front();
     if (spec.bpeUnk >= 0) spec.special.unk = spec.bpeUnk;
   }
-  // transformers 5 saves the template in a file of its own.
-  const auto jinjaPath = std::filesystem::path(path).parent_path() / "chat_template.jinja";
-  if (spec.chatTemplate.empty() && std::filesystem::exists(jinjaPath)) {
-    std::ifstream in(jinjaPath, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    spec.chatTemplate = ss.str();
-  }
+  if (spec.chatTemplate.empty()) spec.chatTemplate = chatTemplate;
   return Tokenizer(std::move(spec));
 }
 

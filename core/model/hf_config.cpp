@@ -1,0 +1,147 @@
+#include "model/hf_config.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "model/safetensors.h"  // FormatError
+
+namespace kvscope::model {
+
+namespace {
+
+using nlohmann::json;
+
+class Keys {
+ public:
+  Keys(const json& obj, std::string where, std::string prefix = "")
+      : j_(obj), where_(std::move(where)), prefix_(std::move(prefix)) {}
+
+  [[noreturn]] void fail(const char* key, const std::string& what) const {
+    throw FormatError(fmt::format("{}: `{}{}` {}", where_, prefix_, key, what));
+  }
+  bool has(const char* key) const {
+    const auto it = j_.find(key);
+    return it != j_.end() && !it->is_null();
+  }
+  double num(const char* key, std::optional<double> dflt = std::nullopt) const {
+    if (!has(key)) {
+      if (dflt) return *dflt;
+      fail(key, "is missing");
+    }
+    const json& v = j_.at(key);
+    if (!v.is_number()) fail(key, fmt::format("must be a number, found {}", v.type_name()));
+    const double d = v.get<double>();
+    if (!std::isfinite(d)) fail(key, "must be finite");
+    return d;
+  }
+  double positiveNum(const char* key, double dflt) const {
+    const double v = num(key, dflt);
+    if (!(v > 0)) fail(key, fmt::format("= {} must be positive", v));
+    return v;
+  }
+  int count(const char* key, std::optional<double> dflt = std::nullopt) const {
+    const double v = num(key, dflt);
+    if (v <= 0 || v > (1 << 24) || v != std::floor(v))
+      fail(key, fmt::format("= {} is not a positive integer (at most 2^24)", v));
+    return static_cast<int>(v);
+  }
+  std::string str(const char* key, const std::string& dflt) const {
+    if (!has(key)) return dflt;
+    const json& v = j_.at(key);
+    if (!v.is_string()) fail(key, fmt::format("must be a string, found {}", v.type_name()));
+    return v.get<std::string>();
+  }
+  bool flag(const char* key, bool dflt) const {
+    if (!has(key)) return dflt;
+    const json& v = j_.at(key);
+    if (!v.is_boolean()) fail(key, fmt::format("must be true or false, found {}", v.type_name()));
+    return v.get<bool>();
+  }
+
+ private:
+  const json& j_;
+  std::string where_, prefix_;
+};
+
+}  // namespace
+
+ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
+  json top;
+  try {
+    top = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    throw FormatError(fmt::format("{}: not valid JSON ({})", where, e.what()));
+  }
+  if (!top.is_object()) throw FormatError(fmt::format("{}: expected a JSON object, found {}", where, top.type_name()));
+  const json* jp = &top;
+  if (const auto it = top.find("text_config"); it != top.end() && !it->is_null()) {
+    if (!it->is_object())
+      throw FormatError(fmt::format("{}: `text_config` must be an object, found {}", where, it->type_name()));
+    jp = &*it;
+  }
+  const json& j = *jp;
+  const Keys k(j, where, jp == &top ? "" : "text_config.");
+  ModelConfig c;
+  c.arch = k.str("model_type", "llama");
+  if (c.arch == "mistral") {
+    if (k.has("sliding_window"))
+      k.fail("sliding_window", "is set: sliding-window attention is not supported (a quantized cache needs full "
+                               "attention layers)");
+  } else if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3") {
+    k.fail("model_type", fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3)", c.arch));
+  }
+  if (k.has("layer_types")) {
+    const json& lt = j.at("layer_types");
+    if (!lt.is_array()) k.fail("layer_types", fmt::format("must be a list, found {}", lt.type_name()));
+    for (const auto& t : lt)
+      if (t != "full_attention")
+        k.fail("layer_types", fmt::format("has {}: only full_attention layers are supported", t.dump()));
+  }
+  c.layers = k.count("num_hidden_layers");
+  c.hidden = k.count("hidden_size");
+  c.heads = k.count("num_attention_heads");
+  c.kvHeads = k.count("num_key_value_heads", c.heads);
+  c.intermediate = k.count("intermediate_size");
+  c.vocab = k.count("vocab_size");
+  if (!k.has("head_dim") && c.hidden % c.heads != 0)
+    k.fail("hidden_size", fmt::format("= {} is not a multiple of num_attention_heads = {} (and no head_dim is given)",
+                                      c.hidden, c.heads));
+  c.headDim = k.count("head_dim", c.hidden / c.heads);
+  if (c.headDim % 2 != 0) k.fail("head_dim", fmt::format("= {} must be even (rotary embedding)", c.headDim));
+  c.rmsEps = k.positiveNum("rms_norm_eps", 1e-6);
+  c.contextLength = k.count("max_position_embeddings", 2048);
+  if (c.heads % c.kvHeads != 0)
+    k.fail("num_key_value_heads",
+           fmt::format("= {} does not divide num_attention_heads = {}", c.kvHeads, c.heads));
+  c.tiedEmbeddings = k.flag("tie_word_embeddings", false);
+
+  // v5: rope_parameters {rope_theta, rope_type, ...}; v4: rope_theta + rope_scaling.
+  const char* ropeKey = nullptr;
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (!ropeKey && k.has(key)) {
+      if (!j.at(key).is_object()) k.fail(key, fmt::format("must be an object, found {}", j.at(key).type_name()));
+      ropeKey = key;
+    }
+  const json none = json::object();
+  const json& rope = ropeKey ? j.at(ropeKey) : none;
+  const Keys r(rope, where, (jp == &top ? std::string() : "text_config.") + (ropeKey ? ropeKey : "rope") + ".");
+  c.ropeTheta = r.has("rope_theta") ? r.positiveNum("rope_theta", 10000.0) : k.positiveNum("rope_theta", 10000.0);
+  const std::string ropeType = r.has("rope_type") ? r.str("rope_type", "default") : r.str("type", "default");
+  if (ropeType == "llama3") {
+    c.ropeFactor = r.positiveNum("factor", 8.0);
+    c.ropeLowFreq = r.positiveNum("low_freq_factor", 1.0);
+    c.ropeHighFreq = r.positiveNum("high_freq_factor", 4.0);
+    if (c.ropeHighFreq <= c.ropeLowFreq)
+      r.fail("high_freq_factor", fmt::format("= {} must exceed low_freq_factor = {}", c.ropeHighFreq, c.ropeLowFreq));
+    c.ropeOriginalMax = r.count("original_max_position_embeddings", 8192);
+  } else if (ropeType != "default") {
+    r.fail(r.has("rope_type") ? "rope_type" : "type",
+           fmt::format("`{}` is not supported (default, llama3)", ropeType));
+  }
+  return c;
+}
+
+}  // namespace kvscope::model
