@@ -120,7 +120,9 @@ class Fp8Layer final : public CacheLayer {
   // transformers: (amax.float() / 448).clamp(min=FLT_MIN); the headroom factor multiplies amax first.
   at::Tensor scaleFromAmax(at::Tensor amax) const {
     if (headroom_ != 1.0) amax = amax * headroom_;
-    return (amax / static_cast<double>(fmax())).clamp_min(FLT_MIN);
+    // A tensor divisor: LibTorch's CUDA division by a scalar multiplies by its reciprocal (1/448 is inexact), which
+    // would put a CUDA cache's scale one ulp away from the CPU's and transformers'.
+    return (amax / at::full_like(amax, static_cast<double>(fmax()))).clamp_min(FLT_MIN);
   }
 
   void setScale(Side& s, at::Tensor scale, std::int64_t H, std::int64_t D) const {

@@ -63,7 +63,8 @@ class QuantoCodec final : public GroupCodec {
     }
     const std::int64_t levels = (std::int64_t{1} << bits_) - 1;
     QuantizedBlock q;
-    q.scale = (rmax - rmin) / levels;
+    // On CUDA a tensor divisor: LibTorch's CUDA division by a scalar multiplies by the reciprocal (1/3, 1/15 inexact).
+    q.scale = device ? (rmax - rmin) / at::full_like(rmax, static_cast<double>(levels)) : (rmax - rmin) / levels;
     q.zero = -rmin;
     if (device) {
       q.packed = kernels::quantizePack(gc, static_cast<int>(dim), q.scale, q.zero, kernels::IntScheme::Quanto, bits_);
