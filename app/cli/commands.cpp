@@ -87,6 +87,11 @@ Runner addBackends(CLI::App& app) {
                                  opt.transformersKey ? "" : " (kvscope)");
       }
     }
+    std::cout << "\nper-layer and K/V configs (docs/cache-configs.md):\n"
+                 "  layers=RANGE:CONFIG;RANGE:CONFIG;...\n"
+                 "  RANGE   * (every layer no other range names), N, or N-M (inclusive, from 0)\n"
+                 "  CONFIG  a SPEC for keys and values alike, or K=SPEC,V=SPEC\n"
+                 "  e.g.    layers=0-1:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4\n";
     return 0;
   };
 }

@@ -222,7 +222,21 @@ void setOption(CacheConfig& cfg, std::string_view key, std::string_view value) {
   applyOption(cfg, key, specValue(value));
 }
 
+namespace {
+// Per-layer configs (`layers=...`), defined at the end of this file.
+void validateLayers(const CacheConfig& cfg);
+CacheConfig parseLayersSpec(const std::string& spec);
+CacheConfig layersFromJson(const json& doc, std::string_view origin);
+HfExport layersToHf(const CacheConfig& cfg);
+FlagExport layersToVllm(const CacheConfig& cfg);
+FlagExport layersToLlamaCpp(const CacheConfig& cfg);
+std::string layersToKvscopeJson(const CacheConfig& cfg);
+std::string layersToSpec(const CacheConfig& cfg);
+constexpr std::string_view kLayersPrefix = "layers=";
+}  // namespace
+
 void validate(const CacheConfig& cfg) {
+  if (cfg.mixed()) return validateLayers(cfg);
   const std::optional<int>* groupWise[] = {&cfg.nbits, &cfg.axisKey, &cfg.axisValue, &cfg.qGroupSize,
                                            &cfg.residualLength};
   if (cfg.sink < 0) throw ConfigError("sink", fmt::format("`sink` must be 0 or more tokens, got {}", cfg.sink));
@@ -326,6 +340,7 @@ std::vector<std::string> expandGrid(std::string_view gridIn) {
 CacheConfig parseSpec(std::string_view specIn) {
   const std::string spec = trim(specIn);
   if (spec.empty()) throw ConfigError("backend", "empty cache spec (try `fp8`, `quanto:nbits=2` or a JSON file)");
+  if (spec.rfind(kLayersPrefix, 0) == 0) return parseLayersSpec(spec);
   if (looksLikePath(spec)) return loadConfigFile(spec);
   const auto colon = spec.find(':');
   CacheConfig cfg;
@@ -360,6 +375,7 @@ CacheConfig configFromJson(std::string_view text, std::string_view origin) {
     throw ConfigError("", fmt::format("{}: not valid JSON ({})", origin, e.what()));
   }
   if (!doc.is_object()) throw ConfigError("", fmt::format("{}: expected a JSON object", origin));
+  if (doc.contains("layers")) return layersFromJson(doc, origin);
   const bool kvscopeFile = doc.contains("cache_config");
   const json dict = kvscopeFile ? doc["cache_config"] : doc;
   if (!dict.is_object()) throw ConfigError("cache_config", fmt::format("{}: `cache_config` must be an object", origin));
@@ -455,6 +471,7 @@ json kvscopeSection(const CacheConfig& cfg) {
 
 HfExport toHfCacheConfig(const CacheConfig& cfg) {
   validate(cfg);
+  if (cfg.mixed()) return layersToHf(cfg);
   if (cfg.backend == Backend::Dynamic)
     throw ConfigError("backend", "the `dynamic` backend is transformers' default cache: it has no cache_config to export");
   HfExport out;
@@ -498,6 +515,7 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
 
 FlagExport toVllmFlags(const CacheConfig& cfg) {
   validate(cfg);
+  if (cfg.mixed()) return layersToVllm(cfg);
   FlagExport e;
   switch (cfg.backend) {
     case Backend::Dynamic:
@@ -529,6 +547,7 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
 
 FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
   validate(cfg);
+  if (cfg.mixed()) return layersToLlamaCpp(cfg);
   FlagExport e;
   std::string type;
   switch (cfg.backend) {
@@ -565,6 +584,7 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
 
 std::string toKvscopeJson(const CacheConfig& cfg) {
   validate(cfg);
+  if (cfg.mixed()) return layersToKvscopeJson(cfg);
   json doc = json::object();
   doc["format"] = "kvscope-cache-config";
   doc["version"] = 1;
@@ -574,6 +594,7 @@ std::string toKvscopeJson(const CacheConfig& cfg) {
 }
 
 std::string toSpec(const CacheConfig& cfg) {
+  if (cfg.mixed()) return layersToSpec(cfg);
   std::vector<std::string> parts;
   if (cfg.nbits) parts.push_back(fmt::format("nbits={}", *cfg.nbits));
   if (cfg.axisKey) parts.push_back(fmt::format("axis_key={}", *cfg.axisKey));
@@ -592,6 +613,297 @@ std::string toSpec(const CacheConfig& cfg) {
   std::string s(backendName(cfg.backend));
   if (!parts.empty()) s += ":" + fmt::format("{}", fmt::join(parts, ","));
   return s;
+}
+
+// ---- Per-layer configs ----------------------------------------------------------------------------------------
+
+namespace {
+
+std::string rangeText(const LayerRule& r) {
+  if (r.wildcard()) return "*";
+  return r.first == r.last ? std::to_string(r.first) : fmt::format("{}-{}", r.first, r.last);
+}
+
+std::string ruleWhat(const LayerRule& r) {
+  return r.wildcard() ? std::string("the `*` rule") : fmt::format("layers {}", rangeText(r));
+}
+
+LayerRule parseRange(const std::string& text, const std::string& spec) {
+  LayerRule r;
+  if (text == "*") return r;
+  auto num = [&](const std::string& t) {
+    int v = -1;
+    const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc() || p != t.data() + t.size() || v < 0)
+      throw ConfigError("layers", fmt::format("bad layer range `{}` in `{}` (write `*`, `N` or `N-M`)", text, spec));
+    return v;
+  };
+  const auto dash = text.find('-');
+  r.first = num(trim(text.substr(0, dash)));
+  r.last = dash == std::string::npos ? r.first : num(trim(text.substr(dash + 1)));
+  if (r.last < r.first)
+    throw ConfigError("layers", fmt::format("layer range `{}` in `{}` runs backwards", text, spec));
+  return r;
+}
+
+// The config a single-backend view shows for a per-layer config: the first quantizing side, the `*` rule's first.
+CacheConfig mirrorOf(const std::vector<LayerRule>& rules) {
+  std::vector<const LayerRule*> order;
+  for (const auto& r : rules)
+    if (r.wildcard()) order.push_back(&r);
+  for (const auto& r : rules)
+    if (!r.wildcard()) order.push_back(&r);
+  CacheConfig m = order.front()->keys;
+  for (const LayerRule* r : order) {
+    if (r->keys.backend != Backend::Dynamic) { m = r->keys; break; }
+    if (r->values.backend != Backend::Dynamic) { m = r->values; break; }
+  }
+  m.layers = rules;
+  return m;
+}
+
+void validateLayers(const CacheConfig& cfg) {
+  int wildcards = 0;
+  for (std::size_t i = 0; i < cfg.layers.size(); ++i) {
+    const LayerRule& r = cfg.layers[i];
+    if (r.wildcard()) {
+      if (++wildcards > 1) throw ConfigError("layers", "more than one `*` rule in a per-layer config");
+    } else if (r.first < 0 || r.last < r.first) {
+      throw ConfigError("layers", fmt::format("bad layer range {}..{}", r.first, r.last));
+    }
+    for (const CacheConfig* side : {&r.keys, &r.values}) {
+      if (side->mixed()) throw ConfigError("layers", fmt::format("{}: a rule's config cannot have rules of its own",
+                                                                 ruleWhat(r)));
+      try {
+        validate(*side);
+      } catch (const ConfigError& e) {
+        throw ConfigError(e.key(), fmt::format("{} ({}): {}", ruleWhat(r), side == &r.keys ? "keys" : "values",
+                                               e.what()));
+      }
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      const LayerRule& o = cfg.layers[j];
+      if (!r.wildcard() && !o.wildcard() && r.first <= o.last && o.first <= r.last)
+        throw ConfigError("layers", fmt::format("layers {} and {} overlap: each layer takes one rule", rangeText(o),
+                                                rangeText(r)));
+    }
+  }
+}
+
+CacheConfig parseLayersSpec(const std::string& spec) {
+  std::vector<LayerRule> rules;
+  std::stringstream rest(spec.substr(kLayersPrefix.size()));
+  std::string item;
+  while (std::getline(rest, item, ';')) {
+    item = trim(item);
+    if (item.empty()) continue;
+    const auto colon = item.find(':');
+    if (colon == std::string::npos)
+      throw ConfigError("layers", fmt::format("rule `{}` in `{}` needs RANGE:CONFIG (e.g. `0-1:dynamic`)", item, spec));
+    LayerRule r = parseRange(trim(item.substr(0, colon)), spec);
+    const std::string body = trim(item.substr(colon + 1));
+    auto side = [&](const std::string& text) {
+      if (text.rfind(kLayersPrefix, 0) == 0)
+        throw ConfigError("layers", fmt::format("rule `{}`: a rule's config cannot have rules of its own", item));
+      return parseSpec(text);
+    };
+    const bool kFirst = body.rfind("K=", 0) == 0, vFirst = body.rfind("V=", 0) == 0;
+    if (kFirst || vFirst) {
+      const std::string other = kFirst ? ",V=" : ",K=";
+      const auto cut = body.find(other);
+      if (cut == std::string::npos)
+        throw ConfigError("layers", fmt::format("rule `{}`: give both sides, `K=SPEC,V=SPEC`", item));
+      const std::string first = trim(body.substr(2, cut - 2)), second = trim(body.substr(cut + other.size()));
+      r.keys = side(kFirst ? first : second);
+      r.values = side(kFirst ? second : first);
+    } else {
+      r.keys = r.values = side(body);
+    }
+    rules.push_back(std::move(r));
+  }
+  if (rules.empty()) throw ConfigError("layers", fmt::format("`{}` has no rules", spec));
+  CacheConfig cfg = mirrorOf(rules);
+  validate(cfg);
+  return cfg;
+}
+
+CacheConfig layersFromJson(const json& doc, std::string_view origin) {
+  for (const auto& [key, value] : doc.items())
+    if (key != "layers" && key != "format" && key != "version")
+      throw ConfigError(key, fmt::format("{}: unknown top-level key `{}` beside `layers`", origin, key));
+  const json& list = doc["layers"];
+  if (!list.is_array() || list.empty())
+    throw ConfigError("layers", fmt::format("{}: `layers` must be a non-empty list of rules", origin));
+  std::vector<LayerRule> rules;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const json& e = list[i];
+    const std::string where = fmt::format("{}: layers[{}]", origin, i);
+    if (!e.is_object() || !e.contains("layers") || !e["layers"].is_string())
+      throw ConfigError("layers", fmt::format("{}: expected an object with a `layers` range (\"*\", \"N\", \"N-M\")",
+                                              where));
+    for (const auto& [key, value] : e.items())
+      if (key != "layers" && key != "cache" && key != "keys" && key != "values")
+        throw ConfigError(key, fmt::format("{}: unknown key `{}` (layers, cache, keys, values)", where, key));
+    LayerRule r = parseRange(e["layers"].get<std::string>(), where);
+    auto side = [&](const char* key) {
+      if (!e.contains(key) || !e[key].is_object())
+        throw ConfigError("layers", fmt::format("{}: `{}` must be a config object", where, key));
+      if (e[key].contains("layers"))
+        throw ConfigError("layers", fmt::format("{}.{}: a rule's config cannot have rules of its own", where, key));
+      return configFromJson(e[key].dump(), fmt::format("{}.{}", where, key));
+    };
+    if (e.contains("cache")) {
+      if (e.contains("keys") || e.contains("values"))
+        throw ConfigError("layers", fmt::format("{}: give `cache` or `keys` and `values`, not both", where));
+      r.keys = r.values = side("cache");
+    } else {
+      r.keys = side("keys");
+      r.values = side("values");
+    }
+    rules.push_back(std::move(r));
+  }
+  CacheConfig cfg = mirrorOf(rules);
+  try {
+    validate(cfg);
+  } catch (const ConfigError& e) {
+    throw ConfigError(e.key(), fmt::format("{}: {}", origin, e.what()));
+  }
+  return cfg;
+}
+
+const LayerRule* wildcardRule(const CacheConfig& cfg) {
+  for (const auto& r : cfg.layers)
+    if (r.wildcard()) return &r;
+  return nullptr;
+}
+
+HfExport layersToHf(const CacheConfig& cfg) {
+  const LayerRule* all = wildcardRule(cfg);
+  if (!all)
+    throw ConfigError("layers", "transformers' QuantizedCache takes one config for every layer: this per-layer "
+                                "config has no `*` rule to export (add `*:SPEC` for the layers it does not name)");
+  // quanto/hqq take axis_key for the keys and axis_value for the values: sides that differ only there merge.
+  CacheConfig merged = all->keys, v = all->values;
+  merged.axisValue = v.axisValue;
+  v.axisKey = all->keys.axisKey;
+  if (!(merged == v))
+    throw ConfigError("layers", fmt::format("transformers' QuantizedCache quantizes keys and values with one config: "
+                                            "keys `{}` and values `{}` cannot be exported to it (export each side "
+                                            "with --cache SPEC, or use the kvscope format)",
+                                            toSpec(all->keys), toSpec(all->values)));
+  if (merged.backend == Backend::Dynamic)
+    throw ConfigError("layers", "the `*` rule is `dynamic`: transformers' QuantizedCache cannot leave layers "
+                                "unquantized, so there is no cache_config for most of this model");
+  HfExport out = toHfCacheConfig(merged);
+  for (const auto& r : cfg.layers) {
+    if (r.wildcard()) continue;
+    out.notes.push_back(fmt::format("not exported: {} use keys `{}` and values `{}`; transformers applies this "
+                                    "cache_config to every layer",
+                                    ruleWhat(r), toSpec(r.keys), toSpec(r.values)));
+  }
+  return out;
+}
+
+FlagExport layersToVllm(const CacheConfig& cfg) {
+  const LayerRule* all = wildcardRule(cfg);
+  if (!all) throw ConfigError("layers", "vLLM takes one KV cache dtype: add a `*` rule for the layers not named");
+  FlagExport e = toVllmFlags(all->keys);
+  if (!(all->keys == all->values)) {
+    const FlagExport ev = toVllmFlags(all->values);
+    e.notes.push_back(fmt::format("vLLM has one --kv-cache-dtype for keys and values: exported from the keys' `{}`; "
+                                  "the values' `{}` alone would export as `{}`",
+                                  toSpec(all->keys), toSpec(all->values), ev.flags));
+  }
+  std::vector<std::string> skip;
+  for (const auto& r : cfg.layers) {
+    if (r.wildcard()) continue;
+    if (r.keys.backend == Backend::Dynamic && r.values.backend == Backend::Dynamic) {
+      for (int l = r.first; l <= r.last; ++l) skip.push_back(std::to_string(l));
+    } else if (!(r.keys == all->keys && r.values == all->values)) {
+      e.notes.push_back(fmt::format("not exported: {} use keys `{}` and values `{}`; vLLM can only skip layers "
+                                    "(keep them unquantized), not give them another type",
+                                    ruleWhat(r), toSpec(r.keys), toSpec(r.values)));
+    }
+  }
+  if (!skip.empty() && all->keys.backend != Backend::Dynamic)
+    e.flags += fmt::format(" --kv-cache-dtype-skip-layers {}", fmt::join(skip, " "));
+  return e;
+}
+
+FlagExport layersToLlamaCpp(const CacheConfig& cfg) {
+  const LayerRule* all = wildcardRule(cfg);
+  if (!all) throw ConfigError("layers", "llama.cpp takes one K and one V cache type: add a `*` rule");
+  const FlagExport k = toLlamaCppFlags(all->keys), v = toLlamaCppFlags(all->values);
+  auto typeOf = [](const std::string& flags, const char* flag) {
+    const auto p = flags.find(flag) + std::string(flag).size() + 1;
+    return flags.substr(p, flags.find(' ', p) - p);
+  };
+  FlagExport e;
+  const std::string kt = typeOf(k.flags, "-ctk"), vt = typeOf(v.flags, "-ctv");
+  e.flags = fmt::format("-ctk {} -ctv {}", kt, vt);
+  if (vt != "f16") e.flags += " -fa";
+  for (const auto* src : {&k, &v})
+    for (const auto& n : src->notes)
+      if (std::find(e.notes.begin(), e.notes.end(), n) == e.notes.end()) e.notes.push_back(n);
+  for (const auto& r : cfg.layers)
+    if (!r.wildcard())
+      e.notes.push_back(fmt::format("not exported: {} use keys `{}` and values `{}`; llama.cpp's cache types apply "
+                                    "to every layer",
+                                    ruleWhat(r), toSpec(r.keys), toSpec(r.values)));
+  return e;
+}
+
+json sideJson(const CacheConfig& c) { return json::parse(toKvscopeJson(c)); }
+
+std::string layersToKvscopeJson(const CacheConfig& cfg) {
+  json doc = json::object();
+  doc["format"] = "kvscope-cache-config";
+  doc["version"] = 1;
+  json list = json::array();
+  for (const auto& r : cfg.layers) {
+    json e = json::object();
+    e["layers"] = rangeText(r);
+    auto side = [](const CacheConfig& c) {
+      json j = sideJson(c);
+      j.erase("format");
+      j.erase("version");
+      return j;
+    };
+    if (r.keys == r.values) {
+      e["cache"] = side(r.keys);
+    } else {
+      e["keys"] = side(r.keys);
+      e["values"] = side(r.values);
+    }
+    list.push_back(std::move(e));
+  }
+  doc["layers"] = std::move(list);
+  return doc.dump(2);
+}
+
+std::string layersToSpec(const CacheConfig& cfg) {
+  std::vector<std::string> rules;
+  for (const auto& r : cfg.layers)
+    rules.push_back(rangeText(r) + ":" +
+                    (r.keys == r.values ? toSpec(r.keys) : "K=" + toSpec(r.keys) + ",V=" + toSpec(r.values)));
+  return std::string(kLayersPrefix) + fmt::format("{}", fmt::join(rules, ";"));
+}
+
+}  // namespace
+
+std::pair<CacheConfig, CacheConfig> layerConfigs(const CacheConfig& cfg, int layer, int numLayers) {
+  if (!cfg.mixed()) return {cfg, cfg};
+  const LayerRule* hit = nullptr;
+  for (const auto& r : cfg.layers) {
+    if (!r.wildcard() && r.last >= numLayers)
+      throw ConfigError("layers", fmt::format("layers {} reach past the model's {} layers (0-{})", rangeText(r),
+                                              numLayers, numLayers - 1));
+    if (!r.wildcard() && layer >= r.first && layer <= r.last) hit = &r;
+  }
+  if (!hit) hit = wildcardRule(cfg);
+  if (!hit)
+    throw ConfigError("layers", fmt::format("layer {} has no rule (add `*:SPEC` for the layers no range names)", layer));
+  return {hit->keys, hit->values};
 }
 
 }  // namespace kvscope::cache

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvscope::cache {
@@ -30,6 +31,8 @@ class ConfigError : public std::invalid_argument {
  private:
   std::string key_;
 };
+
+struct LayerRule;
 
 struct CacheConfig {
   Backend backend = Backend::Dynamic;
@@ -58,8 +61,26 @@ struct CacheConfig {
   int resolvedGroupSize() const { return qGroupSize.value_or(backend == Backend::Kivi ? 32 : 64); }
   int resolvedResidualLength() const { return residualLength.value_or(128); }
 
+  /// Per-layer and per-side configs (SPEC `layers=0-1:dynamic;*:K=fp8,V=quanto:nbits=4`, docs/cache-configs.md).
+  /// Empty: this config for every layer, keys and values alike. Otherwise the rules decide, and the fields above
+  /// mirror one quantizing side of them (the `*` rule's keys first) for views that show a single backend.
+  std::vector<LayerRule> layers;
+  bool mixed() const { return !layers.empty(); }
+
   bool operator==(const CacheConfig&) const = default;
 };
+
+/// One rule of a per-layer config: a layer range and the configs of its keys and values (uniform configs).
+struct LayerRule {
+  int first = -1, last = -1;  ///< inclusive layer range; first == -1 is `*`: every layer no other rule names
+  CacheConfig keys, values;
+  bool wildcard() const { return first < 0; }
+  bool operator==(const LayerRule&) const = default;
+};
+
+/// The keys' and the values' configs of layer `layer` in a model of `numLayers` layers (for a uniform config: the
+/// config twice). Throws ConfigError when no rule covers the layer or a rule names a layer the model does not have.
+std::pair<CacheConfig, CacheConfig> layerConfigs(const CacheConfig& cfg, int layer, int numLayers);
 
 /// One option a backend accepts, for forms, help and error messages.
 struct OptionInfo {
@@ -81,8 +102,9 @@ const std::vector<OptionInfo>& backendOptions(Backend b);
 /// Sets one option from its text form (as in a SPEC); validates the key and the value's type, not the combination.
 void setOption(CacheConfig& cfg, std::string_view key, std::string_view value);
 
-/// `fp8`, `quanto:nbits=2,q_group_size=32`, `hqq:nbits=3,axis_key=1`, `dynamic`, or a path to a JSON config
-/// (kvscope's file or a bare transformers cache_config). Validated. Throws ConfigError.
+/// `fp8`, `quanto:nbits=2,q_group_size=32`, `hqq:nbits=3,axis_key=1`, `dynamic`, a per-layer config
+/// `layers=RANGE:BODY;...` (RANGE `*`, `N` or `N-M`; BODY a SPEC for keys and values, or `K=SPEC,V=SPEC`), or a path
+/// to a JSON config (kvscope's file or a bare transformers cache_config). Validated. Throws ConfigError.
 CacheConfig parseSpec(std::string_view spec);
 /// Parses kvscope's config file or a bare transformers cache_config dict. Validated. Throws ConfigError.
 CacheConfig configFromJson(std::string_view text, std::string_view origin = "config");

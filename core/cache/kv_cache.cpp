@@ -21,6 +21,8 @@ std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const Stats
 
 std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats) {
   validate(cfg);
+  if (cfg.mixed())
+    throw ConfigError("layers", "a per-layer config builds a whole cache (KvCache), not a single layer");
   auto layer = makeBackendLayer(cfg, stats);
   if (cfg.sink > 0) return detail::makeSinkLayer(cfg.sink, std::move(layer), stats);
   return layer;
@@ -30,7 +32,13 @@ KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stat
   if (numLayers <= 0) throw ConfigError("num_layers", fmt::format("a cache needs at least one layer, got {}", numLayers));
   validate(cfg);
   layers_.reserve(static_cast<std::size_t>(numLayers));
-  for (int i = 0; i < numLayers; ++i) layers_.push_back(makeLayer(cfg, stats));
+  for (int i = 0; i < numLayers; ++i) {
+    auto [keys, values] = layerConfigs(cfg, i, numLayers);
+    if (keys == values)
+      layers_.push_back(makeLayer(keys, stats));
+    else
+      layers_.push_back(detail::makeSplitLayer(makeLayer(keys, stats), makeLayer(values, stats), stats));
+  }
 }
 
 CacheLayer& KvCache::layer(int i) {

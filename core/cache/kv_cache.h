@@ -1,4 +1,5 @@
-// The cache of a whole model: one layer per decoder layer, all of one config.
+// The cache of a whole model: one layer per decoder layer, each built from its config (a per-layer config may give
+// layers, and keys and values, different ones).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -15,5 +15,8 @@ std::unique_ptr<CacheLayer> makeKiviLayer(const CacheConfig& cfg, const StatsOpt
 /// The first `sinks` tokens in full precision, the rest through `inner`.
 std::unique_ptr<CacheLayer> makeSinkLayer(std::int64_t sinks, std::unique_ptr<CacheLayer> inner,
                                           const StatsOptions& stats);
+/// Keys from `keys`, values from `values` (a per-layer config with different K and V configs).
+std::unique_ptr<CacheLayer> makeSplitLayer(std::unique_ptr<CacheLayer> keys, std::unique_ptr<CacheLayer> values,
+                                           const StatsOptions& stats);
 
 }  // namespace kvscope::cache::detail

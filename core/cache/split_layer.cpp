@@ -1,0 +1,63 @@
+// A layer whose keys and values use different configs (`layers=*:K=fp8:granularity=head,V=quanto:nbits=4`): one
+// inner layer per side, each fed the layer's keys and values, of which the keys are read from the keys' layer and
+// the values from the values' layer. memory() and stats() report only the side each inner layer serves (what a cache
+// of that design stores); this version still computes and holds the other side of each inner layer as well.
+#include <ATen/ATen.h>
+
+#include "cache/detail/layers.h"
+
+namespace kvscope::cache::detail {
+namespace {
+
+class SplitLayer final : public CacheLayer {
+ public:
+  SplitLayer(std::unique_ptr<CacheLayer> keys, std::unique_ptr<CacheLayer> values, const StatsOptions& s)
+      : CacheLayer(s), k_(std::move(keys)), v_(std::move(values)) {}
+
+  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
+    // A failure of the values' layer resets both: sides holding different numbers of tokens would be worse.
+    auto rk = k_->update(k, v);
+    std::pair<at::Tensor, at::Tensor> rv;
+    try {
+      rv = v_->update(k, v);
+    } catch (...) {
+      k_->reset();
+      throw;
+    }
+    stats_.updates = k_->stats().updates;
+    stats_.keys = k_->stats().keys;
+    stats_.values = v_->stats().values;
+    stats_.storeRows = k_->stats().storeRows;
+    return {rk.first, rv.second};
+  }
+
+  void reorder(const at::Tensor& beamIdx) override {
+    k_->reorder(beamIdx);
+    v_->reorder(beamIdx);
+    stats_.storeRows = k_->stats().storeRows;
+  }
+  void reset() override {
+    k_->reset();
+    v_->reset();
+    stats_ = {};
+  }
+  void crop(std::int64_t n) override {
+    k_->crop(n);
+    v_->crop(n);
+  }
+  std::int64_t seqLength() const override { return k_->seqLength(); }
+  Backend backend() const override { return k_->backend(); }
+  LayerMemory memory() const override { return {k_->memory().keys, v_->memory().values}; }
+
+ private:
+  std::unique_ptr<CacheLayer> k_, v_;
+};
+
+}  // namespace
+
+std::unique_ptr<CacheLayer> makeSplitLayer(std::unique_ptr<CacheLayer> keys, std::unique_ptr<CacheLayer> values,
+                                           const StatsOptions& stats) {
+  return std::make_unique<SplitLayer>(std::move(keys), std::move(values), stats);
+}
+
+}  // namespace kvscope::cache::detail
