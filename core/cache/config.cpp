@@ -1,4 +1,5 @@
 #include "cache/config.h"
+#include "model/json_depth.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -368,10 +369,12 @@ CacheConfig parseSpec(std::string_view specIn) {
 }
 
 CacheConfig configFromJson(std::string_view text, std::string_view origin) {
+  if (jsonNestingDepth(text) > kMaxJsonDepth)
+    throw ConfigError("", fmt::format("{}: JSON nested deeper than {} levels", origin, kMaxJsonDepth));
   json doc;
   try {
     doc = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows a double
     throw ConfigError("", fmt::format("{}: not valid JSON ({})", origin, e.what()));
   }
   if (!doc.is_object()) throw ConfigError("", fmt::format("{}: expected a JSON object", origin));

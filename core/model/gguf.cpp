@@ -179,8 +179,8 @@ void GgufFile::parse() {
     const auto nTensors = c.read<std::uint64_t>("tensor count");
     const auto nKv = c.read<std::uint64_t>("metadata count");
     if (nTensors > size / 24 || nKv > size / 12)
-      throw FormatError(fmt::format("{}: header claims {} tensors and {} metadata entries in {} bytes", path, nTensors,
-                                    nKv, size));
+      throw FormatError(fmt::format("{}: header claims {} tensors and {} metadata entries, more than {} bytes can "
+                                    "hold (truncated or corrupted)", path, nTensors, nKv, size));
     for (std::uint64_t i = 0; i < nKv; ++i) {
       const std::string key = c.readString(fmt::format("metadata key #{}", i));
       const auto type = c.read<std::uint32_t>(fmt::format("type of `{}`", key));
@@ -216,8 +216,11 @@ void GgufFile::parse() {
       tensors_.push_back(std::move(t));
     }
     const std::uint64_t dataStart = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
-    if (dataStart > size) throw FormatError(fmt::format("{}: no room for the tensor data", path));
-    const std::uint64_t dataSize = size - dataStart;
+    // A file without tensors may end right after its metadata (no padding).
+    if (dataStart > size && !tensors_.empty())
+      throw FormatError(fmt::format("{}: truncated: no room for the tensor data (it would start at offset {}, the file "
+                                    "has {} bytes)", path, dataStart, size));
+    const std::uint64_t dataSize = dataStart > size ? 0 : size - dataStart;
     for (Tensor& t : tensors_) {
       if (t.offset % alignment_ != 0)
         throw FormatError(fmt::format("{}: tensor `{}`: offset {} is not aligned to {}", path, t.name, t.offset,

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "model/json_depth.h"
 #include "model/safetensors.h"  // FormatError
 
 namespace kvscope::model {
@@ -69,6 +70,8 @@ class Keys {
 }  // namespace
 
 ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
+  if (jsonNestingDepth(text) > kMaxJsonDepth)
+    throw FormatError(fmt::format("{}: JSON nested deeper than {} levels", where, kMaxJsonDepth));
   json top;
   try {
     top = json::parse(text.begin(), text.end());

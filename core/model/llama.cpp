@@ -29,6 +29,18 @@ at::Tensor unpermuteQK(const at::Tensor& w, int heads) {
   return w.reshape(shape).transpose(1, 2).reshape(w.sizes()).contiguous();
 }
 
+// Weights with NaN or infinity would only show up later as NaN logits: refused at load, with where they are.
+void checkFinite(const at::Tensor& x, const std::string& file, const std::string& name) {
+  const at::Tensor finite = at::isfinite(x);
+  if (finite.all().item<bool>()) return;
+  const at::Tensor bad = finite.logical_not().flatten();
+  const auto count = bad.sum().item<std::int64_t>();
+  const auto first = bad.nonzero().select(1, 0)[0].item<std::int64_t>();
+  const float v = x.flatten()[first].item<float>();
+  throw FormatError(fmt::format("{}: tensor `{}` holds NaN or infinite values ({} of {}; the first, {}, at flat index "
+                                "{})", file, name, count, x.numel(), v, first));
+}
+
 }  // namespace
 
 // Where each weight lives in a file format: GGUF names or Hugging Face names.
@@ -174,9 +186,13 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::Sc
     if (got != shape)
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} architecture needs {}", path, name,
                                     fmt::join(got, "x"), c.arch, fmt::join(shape, "x")));
-    at::Tensor x = toTensor(*t, at::kFloat);
-    if (!at::isfinite(x).all().item<bool>())
-      throw FormatError(fmt::format("{}: tensor `{}` holds NaN or infinite values", path, name));
+    at::Tensor x;
+    try {
+      x = toTensor(*t, at::kFloat);
+    } catch (const FormatError& e) {  // names the tensor and the type; the file is added here
+      throw FormatError(fmt::format("{}: {}", path, e.what()));
+    }
+    checkFinite(x, path, name);
     if (progress && !progress(++done, total)) throw LoadCancelled();
     return x;
   };
@@ -238,8 +254,7 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, at::Sc
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} config needs {}", it->second->path(), name,
                                     fmt::join(e.shape, "x"), c.arch, fmt::join(shape, "x")));
     at::Tensor x = at::from_blob(const_cast<std::uint8_t*>(e.data), e.shape, at::TensorOptions().dtype(st)).to(at::kFloat, false, true);
-    if (!at::isfinite(x).all().item<bool>())
-      throw FormatError(fmt::format("{}: tensor `{}` holds NaN or infinite values", it->second->path(), name));
+    checkFinite(x, it->second->path(), name);
     if (progress && !progress(++done, total)) throw LoadCancelled();
     return x;
   };

@@ -1,5 +1,7 @@
 #include "model/safetensors.h"
 
+#include "model/json_depth.h"
+
 
 #include <fmt/format.h>
 
@@ -38,6 +40,8 @@ void SafetensorsFile::parse() {
     if (n > size - 8)
       throw FormatError(fmt::format("{}: header claims {} bytes but only {} follow", path, n, size - 8));
     const char* hb = reinterpret_cast<const char*>(base + 8);
+    if (jsonNestingDepth(std::string_view(hb, n)) > kMaxJsonDepth)
+      throw FormatError(fmt::format("{}: header JSON nested deeper than {} levels", path, kMaxJsonDepth));
     nlohmann::json header;
     try {
       header = nlohmann::json::parse(hb, hb + n);
@@ -89,6 +93,15 @@ void SafetensorsFile::parse() {
       e.bytes = en - b;
       entries_.push_back(std::move(e));
     }
+    // Tensors sharing bytes mean a corrupted or hostile header (safetensors itself refuses them).
+    std::vector<const Entry*> byOffset;
+    for (const Entry& e : entries_)
+      if (e.bytes > 0) byOffset.push_back(&e);
+    std::sort(byOffset.begin(), byOffset.end(), [](const Entry* a, const Entry* c) { return a->data < c->data; });
+    for (std::size_t i = 1; i < byOffset.size(); ++i)
+      if (byOffset[i - 1]->data + byOffset[i - 1]->bytes > byOffset[i]->data)
+        throw FormatError(fmt::format("{}: tensors `{}` and `{}` overlap", path, byOffset[i - 1]->name,
+                                      byOffset[i]->name));
     std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& c) { return a.name < c.name; });
   }
 }
@@ -109,6 +122,8 @@ const SafetensorsFile::Entry& SafetensorsFile::at(const std::string& name) const
 }
 
 std::map<std::string, std::string> readSafetensorsIndex(std::string_view text, const std::string& where) {
+  if (jsonNestingDepth(text) > kMaxJsonDepth)
+    throw FormatError(fmt::format("{}: JSON nested deeper than {} levels", where, kMaxJsonDepth));
   nlohmann::json idx;
   try {
     idx = nlohmann::json::parse(text.begin(), text.end());

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "model/json_depth.h"
 #include "tokenizer/detail.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,6 +27,8 @@ class Reader {
   }
 
   json parse(std::string_view text) const {
+    if (jsonNestingDepth(text) > kMaxJsonDepth)
+      throw TokenizerError(path_ + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     try {
       return json::parse(text.begin(), text.end());
     } catch (const json::exception& e) {
@@ -240,7 +243,9 @@ void readPostProcessor(const Reader& r, const json& pp, std::vector<std::int32_t
       seenA = true;
       continue;
     }
-    if (!item.contains("SpecialToken")) r.fail("post_processor.single", "unexpected item " + item.dump());
+    if (!item.contains("SpecialToken") || !item["SpecialToken"].is_object())
+      r.fail("post_processor.single", "unexpected item " + item.dump() + " (expected {\"SpecialToken\": {\"id\": ...}} or "
+                                      "{\"Sequence\": ...})");
     const std::string name = r.str(item["SpecialToken"].value("id", json()), "post_processor.single.SpecialToken.id");
     if (!specials.contains(name) || !specials[name].contains("ids") || !specials[name]["ids"].is_array())
       r.fail("post_processor.special_tokens", "no ids for '" + name + "'");
@@ -301,8 +306,18 @@ Tokenizer fromTokenizerJsonText(std::string_view text, const std::string& path,
   spec.fuseUnk = r.flag(m, "fuse_unk", "model");
   spec.ignoreMerges = r.flag(m, "ignore_merges", "model");
   if (!m.contains("vocab") || !m["vocab"].is_object()) r.fail("model.vocab", "expected an object token -> id");
+  // Ids may leave holes (filled by added tokens) but cannot exceed the number of tokens given: a lone id of 2^24
+  // would otherwise make a vocabulary of 16 million empty entries.
+  const std::size_t entries =
+      m["vocab"].size() + (j.contains("added_tokens") && j["added_tokens"].is_array() ? j["added_tokens"].size() : 0);
+  const auto inRange = [&](std::int32_t id, const std::string& key) {
+    if (static_cast<std::size_t>(id) >= entries)
+      r.fail(key, "id " + std::to_string(id) + " is beyond the " + std::to_string(entries) +
+                      " tokens of model.vocab and added_tokens");
+    return id;
+  };
   for (const auto& [tok, idj] : m["vocab"].items()) {
-    const std::int32_t id = r.id(idj, "model.vocab['" + tok + "']");
+    const std::int32_t id = inRange(r.id(idj, "model.vocab['" + tok + "']"), "model.vocab['" + tok + "']");
     if (id >= static_cast<std::int32_t>(spec.tokens.size())) spec.tokens.resize(id + 1);
     if (!spec.tokens[id].empty()) r.fail("model.vocab", "id " + std::to_string(id) + " is given to two tokens");
     spec.tokens[id] = tok;
@@ -339,7 +354,7 @@ Tokenizer fromTokenizerJsonText(std::string_view text, const std::string& path,
       const std::string key = "added_tokens[" + std::to_string(i) + "]";
       if (!a.is_object() || !a.contains("id") || !a.contains("content")) r.fail(key, "expected {id, content, ...}");
       AddedToken t;
-      t.id = r.id(a["id"], key + ".id");
+      t.id = inRange(r.id(a["id"], key + ".id"), key + ".id");
       t.content = r.str(a["content"], key + ".content");
       t.special = r.flag(a, "special", key);
       t.lstrip = r.flag(a, "lstrip", key);

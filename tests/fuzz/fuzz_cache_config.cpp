@@ -12,13 +12,24 @@ using namespace kvscope::cache;
 
 namespace {
 
+bool sameRules(const CacheConfig& a, const CacheConfig& b);
+
 // The same cache: unset keys and keys set to their default are alike.
 bool same(const CacheConfig& a, const CacheConfig& b) {
   return a.backend == b.backend && a.resolvedNbits() == b.resolvedNbits() &&
          a.resolvedAxisKey() == b.resolvedAxisKey() && a.resolvedAxisValue() == b.resolvedAxisValue() &&
          a.resolvedGroupSize() == b.resolvedGroupSize() && a.resolvedResidualLength() == b.resolvedResidualLength() &&
          a.fp8Format == b.fp8Format && a.granularity == b.granularity && a.headroom == b.headroom &&
-         a.overflow == b.overflow && a.hqqOptimize == b.hqqOptimize;
+         a.overflow == b.overflow && a.hqqOptimize == b.hqqOptimize && a.sink == b.sink && sameRules(a, b);
+}
+
+bool sameRules(const CacheConfig& a, const CacheConfig& b) {
+  if (a.layers.size() != b.layers.size()) return false;
+  for (std::size_t i = 0; i < a.layers.size(); ++i) {
+    const auto &x = a.layers[i], &y = b.layers[i];
+    if (x.first != y.first || x.last != y.last || !same(x.keys, y.keys) || !same(x.values, y.values)) return false;
+  }
+  return true;
 }
 
 void roundTrip(const CacheConfig& cfg) {

@@ -193,6 +193,7 @@ def cache_config_seeds(out):
         "fp8:granularity=channel,overflow=recalibrate", "quanto:nbits=2,q_group_size=32,residual_length=64",
         "quanto:nbits=4,axis_key=-1,axis_value=-1", "hqq:nbits=3,axis_key=1", "hqq:nbits=8,optimize=false",
         "quanto:nbits=2,4;q_group_size=32,64", "hqq:nbits=1,2,3;axis_key=0,1;residual_length=0,16",
+        "kivi:nbits=2,q_group_size=32", "fp8:sink=4", "layers=0-1:dynamic;*:K=fp8,V=quanto:nbits=4",
         '{"backend": "quanto", "nbits": 2, "q_group_size": 32, "residual_length": 64}',
         '{"backend": "hqq", "nbits": 4, "axis_key": 1, "axis_value": 1, "optimize": null}',
         json.dumps({"format": "kvscope-cache-config", "version": 1, "cache_config": {"backend": "fp8"},
