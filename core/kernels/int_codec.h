@@ -12,6 +12,9 @@
 #include <cstdint>
 
 #include "kernels/fp8.h"  // KVS_HD, floatBits/bitsFloat
+#if !defined(__CUDACC__)
+#include <c10/util/Half.h>  // host half conversion, as LibTorch's CPU ops round (no _Float16 in every compiler)
+#endif
 
 namespace kvscope::kernels {
 
@@ -38,10 +41,10 @@ KVS_HD float roundTo(float f, IntElem t) {
     u += 0x7FFFu + ((u >> 16) & 1u);
     return bitsFloat(u & 0xFFFF0000u);
   }
-#if defined(__CUDA_ARCH__)
+#if defined(__CUDACC__)
   return __half2float(__float2half_rn(f));
 #else
-  return static_cast<float>(static_cast<_Float16>(f));
+  return static_cast<float>(c10::Half(f));
 #endif
 }
 

@@ -1,5 +1,7 @@
 #include "kernels/cpu/int_cpu.h"
 
+#include <c10/util/Half.h>
+
 #include <cstring>
 
 #include "kernels/cpu/bitpack.h"
@@ -11,7 +13,7 @@ inline float load(IntElem t, const void* x, std::int64_t i) {
   switch (t) {
     case IntElem::F32: return static_cast<const float*>(x)[i];
     case IntElem::BF16: return bitsFloat(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(x)[i]) << 16);
-    case IntElem::F16: return static_cast<float>(static_cast<const _Float16*>(x)[i]);
+    case IntElem::F16: return static_cast<float>(static_cast<const c10::Half*>(x)[i]);
   }
   return 0.0f;
 }
@@ -20,7 +22,7 @@ inline void store(IntElem t, void* out, std::int64_t i, float v) {  // v is alre
   switch (t) {
     case IntElem::F32: static_cast<float*>(out)[i] = v; break;
     case IntElem::BF16: static_cast<std::uint16_t*>(out)[i] = static_cast<std::uint16_t>(floatBits(v) >> 16); break;
-    case IntElem::F16: static_cast<_Float16*>(out)[i] = static_cast<_Float16>(v); break;
+    case IntElem::F16: static_cast<c10::Half*>(out)[i] = c10::Half(v); break;
   }
 }
 
