@@ -3,6 +3,7 @@
 #include <QComboBox>
 #include <QHeaderView>
 #include <QLabel>
+#include <QScrollBar>
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <algorithm>
@@ -14,6 +15,19 @@ namespace kvscope::ui {
 namespace {
 double mib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
+// Mean |error| of a token's keys and values over heads and channels; NaN when nothing quantized it.
+double meanError(const TokenErrorView& v, qint64 token) {
+  double s = 0;
+  int n = 0;
+  for (const auto* side : {&v.keys, &v.values}) {
+    if (side->empty()) continue;
+    for (int h = 0; h < v.heads; ++h)
+      for (int c = 0; c < v.channels; ++c)
+        if (const float e = v.at(*side, token, h, c); std::isfinite(e)) s += e, ++n;
+  }
+  return n ? s / n : NAN;
+}
+
 QColor klColour(float kl) {
   // 0 -> pale green, 0.05 -> yellow, >= 0.5 -> red; infinite (NaN logits) -> purple.
   if (!std::isfinite(kl)) return QColor(190, 120, 230);
@@ -22,41 +36,115 @@ QColor klColour(float kl) {
 }
 }  // namespace
 
-TextView::TextView(QWidget* parent) : QTextBrowser(parent) {
-  setObjectName("textView");
-  setOpenLinks(false);
-  setPlaceholderText(tr("Generated text appears here, token by token."));
+TextView::TextView(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
+  auto* l = new QVBoxLayout(this);
+  l->setContentsMargins(0, 0, 0, 0);
+  auto* bar = new QHBoxLayout();
+  metric_ = new QComboBox(this);
+  metric_->setObjectName("colourBy");
+  metric_->addItems({tr("KL vs reference"), tr("top-1 agreement"), tr("K/V quantization error (selected layer)"),
+                     tr("log-prob")});
+  metric_->setToolTip(tr("What each token's colour shows; the error of a token is that of its keys and values in the "
+                         "selected layer (grey: not quantized, e.g. still in a residual window)"));
+  bar->addWidget(new QLabel(tr("Colour by"), this));
+  bar->addWidget(metric_);
+  bar->addStretch(1);
+  l->addLayout(bar);
+  browser_ = new QTextBrowser(this);
+  browser_->setObjectName("textView");
+  browser_->setOpenLinks(false);
+  browser_->setPlaceholderText(tr("Generated text appears here, token by token. Click a token to select it."));
+  l->addWidget(browser_, 1);
+  connect(metric_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
+  connect(browser_, &QTextBrowser::anchorClicked, this, [this](const QUrl& url) {
+    if (url.scheme() == "tok") sel_->setToken(url.path().toLongLong());
+  });
+  connect(sel_, &Selection::changed, this, [this] { redraw(); });
 }
 
+QString TextView::plainText() const { return browser_->toPlainText(); }
+
+void TextView::setMetric(Metric m) { metric_->setCurrentIndex(static_cast<int>(m)); }
+
 void TextView::show(const RunSnapshotPtr& run) {
+  const bool newRun = !last_ || last_->runId != run->runId;
+  last_ = run;
+  if (run->tokenErrors) errors_ = run->tokenErrors;
+  else if (newRun) errors_.reset();
+  redraw();
+  if (!run->finished) browser_->moveCursor(QTextCursor::End);
+}
+
+void TextView::showErrors(const TokenErrorViewPtr& errors) {
+  if (!errors || !last_ || errors->runId != last_->runId) return;
+  errors_ = errors;
+  if (metric_->currentIndex() == KvError) redraw();
+}
+
+QColor TextView::colour(const TokenView& t, qint64 pos) const {
+  switch (metric_->currentIndex()) {
+    case Kl:
+      if (last_->shadow) return klColour(t.kl);
+      break;
+    case Top1:
+      if (last_->shadow) return t.top1Agrees ? QColor(200, 240, 200) : QColor(255, 170, 170);
+      break;
+    case KvError: {
+      const double e = errors_ && pos < errors_->tokens ? meanError(*errors_, pos) : NAN;
+      if (!std::isfinite(e) || errorScale_ <= 0) return QColor(225, 225, 225);  // not quantized (yet)
+      // Mean |error| of the token's K and V: 0 -> green, the run's worst token in this layer -> red.
+      return QColor::fromHsvF((1.0 - std::clamp(e / errorScale_, 0.0, 1.0)) * 0.33, 0.45, 1.0);
+    }
+    default:
+      break;
+  }
+  return QColor::fromHsvF(0.33 * std::clamp(std::exp(t.logprob), 0.0f, 1.0f), 0.35, 1.0);
+}
+
+void TextView::redraw() {
+  if (!last_) return;
+  errorScale_ = 0;
+  if (errors_ && metric_->currentIndex() == KvError)
+    for (qint64 t = 0; t < errors_->tokens; ++t)
+      if (const double e = meanError(*errors_, t); std::isfinite(e)) errorScale_ = std::max(errorScale_, e);
+  const auto* bar = browser_->verticalScrollBar();
+  const int scroll = bar ? bar->value() : 0;
   QString html = "<div style='font-family: monospace; font-size: 11pt; white-space: pre-wrap;'>";
-  int pos = run->promptTokens;
-  for (const auto& t : run->tokens) {
-    QString tip = tr("position %1, id %2, log-prob %3").arg(pos++).arg(t.id).arg(t.logprob, 0, 'f', 3);
-    if (run->shadow) tip += tr("\nKL vs reference %1%2").arg(t.kl, 0, 'g', 3).arg(t.top1Agrees ? "" : tr(", top-1 differs"));
-    tip += run->shadow ? tr("\n  quantized            reference") : tr("\n  top candidates");
+  qint64 pos = last_->promptTokens;
+  for (const auto& t : last_->tokens) {
+    QString tip = tr("position %1, id %2, log-prob %3").arg(pos).arg(t.id).arg(t.logprob, 0, 'f', 3);
+    if (last_->shadow)
+      tip += tr("\nKL vs reference %1%2").arg(t.kl, 0, 'g', 3).arg(t.top1Agrees ? "" : tr(", top-1 differs"));
+    tip += last_->shadow ? tr("\n  quantized            reference") : tr("\n  top candidates");
     for (int i = 0; i < t.top.size(); ++i) {
       tip += QString("\n  %1 %2").arg(t.top[i].first.toHtmlEscaped(), -10).arg(t.top[i].second, 7, 'f', 3);
       if (i < t.refTop.size())
         tip += QString("   %1 %2").arg(t.refTop[i].first.toHtmlEscaped(), -10).arg(t.refTop[i].second, 7, 'f', 3);
     }
-    const QColor c = run->shadow ? klColour(t.kl) : QColor::fromHsvF(0.33 * std::clamp(std::exp(t.logprob), 0.0f, 1.0f), 0.35, 1.0);
-    html += QString("<span style='background-color:%1' title='%2'>%3</span>")
-                .arg(c.name(), tip.toHtmlEscaped(), t.text.toHtmlEscaped());
+    const bool selected = pos == sel_->token();
+    html += QString("<a href='tok:%1' style='color:black; text-decoration:%2; background-color:%3;%4' title='%5'>%6</a>")
+                .arg(pos)
+                .arg(selected ? "underline" : "none", colour(t, pos).name(), selected ? " font-weight:bold;" : "",
+                     tip.toHtmlEscaped(), t.text.toHtmlEscaped());
+    ++pos;
   }
   html += "</div>";
-  setHtml(html);
-  moveCursor(QTextCursor::End);
+  browser_->setHtml(html);
+  if (auto* b = browser_->verticalScrollBar()) b->setValue(scroll);
 }
 
-MemoryDock::MemoryDock(QWidget* parent) : QWidget(parent) {
+MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
   auto* l = new QVBoxLayout(this);
   totals_ = new QLabel(tr("No run yet."), this);
   totals_->setObjectName("memoryTotals");
+  totals_->setWordWrap(true);
   plot_ = new QCustomPlot(this);
-  plot_->setMinimumSize(360, 220);
+  plot_->setMinimumSize(360, 200);
+  steps_ = new QCustomPlot(this);
+  steps_->setMinimumSize(360, 110);
   l->addWidget(totals_);
-  l->addWidget(plot_, 1);
+  l->addWidget(plot_, 3);
+  l->addWidget(steps_, 1);
   const QStringList names{tr("payload"), tr("scales/zeros"), tr("residual"), tr("dequantized buffer")};
   const QList<QColor> colours{QColor(52, 101, 164), QColor(245, 121, 0), QColor(115, 210, 22), QColor(186, 189, 182)};
   QCPBars* below = nullptr;
@@ -72,10 +160,40 @@ MemoryDock::MemoryDock(QWidget* parent) : QWidget(parent) {
   auto* line = plot_->addGraph();
   line->setName(tr("unquantized"));
   line->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
-  plot_->xAxis->setLabel(tr("layer"));
+  plot_->xAxis->setLabel(tr("layer (click to select)"));
   plot_->yAxis->setLabel(tr("KiB (K + V)"));
   plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), 8));
+  mark_ = new QCPItemRect(plot_);
+  mark_->setPen(QPen(QColor(204, 0, 0), 1.5));
+  mark_->setBrush(Qt::NoBrush);
+  mark_->setVisible(false);
+  auto* stored = steps_->addGraph();
+  stored->setName(tr("stored"));
+  stored->setPen(QPen(QColor(52, 101, 164), 2));
+  auto* full = steps_->addGraph();
+  full->setName(tr("unquantized"));
+  full->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
+  steps_->xAxis->setLabel(tr("generated step"));
+  steps_->yAxis->setLabel(tr("KV MiB"));
+  steps_->legend->setVisible(true);
+  steps_->legend->setFont(QFont(font().family(), 7));
+  steps_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+  connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+    const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
+    if (layer >= 0 && layer < layers_) sel_->setLayer(layer);
+  });
+  connect(sel_, &Selection::changed, this, [this] {
+    markLayer();
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+  });
+}
+
+void MemoryDock::markLayer() {
+  const int layer = sel_->layer();
+  mark_->setVisible(layer < layers_);
+  mark_->topLeft->setCoords(layer - 0.45, plot_->yAxis->range().upper);
+  mark_->bottomRight->setCoords(layer + 0.45, 0.0);
 }
 
 void MemoryDock::show(const RunSnapshotPtr& run) {
@@ -90,13 +208,27 @@ void MemoryDock::show(const RunSnapshotPtr& run) {
     trans << t.transient / 1024.0;
     full << t.unquantized / 1024.0;
   }
+  layers_ = static_cast<int>(mem.size());
   const QVector<QVector<double>*> series{&pay, &meta, &res, &trans};
   for (int i = 0; i < 4; ++i) qobject_cast<QCPBars*>(plot_->plottable(i))->setData(x, *series[i]);
   plot_->graph(0)->setData(x, full);
   plot_->rescaleAxes();
   plot_->xAxis->setRange(-0.8, std::max<double>(1.0, double(mem.size()) - 0.2));
   plot_->yAxis->setRangeLower(0);
+  markLayer();
   plot_->replot(QCustomPlot::rpQueuedReplot);
+  QVector<double> step, stored, unq;
+  for (int i = 0; i < run->tokens.size(); ++i) {
+    if (run->tokens[i].kvUnquantized == 0) continue;  // beam runs and old sessions carry no per-step bytes
+    step << i;
+    stored << mib(run->tokens[i].kvStored);
+    unq << mib(run->tokens[i].kvUnquantized);
+  }
+  steps_->graph(0)->setData(step, stored);
+  steps_->graph(1)->setData(step, unq);
+  steps_->rescaleAxes();
+  steps_->yAxis->setRangeLower(0);
+  steps_->replot(QCustomPlot::rpQueuedReplot);
   const auto t = run->cache.total();
   totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); held %5 MiB with the working buffer")
                        .arg(run->spec)
@@ -106,15 +238,19 @@ void MemoryDock::show(const RunSnapshotPtr& run) {
                        .arg(mib(t.held()), 0, 'f', 2));
 }
 
-ScalesDock::ScalesDock(QWidget* parent) : QWidget(parent) {
+ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
   auto* l = new QVBoxLayout(this);
   counters_ = new QLabel(tr("FP8 scales appear for fp8 caches."), this);
   counters_->setObjectName("fp8Counters");
   counters_->setWordWrap(true);
+  selected_ = new QLabel(this);
+  selected_->setObjectName("scalesSelected");
+  selected_->setWordWrap(true);
   plot_ = new QCustomPlot(this);
   plot_->setMinimumSize(360, 200);
   l->addWidget(counters_);
   l->addWidget(plot_, 1);
+  l->addWidget(selected_);
   auto* k = plot_->addGraph();
   k->setName(tr("K scale"));
   k->setPen(QPen(QColor(52, 101, 164), 2));
@@ -126,15 +262,57 @@ ScalesDock::ScalesDock(QWidget* parent) : QWidget(parent) {
   auto* amax = plot_->addGraph();
   amax->setName(tr("K amax / 448 (latest step)"));
   amax->setPen(QPen(QColor(52, 101, 164), 1, Qt::DotLine));
-  plot_->xAxis->setLabel(tr("layer"));
+  plot_->xAxis->setLabel(tr("layer (click to select)"));
   plot_->yAxis->setLabel(tr("scale"));
   plot_->yAxis->setScaleType(QCPAxis::stLogarithmic);
   plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
   plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), 8));
+  mark_ = new QCPItemStraightLine(plot_);
+  mark_->setPen(QPen(QColor(204, 0, 0, 120), 1, Qt::DashLine));
+  mark_->setVisible(false);
+  connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+    if (!last_) return;
+    const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
+    if (layer >= 0 && layer < static_cast<int>(last_->cache.stats.size())) sel_->setLayer(layer);
+  });
+  connect(sel_, &Selection::changed, this, [this] {
+    markLayer();
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+  });
+}
+
+void ScalesDock::markLayer() {
+  const int layer = sel_->layer();
+  const bool has = last_ && layer < static_cast<int>(last_->cache.stats.size()) &&
+                   !last_->cache.stats[layer].keys.scales.empty();
+  mark_->setVisible(has);
+  mark_->point1->setCoords(layer, 1e-3);
+  mark_->point2->setCoords(layer, 1.0);
+  if (!has) {
+    selected_->clear();
+    return;
+  }
+  // The selected layer in full: per head (or per channel, summarised) K and V scales against what the step saw.
+  const auto& st = last_->cache.stats[layer];
+  auto list = [](const std::vector<float>& v, std::size_t n) {
+    QStringList out;
+    for (std::size_t i = 0; i < std::min(n, v.size()); ++i) out << QString::number(v[i], 'g', 3);
+    if (v.size() > n) out << QString("… (%1 values)").arg(v.size());
+    return out.join(", ");
+  };
+  selected_->setText(tr("layer %1 — K scales [%2], amax per head [%3]; V scales [%4]; overflows K %5 / V %6, "
+                        "NaN stored K %7 / V %8")
+                         .arg(layer)
+                         .arg(list(st.keys.scales, 8), list(st.keys.amaxPerHead, 8), list(st.values.scales, 8))
+                         .arg(st.keys.overflowTotal)
+                         .arg(st.values.overflowTotal)
+                         .arg(st.keys.nonFiniteTotal)
+                         .arg(st.values.nonFiniteTotal));
 }
 
 void ScalesDock::show(const RunSnapshotPtr& run) {
+  last_ = run;
   QVector<double> x, ks, vs, ka;
   std::int64_t overflow = 0, nan = 0, recal = 0;
   auto mean = [](const std::vector<float>& v) {
@@ -159,6 +337,7 @@ void ScalesDock::show(const RunSnapshotPtr& run) {
   plot_->graph(1)->setData(x, vs);
   plot_->graph(2)->setData(x, ka);
   plot_->rescaleAxes();
+  markLayer();
   plot_->replot(QCustomPlot::rpQueuedReplot);
   if (x.isEmpty()) {
     counters_->setText(tr("%1 has no FP8 scales.").arg(run->spec));
@@ -169,50 +348,76 @@ void ScalesDock::show(const RunSnapshotPtr& run) {
   }
 }
 
-ErrorDock::ErrorDock(QWidget* parent) : QWidget(parent) {
+namespace {
+// Cells are whole layers, heads or channels: integer ticks only.
+void integerTicks(QCPAxis* axis) {
+  QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
+  ticker->setTickStep(1.0);
+  ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+  axis->setTicker(ticker);
+}
+
+QCPColorMap* addColorMap(QCustomPlot* plot, const QString& label) {
+  auto* map = new QCPColorMap(plot->xAxis, plot->yAxis);
+  map->setInterpolate(false);
+  auto* scale = new QCPColorScale(plot);
+  plot->plotLayout()->addElement(0, 1, scale);
+  scale->axis()->setLabel(label);
+  map->setColorScale(scale);
+  map->setGradient(QCPColorGradient::gpThermal);
+  return map;
+}
+}  // namespace
+
+ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
   auto* l = new QVBoxLayout(this);
   which_ = new QComboBox(this);
+  which_->setObjectName("errorSide");
   which_->addItems({tr("keys"), tr("values")});
   l->addWidget(which_);
   plot_ = new QCustomPlot(this);
   plot_->setMinimumSize(360, 220);
   l->addWidget(plot_, 1);
   plot_->xAxis->setLabel(tr("layer"));
-  plot_->yAxis->setLabel(tr("KV head"));
-  map_ = new QCPColorMap(plot_->xAxis, plot_->yAxis);
-  map_->setInterpolate(false);
-  // Cells are whole layers and heads: integer ticks only.
-  for (QCPAxis* axis : {plot_->xAxis, plot_->yAxis}) {
-    QSharedPointer<QCPAxisTickerFixed> ticker(new QCPAxisTickerFixed);
-    ticker->setTickStep(1.0);
-    ticker->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-    axis->setTicker(ticker);
-  }
-  auto* scale = new QCPColorScale(plot_);
-  plot_->plotLayout()->addElement(0, 1, scale);
-  scale->axis()->setLabel(tr("relative L2 error"));
-  map_->setColorScale(scale);
-  map_->setGradient(QCPColorGradient::gpThermal);
+  plot_->yAxis->setLabel(tr("KV head (click a cell to select)"));
+  map_ = addColorMap(plot_, tr("relative L2 error"));
+  integerTicks(plot_->xAxis);
+  integerTicks(plot_->yAxis);
+  mark_ = new QCPItemRect(plot_);
+  mark_->setPen(QPen(Qt::cyan, 2));
+  mark_->setBrush(Qt::NoBrush);
+  mark_->setVisible(false);
   connect(which_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
+  connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+    const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
+    const int head = static_cast<int>(std::lround(plot_->yAxis->pixelToCoord(e->position().y())));
+    if (layer < 0 || layer >= static_cast<int>(relK_.size()) || head < 0 || head >= map_->data()->valueSize()) return;
+    sel_->setLayer(layer);
+    sel_->setHead(head);
+  });
+  connect(sel_, &Selection::changed, this, [this] { redraw(); });
 }
 
 void ErrorDock::show(const RunSnapshotPtr& run) {
   const auto& stats = run->cache.stats;
-  if (relK_.size() != stats.size()) relK_.assign(stats.size(), {}), relV_.assign(stats.size(), {});
+  if (relK_.size() != stats.size() || !last_ || last_->runId != run->runId)
+    relK_.assign(stats.size(), {}), relV_.assign(stats.size(), {});
   for (std::size_t l = 0; l < stats.size(); ++l) {
     for (auto [src, dst] : {std::pair{&stats[l].keys.error, &relK_[l]}, std::pair{&stats[l].values.error, &relV_[l]}}) {
       if (src->empty()) continue;
-      dst->assign(static_cast<std::size_t>(src->heads), 0.0f);
-      for (std::int64_t h = 0; h < src->heads; ++h) {
-        double s = 0;
-        for (std::int64_t r = 0; r < src->ranges; ++r)
-          for (std::int64_t c = 0; c < src->channels; ++c) s += src->rel(h, r, c);
-        (*dst)[h] = static_cast<float>(s / double(src->ranges * src->channels));
-      }
+      // ||x̂ - x|| / ||x|| over the whole head: a mean of per-cell ratios would be ruled by values near 0.
+      dst->assign(src->headRelL2.begin(), src->headRelL2.end());
     }
   }
   last_ = run;
   redraw();
+}
+
+float ErrorDock::cell(int layer, int head) const {
+  const auto& rel = which_->currentIndex() == 0 ? relK_ : relV_;
+  if (layer < 0 || layer >= static_cast<int>(rel.size()) || head < 0 || head >= static_cast<int>(rel[layer].size()))
+    return std::nanf("");
+  return rel[layer][head];
 }
 
 void ErrorDock::redraw() {
@@ -224,14 +429,17 @@ void ErrorDock::redraw() {
   map_->data()->setSize(layers, heads);
   map_->data()->setRange(QCPRange(0, layers - 1), QCPRange(0, heads - 1));
   for (int l = 0; l < layers; ++l)
-    for (int h = 0; h < heads; ++h)
-      map_->data()->setCell(l, h, h < static_cast<int>(rel[l].size()) ? rel[l][h] : std::nan(""));
+    for (int h = 0; h < heads; ++h) map_->data()->setCell(l, h, cell(l, h));
   map_->rescaleDataRange(true);
   plot_->rescaleAxes();
+  const int l = sel_->layer(), h = sel_->head();
+  mark_->setVisible(l < layers && h < heads);
+  mark_->topLeft->setCoords(l - 0.5, h + 0.5);
+  mark_->bottomRight->setCoords(l + 0.5, h - 0.5);
   plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
-BeamDock::BeamDock(QWidget* parent) : QWidget(parent) {
+BeamDock::BeamDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
   auto* l = new QVBoxLayout(this);
   summary_ = new QLabel(tr("Beam search runs show here (Decoding: beam search)."), this);
   summary_->setWordWrap(true);
@@ -240,36 +448,196 @@ BeamDock::BeamDock(QWidget* parent) : QWidget(parent) {
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   l->addWidget(summary_);
   l->addWidget(table_, 1);
+  connect(table_, &QTableWidget::cellClicked, this, [this](int row, int col) {
+    if (!last_ || row >= last_->beamSteps.size()) return;
+    sel_->setBeam(col);
+    sel_->setToken(last_->promptTokens + last_->beamSteps[row].step);
+  });
+  connect(sel_, &Selection::changed, this, [this] { redraw(); });
 }
 
 void BeamDock::show(const RunSnapshotPtr& run) {
   if (run->beamSteps.isEmpty()) return;
+  last_ = run;
+  redraw();
+  table_->scrollToBottom();
+}
+
+void BeamDock::redraw() {
+  if (!last_) return;
+  const auto& run = last_;
   const int beams = static_cast<int>(run->beamSteps.front().parents.size());
   table_->setColumnCount(beams);
   QStringList headers;
-  for (int b = 0; b < beams; ++b) headers << tr("beam %1").arg(b);
+  for (int b = 0; b < beams; ++b) headers << (b == sel_->beam() ? tr("▶ beam %1").arg(b) : tr("beam %1").arg(b));
   table_->setHorizontalHeaderLabels(headers);
   table_->setRowCount(static_cast<int>(run->beamSteps.size()));
   for (int r = 0; r < run->beamSteps.size(); ++r) {
     const auto& st = run->beamSteps[r];
     table_->setVerticalHeaderItem(r, new QTableWidgetItem(QString::number(st.step)));
+    const bool selectedStep = run->promptTokens + st.step == sel_->token();
     for (int b = 0; b < beams && b < st.parents.size(); ++b) {
       const bool moved = st.parents[b] != b;
-      QString cell = tr("%1%2 %3").arg(moved ? QString("\u2190%1 ").arg(st.parents[b]) : QString(), st.tokens.value(b).trimmed().isEmpty() ? "\u2423" : st.tokens.value(b),
-                                     QString::number(st.scores.value(b), 'f', 2));
+      QString cell = tr("%1%2 %3").arg(moved ? QString("\u2190%1 ").arg(st.parents[b]) : QString(),
+                                       st.tokens.value(b).trimmed().isEmpty() ? "\u2423" : st.tokens.value(b),
+                                       QString::number(st.scores.value(b), 'f', 2));
       auto* item = new QTableWidgetItem(cell);
       item->setToolTip(tr("continues beam %1 (the cache rows were reordered to follow it); reads quantized-store row %2")
                            .arg(st.parents[b])
                            .arg(b < st.storeRows.size() ? QString::number(st.storeRows[b]) : tr("n/a")));
       if (moved) item->setBackground(QColor(255, 236, 179));
+      if (b == sel_->beam() || selectedStep) {
+        QFont f = item->font();
+        f.setBold(b == sel_->beam() && selectedStep);
+        item->setFont(f);
+        if (!moved) item->setBackground(QColor(220, 235, 250));
+      }
       table_->setItem(r, b, item);
     }
   }
-  table_->scrollToBottom();
-  QString text = tr("%1: %2 steps").arg(run->spec).arg(run->beamSteps.size());
+  QString text = tr("%1: %2 steps; selected beam %3").arg(run->spec).arg(run->beamSteps.size()).arg(sel_->beam());
   for (int i = 0; i < run->beamTexts.size(); ++i)
     text += tr("<br><b>%1</b> (%2): %3").arg(i).arg(run->beamScores.value(i), 0, 'f', 4).arg(run->beamTexts[i].toHtmlEscaped());
   summary_->setText(text);
+}
+
+TokenErrorDock::TokenErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
+  auto* l = new QVBoxLayout(this);
+  auto* bar = new QHBoxLayout();
+  which_ = new QComboBox(this);
+  which_->setObjectName("tokenErrorSide");
+  which_->addItems({tr("keys"), tr("values")});
+  title_ = new QLabel(tr("Run a generation: the selected layer and head show here, token by channel."), this);
+  title_->setObjectName("tokenErrorTitle");
+  title_->setWordWrap(true);
+  bar->addWidget(which_);
+  bar->addWidget(title_, 1);
+  l->addLayout(bar);
+  plot_ = new QCustomPlot(this);
+  plot_->setMinimumSize(360, 220);
+  l->addWidget(plot_, 1);
+  plot_->xAxis->setLabel(tr("token position (click to select)"));
+  plot_->yAxis->setLabel(tr("channel"));
+  map_ = addColorMap(plot_, tr("|quantized - original|"));
+  mark_ = new QCPItemStraightLine(plot_);
+  mark_->setPen(QPen(Qt::cyan, 1.5));
+  mark_->setVisible(false);
+  connect(which_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
+  connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+    if (!view_) return;
+    const qint64 token = std::llround(plot_->xAxis->pixelToCoord(e->position().x()));
+    if (token >= 0 && token < view_->tokens) sel_->setToken(token);
+  });
+  connect(sel_, &Selection::changed, this, [this] { redraw(); });
+}
+
+void TokenErrorDock::show(const TokenErrorViewPtr& view) {
+  if (!view) return;
+  view_ = view;
+  redraw();
+}
+
+void TokenErrorDock::redraw() {
+  if (!view_ || view_->tokens == 0 || view_->heads == 0) return;
+  const auto& side = which_->currentIndex() == 0 ? view_->keys : view_->values;
+  const int head = std::min(sel_->head(), view_->heads - 1);
+  const int C = view_->channels;
+  const qint64 T = view_->tokens;
+  if (sel_->layer() != view_->layer) {
+    title_->setText(tr("layer %1 selected; waiting for its errors…").arg(sel_->layer()));
+  }
+  map_->data()->setSize(static_cast<int>(T), C);
+  map_->data()->setRange(QCPRange(0, double(T - 1)), QCPRange(0, C - 1));
+  double sum = 0, worst = 0;
+  qint64 n = 0;
+  for (qint64 t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) {
+      const float e = side.empty() ? std::nanf("") : view_->at(side, t, head, c);
+      map_->data()->setCell(static_cast<int>(t), c, e);
+      if (std::isfinite(e)) sum += e, worst = std::max<double>(worst, e), ++n;
+    }
+  map_->rescaleDataRange(true);
+  plot_->rescaleAxes();
+  plot_->xAxis->setRange(-0.5, T - 0.5);
+  plot_->yAxis->setRange(-0.5, C - 0.5);
+  const qint64 tok = sel_->token();
+  mark_->setVisible(tok >= 0 && tok < T);
+  mark_->point1->setCoords(double(tok), 0);
+  mark_->point2->setCoords(double(tok), 1);
+  if (sel_->layer() == view_->layer) {
+    QString text = tr("layer %1, KV head %2, %3: %4 tokens, mean |error| %5, max %6")
+                       .arg(view_->layer)
+                       .arg(head)
+                       .arg(which_->currentText())
+                       .arg(T)
+                       .arg(n ? sum / n : 0.0, 0, 'g', 3)
+                       .arg(worst, 0, 'g', 3);
+    if (tok >= 0 && tok < T && !side.empty()) {
+      double ts = 0, tm = 0;
+      int tn = 0;
+      for (int c = 0; c < C; ++c)
+        if (const float e = view_->at(side, tok, head, c); std::isfinite(e)) ts += e, tm = std::max<double>(tm, e), ++tn;
+      text += tn ? tr("; token %1: mean %2, max %3").arg(tok).arg(ts / tn, 0, 'g', 3).arg(tm, 0, 'g', 3)
+                 : tr("; token %1 not quantized").arg(tok);
+    }
+    title_->setText(text);
+  }
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+}
+
+OverlayPlot::OverlayPlot(QWidget* parent) : QWidget(parent) {
+  auto* l = new QVBoxLayout(this);
+  l->setContentsMargins(0, 0, 0, 0);
+  metric_ = new QComboBox(this);
+  metric_->setObjectName("overlayMetric");
+  metric_->addItems({tr("KL vs reference per step"), tr("log-prob per step"), tr("stored KV MiB per step")});
+  metric_->setToolTip(tr("One curve per run selected in the table (all runs when none is selected)"));
+  plot_ = new QCustomPlot(this);
+  plot_->setObjectName("overlayPlot");
+  plot_->setMinimumSize(320, 160);
+  plot_->xAxis->setLabel(tr("generated step"));
+  plot_->legend->setVisible(true);
+  plot_->legend->setFont(QFont(font().family(), 7));
+  l->addWidget(metric_);
+  l->addWidget(plot_, 1);
+  connect(metric_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
+}
+
+void OverlayPlot::show(const QVector<RunSnapshotPtr>& runs) {
+  runs_ = runs;
+  redraw();
+}
+
+void OverlayPlot::redraw() {
+  plot_->clearGraphs();
+  const int metric = metric_->currentIndex();
+  static const QList<QColor> palette{QColor(52, 101, 164), QColor(204, 0, 0),   QColor(78, 154, 6),
+                                     QColor(245, 121, 0),  QColor(117, 80, 123), QColor(193, 125, 17),
+                                     QColor(6, 152, 154),  QColor(85, 87, 83)};
+  int i = 0;
+  for (const auto& run : runs_) {
+    if (metric == 0 && !run->shadow) continue;  // no reference, no KL
+    QVector<double> x, y;
+    for (int s = 0; s < run->tokens.size(); ++s) {
+      const auto& t = run->tokens[s];
+      if (metric == 2 && t.kvUnquantized == 0) continue;
+      // KL: a log axis, so an exact 0 (the same distribution) shows at 1e-6.
+      const double v = metric == 0 ? std::max(double(t.kl), 1e-6) : metric == 1 ? t.logprob : mib(t.kvStored);
+      if (!std::isfinite(v)) continue;
+      x << s;
+      y << v;
+    }
+    auto* g = plot_->addGraph();
+    g->setName(tr("#%1 %2").arg(run->runId).arg(run->spec));
+    g->setPen(QPen(palette[i++ % palette.size()], 1.5));
+    g->setData(x, y);
+  }
+  plot_->yAxis->setLabel(metric_->currentText());
+  plot_->yAxis->setScaleType(metric == 0 ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+  if (metric == 0) plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+  else plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  plot_->rescaleAxes();
+  plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 
 }  // namespace kvscope::ui

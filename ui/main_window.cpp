@@ -7,6 +7,7 @@
 #include <QDoubleSpinBox>
 #include <QCloseEvent>
 #include <QDockWidget>
+#include <QFile>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHeaderView>
@@ -22,14 +23,18 @@
 #include <QPushButton>
 #include <QSaveFile>
 #include <QSettings>
+#include <QSplitter>
 #include <QSpinBox>
 #include <QStatusBar>
 #include <QTableWidget>
 #include <QVBoxLayout>
+#include <cmath>
+#include <unistd.h>
 
 #include "cache/config.h"
 #include "config_panel.h"
 #include "docks.h"
+#include "selection.h"
 #include "session.h"
 
 #include <qcustomplot.h>
@@ -37,6 +42,16 @@
 namespace kvscope::ui {
 
 namespace {
+/// exp(-mean log-prob) of the generated tokens under the run's own cache.
+QString perplexity(const RunSnapshot& run) {
+  if (!run.beamSteps.isEmpty()) return "-";  // beam hypotheses carry scores, not per-token log-probs
+  double s = 0;
+  int n = 0;
+  for (const auto& t : run.tokens)
+    if (std::isfinite(t.logprob)) s += t.logprob, ++n;
+  return n ? QString::number(std::exp(-s / n), 'f', 3) : QString("-");
+}
+
 QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWidget* content, Qt::DockWidgetArea area) {
   auto* d = new QDockWidget(title, w);
   d->setObjectName(name);  // restorable layout
@@ -61,12 +76,18 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   dtype_ = new QComboBox(panel);
   dtype_->setObjectName("dtype");
   dtype_->addItems({"fp32", "bf16", "fp16"});
-  dtype_->setToolTip(tr("Weights and activations; changing it reloads the model (CPU)"));
+  dtype_->setToolTip(tr("Weights and activations; changing it reloads the model"));
+  device_ = new QComboBox(panel);
+  device_->setObjectName("device");
+  device_->addItem("cpu");
+  device_->setToolTip(tr("Where the model and its cache run; changing it reloads the model"));
   auto* modelRow = new QFormLayout();
+  modelRow->addRow(tr("Device"), device_);
   modelRow->addRow(tr("Model dtype"), dtype_);
-  connect(dtype_, &QComboBox::currentTextChanged, this, [this] {
-    if (hasModel() && !loading_) openModel(model_.path);
-  });
+  for (QComboBox* box : {dtype_, device_})
+    connect(box, &QComboBox::currentTextChanged, this, [this] {
+      if (hasModel() && !loading_) openModel(model_.path);
+    });
   config_ = new ConfigPanel(panel);
   prompt_ = new QPlainTextEdit(panel);
   prompt_->setObjectName("prompt");
@@ -133,21 +154,33 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   pl->addLayout(buttons);
   dock(this, tr("Run"), "runDock", panel, Qt::LeftDockWidgetArea);
 
-  text_ = new TextView(this);
+  // One selection (layer, head, token, beam) that every view observes and sets; no view calls another.
+  selection_ = new Selection(this);
+  text_ = new TextView(selection_, this);
   setCentralWidget(text_);
-  memory_ = new MemoryDock(this);
-  scales_ = new ScalesDock(this);
-  errors_ = new ErrorDock(this);
+  memory_ = new MemoryDock(selection_, this);
+  scales_ = new ScalesDock(selection_, this);
+  errors_ = new ErrorDock(selection_, this);
+  tokenErrors_ = new TokenErrorDock(selection_, this);
   dock(this, tr("KV memory"), "memoryDock", memory_, Qt::RightDockWidgetArea);
   dock(this, tr("FP8 scales"), "scalesDock", scales_, Qt::RightDockWidgetArea);
-  dock(this, tr("Quantization error"), "errorDock", errors_, Qt::RightDockWidgetArea);
-  beamDock_ = new BeamDock(this);
+  dock(this, tr("Quantization error: layer x head"), "errorDock", errors_, Qt::RightDockWidgetArea);
+  int inspected = 0;
+  connect(selection_, &Selection::changed, this, [this, inspected]() mutable {
+    if (selection_->layer() == inspected) return;
+    inspected = selection_->layer();
+    if (inspect_) inspect_(inspected);
+    if (!running_) Q_EMIT inspectionRequested();
+  });
+  beamDock_ = new BeamDock(selection_, this);
   auto* bd = dock(this, tr("Beams"), "beamDock", beamDock_, Qt::BottomDockWidgetArea);
 
-  runs_ = new QTableWidget(0, 8, this);
+  runs_ = new QTableWidget(0, 10, this);
   runs_->setObjectName("runsTable");
   runs_->setHorizontalHeaderLabels({tr("run"), tr("config"), tr("KV MiB"), tr("ratio"), tr("decode tok/s"),
-                                    tr("mean KL"), tr("top-1"), tr("first divergence")});
+                                    tr("mean KL"), tr("top-1"), tr("first divergence"), tr("max KL"),
+                                    tr("perplexity")});
+  runs_->horizontalHeaderItem(9)->setToolTip(tr("exp(-mean log-prob) of the generated tokens under the run's cache"));
   runs_->horizontalHeader()->setSectionResizeMode(1, QHeaderView::Stretch);
   runs_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   runs_->setSelectionBehavior(QAbstractItemView::SelectRows);
@@ -181,10 +214,22 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   bar->addWidget(sweepProgress_, 1);
   cl->addLayout(bar);
   cl->addWidget(best_);
-  cl->addWidget(runs_, 1);
+  overlay_ = new OverlayPlot(compare);
+  auto* split = new QSplitter(Qt::Horizontal, compare);
+  split->addWidget(runs_);
+  split->addWidget(overlay_);
+  split->setStretchFactor(0, 3);
+  split->setStretchFactor(1, 2);
+  cl->addWidget(split, 1);
+  connect(runs_, &QTableWidget::itemSelectionChanged, this, &MainWindow::updateOverlay);
   connect(sweep, &QPushButton::clicked, this, [this] { startSweep(sweepGrid_->text()); });
   auto* rd = dock(this, tr("Compare runs"), "runsDock", compare, Qt::BottomDockWidgetArea);
+  // Tokens run along x: the wide bottom area suits the token x channel map, beside the runs (beams tabbed with them).
+  auto* td = dock(this, tr("Quantization error: token x channel"), "tokenErrorDock", tokenErrors_, Qt::BottomDockWidgetArea);
+  removeDockWidget(bd);
+  splitDockWidget(rd, td, Qt::Horizontal);
   tabifyDockWidget(rd, bd);
+  bd->show();
   rd->raise();
   connect(runs_, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
     config_->setSpec(runs_->item(row, 1)->text());
@@ -280,7 +325,7 @@ void MainWindow::openModel(const QString& path) {
   progress_->setVisible(true);
   message_->setText(tr("Loading %1…").arg(path));
   updateActions();
-  Q_EMIT loadRequested(path, dtype_->currentText());
+  Q_EMIT loadRequested(path, dtype_->currentText(), device_->currentText());
 }
 
 void MainWindow::onLoadProgress(int done, int total) {
@@ -301,7 +346,9 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
                           .arg(info.headDim)
                           .arg(info.vocab)
                           .arg(info.weightTypes.join(", ")));
-  message_->setText(tr("Model loaded (%1).").arg(info.dtype));
+  message_->setText(tr("Model loaded (%1, %2).").arg(info.dtype, info.device));
+  if (info.layers > 0 && selection_->layer() >= info.layers) selection_->clear();
+  updateStatus();
   rememberModel(info.path);
   updateActions();
 }
@@ -403,16 +450,14 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
   memory_->show(run);
   scales_->show(run);
   errors_->show(run);
+  if (run->tokenErrors) tokenErrors_->show(run->tokenErrors);
   beamDock_->show(run);
-  status_->setText(tr("%1 — %2 tokens, prefill %3 tok/s, decode %4 tok/s")
-                       .arg(run->spec)
-                       .arg(run->tokens.size())
-                       .arg(run->prefillTokS, 0, 'f', 1)
-                       .arg(run->decodeTokS, 0, 'f', 1));
+  updateStatus();
   if (run->finished) {
     running_ = false;
     finished_.append(run);
     addRunRow(run);
+    updateOverlay();
     updateActions();
     if (sweeping_) {
       sweepRuns_.append(run);
@@ -422,6 +467,49 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
     }
     Q_EMIT runFinished(run);
   }
+}
+
+void MainWindow::onInspection(const TokenErrorViewPtr& view) {
+  if (!view) return;
+  tokenErrors_->show(view);
+  text_->showErrors(view);
+}
+
+void MainWindow::setDevices(const QStringList& devices) {
+  const QSignalBlocker block(device_);  // filling the list is not a choice: no reload
+  device_->clear();
+  device_->addItems(devices.isEmpty() ? QStringList{"cpu"} : devices);
+  device_->setEnabled(device_->count() > 1);
+  if (device_->count() == 1)
+    device_->setToolTip(tr("This version runs the model on the CPU only"));
+}
+
+void MainWindow::updateOverlay() {
+  QVector<RunSnapshotPtr> runs;
+  const auto rows = runs_->selectionModel()->selectedRows();
+  for (const auto& idx : rows)
+    if (idx.row() < finished_.size()) runs << finished_[idx.row()];
+  if (runs.isEmpty()) runs = finished_.mid(std::max<qsizetype>(0, finished_.size() - 8));
+  overlay_->show(runs);
+}
+
+void MainWindow::updateStatus() {
+  QString text = tr("device %1").arg(model_.device.isEmpty() ? device_->currentText() : model_.device);
+  if (last_) {
+    text += tr(" — %1: %2 tokens, KV %3 MiB, prefill %4 tok/s, decode %5 tok/s")
+                .arg(last_->spec)
+                .arg(last_->tokens.size())
+                .arg(last_->cache.total().stored() / 1048576.0, 0, 'f', 2)
+                .arg(last_->prefillTokS, 0, 'f', 1)
+                .arg(last_->decodeTokS, 0, 'f', 1);
+  }
+  // Resident memory of the whole process (model, caches, GUI).
+  QFile statm("/proc/self/statm");
+  if (statm.open(QIODevice::ReadOnly)) {
+    const auto parts = statm.readAll().split(' ');
+    if (parts.size() > 1) text += tr(" — process %1 MiB").arg(parts[1].toLongLong() * sysconf(_SC_PAGESIZE) / 1048576);
+  }
+  status_->setText(text);
 }
 
 void MainWindow::addRunRow(const RunSnapshotPtr& run) {
@@ -435,7 +523,9 @@ void MainWindow::addRunRow(const RunSnapshotPtr& run) {
                           QString::number(run->decodeTokS, 'f', 1),
                           run->shadow ? QString::number(run->meanKl, 'g', 3) : "-",
                           run->shadow ? QString::number(100.0 * run->top1Agreement, 'f', 1) + "%" : "-",
-                          run->shadow && run->firstDivergence >= 0 ? QString::number(run->firstDivergence) : "-"};
+                          run->shadow && run->firstDivergence >= 0 ? QString::number(run->firstDivergence) : "-",
+                          run->shadow ? QString::number(run->maxKl, 'g', 3) : "-",
+                          perplexity(*run)};
   for (int c = 0; c < cells.size(); ++c) runs_->setItem(row, c, new QTableWidgetItem(cells[c]));
 }
 
@@ -486,6 +576,7 @@ void MainWindow::openSession(const QString& path) {
   finished_ = s.runs;
   runs_->setRowCount(0);
   for (const auto& r : finished_) addRunRow(r);
+  updateOverlay();
   if (!finished_.isEmpty()) {
     last_ = finished_.back();
     text_->show(last_);

@@ -25,8 +25,11 @@ class ConfigPanel;
 class BeamDock;
 class ErrorDock;
 class MemoryDock;
+class OverlayPlot;
 class ScalesDock;
+class Selection;
 class TextView;
+class TokenErrorDock;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -36,6 +39,11 @@ class MainWindow : public QMainWindow {
 
   /// Called (from the GUI thread) to stop the running generation; it must not block.
   void setStopHandler(std::function<void()> stop) { stop_ = std::move(stop); }
+  /// Called (from the GUI thread, must not block) when the selected layer changes: the engine then sends that
+  /// layer's token x channel errors with each snapshot, and once through onInspection() when idle.
+  void setInspectHandler(std::function<void(int layer)> inspect) { inspect_ = std::move(inspect); }
+  /// Devices the engine can run on ("cpu", "cuda:0", ...); the first is the default.
+  void setDevices(const QStringList& devices);
 
   ConfigPanel* configPanel() const { return config_; }
   TextView* textView() const { return text_; }
@@ -43,6 +51,11 @@ class MainWindow : public QMainWindow {
   QSpinBox* maxNewBox() const { return maxNew_; }
   QTableWidget* runsTable() const { return runs_; }
   MemoryDock* memoryDock() const { return memory_; }
+  ErrorDock* errorDock() const { return errors_; }
+  TokenErrorDock* tokenErrorDock() const { return tokenErrors_; }
+  BeamDock* beamDock() const { return beamDock_; }
+  OverlayPlot* overlay() const { return overlay_; }
+  Selection* selection() const { return selection_; }
   bool isRunning() const { return running_; }
   void setShadow(bool on);
   bool hasModel() const { return !model_.path.isEmpty(); }
@@ -55,6 +68,7 @@ class MainWindow : public QMainWindow {
   void onLoadProgress(int done, int total);
   void onModelLoaded(const kvscope::ui::ModelInfo& info);
   void onRunUpdated(const kvscope::ui::RunSnapshotPtr& run);
+  void onInspection(const kvscope::ui::TokenErrorViewPtr& view);
   void onFailed(const QString& message);
   void exportConfig();
   void exportRuns();
@@ -66,7 +80,9 @@ class MainWindow : public QMainWindow {
   void openSession(const QString& path);
 
  Q_SIGNALS:
-  void loadRequested(const QString& path, const QString& dtype);
+  void loadRequested(const QString& path, const QString& dtype, const QString& device);
+  /// The selected layer changed while no run is going: the engine answers with onInspection().
+  void inspectionRequested();
   void runRequested(const kvscope::ui::RunRequest& request);
   /// A run finished (any stop reason); carries its final snapshot.
   void runFinished(const kvscope::ui::RunSnapshotPtr& run);
@@ -103,6 +119,13 @@ class MainWindow : public QMainWindow {
   MemoryDock* memory_;
   ScalesDock* scales_;
   ErrorDock* errors_;
+  TokenErrorDock* tokenErrors_;
+  OverlayPlot* overlay_;
+  Selection* selection_;
+  QComboBox* device_;
+  std::function<void(int)> inspect_;
+  void updateOverlay();
+  void updateStatus();
   QTableWidget* runs_;
   QLabel* modelCard_;
   QLabel* status_;

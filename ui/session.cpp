@@ -34,7 +34,8 @@ void saveSession(const Session& s, const QString& path) {
     QJsonArray tokens, memory;
     for (const auto& t : r->tokens)
       tokens.append(QJsonObject{{"id", double(t.id)}, {"text", t.text}, {"logprob", t.logprob}, {"kl", t.kl},
-                                {"top1", t.top1Agrees}});
+                                {"top1", t.top1Agrees}, {"kv_stored", double(t.kvStored)},
+                                {"kv_unquantized", double(t.kvUnquantized)}});
     for (const auto& m : r->cache.memory) memory.append(QJsonObject{{"k", memoryJson(m.keys)}, {"v", memoryJson(m.values)}});
     QJsonArray beams;
     for (int i = 0; i < r->beamTexts.size(); ++i)
@@ -91,6 +92,8 @@ Session loadSession(const QString& path) {
       tok.logprob = static_cast<float>(t["logprob"].toDouble());
       tok.kl = static_cast<float>(t["kl"].toDouble());
       tok.top1Agrees = t["top1"].toBool(true);
+      tok.kvStored = static_cast<qint64>(t["kv_stored"].toDouble());  // absent in older sessions: 0
+      tok.kvUnquantized = static_cast<qint64>(t["kv_unquantized"].toDouble());
       r->tokens.append(tok);
     }
     for (const auto& mv : o["memory"].toArray()) {

@@ -7,13 +7,14 @@
 #include <QStringList>
 #include <QVector>
 #include <memory>
+#include <vector>
 
 #include "cache/stats.h"
 
 namespace kvscope::ui {
 
 struct ModelInfo {
-  QString path, arch, name, dtype;
+  QString path, arch, name, dtype, device;
   int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0;
   qint64 contextLength = 0;
   QStringList weightTypes;
@@ -40,7 +41,23 @@ struct TokenView {
   bool top1Agrees = true;
   QVector<QPair<QString, float>> top;     ///< (text, log-prob) under the quantized cache
   QVector<QPair<QString, float>> refTop;  ///< the same under the shadow reference (when the run has one)
+  qint64 kvStored = 0;       ///< cache bytes stored after this step (payload + scales/zeros + residual)
+  qint64 kvUnquantized = 0;  ///< the same tokens at the model dtype
 };
+
+/// Absolute quantization error |x̂ - x| per (token, head, channel) of one layer's keys and values over the run so far
+/// (cache::ErrorHistory); NaN where nothing quantized the token (a residual window).
+struct TokenErrorView {
+  int runId = 0;
+  int layer = 0;
+  qint64 tokens = 0;
+  int heads = 0, channels = 0;
+  std::vector<float> keys, values;  ///< [tokens][heads][channels] each (empty side: not quantized yet)
+  float at(const std::vector<float>& side, qint64 token, int head, int channel) const {
+    return side[static_cast<std::size_t>((token * heads + head) * channels + channel)];
+  }
+};
+using TokenErrorViewPtr = std::shared_ptr<const TokenErrorView>;
 
 /// One beam-search step: which old beam each beam continues (the reorder applied to the cache), its new token and
 /// running score, and which row of the quantized store each beam reads (layer 0).
@@ -59,6 +76,7 @@ struct RunSnapshot {
   int promptTokens = 0;
   QVector<TokenView> tokens;   ///< all generated so far
   cache::CacheSnapshot cache;  ///< per-layer memory and statistics after the latest step
+  TokenErrorViewPtr tokenErrors;  ///< the inspected layer's token x channel error (see Selection)
   double prefillTokS = 0.0, decodeTokS = 0.0;
   double meanKl = 0.0, maxKl = 0.0, top1Agreement = 1.0;
   int firstDivergence = -1;
@@ -76,3 +94,4 @@ using RunSnapshotPtr = std::shared_ptr<const RunSnapshot>;
 Q_DECLARE_METATYPE(kvscope::ui::ModelInfo)
 Q_DECLARE_METATYPE(kvscope::ui::RunRequest)
 Q_DECLARE_METATYPE(kvscope::ui::RunSnapshotPtr)
+Q_DECLARE_METATYPE(kvscope::ui::TokenErrorViewPtr)

@@ -3,9 +3,12 @@
 #include <ATen/ATen.h>
 #include <QElapsedTimer>
 #include <QFileInfo>
+#include <array>
+#include <cmath>
 #include <filesystem>
 
 #include "cache/config.h"
+#include "cache/error_history.h"
 #include "generate/generate.h"
 #include "model/gguf.h"
 #include "model/llama.h"
@@ -23,7 +26,40 @@ struct Engine::Impl {
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   int runs = 0;
+  // Token x channel quantization error of the current (or latest) run, per layer, keys and values.
+  std::vector<std::array<cache::ErrorHistory, 2>> errors;
+  int errorsRun = 0;
 };
+
+void Engine::recordErrors(const cache::KvCache& kv) {
+  d_->errors.resize(static_cast<std::size_t>(kv.numLayers()));
+  for (int l = 0; l < kv.numLayers(); ++l) {
+    const auto& st = kv.layer(l).stats();
+    d_->errors[l][0].add(st.keys);
+    d_->errors[l][1].add(st.values);
+  }
+}
+
+ui::TokenErrorViewPtr Engine::inspection() const {
+  const int layer = inspect_;
+  if (layer < 0 || layer >= static_cast<int>(d_->errors.size())) return nullptr;
+  const auto& [k, v] = d_->errors[layer];
+  auto view = std::make_shared<ui::TokenErrorView>();
+  view->runId = d_->errorsRun;
+  view->layer = layer;
+  view->tokens = std::max(k.tokens(), v.tokens());
+  view->heads = static_cast<int>(std::max(k.heads(), v.heads()));
+  view->channels = static_cast<int>(std::max(k.channels(), v.channels()));
+  const auto size = static_cast<std::size_t>(view->tokens * view->heads * view->channels);
+  for (auto [src, dst] : {std::pair{&k, &view->keys}, std::pair{&v, &view->values}}) {
+    if (src->tokens() == 0) continue;
+    *dst = src->values();
+    dst->resize(size, std::nanf(""));
+  }
+  return view;
+}
+
+void Engine::publishInspection() { Q_EMIT inspectionUpdated(inspection()); }
 
 void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt,
                       cache::KvCache& kv) {
@@ -49,7 +85,9 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
           for (auto row : ev.snapshot->stats[0].storeRows) v.storeRows << row;
         snap->beamSteps.append(v);
         if (ev.snapshot) snap->cache = *ev.snapshot;
+        recordErrors(kv);
         if (sinceEmit.elapsed() >= kEmitMs) {
+          snap->tokenErrors = inspection();
           Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
           sinceEmit.restart();
         }
@@ -72,6 +110,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   snap->finished = true;
   snap->stopReason = QString::fromStdString(result.stopReason);
   snap->cache = kv.snapshot();
+  snap->tokenErrors = inspection();
   Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
 }
 
@@ -79,13 +118,23 @@ void registerMetaTypes() {
   qRegisterMetaType<kvscope::ui::ModelInfo>();
   qRegisterMetaType<kvscope::ui::RunRequest>();
   qRegisterMetaType<kvscope::ui::RunSnapshotPtr>();
+  qRegisterMetaType<kvscope::ui::TokenErrorViewPtr>();
 }
 
 Engine::Engine() : d_(std::make_unique<Impl>()) {}
 Engine::~Engine() = default;
 
-void Engine::load(const QString& path, const QString& dtype) {
+QStringList availableDevices() {
+  // The model's forward pass runs on the CPU in this version (the CUDA kernels serve the caches and attention
+  // benchmarks), so a CUDA device is not offered even where LibTorch sees one.
+  return {"cpu"};
+}
+
+void Engine::load(const QString& path, const QString& dtype, const QString& device) {
   try {
+    if (!availableDevices().contains(device))
+      throw std::runtime_error("device `" + device.toStdString() + "` is not available here (" +
+                               availableDevices().join(", ").toStdString() + ")");
     const std::string p = path.toStdString();
     if (!std::filesystem::exists(p)) throw std::runtime_error("model `" + p + "` not found");
     std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -109,6 +158,7 @@ void Engine::load(const QString& path, const QString& dtype) {
     info.arch = QString::fromStdString(c.arch);
     info.name = QString::fromStdString(c.name);
     info.dtype = dtype;
+    info.device = device;
     info.layers = c.layers;
     info.hidden = c.hidden;
     info.heads = c.heads;
@@ -133,7 +183,11 @@ void Engine::run(const ui::RunRequest& r) {
     const auto ids32 = d_->tok->encode(text, true, r.chat);
     if (ids32.empty()) throw std::runtime_error("the prompt is empty");
     const std::vector<std::int64_t> prompt(ids32.begin(), ids32.end());
-    auto kv = d_->model->makeCache(cfg);
+    cache::StatsOptions stats;
+    stats.tokenBin = 1;  // the token x channel map needs every token's own error
+    auto kv = d_->model->makeCache(cfg, stats);
+    d_->errors.clear();
+    d_->errorsRun = d_->runs + 1;
     if (r.beams > 0) {
       runBeams(r, cfg, prompt, *kv);
       return;
@@ -172,13 +226,18 @@ void Engine::run(const ui::RunRequest& r) {
             t.top.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
           for (const auto& [id, lp] : ev.refTop)
             t.refTop.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
+          const auto mem = kv->totalMemory();
+          t.kvStored = mem.stored();
+          t.kvUnquantized = mem.unquantized;
           snap->tokens.append(t);
+          recordErrors(*kv);
           if (ev.step == 0) snap->prefillTokS = snap->promptTokens / std::max(ev.seconds, 1e-9);
           else decodeSeconds += ev.seconds, ++steps;
           snap->decodeTokS = steps ? steps / decodeSeconds : 0.0;
           // Each snapshot is a copy the GUI can keep.
           if (sinceEmit.elapsed() >= kEmitMs) {
             snap->cache = kv->snapshot();
+            snap->tokenErrors = inspection();
             Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
             sinceEmit.restart();
           }
@@ -192,6 +251,7 @@ void Engine::run(const ui::RunRequest& r) {
     snap->top1Agreement = result.top1Agreement;
     snap->firstDivergence = result.firstDivergence;
     snap->cache = kv->snapshot();
+    snap->tokenErrors = inspection();
     Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
   } catch (const std::exception& e) {
     Q_EMIT failed(QString::fromStdString(e.what()));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <QObject>
+#include <QStringList>
 #include <atomic>
 #include <memory>
 #include <vector>
@@ -24,15 +25,20 @@ class Engine : public QObject {
   ~Engine() override;
   /// Thread-safe: the running generation stops after its current step.
   void requestStop() { cancel_ = true; }
+  /// Thread-safe: which layer's token x channel error the snapshots carry from now on.
+  void setInspectedLayer(int layer) { inspect_ = layer; }
 
  public Q_SLOTS:
-  void load(const QString& path, const QString& dtype);
+  void load(const QString& path, const QString& dtype, const QString& device = "cpu");
   void run(const kvscope::ui::RunRequest& request);
+  /// Emits inspectionUpdated for the inspected layer of the latest run (after it, or between runs).
+  void publishInspection();
 
  Q_SIGNALS:
   void loadProgress(int done, int total);
   void modelLoaded(const kvscope::ui::ModelInfo& info);
   void runUpdated(const kvscope::ui::RunSnapshotPtr& run);
+  void inspectionUpdated(const kvscope::ui::TokenErrorViewPtr& view);
   void failed(const QString& message);
 
  private:
@@ -40,8 +46,14 @@ class Engine : public QObject {
                 cache::KvCache& kv);
   struct Impl;
   std::unique_ptr<Impl> d_;
+  void recordErrors(const cache::KvCache& kv);
+  ui::TokenErrorViewPtr inspection() const;
   std::atomic<bool> cancel_{false};
+  std::atomic<int> inspect_{0};
 };
+
+/// Devices LibTorch can run on here: "cpu", then "cuda:0", ... when this build sees CUDA devices.
+QStringList availableDevices();
 
 /// Registers the snapshot types for queued connections (call once before connecting).
 void registerMetaTypes();

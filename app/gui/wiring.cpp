@@ -8,11 +8,15 @@ namespace kvscope::app {
 void wire(Engine* engine, ui::MainWindow* w) {
   registerMetaTypes();
   w->setStopHandler([engine] { engine->requestStop(); });
+  w->setInspectHandler([engine](int layer) { engine->setInspectedLayer(layer); });
+  w->setDevices(availableDevices());
   QObject::connect(w, &ui::MainWindow::loadRequested, engine, &Engine::load);
   QObject::connect(w, &ui::MainWindow::runRequested, engine, &Engine::run);
   QObject::connect(engine, &Engine::loadProgress, w, &ui::MainWindow::onLoadProgress);
   QObject::connect(engine, &Engine::modelLoaded, w, &ui::MainWindow::onModelLoaded);
   QObject::connect(engine, &Engine::runUpdated, w, &ui::MainWindow::onRunUpdated);
+  QObject::connect(w, &ui::MainWindow::inspectionRequested, engine, &Engine::publishInspection);
+  QObject::connect(engine, &Engine::inspectionUpdated, w, &ui::MainWindow::onInspection);
   QObject::connect(engine, &Engine::failed, w, &ui::MainWindow::onFailed);
 }
 

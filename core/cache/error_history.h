@@ -1,6 +1,10 @@
-// Quantization error per (token, head, channel) over a whole run, for one layer's keys or values: each update's error
-// map (stats.h) is written at the positions it quantized, so a token keeps the error of the latest quantization that
-// covered it (a quanto/hqq flush re-quantizes the whole history and overwrites; fp8 writes each token once).
+// Absolute quantization error |x̂ - x| per (token, head, channel) over a whole run (max over the batch), for one
+// layer's keys or values, against the states the model produced. Absolute, because a relative error of one value
+// explodes where the value is near 0. Each update's error map (stats.h, maxAbs) is written where it quantized:
+// - a token quantized for the first time gets that update's error (exact: the map compares with the original states);
+// - a quanto/hqq flush re-quantizes the dequantized history, so its map measures only the drift it adds to tokens
+//   quantized before; that drift is added to what the token had, which bounds the error against the original
+//   states from above (triangle inequality) and equals it when the drift is 0, as it usually is.
 // Torch-free: the GUI's engine keeps one per layer and side and sends the selected layer's to the views.
 #pragma once
 
@@ -18,14 +22,14 @@ class ErrorHistory {
   std::int64_t tokens() const { return tokens_; }
   std::int64_t heads() const { return heads_; }
   std::int64_t channels() const { return channels_; }
-  /// [tokens][heads][channels] relative L2 error; NaN where no update has quantized the token (yet).
+  /// [tokens][heads][channels] absolute error; NaN where no update has quantized the token (yet).
   const std::vector<float>& values() const { return rel_; }
   float at(std::int64_t token, std::int64_t head, std::int64_t channel) const {
     return rel_[static_cast<std::size_t>((token * heads_ + head) * channels_ + channel)];
   }
 
   /// Records what the update described by `s` quantized (nothing when it quantized nothing). A change of head count
-  /// or head dim starts the history again.
+  /// or head dim starts the history again; a new sequence in the same cache needs reset() first.
   void add(const TensorStats& s) {
     const ErrorMap& m = s.error;
     if (!s.quantized || m.empty() || s.quantizedTokens <= 0) return;
@@ -42,9 +46,11 @@ class ErrorHistory {
     for (std::int64_t r = 0; r < m.ranges; ++r) {
       const std::int64_t t0 = m.tokenStart + r * m.tokenBin, t1 = std::min(t0 + m.tokenBin, end);
       for (std::int64_t t = t0; t < t1; ++t)
-        for (std::int64_t h = 0; h < heads_; ++h)
-          std::copy_n(&m.relL2[static_cast<std::size_t>((h * m.ranges + r) * channels_)], channels_,
-                      &rel_[static_cast<std::size_t>((t * heads_ + h) * channels_)]);
+        for (std::int64_t h = 0; h < heads_; ++h) {
+          const float* src = &m.maxAbs[static_cast<std::size_t>((h * m.ranges + r) * channels_)];
+          float* dst = &rel_[static_cast<std::size_t>((t * heads_ + h) * channels_)];
+          for (std::int64_t c = 0; c < channels_; ++c) dst[c] = std::isnan(dst[c]) ? src[c] : dst[c] + src[c];
+        }
     }
   }
 

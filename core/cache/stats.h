@@ -45,6 +45,7 @@ struct ErrorMap {
   std::int64_t tokenBin = 0;    ///< tokens per range (the last one may hold fewer)
   std::vector<float> relL2;     ///< [heads][ranges][channels]: ||xq - x|| / ||x|| over batch and the range's tokens
   std::vector<float> maxAbs;    ///< [heads][ranges][channels]: max |xq - x|
+  std::vector<float> headRelL2; ///< [heads]: ||xq - x|| / ||x|| over batch, all tokens and all channels
   bool empty() const { return heads == 0; }
   float rel(std::int64_t h, std::int64_t r, std::int64_t c) const { return relL2[(h * ranges + r) * channels + c]; }
   float max(std::int64_t h, std::int64_t r, std::int64_t c) const { return maxAbs[(h * ranges + r) * channels + c]; }

@@ -16,7 +16,12 @@
 #include <QTest>
 #include <QThread>
 
+#include <qcustomplot.h>
+#include <QTextBrowser>
+#include <cmath>
+
 #include "config_panel.h"
+#include "selection.h"
 #include "docks.h"
 #include "engine.h"
 #include "main_window.h"
@@ -84,6 +89,77 @@ class GuiTest : public QObject {
     QCOMPARE(w_->configPanel()->spec(), QString("fp8:overflow=saturate"));
   }
 
+  void selectionDrivesEveryView() {
+    // Clicking a cell of the layer x head map selects that layer and head; the engine then sends that layer's
+    // token x channel errors, which the token map shows.
+    auto* plot = w_->errorDock()->plot();
+    plot->replot();
+    const QPoint cell(static_cast<int>(plot->xAxis->coordToPixel(5)), static_cast<int>(plot->yAxis->coordToPixel(1)));
+    QTest::mouseClick(plot, Qt::LeftButton, Qt::NoModifier, cell);
+    QCOMPARE(w_->selection()->layer(), 5);
+    QCOMPARE(w_->selection()->head(), 1);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->tokenErrorDock()->view() && w_->tokenErrorDock()->view()->layer == 5, 30000);
+    const auto view = w_->tokenErrorDock()->view();
+    const auto last = w_->lastRun();
+    // The last run was quanto with a residual window of 8: tokens since the last flush are not quantized (NaN).
+    QCOMPARE(view->runId, last->runId);
+    QCOMPARE(view->heads, 3);
+    QCOMPARE(view->channels, 64);
+    QVERIFY(view->tokens >= last->promptTokens);
+    QCOMPARE(view->keys.size(), static_cast<std::size_t>(view->tokens * 3 * 64));
+    QVERIFY(std::isfinite(view->at(view->keys, 0, 1, 0)));
+    double sum = 0;
+    for (int c = 0; c < 64; ++c) sum += view->at(view->keys, 0, 1, c);
+    if (!(sum > 0.0)) {
+      QString dump;
+      for (qint64 t = 0; t < std::min<qint64>(view->tokens, 12); ++t) dump += QString::number(view->at(view->keys, t, 1, 3)) + " ";
+      qWarning("tokens %lld prompt %d: %s", view->tokens, last->promptTokens, qPrintable(dump));
+    }
+    QVERIFY(sum > 0.0);  // int2 loses something
+    // Clicking a token in the text selects its position; the map's title reports that token.
+    const qint64 pos = last->promptTokens + 2;
+    Q_EMIT w_->textView()->browser()->anchorClicked(QUrl(QString("tok:%1").arg(pos)));
+    QCOMPARE(w_->selection()->token(), pos);
+    QVERIFY(w_->findChild<QLabel*>("tokenErrorTitle")->text().contains("layer 5, KV head 1"));
+    // Colouring by K/V error uses the same errors; tokens still in the residual window are grey.
+    w_->textView()->setMetric(ui::TextView::KvError);
+    QVERIFY(w_->textView()->browser()->toHtml().contains("#e1e1e1"));
+    w_->textView()->setMetric(ui::TextView::Kl);
+    // The memory dock's per-step bytes: one point per generated token, growing.
+    const auto* steps = w_->memoryDock()->stepsPlot()->graph(0)->data().data();
+    QCOMPARE(steps->size(), last->tokens.size());
+    QVERIFY((steps->constEnd() - 1)->value > steps->constBegin()->value);
+  }
+
+  void overlayComparesRuns() {
+    // No row selected: every finished run (up to 8) is one curve; selecting rows narrows it.
+    auto* overlay = w_->overlay();
+    overlay->metricBox()->setCurrentIndex(2);  // stored KV MiB per step
+    QCOMPARE(overlay->plot()->graphCount(), w_->runsTable()->rowCount());
+    w_->runsTable()->selectRow(0);
+    QCOMPARE(overlay->plot()->graphCount(), 1);
+    QVERIFY(overlay->plot()->graph(0)->name().contains("fp8"));
+    QVERIFY(overlay->plot()->graph(0)->data()->size() > 0);
+    overlay->metricBox()->setCurrentIndex(0);
+    QCOMPARE(overlay->plot()->graphCount(), 1);
+    w_->runsTable()->clearSelection();
+    // The table's own figures: max KL and perplexity columns.
+    QCOMPARE(w_->runsTable()->horizontalHeaderItem(9)->text(), QString("perplexity"));
+    QVERIFY(w_->runsTable()->item(1, 9)->text().toDouble() >= 1.0);
+  }
+
+  void unavailableDeviceIsRefused() {
+    QCOMPARE(w_->findChild<QComboBox*>("device")->itemText(0), QString("cpu"));
+    QSignalSpy failed(engine_, &app::Engine::failed);
+    QMetaObject::invokeMethod(engine_, "load", Qt::QueuedConnection, Q_ARG(QString, model_), Q_ARG(QString, "fp32"),
+                              Q_ARG(QString, "cuda:7"));
+    QTRY_VERIFY_WITH_TIMEOUT(failed.count() > 0, 30000);
+    QVERIFY(failed.takeFirst().at(0).toString().contains("device `cuda:7` is not available"));
+    // The window shows it through its own queued slot: wait for that before the next test starts a run.
+    QTRY_VERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("cuda:7"));
+    QVERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
+  }
+
   void stopsMidRun() {
     QSignalSpy done(w_, &ui::MainWindow::runFinished);
     w_->configPanel()->setSpec("hqq:nbits=4");
@@ -139,6 +215,11 @@ class GuiTest : public QObject {
     QCOMPARE(r->beamTexts.size(), 3);
     QVERIFY(r->beamScores[0] >= r->beamScores[2]);
     QCOMPARE(w_->findChild<QTableWidget*>("beamTable")->rowCount(), r->beamSteps.size());
+    // Clicking a beam's cell selects the beam and the step's position.
+    Q_EMIT w_->beamDock()->table()->cellClicked(1, 2);
+    QCOMPARE(w_->selection()->beam(), 2);
+    QCOMPARE(w_->selection()->token(), r->promptTokens + r->beamSteps[1].step);
+    QVERIFY(w_->beamDock()->table()->horizontalHeaderItem(2)->text().contains("▶"));
   }
 
   void sessionRoundTrip() {
@@ -163,6 +244,10 @@ class GuiTest : public QObject {
     QCOMPARE(w_->runsTable()->rowCount(), rows);
     QCOMPARE(w_->runsTable()->item(0, 1)->text(), firstConfig);
     QVERIFY(!w_->textView()->plainText().isEmpty());
+    // Per-step bytes come back too: the overlay can draw reopened runs.
+    w_->overlay()->metricBox()->setCurrentIndex(2);
+    QVERIFY(w_->overlay()->plot()->graphCount() > 0);
+    QVERIFY(w_->overlay()->plot()->graph(0)->data()->size() > 0);
   }
 
   void bf16ReloadsAndRuns() {

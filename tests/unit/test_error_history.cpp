@@ -1,4 +1,5 @@
-// ErrorHistory: the token x channel error a view shows equals the error recomputed from what the layer returns.
+// ErrorHistory: the token x channel error a view shows equals the error recomputed from what the layer returns; the
+// per-head relative error of an update equals the one computed over the whole head.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -10,12 +11,12 @@
 namespace kvscope::cache {
 namespace {
 
-// ||xq - x|| / ||x|| over the tokens [t0, t1) of head h, channel c (batch 1).
-float relError(const at::Tensor& x, const at::Tensor& xq, std::int64_t t0, std::int64_t t1, std::int64_t h,
+// max |xq - x| over the tokens [t0, t1) of head h, channel c (batch 1).
+float absError(const at::Tensor& x, const at::Tensor& xq, std::int64_t t0, std::int64_t t1, std::int64_t h,
                std::int64_t c) {
   const at::Tensor a = x.index({0, h, at::indexing::Slice(t0, t1), c}).to(at::kDouble);
   const at::Tensor b = xq.index({0, h, at::indexing::Slice(t0, t1), c}).to(at::kDouble);
-  return static_cast<float>(((b - a).norm() / a.norm()).item<double>());
+  return static_cast<float>((b - a).abs().max().item<double>());
 }
 
 TEST(ErrorHistory, Fp8PromptBinsThenOneRowPerDecodedToken) {
@@ -47,17 +48,17 @@ TEST(ErrorHistory, Fp8PromptBinsThenOneRowPerDecodedToken) {
       // Prompt: bins of 4 tokens (the last holds 2); every token of a bin carries the bin's error.
       for (std::int64_t t = 0; t < 10; ++t) {
         const std::int64_t b0 = t / 4 * 4, b1 = std::min<std::int64_t>(b0 + 4, 10);
-        EXPECT_NEAR(hk.at(t, h, c), relError(kAll, kq, b0, b1, h, c), 1e-5) << t << " " << h << " " << c;
+        EXPECT_NEAR(hk.at(t, h, c), absError(kAll, kq, b0, b1, h, c), 1e-5) << t << " " << h << " " << c;
       }
       for (std::int64_t t = 10; t < 13; ++t)
-        EXPECT_NEAR(hk.at(t, h, c), relError(kAll, kq, t, t + 1, h, c), 1e-5) << t << " " << h << " " << c;
+        EXPECT_NEAR(hk.at(t, h, c), absError(kAll, kq, t, t + 1, h, c), 1e-5) << t << " " << h << " " << c;
     }
   hk.truncate(11);
   EXPECT_EQ(hk.tokens(), 11);
   EXPECT_EQ(hk.values().size(), 11u * 2 * 8);
 }
 
-TEST(ErrorHistory, QuantoFlushOverwritesTheWholeHistoryAndResidualStepsAddNothing) {
+TEST(ErrorHistory, QuantoFlushAddsItsDriftAndBoundsTheTrueError) {
   at::manual_seed(5);
   StatsOptions so;
   so.tokenBin = 1;
@@ -68,19 +69,55 @@ TEST(ErrorHistory, QuantoFlushOverwritesTheWholeHistoryAndResidualStepsAddNothin
   h.add(layer->stats().keys);
   ASSERT_EQ(h.tokens(), 6);
   const float before = h.at(0, 0, 0);
+  EXPECT_GT(before, 0.0f);
+  at::Tensor kq;
   for (int step = 0; step < 4; ++step) {
-    const at::Tensor k = at::randn({1, 1, 1, 8});
+    const at::Tensor k = at::randn({1, 1, 1, 8}) * 4.0;  // louder: the flush's groups change, so does token 0
     all = at::cat({all, k}, 2);
-    layer->update(k, k);
+    kq = layer->update(k, k).first;
     const bool flushed = layer->stats().keys.quantized;
     h.add(layer->stats().keys);
     // Residual steps leave the history as it was; the flush on the 4th step re-quantizes all 10 tokens.
     EXPECT_EQ(h.tokens(), flushed ? 10 : 6) << step;
     EXPECT_EQ(flushed, step == 3) << step;
   }
-  EXPECT_TRUE(std::isfinite(h.at(9, 0, 7)));
-  // Token 0 was re-quantized with a different group range (the whole history), so its error changed.
-  EXPECT_NE(h.at(0, 0, 0), before);
+  const ErrorMap& flush = layer->stats().keys.error;
+  // Token 0 had its prefill error; the flush re-quantized its dequantized value and added its drift.
+  EXPECT_FLOAT_EQ(h.at(0, 0, 0), before + flush.max(0, 0, 0));
+  // What attention reads from now on: the next step returns the flushed store dequantized (the flush step itself
+  // returned the states unquantized, as transformers does).
+  kq = layer->update(at::randn({1, 1, 1, 8}), at::randn({1, 1, 1, 8})).first;
+  h.add(layer->stats().keys);
+  ASSERT_EQ(h.tokens(), 10);
+  // Against the original states, the recorded value is an upper bound, and exact for tokens quantized once.
+  for (std::int64_t t = 0; t < 10; ++t)
+    for (std::int64_t c = 0; c < 8; ++c) {
+      const float truth = absError(all, kq, t, t + 1, 0, c);
+      if (t < 6) EXPECT_LE(truth, h.at(t, 0, c) + 1e-5f) << t << " " << c;
+      else EXPECT_NEAR(truth, h.at(t, 0, c), 1e-5f) << t << " " << c;
+    }
+}
+
+TEST(ErrorMap, HeadRelativeErrorIsOverTheWholeHead) {
+  at::manual_seed(9);
+  for (const char* spec : {"fp8:overflow=saturate", "quanto:nbits=2,q_group_size=16", "hqq:nbits=3,q_group_size=16"}) {
+    StatsOptions so;
+    so.tokenBin = 3;
+    auto layer = makeLayer(parseSpec(spec), so);
+    const at::Tensor k = at::randn({2, 3, 7, 16}), v = at::randn({2, 3, 7, 16});
+    layer->update(k, v);
+    const ErrorMap err = layer->stats().keys.error;
+    ASSERT_EQ(err.headRelL2.size(), 3u) << spec;
+    // The prompt's update returns its input; the next one returns the quantized prompt.
+    const at::Tensor kq = layer->update(at::randn({2, 3, 1, 16}), at::randn({2, 3, 1, 16})).first;
+    for (std::int64_t hd = 0; hd < 3; ++hd) {
+      const at::Tensor a = k.select(1, hd).to(at::kDouble);
+      const at::Tensor b = kq.narrow(2, 0, 7).select(1, hd).to(at::kDouble);
+      const double want = ((b - a).norm() / a.norm()).item<double>();
+      EXPECT_GT(want, 0.0) << spec;
+      EXPECT_NEAR(err.headRelL2[hd], want, 1e-5 * (1 + want)) << spec << " head " << hd;
+    }
+  }
 }
 
 TEST(ErrorHistory, NewShapeStartsAgain) {
@@ -92,8 +129,8 @@ TEST(ErrorHistory, NewShapeStartsAgain) {
   s.error.ranges = 1;
   s.error.channels = 2;
   s.error.tokenBin = 16;
-  s.error.relL2 = {0.5f, 0.25f};
-  s.error.maxAbs = {1.0f, 1.0f};
+  s.error.relL2 = {1.0f, 1.0f};
+  s.error.maxAbs = {0.5f, 0.25f};
   h.add(s);
   EXPECT_EQ(h.tokens(), 2);
   EXPECT_FLOAT_EQ(h.at(1, 0, 1), 0.25f);
@@ -103,7 +140,7 @@ TEST(ErrorHistory, NewShapeStartsAgain) {
   EXPECT_EQ(h.tokens(), 6);
   EXPECT_TRUE(std::isnan(h.at(3, 0, 0)));  // never quantized
   s.error.channels = 1;
-  s.error.relL2 = {0.1f};
+  s.error.maxAbs = {0.1f};
   s.error.tokenStart = 0;
   h.add(s);
   EXPECT_EQ(h.channels(), 1);

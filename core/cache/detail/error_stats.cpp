@@ -35,6 +35,13 @@ void amaxLoop(const at::Tensor& x, std::vector<float>& out) {
     }
 }
 
+// sqrt(e2 / x2); when ||x|| == 0 (an all-zero range): 0 if the error is 0 too, else infinite (NaN stays NaN).
+float relative(double e2, double x2) {
+  if (x2 > 0) return static_cast<float>(std::sqrt(e2 / x2));
+  if (std::isnan(e2)) return NAN;
+  return e2 > 0 ? INFINITY : 0.0f;
+}
+
 template <class T>
 void errorLoop(const at::Tensor& x, const at::Tensor& xq, std::int64_t bin, ErrorMap& m) {
   const std::int64_t B = x.size(0), H = x.size(1), T_ = x.size(2), D = x.size(3), R = m.ranges;
@@ -60,10 +67,12 @@ void errorLoop(const at::Tensor& x, const at::Tensor& xq, std::int64_t bin, Erro
         }
       }
   m.relL2.resize(sumX.size());
-  for (std::size_t i = 0; i < sumX.size(); ++i) {
-    // ||x|| == 0 (an all-zero range): 0 when the error is 0 too, else infinite.
-    m.relL2[i] = sumX[i] > 0 ? static_cast<float>(std::sqrt(sumE[i] / sumX[i]))
-                             : (sumE[i] > 0 || std::isnan(sumE[i]) ? static_cast<float>(sumE[i] > 0 ? INFINITY : NAN) : 0.0f);
+  for (std::size_t i = 0; i < sumX.size(); ++i) m.relL2[i] = relative(sumE[i], sumX[i]);
+  m.headRelL2.assign(static_cast<std::size_t>(H), 0.0f);
+  for (std::int64_t h = 0; h < H; ++h) {
+    double x2 = 0, e2 = 0;
+    for (std::int64_t i = h * R * D; i < (h + 1) * R * D; ++i) x2 += sumX[i], e2 += sumE[i];
+    m.headRelL2[h] = relative(e2, x2);
   }
 }
 
@@ -122,6 +131,10 @@ ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenS
       at::where(sx > 0, (se / sx).sqrt(), at::where(se > 0, at::full_like(se, INFINITY), at::zeros_like(se)));
   m.relL2 = toVector(rel);
   m.maxAbs = toVector(ea.reshape(shape).amax({0, 3}));
+  const at::Tensor hx = sx.sum(at::IntArrayRef{1, 2}), he = se.sum(at::IntArrayRef{1, 2});
+  const std::vector<float> hx2 = toVector(hx), he2 = toVector(he);
+  m.headRelL2.resize(static_cast<std::size_t>(H));
+  for (std::int64_t h = 0; h < H; ++h) m.headRelL2[h] = relative(he2[h], hx2[h]);
   return m;
 }
 
