@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -31,13 +32,21 @@ void writeOutput(const std::string& path, const std::string& text) {
   const bool closed = std::fclose(f) == 0;
   std::error_code ec;
   if (!ok || !closed) {
+    const int err = errno;
     std::filesystem::remove(tmp, ec);
-    throw UsageError(fmt::format("cannot write `{}`: {}", path, std::strerror(errno)));
+    throw UsageError(fmt::format("cannot write `{}`: {}", path, std::strerror(err)));
   }
   std::filesystem::rename(tmp, target, ec);
   if (ec) {
+    const std::string why = ec.message();
     std::filesystem::remove(tmp, ec);
-    throw UsageError(fmt::format("cannot write `{}`: {}", path, ec.message()));
+    throw UsageError(fmt::format("cannot write `{}`: {}", path, why));
+  }
+  // The rename itself is durable once the directory is synced.
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : std::string(".");
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -109,6 +110,7 @@ Runner addCompare(CLI::App& app) {
     const std::string text = promptText(o->prompt, o->promptFile);
     const Loaded m = loadModel(o->model, o->dtype);
     const auto prompt = encodePrompt(m, text, o->chat);
+    checkContext(m, prompt.size(), o->maxNew);
     if (!o->json && !o->csv) {
       std::cout << fmt::format("{} ({} layers, {} KV heads x {}), prompt {} tokens, {} greedy tokens per config; KL and "
                                "top-1 against the unquantized cache fed the same tokens\n",
@@ -134,7 +136,9 @@ Runner addSweep(CLI::App& app) {
   cmd->add_option("--grid", *grids, "e.g. 'quanto:nbits=2,4;q_group_size=32,64,128' (repeatable)")->required();
   auto* k = cmd->add_option("--max-kl", *maxKl, "budget: the smallest cache whose mean KL stays under this");
   cmd->add_option("--max-bytes", *maxBytes, "budget: the lowest mean KL whose stored KV bytes stay under this")->excludes(k);
-  cmd->add_option("--out", *out, "append each finished config to this JSON-lines file as it finishes");
+  cmd->add_option("--out", *out,
+                  "append each finished config to this JSON-lines file as it finishes (the file is replaced "
+                  "atomically after every run, so a crash of a later run keeps the earlier ones)");
   return [o, grids, maxKl, maxBytes, out, cmd]() {
     if (!*cmd) return -1;
     std::vector<cache::CacheConfig> cfgs;
@@ -142,13 +146,21 @@ Runner addSweep(CLI::App& app) {
       for (const auto& s : cache::expandGrid(g)) cfgs.push_back(cache::parseSpec(s));  // every grid point valid up front
     if (o->threads > 0) at::set_num_threads(o->threads);
     const std::string text = promptText(o->prompt, o->promptFile);
+    // The results file: what it already holds is kept (appended to); it is written once now, so that an unwritable
+    // path fails before the model loads, then replaced atomically after every finished run.
+    std::string results;
+    if (!out->empty()) {
+      if (std::filesystem::exists(*out)) {
+        std::ifstream in(*out, std::ios::binary);
+        if (!in) throw UsageError(fmt::format("cannot read `{}` to append to it", *out));
+        results.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        if (!results.empty() && results.back() != '\n') results += '\n';
+      }
+      writeOutput(*out, results);
+    }
     const Loaded m = loadModel(o->model, o->dtype);
     const auto prompt = encodePrompt(m, text, o->chat);
-    std::ofstream log;
-    if (!out->empty()) {
-      log.open(*out, std::ios::app);
-      if (!log) throw UsageError(fmt::format("cannot write `{}`", *out));
-    }
+    checkContext(m, prompt.size(), o->maxNew);
     if (!o->json && !o->csv) {
       std::cout << fmt::format("sweep: {} configs + the unquantized baseline, prompt {} tokens, {} greedy tokens each\n",
                                cfgs.size(), prompt.size(), o->maxNew);
@@ -162,7 +174,10 @@ Runner addSweep(CLI::App& app) {
     for (std::size_t i = 0; i < cfgs.size(); ++i) {
       all.push_back(measure(m, cfgs[i], prompt, o->maxNew, o->pplChunk, true));
       emit(*o, all.back());
-      if (log.is_open()) log << toJson(all.back()).dump() << "\n" << std::flush;  // survives a later crash
+      if (!out->empty()) {  // survives a crash of a later run: the file is whole after every rename
+        results += toJson(all.back()).dump() + "\n";
+        writeOutput(*out, results);
+      }
     }
     const RunFigures* best = nullptr;
     for (const auto& f : all) {

@@ -68,6 +68,13 @@ std::vector<std::int64_t> encodePrompt(const Loaded& m, const std::string& text,
   return {ids.begin(), ids.end()};
 }
 
+void checkContext(const Loaded& m, std::size_t promptTokens, int maxNew) {
+  const auto ctx = m.model->config().contextLength;
+  if (ctx > 0 && static_cast<std::int64_t>(promptTokens) + maxNew > ctx)
+    throw UsageError(fmt::format("prompt ({} tokens) + {} new tokens exceed the model's context of {}", promptTokens,
+                                 maxNew, ctx));
+}
+
 std::vector<std::int64_t> stopIds(const Loaded& m) {
   std::vector<std::int64_t> s{m.tok->eosId()};
   if (const auto e = m.tok->tokenId("<|im_end|>"); e && *e != m.tok->eosId()) s.push_back(*e);

@@ -31,6 +31,8 @@ at::ScalarType parseDtype(const std::string& s);
 std::vector<std::int64_t> encodePrompt(const Loaded& m, const std::string& text, bool chat);
 /// --prompt or --prompt-file; UsageError when both are empty.
 std::string promptText(const std::string& prompt, const std::string& file);
+/// UsageError when `promptTokens` + `maxNew` exceed the model's context (before anything runs or is printed).
+void checkContext(const Loaded& m, std::size_t promptTokens, int maxNew);
 /// EOS and <|im_end|> when the vocabulary has it.
 std::vector<std::int64_t> stopIds(const Loaded& m);
 
