@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
                                            kvscope::cli::addCacheSim(app),
                                            kvscope::cli::addGenerate(app),
                                            kvscope::cli::addCompare(app), kvscope::cli::addSweep(app),
-                                           kvscope::cli::addBench(app)};
+                                           kvscope::cli::addBench(app), kvscope::cli::addCalibrate(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

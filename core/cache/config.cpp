@@ -45,6 +45,47 @@ std::string_view overflowName(OverflowPolicy p) {
 
 std::string valueText(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
+std::vector<std::vector<float>> scalesFromJson(const std::string& key, const json& v, std::string_view origin) {
+  std::vector<std::vector<float>> out;
+  const auto bad = [&] {
+    return ConfigError(key, fmt::format("{}: `{}` must be a list (one per layer) of lists of positive numbers", origin,
+                                        key));
+  };
+  if (!v.is_array()) throw bad();
+  for (const auto& layer : v) {
+    if (!layer.is_array() || layer.empty()) throw bad();
+    std::vector<float> s;
+    for (const auto& x : layer) {
+      if (!x.is_number()) throw bad();
+      s.push_back(x.get<float>());
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void validateScales(const CacheConfig& cfg) {
+  if (cfg.keyScales.empty() && cfg.valueScales.empty()) return;
+  if (cfg.backend != Backend::Fp8)
+    throw ConfigError("key_scales", fmt::format("calibrated scales are for the `fp8` backend, not `{}`",
+                                                backendName(cfg.backend)));
+  if (cfg.keyScales.size() != cfg.valueScales.size())
+    throw ConfigError("key_scales", fmt::format("calibrated scales for {} layers of keys but {} of values",
+                                                cfg.keyScales.size(), cfg.valueScales.size()));
+  for (const auto* side : {&cfg.keyScales, &cfg.valueScales})
+    for (std::size_t l = 0; l < side->size(); ++l) {
+      const auto& s = (*side)[l];
+      if (s.empty() || (cfg.granularity == Fp8Granularity::Tensor && s.size() != 1))
+        throw ConfigError("key_scales", fmt::format("layer {}: {} calibrated scales, granularity={} takes {}", l,
+                                                    s.size(), granularityName(cfg.granularity),
+                                                    cfg.granularity == Fp8Granularity::Tensor ? "1" : "one per head "
+                                                                                                     "(or channel)"));
+      for (float x : s)
+        if (!std::isfinite(x) || x <= 0.0f)
+          throw ConfigError("key_scales", fmt::format("layer {}: calibrated scale {} is not a positive number", l, x));
+    }
+}
+
 int asInt(std::string_view key, const json& v) {
   if (v.is_number_integer()) {
     const auto i = v.get<long long>();
@@ -241,6 +282,7 @@ void validate(const CacheConfig& cfg) {
   const std::optional<int>* groupWise[] = {&cfg.nbits, &cfg.axisKey, &cfg.axisValue, &cfg.qGroupSize,
                                            &cfg.residualLength};
   if (cfg.sink < 0) throw ConfigError("sink", fmt::format("`sink` must be 0 or more tokens, got {}", cfg.sink));
+  validateScales(cfg);
   if (cfg.sink > 0 && cfg.backend == Backend::Dynamic)
     throw ConfigError("sink", "the `dynamic` backend keeps every token in full precision: `sink` does not apply");
   switch (cfg.backend) {
@@ -399,6 +441,10 @@ CacheConfig configFromJson(std::string_view text, std::string_view origin) {
     for (const auto& [key, value] : obj.items()) {
       if (key == "backend" && transformersDict) continue;
       if (value.is_null()) continue;  // transformers' "unset"
+      if (!transformersDict && (key == "key_scales" || key == "value_scales")) {
+        (key == "key_scales" ? cfg.keyScales : cfg.valueScales) = scalesFromJson(key, value, origin);
+        continue;
+      }
       const OptionInfo* info = findOption(cfg.backend, key);
       if (info && transformersDict != info->transformersKey) {
         throw ConfigError(key, fmt::format("{}: `{}` belongs in the `{}` section", origin, key,
@@ -414,7 +460,7 @@ CacheConfig configFromJson(std::string_view text, std::string_view origin) {
   apply(dict, true);
   if (kvscopeFile) {
     for (const auto& [key, value] : doc.items()) {
-      if (key != "cache_config" && key != "kvscope" && key != "format" && key != "version")
+      if (key != "cache_config" && key != "kvscope" && key != "format" && key != "version" && key != "calibration")
         throw ConfigError(key, fmt::format("{}: unknown top-level key `{}`", origin, key));
     }
     if (doc.contains("kvscope")) {
@@ -468,6 +514,8 @@ json kvscopeSection(const CacheConfig& cfg) {
     k["residual_length"] = cfg.resolvedResidualLength();
   }
   if (cfg.sink > 0) k["sink"] = cfg.sink;
+  if (!cfg.keyScales.empty()) k["key_scales"] = cfg.keyScales;
+  if (!cfg.valueScales.empty()) k["value_scales"] = cfg.valueScales;
   return k;
 }
 }  // namespace
@@ -513,6 +561,9 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
   }
   if (cfg.backend == Backend::Hqq && !cfg.hqqOptimize)
     out.notes.push_back("optimize=false has no transformers equivalent: transformers runs hqq's optimizer");
+  if (!cfg.keyScales.empty())
+    out.notes.push_back("calibrated scales have no transformers equivalent: its fp8 backend calibrates on the first "
+                        "update (the prompt) and freezes that scale");
   return out;
 }
 
@@ -545,6 +596,9 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
       break;
   }
   if (cfg.sink > 0) e.notes.push_back(fmt::format("sink={}: vLLM quantizes every token alike", cfg.sink));
+  if (!cfg.keyScales.empty())
+    e.notes.push_back("calibrated scales: vLLM reads per-tensor (or per-head) k/v scales from the model checkpoint; "
+                      "kvscope does not write checkpoints, so put them there (k_scale/v_scale) to use them");
   return e;
 }
 
@@ -615,6 +669,8 @@ std::string toSpec(const CacheConfig& cfg) {
   if (cfg.sink != d.sink) parts.push_back(fmt::format("sink={}", cfg.sink));
   std::string s(backendName(cfg.backend));
   if (!parts.empty()) s += ":" + fmt::format("{}", fmt::join(parts, ","));
+  // Calibrated scales live in JSON files only: the label says so (it is not a SPEC that parses back).
+  if (!cfg.keyScales.empty()) s += " [calibrated]";
   return s;
 }
 

@@ -53,6 +53,12 @@ struct CacheConfig {
   // backend sees only the tokens after them. 0 (default): the backend alone, as transformers.
   int sink = 0;
 
+  // kvscope's fp8 option: scales calibrated offline on a text (`kvscope-cli calibrate`), per layer: [layer][1]
+  // (granularity=tensor), [layer][kv_heads] (head) or [layer][kv_heads * head_dim] (channel). Used from the first
+  // token instead of the first update's amax. Only in JSON files (`key_scales`, `value_scales`); empty: the seed's
+  // first-update calibration.
+  std::vector<std::vector<float>> keyScales, valueScales;
+
   // transformers' layer defaults for unset keys.
   // (kivi: KIVI's own defaults, 2 bits in groups of 32.)
   int resolvedNbits() const { return nbits.value_or(backend == Backend::Kivi ? 2 : 4); }

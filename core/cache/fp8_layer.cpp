@@ -38,7 +38,15 @@ class Fp8Layer final : public CacheLayer {
         format_(cfg.fp8Format == Fp8Format::E5M2 ? kernels::Fp8Format::E5M2 : kernels::Fp8Format::E4M3FN),
         granularity_(cfg.granularity),
         headroom_(cfg.headroom),
-        policy_(cfg.overflow) {}
+        policy_(cfg.overflow) {
+    // Scales calibrated offline (kvscope-cli calibrate): the first update encodes with them instead of its own amax.
+    if (cfg.keyScales.size() > 1 || cfg.valueScales.size() > 1)
+      throw ConfigError("key_scales", fmt::format("calibrated scales for {} layers: build the whole cache (KvCache), "
+                                                  "which gives each layer its own",
+                                                  std::max(cfg.keyScales.size(), cfg.valueScales.size())));
+    if (!cfg.keyScales.empty()) calibratedK_ = at::tensor(cfg.keyScales.front(), at::kFloat);
+    if (!cfg.valueScales.empty()) calibratedV_ = at::tensor(cfg.valueScales.front(), at::kFloat);
+  }
 
   std::pair<at::Tensor, at::Tensor> update(const at::Tensor& kIn, const at::Tensor& vIn) override {
     checkStates(kIn, "fp8 keys");
@@ -48,6 +56,10 @@ class Fp8Layer final : public CacheLayer {
     if (!first) {
       checkSameLayout(kIn, k_.deq.view(), "fp8 keys");
       checkSameLayout(vIn, v_.deq.view(), "fp8 values");
+    }
+    if (first) {
+      checkCalibrated(calibratedK_, kIn, "key");
+      checkCalibrated(calibratedV_, vIn, "value");
     }
     const at::Tensor k = kIn.contiguous(), v = vIn.contiguous();
     const std::int64_t start = k_.q.length();
@@ -186,7 +198,13 @@ class Fp8Layer final : public CacheLayer {
 
   void append(Side& s, const at::Tensor& x, bool first, std::int64_t start, TensorStats& st) {
     const std::int64_t H = x.size(1), T = x.size(2), D = x.size(3);
-    if (first) setScale(s, scaleFromAmax(amaxForScale(x)), H, D);
+    if (first) {
+      const at::Tensor& calibrated = &s == &k_ ? calibratedK_ : calibratedV_;
+      const std::vector<std::int64_t> shape =
+          granularity_ == Fp8Granularity::Channel ? std::vector<std::int64_t>{H, D} : std::vector<std::int64_t>{-1};
+      setScale(s, calibrated.defined() ? calibrated.to(x.device()).reshape(shape) : scaleFromAmax(amaxForScale(x)), H,
+               D);
+    }
     at::Tensor slot = s.q.tail(T, x, at::kByte);
     Fp8Counts c = encodeInto(x, slot, s.expanded, policy_ == OverflowPolicy::Saturate);
     st.overflow = c.overflow;
@@ -232,10 +250,24 @@ class Fp8Layer final : public CacheLayer {
     decodeInto(codes, s.deq.view().narrow(2, 0, stored), s.expanded);
   }
 
+  // Calibrated scales must fit the granularity and the states' heads/channels.
+  void checkCalibrated(const at::Tensor& scale, const at::Tensor& x, const char* side) const {
+    if (!scale.defined()) return;
+    const std::int64_t H = x.size(1), D = x.size(3);
+    const std::int64_t want = granularity_ == Fp8Granularity::Tensor ? 1 : granularity_ == Fp8Granularity::Head ? H : H * D;
+    if (scale.numel() != want)
+      throw CacheError(fmt::format("fp8: {} calibrated {} scales, but granularity={} on {} heads x {} channels needs {}",
+                                   scale.numel(), side,
+                                   granularity_ == Fp8Granularity::Tensor ? "tensor"
+                                   : granularity_ == Fp8Granularity::Head ? "head" : "channel",
+                                   H, D, want));
+  }
+
   kernels::Fp8Format format_;
   Fp8Granularity granularity_;
   double headroom_;
   OverflowPolicy policy_;
+  at::Tensor calibratedK_, calibratedV_;  // float32 [1], [H] or [H * D]; undefined: calibrate on the first update
   Side k_, v_;
 };
 

@@ -34,6 +34,15 @@ KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stat
   layers_.reserve(static_cast<std::size_t>(numLayers));
   for (int i = 0; i < numLayers; ++i) {
     auto [keys, values] = layerConfigs(cfg, i, numLayers);
+    // Calibrated fp8 scales are per layer: each layer gets its own.
+    for (CacheConfig* side : {&keys, &values}) {
+      if (side->keyScales.empty()) continue;
+      if (side->keyScales.size() != static_cast<std::size_t>(numLayers))
+        throw ConfigError("key_scales", fmt::format("calibrated scales for {} layers, but the model has {}",
+                                                    side->keyScales.size(), numLayers));
+      side->keyScales = {side->keyScales[static_cast<std::size_t>(i)]};
+      side->valueScales = {side->valueScales[static_cast<std::size_t>(i)]};
+    }
     if (keys == values)
       layers_.push_back(makeLayer(keys, stats));
     else

@@ -1,0 +1,66 @@
+// What `eval` and `calibrate` share: a text file cut into windows of tokens.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/runtime.h"
+
+namespace kvscope::cli {
+
+struct TextOpts {
+  std::string model, text, dtype = "fp32";
+  int ctx = 512, windows = 0, threads = 0;
+};
+
+inline void addTextOpts(CLI::App* cmd, TextOpts& o) {
+  cmd->add_option("--text", o.text, "the text file (e.g. resources/eval/coriolanus.txt)")->required();
+  cmd->add_option("--model", o.model, "GGUF file or Hugging Face directory (default: the embedded SmolLM2)");
+  cmd->add_option("--ctx", o.ctx, "tokens per window: the text is cut into windows of this many tokens, each run "
+                                  "through a fresh cache")
+      ->check(CLI::Range(8, 1 << 20));
+  cmd->add_option("--windows", o.windows, "use only the first N windows (0: every whole window)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dtype", o.dtype, "weights and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--threads", o.threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
+}
+
+inline std::string readText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(fmt::format("cannot read text file `{}`", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (ss.str().empty()) throw UsageError(fmt::format("text file `{}` is empty", path));
+  return ss.str();
+}
+
+// The text's tokens cut into whole windows of `ctx` (the last, shorter piece is dropped unless it is the only one).
+inline std::vector<std::vector<std::int64_t>> windowsOf(const Loaded& m, const TextOpts& o) {
+  const auto ids = m.tok->encode(readText(o.text), /*addSpecial=*/true, /*parseSpecial=*/false);
+  if (ids.size() < 2) throw UsageError(fmt::format("`{}` encodes to fewer than 2 tokens", o.text));
+  std::vector<std::vector<std::int64_t>> w;
+  for (std::size_t s = 0; s + static_cast<std::size_t>(o.ctx) <= ids.size(); s += static_cast<std::size_t>(o.ctx))
+    w.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(s), ids.begin() + static_cast<std::ptrdiff_t>(s + o.ctx));
+  if (w.empty()) w.emplace_back(ids.begin(), ids.end());
+  const std::size_t whole = w.size();
+  if (o.windows > 0 && static_cast<int>(w.size()) > o.windows) w.resize(static_cast<std::size_t>(o.windows));
+  std::cerr << fmt::format("{}: {} tokens, {} whole window(s) of {}; using {}\n", o.text, ids.size(), whole,
+                           w[0].size(), w.size());
+  return w;
+}
+
+inline at::Tensor idsTensor(const std::vector<std::int64_t>& ids, std::size_t from, std::size_t n) {
+  return at::tensor(std::vector<std::int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(from),
+                                              ids.begin() + static_cast<std::ptrdiff_t>(from + n)),
+                    at::kLong)
+      .view({1, -1});
+}
+
+}  // namespace kvscope::cli
