@@ -25,6 +25,7 @@ Runner addCompare(CLI::App& app);
 Runner addSweep(CLI::App& app);
 Runner addBench(CLI::App& app);
 Runner addCalibrate(CLI::App& app);
+Runner addEval(CLI::App& app);
 
 /// Writes `text` to `path` atomically (temporary file + rename); "-" is stdout.
 void writeOutput(const std::string& path, const std::string& text);

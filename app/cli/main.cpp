@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
                                            kvscope::cli::addCacheSim(app),
                                            kvscope::cli::addGenerate(app),
                                            kvscope::cli::addCompare(app), kvscope::cli::addSweep(app),
-                                           kvscope::cli::addBench(app), kvscope::cli::addCalibrate(app)};
+                                           kvscope::cli::addBench(app), kvscope::cli::addCalibrate(app),
+                                           kvscope::cli::addEval(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
