@@ -32,11 +32,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+fs::path scratchRoot() { return fs::temp_directory_path() / ("kvscope_bad_inputs_" + std::to_string(::getpid())); }
+
 fs::path scratch(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("kvscope_bad_inputs_" + std::to_string(::getpid())) / name;
+  const fs::path d = scratchRoot() / name;
   fs::create_directories(d.parent_path());
   return d;
 }
+
+// The files written here go when the test program ends.
+struct RemoveScratch : ::testing::Environment {
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(scratchRoot(), ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
 
 void writeBytes(const fs::path& p, const std::string& bytes) {
   fs::create_directories(p.parent_path());
