@@ -627,6 +627,7 @@ void OverlayPlot::redraw() {
       x << s;
       y << v;
     }
+    if (x.isEmpty()) continue;  // nothing to draw (a run stopped before its first token; beams carry no bytes)
     auto* g = plot_->addGraph();
     g->setName(tr("#%1 %2").arg(run->runId).arg(run->spec));
     g->setPen(QPen(palette[i++ % palette.size()], 1.5));

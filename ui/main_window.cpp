@@ -6,6 +6,7 @@
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QCloseEvent>
+#include <QDir>
 #include <QDockWidget>
 #include <QFile>
 #include <QFileDialog>
@@ -24,6 +25,8 @@
 #include <QSaveFile>
 #include <QSettings>
 #include <QSplitter>
+#include <QStandardPaths>
+#include <QFileInfo>
 #include <QSpinBox>
 #include <QStatusBar>
 #include <QTableWidget>
@@ -328,6 +331,14 @@ void MainWindow::openModel(const QString& path) {
   Q_EMIT loadRequested(path, dtype_->currentText(), device_->currentText());
 }
 
+void MainWindow::askForModel() {
+  modelCard_->setText(tr("<b>No model found.</b> Open a GGUF file or a Hugging Face directory (File > Open model), "
+                         "or drop one on the window."));
+  const QString p = QFileDialog::getOpenFileName(this, tr("Open a model to start"), QDir::homePath(),
+                                                 tr("GGUF models (*.gguf);;All files (*)"));
+  if (!p.isEmpty()) openModel(p);
+}
+
 void MainWindow::onLoadProgress(int done, int total) {
   progress_->setMaximum(total);
   progress_->setValue(done);
@@ -368,6 +379,7 @@ void MainWindow::run() {
   r.seed = static_cast<quint64>(seed_->value());
   r.beams = decoding_->currentIndex() == 2 ? beams_->value() : 0;
   if (r.beams > 0) r.shadow = false;
+  r.serial = ++runSerial_;
   running_ = true;
   message_->clear();
   updateActions();
@@ -378,7 +390,7 @@ void MainWindow::setShadow(bool on) { shadow_->setChecked(on); }
 
 void MainWindow::stop() {
   sweepQueue_.clear();  // a stop ends the sweep too
-  if (running_ && stop_) stop_();
+  if (running_ && stop_) stop_(runSerial_);
 }
 
 void MainWindow::startSweep(const QString& grid) {
@@ -459,6 +471,7 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
     addRunRow(run);
     updateOverlay();
     updateActions();
+    autosave();
     if (sweeping_) {
       sweepRuns_.append(run);
       sweepProgress_->setValue(static_cast<int>(sweepRuns_.size()));
@@ -553,6 +566,22 @@ void MainWindow::exportConfig() {
     message_->setText(tr("Exported %1%2").arg(path, note));
   } catch (const std::exception& ex) {
     onFailed(QString::fromStdString(ex.what()));
+  }
+}
+
+QString MainWindow::autosavePath() {
+  return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + "/autosave.kvscope.json";
+}
+
+void MainWindow::autosave() {
+  // Every finished run is on disk as soon as it finishes (written whole, atomically): a crash later in a sweep or a
+  // session loses nothing that finished. File > Open session reopens it.
+  const QString path = autosavePath();
+  QDir().mkpath(QFileInfo(path).absolutePath());
+  try {
+    saveSession(Session{model_.path, finished_}, path);
+  } catch (const SessionError& e) {
+    onFailed(tr("autosave: %1").arg(QString::fromStdString(e.what())));
   }
 }
 

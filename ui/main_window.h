@@ -37,8 +37,8 @@ class MainWindow : public QMainWindow {
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
-  /// Called (from the GUI thread) to stop the running generation; it must not block.
-  void setStopHandler(std::function<void()> stop) { stop_ = std::move(stop); }
+  /// Called (from the GUI thread) to stop run `serial` (RunRequest::serial); it must not block.
+  void setStopHandler(std::function<void(quint64 serial)> stop) { stop_ = std::move(stop); }
   /// Called (from the GUI thread, must not block) when the selected layer changes: the engine then sends that
   /// layer's token x channel errors with each snapshot, and once through onInspection() when idle.
   void setInspectHandler(std::function<void(int layer)> inspect) { inspect_ = std::move(inspect); }
@@ -65,6 +65,8 @@ class MainWindow : public QMainWindow {
   void run();
   void stop();
   void openModel(const QString& path);
+  /// No model yet: says so in the model card and opens the file dialog.
+  void askForModel();
   void onLoadProgress(int done, int total);
   void onModelLoaded(const kvscope::ui::ModelInfo& info);
   void onRunUpdated(const kvscope::ui::RunSnapshotPtr& run);
@@ -78,6 +80,8 @@ class MainWindow : public QMainWindow {
   /// under the budget. Stop cancels the running config and the rest of the grid.
   void startSweep(const QString& grid);
   void openSession(const QString& path);
+  /// Where every finished run is saved as it finishes (a session file).
+  static QString autosavePath();
 
  Q_SIGNALS:
   void loadRequested(const QString& path, const QString& dtype, const QString& device);
@@ -125,13 +129,15 @@ class MainWindow : public QMainWindow {
   QComboBox* device_;
   std::function<void(int)> inspect_;
   void updateOverlay();
+  void autosave();
   void updateStatus();
   QTableWidget* runs_;
   QLabel* modelCard_;
   QLabel* status_;
   QLabel* message_;
   QProgressBar* progress_;
-  std::function<void()> stop_;
+  std::function<void(quint64)> stop_;
+  quint64 runSerial_ = 0;
   ModelInfo model_;
   RunSnapshotPtr last_;
   QVector<RunSnapshotPtr> finished_;  ///< every finished run, in order (session files)

@@ -17,6 +17,20 @@
 namespace kvscope::app {
 
 namespace {
+// One line for the user: LibTorch's errors carry a C++ backtrace after the message; an allocation that fails (a
+// memory cap, or the machine's memory) says so and what is kept.
+QString describe(const std::exception& e, const QString& during, bool modelKept) {
+  const auto* c10e = dynamic_cast<const c10::Error*>(&e);
+  QString what = QString::fromUtf8(c10e ? c10e->what_without_backtrace() : e.what()).section('\n', 0, 0);
+  const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr || what.contains("not enough memory") ||
+                   what.contains("can't allocate memory") || what.contains("out of memory", Qt::CaseInsensitive);
+  if (!oom) return what;
+  if (const auto at = what.indexOf("DefaultCPUAllocator: "); at > 0) what = what.mid(at);  // not the enforce prefix
+  if (what.isEmpty() || what == "std::bad_alloc") what = "an allocation failed";
+  return QString("out of memory during %1 (%2)%3")
+      .arg(during, what, modelKept ? "; the loaded model is kept" : QString());
+}
+
 // Snapshots at most every 100 ms (10 Hz): smooth enough to watch, and on a 2-core machine the GUI's redraws then take
 // little from the engine (tests/bench/bench_gui_vs_cli.sh measures it).
 constexpr qint64 kEmitMs = 100;
@@ -169,12 +183,20 @@ void Engine::load(const QString& path, const QString& dtype, const QString& devi
     for (const auto& w : c.weightTypes) info.weightTypes << QString::fromStdString(w);
     Q_EMIT modelLoaded(info);
   } catch (const std::exception& e) {
-    Q_EMIT failed(QString::fromStdString(e.what()));
+    Q_EMIT failed(describe(e, QString("loading `%1`").arg(path), d_->model != nullptr));
   }
 }
 
-void Engine::run(const ui::RunRequest& r) {
+void Engine::beginRun(quint64 serial) {
+  // Order matters against requestStop() on the GUI thread (both sequentially consistent): publish the serial, clear
+  // the flag, then look for a stop that came before the engine reached this run.
+  runningSerial_ = serial;
   cancel_ = false;
+  if (stopSerial_.load() >= serial) cancel_ = true;
+}
+
+void Engine::run(const ui::RunRequest& r) {
+  beginRun(r.serial);
   try {
     if (!d_->model) throw std::runtime_error("no model is loaded");
     const cache::CacheConfig cfg = cache::parseSpec(r.spec.toStdString());
@@ -254,7 +276,7 @@ void Engine::run(const ui::RunRequest& r) {
     snap->tokenErrors = inspection();
     Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
   } catch (const std::exception& e) {
-    Q_EMIT failed(QString::fromStdString(e.what()));
+    Q_EMIT failed(describe(e, "the run", d_->model != nullptr));
   }
 }
 

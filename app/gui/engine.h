@@ -23,8 +23,15 @@ class Engine : public QObject {
  public:
   Engine();
   ~Engine() override;
-  /// Thread-safe: the running generation stops after its current step.
-  void requestStop() { cancel_ = true; }
+  /// Thread-safe: run `serial` (RunRequest::serial; default: every run, as at shutdown) stops at its next step or
+  /// layer, or as soon as it starts when the engine has not reached it yet. A stop for an older run never stops a
+  /// newer one.
+  void requestStop(quint64 serial = ~quint64{0}) {
+    quint64 cur = stopSerial_.load();
+    while (cur < serial && !stopSerial_.compare_exchange_weak(cur, serial)) {
+    }
+    if (serial >= runningSerial_.load()) cancel_ = true;
+  }
   /// Thread-safe: which layer's token x channel error the snapshots carry from now on.
   void setInspectedLayer(int layer) { inspect_ = layer; }
 
@@ -48,7 +55,9 @@ class Engine : public QObject {
   std::unique_ptr<Impl> d_;
   void recordErrors(const cache::KvCache& kv);
   ui::TokenErrorViewPtr inspection() const;
+  void beginRun(quint64 serial);
   std::atomic<bool> cancel_{false};
+  std::atomic<quint64> stopSerial_{0}, runningSerial_{0};
   std::atomic<int> inspect_{0};
 };
 

@@ -1,17 +1,20 @@
 // kvscope: the workbench. Starts on the embedded model (or the one given), ready to press Run.
 //   kvscope [--model PATH] [--autorun SPEC ...] [--max-new N] [--no-shadow] [--screenshot FILE | --quit]
+//           [--memory-cap MIB]
 // --autorun runs each SPEC in turn on the default prompt (greedy, --max-new tokens, with a shadow reference unless
 // --no-shadow) and prints one line per finished run; --screenshot saves the window after the last run and quits;
 // --quit quits after the last run.
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QDir>
+#include <QFileInfo>
 #include <QScreen>
 #include <QSpinBox>
 #include <QThread>
 #include <QTimer>
 #include <cstdio>
 #include <cstdlib>
+#include <sys/resource.h>
 
 #include "config_panel.h"
 #include "engine.h"
@@ -19,11 +22,17 @@
 #include "wiring.h"
 
 namespace {
+// The model to start on: $KVSCOPE_MODEL, the one packaging/setup.sh fetched, or the one an installed package ships
+// (<prefix>/share/kvscope/models). Empty when there is none: the window then asks for one.
 QString defaultModel() {
   if (const char* p = std::getenv("KVSCOPE_MODEL"); p && *p) return QString::fromLocal8Bit(p);
   const char* cache = std::getenv("KVSCOPE_CACHE");
   const QString root = cache && *cache ? QString::fromLocal8Bit(cache) : QDir::homePath() + "/.cache/kvscope";
-  return root + "/model/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const QString fetched = root + "/model/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (QFileInfo::exists(fetched)) return fetched;
+  const QDir shipped(QCoreApplication::applicationDirPath() + "/../share/kvscope/models");
+  const QStringList ggufs = shipped.entryList({"*.gguf"}, QDir::Files, QDir::Name);
+  return ggufs.isEmpty() ? QString() : shipped.filePath(ggufs.front());
 }
 }  // namespace
 
@@ -36,14 +45,30 @@ int main(int argc, char** argv) {
   cli.setApplicationDescription("kvscope: quantized KV-cache workbench");
   cli.addHelpOption();
   cli.addVersionOption();
-  QCommandLineOption modelOpt("model", "GGUF file or Hugging Face directory.", "path", defaultModel());
+  QCommandLineOption modelOpt("model", "GGUF file or Hugging Face directory (default: the embedded model).", "path");
   QCommandLineOption autorunOpt("autorun", "Run this cache SPEC after loading (repeatable).", "spec");
   QCommandLineOption shotOpt("screenshot", "Save the window to this PNG after the autoruns, then quit.", "file");
   QCommandLineOption newOpt("max-new", "New tokens per run.", "n", "64");
   QCommandLineOption noShadowOpt("no-shadow", "Run without the shadow reference.");
   QCommandLineOption quitOpt("quit", "Quit after the autoruns.");
-  cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, quitOpt});
+  QCommandLineOption capOpt("memory-cap",
+                            "Cap the process's address space at this many MiB (setrlimit RLIMIT_AS): loads and runs "
+                            "that need more fail with an out-of-memory message and the window keeps what it had.",
+                            "mib");
+  cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, quitOpt, capOpt});
   cli.process(app);
+  if (cli.isSet(capOpt)) {
+    bool ok = false;
+    const qulonglong mib = cli.value(capOpt).toULongLong(&ok);
+    rlimit lim{};
+    getrlimit(RLIMIT_AS, &lim);
+    lim.rlim_cur = static_cast<rlim_t>(mib) << 20;
+    if (!ok || mib == 0 || setrlimit(RLIMIT_AS, &lim) != 0) {
+      std::fprintf(stderr, "kvscope: --memory-cap needs a positive number of MiB (at most the hard limit), got `%s`\n",
+                   qPrintable(cli.value(capOpt)));
+      return 2;
+    }
+  }
 
   QThread engineThread;
   engineThread.setObjectName("engine");
@@ -88,8 +113,17 @@ int main(int argc, char** argv) {
   if (cli.isSet(noShadowOpt)) w.setShadow(false);
   w.resize(1500, 950);
   w.show();
-  w.openModel(cli.value(modelOpt));
-  const int rc = app.exec();
+  const QString model = cli.isSet(modelOpt) ? cli.value(modelOpt) : defaultModel();
+  int rc = 2;
+  if (!model.isEmpty()) {
+    w.openModel(model);
+    rc = app.exec();
+  } else if (autoruns.isEmpty() && shot.isEmpty() && !cli.isSet(quitOpt)) {
+    QTimer::singleShot(0, &w, [&w] { w.askForModel(); });  // an installed app without a model asks for one
+    rc = app.exec();
+  } else {
+    std::fprintf(stderr, "kvscope: no model found (pass --model PATH or set KVSCOPE_MODEL)\n");
+  }
   engine->requestStop();
   engineThread.quit();
   engineThread.wait();

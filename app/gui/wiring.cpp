@@ -7,7 +7,7 @@ namespace kvscope::app {
 
 void wire(Engine* engine, ui::MainWindow* w) {
   registerMetaTypes();
-  w->setStopHandler([engine] { engine->requestStop(); });
+  w->setStopHandler([engine](quint64 serial) { engine->requestStop(serial); });
   w->setInspectHandler([engine](int layer) { engine->setInspectedLayer(layer); });
   w->setDevices(availableDevices());
   QObject::connect(w, &ui::MainWindow::loadRequested, engine, &Engine::load);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 namespace kvscope::generate {
@@ -35,6 +36,17 @@ std::int64_t pick(const at::Tensor& logits, const SamplingOptions& s, at::Genera
   return at::multinomial(l.softmax(0), 1, false, gen).item<std::int64_t>();
 }
 
+// Thrown by cancelTap's function to leave a forward pass between two layers.
+struct Cancelled {};
+
+// A tap that ends a forward pass at the next layer once `cancel` is set (no tap without a flag).
+model::TapFn cancelTap(const std::atomic<bool>* cancel) {
+  if (!cancel) return {};
+  return [cancel](int, const char* name, const at::Tensor&) {
+    if (std::strcmp(name, "attn_in") == 0 && cancel->load()) throw Cancelled{};
+  };
+}
+
 }  // namespace
 
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
@@ -57,15 +69,22 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.sampling.seed);
   at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1});
   auto t0 = Clock::now();
-  at::Tensor logits = model.forward(ids, cache).select(0, 0).select(0, -1);
-  r.prefillSeconds = since(t0);
+  at::Tensor logits, refLogits;
   std::unique_ptr<cache::KvCache> shadow;
-  at::Tensor refLogits;
-  if (o.shadow) {
-    cache::StatsOptions quiet;
-    quiet.enabled = false;
-    shadow = model.makeCache(cache::parseSpec("dynamic"), quiet);
-    refLogits = model.forward(ids, *shadow).select(0, 0).select(0, -1);
+  try {
+    const model::TapFn stop = cancelTap(cancel);
+    logits = model.forward(ids, cache, stop).select(0, 0).select(0, -1);
+    r.prefillSeconds = since(t0);
+    if (o.shadow) {
+      cache::StatsOptions quiet;
+      quiet.enabled = false;
+      shadow = model.makeCache(cache::parseSpec("dynamic"), quiet);
+      refLogits = model.forward(ids, *shadow, stop).select(0, 0).select(0, -1);
+    }
+  } catch (const Cancelled&) {
+    r.stopReason = "cancelled";  // during the prefill: no token, and the cache is not to be used further
+    r.prefillSeconds = since(t0);
+    return r;
   }
   double klSum = 0.0;
   int agree = 0;
@@ -164,7 +183,14 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
       r.stopReason = "cancelled";
       break;
     }
-    const at::Tensor logits = model.forward(ids, cache).select(1, -1);  // [B, V] float32
+    at::Tensor logits;
+    try {
+      // The first step is the prefill: long prompts make it long, so it checks the flag between layers.
+      logits = model.forward(ids, cache, t == 0 ? cancelTap(cancel) : model::TapFn{}).select(1, -1);  // [B, V] f32
+    } catch (const Cancelled&) {
+      r.stopReason = "cancelled";
+      break;
+    }
     const std::int64_t V = logits.size(1);
     std::vector<float> runScores(static_cast<std::size_t>(B));
     for (int b = 0; b < B; ++b) runScores[b] = running[b].score;

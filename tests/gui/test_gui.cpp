@@ -19,6 +19,8 @@
 #include <qcustomplot.h>
 #include <QTextBrowser>
 #include <cmath>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "config_panel.h"
 #include "selection.h"
@@ -174,6 +176,90 @@ class GuiTest : public QObject {
     QVERIFY(!w_->isRunning());
   }
 
+  void stopBeforeTheEngineStartsCancelsInThePrefill() {
+    // Run then Esc in the same turn: the stop reaches the engine before the run does. The run must still be
+    // cancelled (not lost), inside its prefill (no token), and the next run must not inherit the stop.
+    QSignalSpy done(w_, &ui::MainWindow::runFinished);
+    const QString prompt = w_->promptEdit()->toPlainText();
+    QString longPrompt;
+    for (int i = 0; i < 60; ++i) longPrompt += "A quantized cache stores the keys and values of every layer. ";
+    w_->promptEdit()->setPlainText(longPrompt);
+    w_->configPanel()->setSpec("fp8:overflow=saturate");
+    w_->maxNewBox()->setValue(50);
+    auto* runButton = w_->findChild<QPushButton*>("runButton");
+    QTRY_VERIFY_WITH_TIMEOUT(runButton->isEnabled(), 60000);
+    QTest::mouseClick(runButton, Qt::LeftButton);
+    QTest::keyClick(w_, Qt::Key_Escape);
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 60000);
+    const auto r = done.takeFirst().at(0).value<ui::RunSnapshotPtr>();
+    QCOMPARE(r->stopReason, QString("cancelled"));
+    QCOMPARE(r->tokens.size(), 0);
+    w_->promptEdit()->setPlainText(prompt);
+    const auto next = runAndWait("fp8:overflow=saturate", 3);
+    QVERIFY(next);
+    QCOMPARE(next->tokens.size(), 3);
+    QCOMPARE(next->stopReason, QString("max_new"));
+  }
+
+  void switchingBackendMidRunDoesNotMixConfigs() {
+    QSignalSpy done(w_, &ui::MainWindow::runFinished);
+    w_->configPanel()->setSpec("quanto:nbits=2,residual_length=4");
+    w_->maxNewBox()->setValue(16);
+    QTest::mouseClick(w_->findChild<QPushButton*>("runButton"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->lastRun() && !w_->lastRun()->finished && w_->lastRun()->tokens.size() >= 2, 60000);
+    // The form changes while the engine runs: the run keeps the config it started with, Run waits for it.
+    w_->configPanel()->setSpec("fp8");
+    QVERIFY(!w_->findChild<QPushButton*>("runButton")->isEnabled());
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 120000);
+    const auto r = done.takeFirst().at(0).value<ui::RunSnapshotPtr>();
+    QCOMPARE(r->spec, QString("quanto:nbits=2,residual_length=4"));
+    QVERIFY(r->cache.stats[0].keys.scales.empty());  // no fp8 scale anywhere in it
+    const auto next = runAndWait("fp8", 2);
+    QVERIFY(next && next->spec == "fp8" && !next->cache.stats[0].keys.scales.empty());
+  }
+
+  void loadingWhileRunningStopsTheRunThenLoads() {
+    QSignalSpy done(w_, &ui::MainWindow::runFinished);
+    QSignalSpy loaded(engine_, &app::Engine::modelLoaded);
+    w_->configPanel()->setSpec("hqq:nbits=4");
+    w_->maxNewBox()->setValue(2000);
+    QTest::mouseClick(w_->findChild<QPushButton*>("runButton"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->lastRun() && !w_->lastRun()->finished && w_->lastRun()->tokens.size() >= 2, 60000);
+    w_->openModel(model_);
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 60000);
+    QCOMPARE(done.takeFirst().at(0).value<ui::RunSnapshotPtr>()->stopReason, QString("cancelled"));
+    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 60000);
+    QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
+    const auto r = runAndWait("fp8:overflow=saturate", 2);
+    QVERIFY(r && r->tokens.size() == 2);
+  }
+
+  void outOfMemoryWhileLoadingKeepsTheModel() {
+    // A cap on the address space 256 MiB above what the process maps now (what `kvscope --memory-cap` sets):
+    // a second copy of the fp32 weights (540 MB) cannot be allocated.
+    QFile statm("/proc/self/statm");
+    QVERIFY(statm.open(QIODevice::ReadOnly));
+    const qint64 mapped = statm.readAll().split(' ').value(0).toLongLong() * sysconf(_SC_PAGESIZE);
+    rlimit old{};
+    QCOMPARE(getrlimit(RLIMIT_AS, &old), 0);
+    rlimit cap = old;
+    cap.rlim_cur = static_cast<rlim_t>(mapped + (256LL << 20));
+    QSignalSpy failed(engine_, &app::Engine::failed);
+    QCOMPARE(setrlimit(RLIMIT_AS, &cap), 0);
+    w_->openModel(model_);
+    const bool gotIt = QTest::qWaitFor([&] { return failed.count() > 0; }, 60000);
+    setrlimit(RLIMIT_AS, &old);
+    QVERIFY(gotIt);
+    const QString msg = failed.takeFirst().at(0).toString();
+    QVERIFY2(msg.startsWith("out of memory during loading"), qPrintable(msg));
+    QVERIFY2(msg.contains("the loaded model is kept"), qPrintable(msg));
+    QVERIFY(!msg.contains('\n'));
+    QTRY_VERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("out of memory"));
+    QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
+    const auto r = runAndWait("fp8:overflow=saturate", 2);
+    QVERIFY(r && r->tokens.size() == 2);
+  }
+
   void invalidOptionBlocksRun() {
     w_->configPanel()->setSpec("quanto");
     auto* nbits = w_->findChild<QComboBox*>("opt_nbits");
@@ -220,6 +306,13 @@ class GuiTest : public QObject {
     QCOMPARE(w_->selection()->beam(), 2);
     QCOMPARE(w_->selection()->token(), r->promptTokens + r->beamSteps[1].step);
     QVERIFY(w_->beamDock()->table()->horizontalHeaderItem(2)->text().contains("▶"));
+  }
+
+  void finishedRunsAreAutosaved() {
+    // Each finished run is written as it finishes: the autosave holds every row of the table.
+    const ui::Session s = ui::loadSession(ui::MainWindow::autosavePath());
+    QCOMPARE(s.runs.size(), w_->runsTable()->rowCount());
+    QCOMPARE(s.runs.back()->spec, w_->runsTable()->item(w_->runsTable()->rowCount() - 1, 1)->text());
   }
 
   void sessionRoundTrip() {
