@@ -24,6 +24,18 @@ void writeOutput(const std::string& path, const std::string& text) {
     return;
   }
   const std::filesystem::path target(path);
+  std::error_code statEc;
+  const auto status = std::filesystem::status(target, statEc);
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    // A device or a pipe (/dev/null, /dev/stdout, a FIFO): written in place; renaming a file over it would replace
+    // the device node itself.
+    if (std::filesystem::is_directory(status)) throw UsageError(fmt::format("cannot write `{}`: it is a directory", path));
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) throw UsageError(fmt::format("cannot write `{}`: {}", path, std::strerror(errno)));
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !ok) throw UsageError(fmt::format("cannot write `{}`: {}", path, std::strerror(errno)));
+    return;
+  }
   const std::filesystem::path tmp = target.string() + fmt::format(".tmp{}", ::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw UsageError(fmt::format("cannot write `{}`: {}", path, std::strerror(errno)));

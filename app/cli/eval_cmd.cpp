@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/kv_cache.h"
+#include "generate/eval.h"
 #include "cli/commands.h"
 #include "cli/runtime.h"
 #include "cli/text_windows.h"
@@ -18,30 +19,7 @@ namespace kvscope::cli {
 
 namespace {
 
-// Log-probabilities [n, vocab] of the tokens after the prompt: the prompt is the cache's first update, then the
-// rest of the window goes through in steps of `step` tokens (teacher forcing), so later tokens read the quantized
-// states of earlier ones.
-at::Tensor windowLogProbs(const model::LlamaModel& model, cache::KvCache& kv, const std::vector<std::int64_t>& w,
-                          std::size_t prompt, std::size_t step) {
-  std::vector<at::Tensor> out;
-  at::Tensor logits = model.forward(idsTensor(w, 0, prompt), kv)[0];
-  out.push_back(logits.narrow(0, prompt - 1, 1));
-  for (std::size_t s = prompt; s + 1 < w.size(); s += step) {
-    const std::size_t n = std::min(step, w.size() - 1 - s);
-    out.push_back(model.forward(idsTensor(w, s, n), kv)[0]);
-  }
-  return at::cat(out, 0).log_softmax(-1);
-}
-
-struct EvalFigures {
-  std::string spec;
-  double nll = 0, klSum = 0, klMax = 0;
-  std::int64_t scored = 0, agree = 0, nonFinitePositions = 0, overflow = 0, nonFinite = 0;
-  cache::TensorMemory memory;  // at the end of the first window
-  double seconds = 0;
-  double ppl() const { return std::exp(nll / static_cast<double>(std::max<std::int64_t>(scored, 1))); }
-  double ratio() const { return memory.stored() ? double(memory.unquantized) / double(memory.stored()) : 0.0; }
-};
+using generate::EvalFigures;
 
 nlohmann::json evalJson(const EvalFigures& f, bool reference) {
   auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
@@ -93,50 +71,19 @@ Runner addEval(CLI::App& app) {
     const Loaded m = loadModel(o->model, o->dtype);
     const auto windows = windowsOf(m, *o);
     const std::size_t prompt = std::min<std::size_t>(static_cast<std::size_t>(o->prompt), windows[0].size() - 1);
-    for (const auto& c : cfgs) (void)m.model->makeCache(c);  // per-layer rules against this model, before any work
-    cache::StatsOptions quiet;
-    quiet.enabled = false;
-    std::vector<EvalFigures> figs(cfgs.size() + 1);
-    figs[0].spec = "dynamic (reference)";
-    for (std::size_t i = 0; i < cfgs.size(); ++i) figs[i + 1].spec = cache::toSpec(cfgs[i]);
     const auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-    for (std::size_t wi = 0; wi < windows.size(); ++wi) {
-      const auto& w = windows[wi];
-      const at::Tensor targets = at::tensor(std::vector<std::int64_t>(w.begin() + static_cast<std::ptrdiff_t>(prompt),
-                                                                      w.end()),
-                                            at::kLong);
-      at::Tensor ref;
-      for (std::size_t ci = 0; ci <= cfgs.size(); ++ci) {
-        std::cerr << fmt::format("eval: window {}/{}, config {}/{} {} ({:.0f} s)\n", wi + 1, windows.size(), ci + 1,
-                                 cfgs.size() + 1, figs[ci].spec, elapsed());
-        const auto c0 = std::chrono::steady_clock::now();
-        auto kv = m.model->makeCache(ci == 0 ? cache::parseSpec("dynamic") : cfgs[ci - 1], quiet);
-        const at::Tensor lp = windowLogProbs(*m.model, *kv, w, prompt, static_cast<std::size_t>(o->step));
-        EvalFigures& f = figs[ci];
-        f.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-        f.nll -= lp.gather(1, targets.view({-1, 1})).sum().item<double>();
-        f.scored += targets.size(0);
-        if (wi == 0) f.memory = kv->totalMemory();
-        for (int l = 0; l < kv->numLayers(); ++l) {
-          const auto& st = kv->layer(l).stats();
-          f.overflow += st.keys.overflowTotal + st.values.overflowTotal;
-          f.nonFinite += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
-        }
-        if (ci == 0) {
-          ref = lp;
-          continue;
-        }
-        // KL(reference || config) per position, in nats; positions whose logits are not finite are counted apart.
-        const at::Tensor kl = (ref.exp() * (ref - lp)).sum(-1);
-        const at::Tensor finite = kl.isfinite();
-        f.nonFinitePositions += (~finite).sum().item<std::int64_t>();
-        f.klSum += kl.sum().item<double>();  // NaN when any position is: the mean says so
-        if (finite.any().item<bool>()) f.klMax = std::max(f.klMax, kl.masked_select(finite).max().item<double>());
-        if ((~finite).any().item<bool>()) f.klMax = std::numeric_limits<double>::quiet_NaN();
-        f.agree += (lp.argmax(-1) == ref.argmax(-1)).sum().item<std::int64_t>();
-      }
-    }
+    std::vector<std::string> names{"dynamic (reference)"};
+    for (const auto& c : cfgs) names.push_back(cache::toSpec(c));
+    generate::EvalOptions eo;
+    eo.prompt = static_cast<int>(prompt);
+    eo.step = o->step;
+    const auto figs = generate::evaluate(*m.model, windows, cfgs, eo,
+                                         [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
+                                           std::cerr << fmt::format("eval: window {}/{}, config {}/{} {} ({:.0f} s)\n",
+                                                                    wi + 1, nw, ci + 1, nc, names[ci], elapsed());
+                                           return true;
+                                         });
     std::cerr << fmt::format("eval: done in {:.0f} s\n", elapsed());
     if (o->json) {
       for (std::size_t i = 0; i < figs.size(); ++i) std::cout << evalJson(figs[i], i == 0).dump() << "\n";
@@ -151,7 +98,7 @@ Runner addEval(CLI::App& app) {
     auto g = [](double x, const char* f) { return std::isnan(x) ? std::string("nan") : fmt::format(fmt::runtime(f), x); };
     for (std::size_t i = 0; i < figs.size(); ++i) {
       const EvalFigures& f = figs[i];
-      const double meanKl = f.klSum / static_cast<double>(std::max<std::int64_t>(f.scored, 1));
+      const double meanKl = f.meanKl();
       std::cout << fmt::format("{:<58} {:>7.2f}x {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", f.spec, f.ratio(),
                                g(f.ppl(), "{:.3f}"), i == 0 ? "-" : g(f.ppl() - figs[0].ppl(), "{:+.3f}"),
                                i == 0 ? "-" : g(meanKl, "{:.4g}"), i == 0 ? "-" : g(f.klMax, "{:.4g}"),

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "generate/eval.h"
 #include "cli/runtime.h"
 
 namespace kvscope::cli {
@@ -43,14 +44,11 @@ inline std::string readText(const std::string& path) {
 
 // The text's tokens cut into whole windows of `ctx` (the last, shorter piece is dropped unless it is the only one).
 inline std::vector<std::vector<std::int64_t>> windowsOf(const Loaded& m, const TextOpts& o) {
-  const auto ids = m.tok->encode(readText(o.text), /*addSpecial=*/true, /*parseSpecial=*/false);
+  const auto ids32 = m.tok->encode(readText(o.text), /*addSpecial=*/true, /*parseSpecial=*/false);
+  const std::vector<std::int64_t> ids(ids32.begin(), ids32.end());
   if (ids.size() < 2) throw UsageError(fmt::format("`{}` encodes to fewer than 2 tokens", o.text));
-  std::vector<std::vector<std::int64_t>> w;
-  for (std::size_t s = 0; s + static_cast<std::size_t>(o.ctx) <= ids.size(); s += static_cast<std::size_t>(o.ctx))
-    w.emplace_back(ids.begin() + static_cast<std::ptrdiff_t>(s), ids.begin() + static_cast<std::ptrdiff_t>(s + o.ctx));
-  if (w.empty()) w.emplace_back(ids.begin(), ids.end());
-  const std::size_t whole = w.size();
-  if (o.windows > 0 && static_cast<int>(w.size()) > o.windows) w.resize(static_cast<std::size_t>(o.windows));
+  const std::size_t whole = generate::textWindows(ids, o.ctx).size();
+  auto w = generate::textWindows(ids, o.ctx, o.windows);
   std::cerr << fmt::format("{}: {} tokens, {} whole window(s) of {}; using {}\n", o.text, ids.size(), whole,
                            w[0].size(), w.size());
   return w;

@@ -1,0 +1,57 @@
+// Quality of cache configs on a text: perplexity, and KL / top-1 agreement against the unquantized cache, in windows
+// of tokens (each through fresh caches: a prompt as the first update, then teacher-forced steps that read the
+// quantized states). What `kvscope-cli eval` prints and the GUI's evaluation table shows.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cache/config.h"
+#include "cache/stats.h"
+
+namespace kvscope::model {
+class LlamaModel;
+}
+
+namespace kvscope::generate {
+
+/// The tokens cut into whole windows of `ctx` (a shorter remainder is dropped unless it is the only piece), at most
+/// `maxWindows` of them (0: all).
+std::vector<std::vector<std::int64_t>> textWindows(const std::vector<std::int64_t>& ids, int ctx, int maxWindows = 0);
+
+struct EvalOptions {
+  int prompt = 64;  ///< tokens of each window given as the prompt (the caches' first update)
+  int step = 16;    ///< tokens per forward after the prompt (1: token by token)
+};
+
+struct EvalFigures {
+  std::string spec;
+  double nll = 0, klSum = 0, klMax = 0;
+  std::int64_t scored = 0, agree = 0, nonFinitePositions = 0, overflow = 0, nonFinite = 0;
+  cache::TensorMemory memory;  ///< at the end of the first window
+  double seconds = 0;
+  double ppl() const { return std::exp(nll / static_cast<double>(std::max<std::int64_t>(scored, 1))); }
+  double ratio() const { return memory.stored() ? double(memory.unquantized) / double(memory.stored()) : 0.0; }
+  double meanKl() const { return klSum / static_cast<double>(std::max<std::int64_t>(scored, 1)); }
+  double top1() const { return static_cast<double>(agree) / static_cast<double>(std::max<std::int64_t>(scored, 1)); }
+};
+
+/// Called before each (window, config) pair, the reference being config 0; returning false cancels (evaluate then
+/// throws EvalCancelled).
+using EvalProgress = std::function<bool(std::size_t window, std::size_t windows, std::size_t config,
+                                        std::size_t configs)>;
+
+struct EvalCancelled : std::runtime_error {
+  EvalCancelled() : std::runtime_error("evaluation cancelled") {}
+};
+
+/// Figures for the unquantized reference (first, spec "dynamic (reference)") and then each config.
+/// Throws std::invalid_argument when the prompt leaves nothing to score.
+std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vector<std::vector<std::int64_t>>& windows,
+                                  const std::vector<cache::CacheConfig>& configs, const EvalOptions& o = {},
+                                  const EvalProgress& progress = {});
+
+}  // namespace kvscope::generate
