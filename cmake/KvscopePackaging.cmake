@@ -38,6 +38,8 @@ install(CODE "
   endforeach()
 ")
 
+install(FILES ${PROJECT_SOURCE_DIR}/resources/eval/coriolanus.txt ${PROJECT_SOURCE_DIR}/resources/eval/README.md
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/kvscope/eval)
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/kvscope.desktop DESTINATION ${CMAKE_INSTALL_DATADIR}/applications)
 install(FILES ${PROJECT_SOURCE_DIR}/resources/kvscope.svg
         DESTINATION ${CMAKE_INSTALL_DATADIR}/icons/hicolor/scalable/apps)

@@ -8,6 +8,7 @@
 #include <QCloseEvent>
 #include <QDir>
 #include <QDockWidget>
+#include <QCoreApplication>
 #include <QFile>
 #include <QFileDialog>
 #include <QFormLayout>
@@ -25,6 +26,7 @@
 #include <QSaveFile>
 #include <QSettings>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QStandardPaths>
 #include <QFileInfo>
 #include <QSpinBox>
@@ -53,6 +55,14 @@ QString perplexity(const RunSnapshot& run) {
   for (const auto& t : run.tokens)
     if (std::isfinite(t.logprob)) s += t.logprob, ++n;
   return n ? QString::number(std::exp(-s / n), 'f', 3) : QString("-");
+}
+
+// The shipped evaluation text: installed next to the binaries, or in the source tree of a development build.
+QString defaultEvalText() {
+  for (const QString& p : {QCoreApplication::applicationDirPath() + "/../share/kvscope/eval/coriolanus.txt",
+                           QString(KVSCOPE_RESOURCE_DIR) + "/eval/coriolanus.txt"})
+    if (QFileInfo::exists(p)) return QFileInfo(p).canonicalFilePath();
+  return QString();
 }
 
 QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWidget* content, Qt::DockWidgetArea area) {
@@ -223,7 +233,56 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   split->addWidget(overlay_);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
-  cl->addWidget(split, 1);
+  // Text evaluation: the runs' configs (or the form's) on a text file, in windows, against the unquantized cache.
+  auto* evalPage = new QWidget(compare);
+  auto* el = new QVBoxLayout(evalPage);
+  el->setContentsMargins(0, 0, 0, 0);
+  auto* ebar = new QHBoxLayout();
+  evalText_ = new QLineEdit(defaultEvalText(), evalPage);
+  evalText_->setObjectName("evalText");
+  auto* browse = new QPushButton(tr("…"), evalPage);
+  connect(browse, &QPushButton::clicked, this, [this] {
+    const QString p = QFileDialog::getOpenFileName(this, tr("Evaluation text"), evalText_->text(), tr("Text (*.txt);;All files (*)"));
+    if (!p.isEmpty()) evalText_->setText(p);
+  });
+  evalCtx_ = new QSpinBox(evalPage);
+  evalCtx_->setObjectName("evalCtx");
+  evalCtx_->setRange(16, 32768);
+  evalCtx_->setValue(256);
+  evalWindows_ = new QSpinBox(evalPage);
+  evalWindows_->setObjectName("evalWindows");
+  evalWindows_->setRange(0, 100000);
+  evalWindows_->setValue(2);
+  evalWindows_->setToolTip(tr("windows of the text to use (0: all)"));
+  auto* evalButton = new QPushButton(tr("Evaluate"), evalPage);
+  evalButton->setObjectName("evalButton");
+  evalButton->setToolTip(tr("The configs of the selected runs (all runs when none is selected; the form's config when "
+                            "there is no run) on the text"));
+  ebar->addWidget(new QLabel(tr("Text"), evalPage));
+  ebar->addWidget(evalText_, 3);
+  ebar->addWidget(browse);
+  ebar->addWidget(new QLabel(tr("tokens/window"), evalPage));
+  ebar->addWidget(evalCtx_);
+  ebar->addWidget(new QLabel(tr("windows"), evalPage));
+  ebar->addWidget(evalWindows_);
+  ebar->addWidget(evalButton);
+  evalSummary_ = new QLabel(evalPage);
+  evalSummary_->setObjectName("evalSummary");
+  evalTable_ = new QTableWidget(0, 8, evalPage);
+  evalTable_->setObjectName("evalTable");
+  evalTable_->setHorizontalHeaderLabels({tr("config"), tr("KV ratio"), tr("perplexity"), tr("Δ perplexity"),
+                                         tr("mean KL"), tr("max KL"), tr("top-1"), tr("NaN positions")});
+  evalTable_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+  evalTable_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  el->addLayout(ebar);
+  el->addWidget(evalSummary_);
+  el->addWidget(evalTable_, 1);
+  connect(evalButton, &QPushButton::clicked, this, [this] { startEval(evalText_->text(), evalSpecs()); });
+  auto* tabs = new QTabWidget(compare);
+  tabs->setObjectName("compareTabs");
+  tabs->addTab(split, tr("Runs"));
+  tabs->addTab(evalPage, tr("Text evaluation"));
+  cl->addWidget(tabs, 1);
   connect(runs_, &QTableWidget::itemSelectionChanged, this, &MainWindow::updateOverlay);
   connect(sweep, &QPushButton::clicked, this, [this] { startSweep(sweepGrid_->text()); });
   auto* rd = dock(this, tr("Compare runs"), "runsDock", compare, Qt::BottomDockWidgetArea);
@@ -488,6 +547,79 @@ void MainWindow::onInspection(const TokenErrorViewPtr& view) {
   text_->showErrors(view);
 }
 
+QStringList MainWindow::evalSpecs() const {
+  QStringList specs;
+  auto add = [&](QString spec) {
+    spec = spec.section(" (", 0, 0);  // "quanto:nbits=4 (3 beams)": the cache config
+    try {
+      cache::parseSpec(spec.toStdString());
+    } catch (const std::exception&) {
+      return;  // e.g. a calibrated config's label: not a SPEC
+    }
+    if (spec != "dynamic" && !specs.contains(spec)) specs << spec;
+  };
+  const auto rows = runs_->selectionModel()->selectedRows();
+  for (const auto& idx : rows) add(runs_->item(idx.row(), 1)->text());
+  if (rows.isEmpty())
+    for (int r = 0; r < runs_->rowCount(); ++r) add(runs_->item(r, 1)->text());
+  if (specs.isEmpty()) add(config_->spec());
+  return specs;
+}
+
+void MainWindow::startEval(const QString& textPath, const QStringList& specs) {
+  if (running_ || loading_ || !hasModel()) return;
+  if (!QFileInfo(textPath).isFile()) {
+    onFailed(tr("evaluation text `%1` not found").arg(textPath));
+    return;
+  }
+  EvalRequest r;
+  r.textPath = textPath;
+  r.specs = specs;
+  r.ctx = evalCtx_->value();
+  r.windows = evalWindows_->value();
+  r.prompt = std::min(64, r.ctx / 4);
+  r.serial = ++runSerial_;
+  running_ = evaluating_ = true;
+  sweepProgress_->setRange(0, 0);
+  sweepProgress_->setVisible(true);
+  evalSummary_->setText(tr("Evaluating %1 config(s) on %2…").arg(specs.size()).arg(textPath));
+  updateActions();
+  Q_EMIT evalRequested(r);
+}
+
+void MainWindow::onEvalProgress(int done, int total) {
+  sweepProgress_->setRange(0, total);
+  sweepProgress_->setValue(done);
+}
+
+void MainWindow::onEvalFinished(const EvalResultView& result) {
+  running_ = evaluating_ = false;
+  sweepProgress_->setVisible(false);
+  evalTable_->setRowCount(0);
+  const double refPpl = result.rows.isEmpty() ? 0.0 : result.rows.front().ppl;
+  auto num = [](double x, char f, int prec) { return std::isnan(x) ? QString("nan") : QString::number(x, f, prec); };
+  for (const auto& row : result.rows) {
+    const int r = evalTable_->rowCount();
+    evalTable_->insertRow(r);
+    const QStringList cells{row.spec,
+                            QString::number(row.ratio, 'f', 2) + "x",
+                            num(row.ppl, 'f', 3),
+                            row.reference ? "-" : num(row.ppl - refPpl, 'f', 3),
+                            row.reference ? "-" : num(row.meanKl, 'g', 4),
+                            row.reference ? "-" : num(row.maxKl, 'g', 4),
+                            row.reference ? "-" : QString::number(100.0 * row.top1, 'f', 1) + "%",
+                            row.reference ? "-" : QString::number(row.nonFinitePositions)};
+    for (int c = 0; c < cells.size(); ++c) evalTable_->setItem(r, c, new QTableWidgetItem(cells[c]));
+  }
+  evalSummary_->setText(tr("%1: %2 window(s) of %3 tokens, %4 scored tokens per config")
+                            .arg(result.textPath)
+                            .arg(result.windows)
+                            .arg(result.ctx)
+                            .arg(result.rows.isEmpty() ? 0 : result.rows.front().scored));
+  updateActions();
+  Q_EMIT evalDone();
+}
+
 void MainWindow::setDevices(const QStringList& devices) {
   const QSignalBlocker block(device_);  // filling the list is not a choice: no reload
   device_->clear();
@@ -546,6 +678,11 @@ void MainWindow::onFailed(const QString& message) {
   // Non-blocking: the message stays in the status bar; the window keeps its state.
   loading_ = false;
   running_ = false;
+  if (evaluating_) {
+    evaluating_ = false;
+    sweepProgress_->setVisible(false);
+    evalSummary_->setText(message.toHtmlEscaped());
+  }
   progress_->setVisible(false);
   message_->setText("<span style='color:#b00020'>" + message.toHtmlEscaped() + "</span>");
   message_->setToolTip(message);

@@ -80,16 +80,24 @@ class MainWindow : public QMainWindow {
   /// under the budget. Stop cancels the running config and the rest of the grid.
   void startSweep(const QString& grid);
   void openSession(const QString& path);
+  /// Evaluates `specs` on a text file (perplexity, KL and top-1 against the unquantized cache); results go to the
+  /// "Text evaluation" tab. Stop cancels it.
+  void startEval(const QString& textPath, const QStringList& specs);
+  void onEvalProgress(int done, int total);
+  void onEvalFinished(const kvscope::ui::EvalResultView& result);
   /// Where every finished run is saved as it finishes (a session file).
   static QString autosavePath();
 
  Q_SIGNALS:
   void loadRequested(const QString& path, const QString& dtype, const QString& device);
+  void evalRequested(const kvscope::ui::EvalRequest& request);
   /// The selected layer changed while no run is going: the engine answers with onInspection().
   void inspectionRequested();
   void runRequested(const kvscope::ui::RunRequest& request);
   /// A run finished (any stop reason); carries its final snapshot.
   void runFinished(const kvscope::ui::RunSnapshotPtr& run);
+  /// An evaluation finished (its table is filled).
+  void evalDone();
 
  protected:
   void closeEvent(QCloseEvent* e) override;
@@ -129,6 +137,13 @@ class MainWindow : public QMainWindow {
   QComboBox* device_;
   std::function<void(int)> inspect_;
   void updateOverlay();
+  QStringList evalSpecs() const;
+  QLineEdit* evalText_ = nullptr;
+  QSpinBox* evalCtx_ = nullptr;
+  QSpinBox* evalWindows_ = nullptr;
+  QTableWidget* evalTable_ = nullptr;
+  QLabel* evalSummary_ = nullptr;
+  bool evaluating_ = false;
   void autosave();
   void updateStatus();
   QTableWidget* runs_;

@@ -34,6 +34,27 @@ struct RunRequest {
   quint64 serial = 0;  ///< increases with every request; a stop names the run it is for
 };
 
+/// Evaluate cache configs on a text file (generate::evaluate): perplexity, KL and top-1 against the unquantized cache.
+struct EvalRequest {
+  QString textPath;
+  QStringList specs;
+  int ctx = 256, windows = 2, prompt = 64, step = 16;
+  quint64 serial = 0;  ///< shares the runs' numbering: Stop names it
+};
+
+struct EvalRowView {
+  QString spec;
+  bool reference = false;
+  double ratio = 0, ppl = 0, meanKl = 0, maxKl = 0, top1 = 0;
+  qint64 scored = 0, nonFinitePositions = 0;
+};
+
+struct EvalResultView {
+  QString textPath;
+  int windows = 0, ctx = 0;
+  QVector<EvalRowView> rows;  ///< the reference first
+};
+
 struct TokenView {
   qint64 id = 0;
   QString text;
@@ -96,3 +117,5 @@ Q_DECLARE_METATYPE(kvscope::ui::ModelInfo)
 Q_DECLARE_METATYPE(kvscope::ui::RunRequest)
 Q_DECLARE_METATYPE(kvscope::ui::RunSnapshotPtr)
 Q_DECLARE_METATYPE(kvscope::ui::TokenErrorViewPtr)
+Q_DECLARE_METATYPE(kvscope::ui::EvalRequest)
+Q_DECLARE_METATYPE(kvscope::ui::EvalResultView)

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <QElapsedTimer>
+#include <QFile>
 #include <QFileInfo>
 #include <array>
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "cache/config.h"
 #include "cache/error_history.h"
+#include "generate/eval.h"
 #include "generate/generate.h"
 #include "model/gguf.h"
 #include "model/llama.h"
@@ -133,6 +135,8 @@ void registerMetaTypes() {
   qRegisterMetaType<kvscope::ui::RunRequest>();
   qRegisterMetaType<kvscope::ui::RunSnapshotPtr>();
   qRegisterMetaType<kvscope::ui::TokenErrorViewPtr>();
+  qRegisterMetaType<kvscope::ui::EvalRequest>();
+  qRegisterMetaType<kvscope::ui::EvalResultView>();
 }
 
 Engine::Engine() : d_(std::make_unique<Impl>()) {}
@@ -193,6 +197,56 @@ void Engine::beginRun(quint64 serial) {
   runningSerial_ = serial;
   cancel_ = false;
   if (stopSerial_.load() >= serial) cancel_ = true;
+}
+
+void Engine::evaluate(const ui::EvalRequest& r) {
+  beginRun(r.serial);
+  try {
+    if (!d_->model) throw std::runtime_error("no model is loaded");
+    std::vector<cache::CacheConfig> cfgs;
+    for (const auto& s : r.specs) cfgs.push_back(cache::parseSpec(s.toStdString()));
+    QFile f(r.textPath);
+    if (!f.open(QIODevice::ReadOnly))
+      throw std::runtime_error("cannot read text file `" + r.textPath.toStdString() + "`: " + f.errorString().toStdString());
+    const QByteArray text = f.readAll();
+    const auto ids32 = d_->tok->encode(text.toStdString(), true, false);
+    if (ids32.size() < 2) throw std::runtime_error("`" + r.textPath.toStdString() + "` encodes to fewer than 2 tokens");
+    const std::vector<std::int64_t> ids(ids32.begin(), ids32.end());
+    const auto windows = generate::textWindows(ids, r.ctx, r.windows);
+    generate::EvalOptions o;
+    o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);
+    o.step = r.step;
+    const int total = static_cast<int>(windows.size() * (cfgs.size() + 1));
+    const auto figs = generate::evaluate(*d_->model, windows, cfgs, o,
+                                         [&](std::size_t wi, std::size_t, std::size_t ci, std::size_t nc) {
+                                           Q_EMIT evalProgress(static_cast<int>(wi * nc + ci), total);
+                                           return !cancel_.load();
+                                         });
+    ui::EvalResultView out;
+    out.textPath = r.textPath;
+    out.windows = static_cast<int>(windows.size());
+    out.ctx = static_cast<int>(windows[0].size());
+    for (std::size_t i = 0; i < figs.size(); ++i) {
+      const auto& g = figs[i];
+      ui::EvalRowView row;
+      row.spec = QString::fromStdString(g.spec);
+      row.reference = i == 0;
+      row.ratio = g.ratio();
+      row.ppl = g.ppl();
+      row.meanKl = g.meanKl();
+      row.maxKl = g.klMax;
+      row.top1 = g.top1();
+      row.scored = g.scored;
+      row.nonFinitePositions = g.nonFinitePositions;
+      out.rows << row;
+    }
+    Q_EMIT evalProgress(total, total);
+    Q_EMIT evalFinished(out);
+  } catch (const generate::EvalCancelled&) {
+    Q_EMIT failed("evaluation cancelled");
+  } catch (const std::exception& e) {
+    Q_EMIT failed(describe(e, "the evaluation", d_->model != nullptr));
+  }
 }
 
 void Engine::run(const ui::RunRequest& r) {

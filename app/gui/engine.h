@@ -38,6 +38,8 @@ class Engine : public QObject {
  public Q_SLOTS:
   void load(const QString& path, const QString& dtype, const QString& device = "cpu");
   void run(const kvscope::ui::RunRequest& request);
+  /// Evaluates configs on a text (progress, then evalFinished or failed); Stop cancels it like a run.
+  void evaluate(const kvscope::ui::EvalRequest& request);
   /// Emits inspectionUpdated for the inspected layer of the latest run (after it, or between runs).
   void publishInspection();
 
@@ -46,6 +48,8 @@ class Engine : public QObject {
   void modelLoaded(const kvscope::ui::ModelInfo& info);
   void runUpdated(const kvscope::ui::RunSnapshotPtr& run);
   void inspectionUpdated(const kvscope::ui::TokenErrorViewPtr& view);
+  void evalProgress(int done, int total);
+  void evalFinished(const kvscope::ui::EvalResultView& result);
   void failed(const QString& message);
 
  private:

@@ -17,6 +17,9 @@ void wire(Engine* engine, ui::MainWindow* w) {
   QObject::connect(engine, &Engine::runUpdated, w, &ui::MainWindow::onRunUpdated);
   QObject::connect(w, &ui::MainWindow::inspectionRequested, engine, &Engine::publishInspection);
   QObject::connect(engine, &Engine::inspectionUpdated, w, &ui::MainWindow::onInspection);
+  QObject::connect(w, &ui::MainWindow::evalRequested, engine, &Engine::evaluate);
+  QObject::connect(engine, &Engine::evalProgress, w, &ui::MainWindow::onEvalProgress);
+  QObject::connect(engine, &Engine::evalFinished, w, &ui::MainWindow::onEvalFinished);
   QObject::connect(engine, &Engine::failed, w, &ui::MainWindow::onFailed);
 }
 

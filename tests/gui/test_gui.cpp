@@ -17,6 +17,7 @@
 #include <QThread>
 
 #include <qcustomplot.h>
+#include <QLineEdit>
 #include <QTextBrowser>
 #include <cmath>
 #include <sys/resource.h>
@@ -306,6 +307,32 @@ class GuiTest : public QObject {
     QCOMPARE(w_->selection()->beam(), 2);
     QCOMPARE(w_->selection()->token(), r->promptTokens + r->beamSteps[1].step);
     QVERIFY(w_->beamDock()->table()->horizontalHeaderItem(2)->text().contains("▶"));
+  }
+
+  void evaluatesConfigsOnTheShippedText() {
+    // The shipped text, one window of 96 tokens: the reference first, then each config with its figures.
+    QSignalSpy done(w_, &ui::MainWindow::evalDone);
+    const QString text = w_->findChild<QLineEdit*>("evalText")->text();
+    QVERIFY2(text.endsWith("resources/eval/coriolanus.txt"), qPrintable(text));
+    w_->findChild<QSpinBox*>("evalCtx")->setValue(96);
+    w_->findChild<QSpinBox*>("evalWindows")->setValue(1);
+    w_->startEval(text, {"fp8:overflow=saturate", "quanto:nbits=2,q_group_size=32,residual_length=0"});
+    QVERIFY(!w_->findChild<QPushButton*>("runButton")->isEnabled());  // the engine is busy
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 180000);
+    auto* t = w_->findChild<QTableWidget*>("evalTable");
+    QCOMPARE(t->rowCount(), 3);
+    QCOMPARE(t->item(0, 0)->text(), QString("dynamic (reference)"));
+    QCOMPARE(t->item(1, 1)->text(), QString("4.00x"));  // fp8: one byte for four
+    const double refPpl = t->item(0, 2)->text().toDouble(), fp8Ppl = t->item(1, 2)->text().toDouble();
+    QVERIFY(refPpl > 1.0 && std::isfinite(refPpl));
+    QVERIFY(std::abs(fp8Ppl - refPpl) < 0.2 * refPpl);
+    // int2 with no residual window loses much more than saturated fp8.
+    QVERIFY(t->item(2, 4)->text().toDouble() > t->item(1, 4)->text().toDouble());
+    QVERIFY(w_->findChild<QLabel*>("evalSummary")->text().contains("scored tokens"));
+    QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
+    // A missing text is refused before the engine is asked.
+    w_->startEval("/nonexistent/text.txt", {"fp8"});
+    QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("/nonexistent/text.txt"));
   }
 
   void finishedRunsAreAutosaved() {
