@@ -52,6 +52,9 @@ TextView::TextView(Selection* selection, QWidget* parent) : QWidget(parent), sel
   l->addLayout(bar);
   browser_ = new QTextBrowser(this);
   browser_->setObjectName("textView");
+  QFont mono("monospace", 11);
+  mono.setStyleHint(QFont::Monospace);
+  browser_->document()->setDefaultFont(mono);
   browser_->setOpenLinks(false);
   browser_->setPlaceholderText(tr("Generated text appears here, token by token. Click a token to select it."));
   l->addWidget(browser_, 1);
@@ -67,12 +70,47 @@ QString TextView::plainText() const { return browser_->toPlainText(); }
 void TextView::setMetric(Metric m) { metric_->setCurrentIndex(static_cast<int>(m)); }
 
 void TextView::show(const RunSnapshotPtr& run) {
-  const bool newRun = !last_ || last_->runId != run->runId;
+  const bool sameRun = last_ && last_->runId == run->runId;
+  const int before = sameRun ? shown_ : 0;
   last_ = run;
   if (run->tokenErrors) errors_ = run->tokenErrors;
-  else if (newRun) errors_.reset();
-  redraw();
+  else if (!sameRun) errors_.reset();
+  // While a run streams, the tokens already shown keep their colour (KL, top-1, log-prob are per token): only the
+  // new ones are appended, so a long text costs no more per snapshot than a short one. The error colouring depends
+  // on the run's worst token, so it redraws whole.
+  if (sameRun && before > 0 && before <= run->tokens.size() && metric_->currentIndex() != KvError) {
+    QString html;
+    for (int i = before; i < run->tokens.size(); ++i) html += tokenHtml(i);
+    if (!html.isEmpty()) {
+      QTextCursor c(browser_->document());
+      c.movePosition(QTextCursor::End);
+      c.insertHtml(html);
+    }
+    shown_ = static_cast<int>(run->tokens.size());
+  } else {
+    redraw();
+  }
   if (!run->finished) browser_->moveCursor(QTextCursor::End);
+}
+
+QString TextView::tokenHtml(int i) const {
+  const TokenView& t = last_->tokens[i];
+  const qint64 pos = last_->promptTokens + i;
+  QString tip = tr("position %1, id %2, log-prob %3").arg(pos).arg(t.id).arg(t.logprob, 0, 'f', 3);
+  if (last_->shadow)
+    tip += tr("\nKL vs reference %1%2").arg(t.kl, 0, 'g', 3).arg(t.top1Agrees ? "" : tr(", top-1 differs"));
+  tip += last_->shadow ? tr("\n  quantized            reference") : tr("\n  top candidates");
+  for (int k = 0; k < t.top.size(); ++k) {
+    tip += QString("\n  %1 %2").arg(t.top[k].first.toHtmlEscaped(), -10).arg(t.top[k].second, 7, 'f', 3);
+    if (k < t.refTop.size())
+      tip += QString("   %1 %2").arg(t.refTop[k].first.toHtmlEscaped(), -10).arg(t.refTop[k].second, 7, 'f', 3);
+  }
+  const bool selected = pos == sel_->token();
+  return QString("<a href='tok:%1' style='color:black; text-decoration:%2; background-color:%3; white-space:pre-wrap;%4' "
+                 "title='%5'>%6</a>")
+      .arg(pos)
+      .arg(selected ? "underline" : "none", colour(t, pos).name(), selected ? " font-weight:bold;" : "",
+           tip.toHtmlEscaped(), t.text.toHtmlEscaped());
 }
 
 void TextView::showErrors(const TokenErrorViewPtr& errors) {
@@ -109,27 +147,10 @@ void TextView::redraw() {
       if (const double e = meanError(*errors_, t); std::isfinite(e)) errorScale_ = std::max(errorScale_, e);
   const auto* bar = browser_->verticalScrollBar();
   const int scroll = bar ? bar->value() : 0;
-  QString html = "<div style='font-family: monospace; font-size: 11pt; white-space: pre-wrap;'>";
-  qint64 pos = last_->promptTokens;
-  for (const auto& t : last_->tokens) {
-    QString tip = tr("position %1, id %2, log-prob %3").arg(pos).arg(t.id).arg(t.logprob, 0, 'f', 3);
-    if (last_->shadow)
-      tip += tr("\nKL vs reference %1%2").arg(t.kl, 0, 'g', 3).arg(t.top1Agrees ? "" : tr(", top-1 differs"));
-    tip += last_->shadow ? tr("\n  quantized            reference") : tr("\n  top candidates");
-    for (int i = 0; i < t.top.size(); ++i) {
-      tip += QString("\n  %1 %2").arg(t.top[i].first.toHtmlEscaped(), -10).arg(t.top[i].second, 7, 'f', 3);
-      if (i < t.refTop.size())
-        tip += QString("   %1 %2").arg(t.refTop[i].first.toHtmlEscaped(), -10).arg(t.refTop[i].second, 7, 'f', 3);
-    }
-    const bool selected = pos == sel_->token();
-    html += QString("<a href='tok:%1' style='color:black; text-decoration:%2; background-color:%3;%4' title='%5'>%6</a>")
-                .arg(pos)
-                .arg(selected ? "underline" : "none", colour(t, pos).name(), selected ? " font-weight:bold;" : "",
-                     tip.toHtmlEscaped(), t.text.toHtmlEscaped());
-    ++pos;
-  }
-  html += "</div>";
+  QString html;
+  for (int i = 0; i < last_->tokens.size(); ++i) html += tokenHtml(i);
   browser_->setHtml(html);
+  shown_ = static_cast<int>(last_->tokens.size());
   if (auto* b = browser_->verticalScrollBar()) b->setValue(scroll);
 }
 

@@ -36,6 +36,8 @@ class TextView : public QWidget {
  private:
   void redraw();
   QColor colour(const TokenView& t, qint64 pos) const;
+  QString tokenHtml(int i) const;  ///< token i of the latest run as an anchor (colour, hover text)
+  int shown_ = 0;                  ///< tokens of the latest run in the document
   Selection* sel_;
   QTextBrowser* browser_;
   QComboBox* metric_;
