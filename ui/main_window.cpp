@@ -378,7 +378,7 @@ void MainWindow::rebuildRecent() {
 
 void MainWindow::updateActions() {
   runButton_->setEnabled(hasModel() && !running_ && !loading_ && config_->isValid());
-  stopButton_->setEnabled(running_);
+  stopButton_->setEnabled(running_ || loading_);  // Stop also cancels a load
 }
 
 void MainWindow::openModel(const QString& path) {
@@ -388,7 +388,7 @@ void MainWindow::openModel(const QString& path) {
   progress_->setVisible(true);
   message_->setText(tr("Loading %1…").arg(path));
   updateActions();
-  Q_EMIT loadRequested(path, dtype_->currentText(), device_->currentText());
+  Q_EMIT loadRequested(path, dtype_->currentText(), device_->currentText(), ++runSerial_);
 }
 
 void MainWindow::askForModel() {
@@ -450,7 +450,7 @@ void MainWindow::setShadow(bool on) { shadow_->setChecked(on); }
 
 void MainWindow::stop() {
   sweepQueue_.clear();  // a stop ends the sweep too
-  if (running_ && stop_) stop_(runSerial_);
+  if ((running_ || loading_) && stop_) stop_(runSerial_);  // the latest request: a run, an evaluation or a load
 }
 
 void MainWindow::startSweep(const QString& grid) {

@@ -90,7 +90,7 @@ class MainWindow : public QMainWindow {
   static QString autosavePath();
 
  Q_SIGNALS:
-  void loadRequested(const QString& path, const QString& dtype, const QString& device);
+  void loadRequested(const QString& path, const QString& dtype, const QString& device, quint64 serial);
   void evalRequested(const kvscope::ui::EvalRequest& request);
   /// The selected layer changed while no run is going: the engine answers with onInspection().
   void inspectionRequested();

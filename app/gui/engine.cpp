@@ -148,7 +148,8 @@ QStringList availableDevices() {
   return {"cpu"};
 }
 
-void Engine::load(const QString& path, const QString& dtype, const QString& device) {
+void Engine::load(const QString& path, const QString& dtype, const QString& device, quint64 serial) {
+  beginRun(serial);
   try {
     if (!availableDevices().contains(device))
       throw std::runtime_error("device `" + device.toStdString() + "` is not available here (" +
@@ -165,7 +166,7 @@ void Engine::load(const QString& path, const QString& dtype, const QString& devi
     const at::ScalarType dt = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
     auto m = model::LlamaModel::load(p, dt, [this](std::int64_t done, std::int64_t total) {
       Q_EMIT loadProgress(static_cast<int>(done), static_cast<int>(total));
-      return true;
+      return !cancel_.load();  // false: the loader throws LoadCancelled
     });
     // Only a complete load replaces the previous model: a failure keeps what was there.
     d_->model = std::move(m);
@@ -186,6 +187,8 @@ void Engine::load(const QString& path, const QString& dtype, const QString& devi
     info.contextLength = c.contextLength;
     for (const auto& w : c.weightTypes) info.weightTypes << QString::fromStdString(w);
     Q_EMIT modelLoaded(info);
+  } catch (const model::LoadCancelled&) {
+    Q_EMIT failed(QString("loading `%1` cancelled%2").arg(path, d_->model ? "; the loaded model is kept" : ""));
   } catch (const std::exception& e) {
     Q_EMIT failed(describe(e, QString("loading `%1`").arg(path), d_->model != nullptr));
   }
@@ -196,7 +199,7 @@ void Engine::beginRun(quint64 serial) {
   // the flag, then look for a stop that came before the engine reached this run.
   runningSerial_ = serial;
   cancel_ = false;
-  if (stopSerial_.load() >= serial) cancel_ = true;
+  if (serial != 0 && stopSerial_.load() >= serial) cancel_ = true;  // 0: a request no stop can name
 }
 
 void Engine::evaluate(const ui::EvalRequest& r) {

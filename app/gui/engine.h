@@ -36,7 +36,8 @@ class Engine : public QObject {
   void setInspectedLayer(int layer) { inspect_ = layer; }
 
  public Q_SLOTS:
-  void load(const QString& path, const QString& dtype, const QString& device = "cpu");
+  /// Loads a model; `serial` (shared with runs) lets Stop cancel it while it loads (0: not cancellable).
+  void load(const QString& path, const QString& dtype, const QString& device = "cpu", quint64 serial = 0);
   void run(const kvscope::ui::RunRequest& request);
   /// Evaluates configs on a text (progress, then evalFinished or failed); Stop cancels it like a run.
   void evaluate(const kvscope::ui::EvalRequest& request);

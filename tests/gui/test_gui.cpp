@@ -235,6 +235,21 @@ class GuiTest : public QObject {
     QVERIFY(r && r->tokens.size() == 2);
   }
 
+  void stopCancelsALoadAndKeepsTheModel() {
+    QSignalSpy failed(engine_, &app::Engine::failed);
+    QSignalSpy loaded(engine_, &app::Engine::modelLoaded);
+    w_->openModel(model_);
+    QVERIFY(w_->findChild<QPushButton*>("stopButton")->isEnabled());
+    QTest::keyClick(w_, Qt::Key_Escape);
+    QTRY_VERIFY_WITH_TIMEOUT(failed.count() > 0, 60000);
+    QCOMPARE(loaded.count(), 0);
+    const QString msg = failed.takeFirst().at(0).toString();
+    QVERIFY2(msg.contains("cancelled; the loaded model is kept"), qPrintable(msg));
+    QTRY_VERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("cancelled"));
+    const auto r = runAndWait("fp8:overflow=saturate", 2);
+    QVERIFY(r && r->tokens.size() == 2);
+  }
+
   void outOfMemoryWhileLoadingKeepsTheModel() {
     // A cap on the address space 256 MiB above what the process maps now (what `kvscope --memory-cap` sets):
     // a second copy of the fp32 weights (540 MB) cannot be allocated.
