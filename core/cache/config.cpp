@@ -15,6 +15,16 @@
 namespace kvscope::cache {
 namespace {
 
+// Group-wise backends: a positive group size and a residual window of 0 or more tokens.
+void checkGroupAndWindow(const CacheConfig& cfg) {
+  if (cfg.resolvedGroupSize() <= 0)
+    throw ConfigError("q_group_size",
+                      fmt::format("`q_group_size` must be a positive integer, got {}", cfg.resolvedGroupSize()));
+  if (cfg.resolvedResidualLength() < 0)
+    throw ConfigError("residual_length",
+                      fmt::format("`residual_length` must be 0 or more, got {}", cfg.resolvedResidualLength()));
+}
+
 using nlohmann::json;
 
 constexpr const char* kGroupWiseKeys[] = {"nbits", "axis_key", "axis_value", "q_group_size", "residual_length"};
@@ -323,12 +333,7 @@ void validate(const CacheConfig& cfg) {
       for (auto [key, v] : {std::pair{"axis_key", cfg.resolvedAxisKey()}, std::pair{"axis_value", cfg.resolvedAxisValue()}})
         if (v != 0 && v != other)
           throw ConfigError(key, fmt::format("`{}` for `{}` backend has to be one of {} but got {}", key, name, allowed, v));
-      if (cfg.resolvedGroupSize() <= 0)
-        throw ConfigError("q_group_size",
-                          fmt::format("`q_group_size` must be a positive integer, got {}", cfg.resolvedGroupSize()));
-      if (cfg.resolvedResidualLength() < 0)
-        throw ConfigError("residual_length", fmt::format("`residual_length` must be 0 or more, got {}",
-                                                         cfg.resolvedResidualLength()));
+      checkGroupAndWindow(cfg);
       return;
     }
     case Backend::Kivi: {
@@ -337,12 +342,7 @@ void validate(const CacheConfig& cfg) {
       for (auto [key, v] : {std::pair{"axis_key", cfg.axisKey}, std::pair{"axis_value", cfg.axisValue}})
         if (v) throw ConfigError(key, fmt::format("`kivi` fixes the axes (keys per channel, values per token): `{}` "
                                                   "does not apply", key));
-      if (cfg.resolvedGroupSize() <= 0)
-        throw ConfigError("q_group_size",
-                          fmt::format("`q_group_size` must be a positive integer, got {}", cfg.resolvedGroupSize()));
-      if (cfg.resolvedResidualLength() < 0)
-        throw ConfigError("residual_length", fmt::format("`residual_length` must be 0 or more, got {}",
-                                                         cfg.resolvedResidualLength()));
+      checkGroupAndWindow(cfg);
       return;
     }
   }

@@ -2,15 +2,7 @@
 # kvscope-cli calibrate on the embedded model and the shipped text: a config file with per-layer scales that the fp8
 # cache then uses, and the seed's overflow on the same states. Exit 77 (skipped) without the model.
 set -u
-cli=$1
-here=$(cd "$(dirname "$0")" && pwd)
-text="$here/../../resources/eval/coriolanus.txt"
-model=${KVSCOPE_MODEL:-}
-[ -n "$model" ] && [ -f "$model" ] || { echo "embedded model not found ($model): skipped"; exit 77; }
-py=${KVSCOPE_PYTHON:-python3}
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/model_test_setup.sh"
 "$cli" calibrate --model "$model" --text "$text" --cache fp8:granularity=head --ctx 96 --windows 2 --prompt 32 \
   -o "$tmp/c.json" 2> "$tmp/err" || { echo "FAIL calibrate rc=$?"; cat "$tmp/err"; fail=1; }
 grep -q "seed (one scale per tensor, frozen on those 32 tokens)" "$tmp/err" || { echo "FAIL no seed report"; cat "$tmp/err"; fail=1; }

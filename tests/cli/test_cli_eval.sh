@@ -2,15 +2,7 @@
 # kvscope-cli eval on the embedded model and the shipped text: figures per config, the reference first, progress on
 # stderr, clear errors. Exit 77 (skipped) without the model.
 set -u
-cli=$1
-here=$(cd "$(dirname "$0")" && pwd)
-text="$here/../../resources/eval/coriolanus.txt"
-model=${KVSCOPE_MODEL:-}
-[ -n "$model" ] && [ -f "$model" ] || { echo "embedded model not found ($model): skipped"; exit 77; }
-py=${KVSCOPE_PYTHON:-python3}
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/model_test_setup.sh"
 "$cli" eval --model "$model" --text "$text" --ctx 96 --windows 1 --prompt 32 --step 8 --json \
   --cache fp8:overflow=saturate --cache kivi:nbits=4,q_group_size=16,residual_length=16,sink=4 --cache dynamic \
   --cache 'layers=0-1:dynamic;*:K=fp8:granularity=head,overflow=saturate,V=quanto:nbits=4,q_group_size=32' \

@@ -2,13 +2,7 @@
 # kvscope-cli's model commands on the embedded model: output a user (or a script) can rely on, and clear errors.
 # Exit 77 (ctest: skipped) when the model is not there.
 set -u
-cli=$1
-model=${KVSCOPE_MODEL:-}
-[ -n "$model" ] && [ -f "$model" ] || { echo "embedded model not found ($model): skipped"; exit 77; }
-py=${KVSCOPE_PYTHON:-python3}
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/model_test_setup.sh"
 
 # generate --json: one object per step, then a summary; greedy is deterministic.
 "$cli" generate --model "$model" --chat --prompt "Name three colours." --max-new 8 --cache fp8:overflow=saturate \

@@ -61,7 +61,7 @@ no_temp_left "$tmp"
 "$cli" sweep --model "$model" --prompt "The capital of France is" --max-new 48 \
   --grid 'quanto:nbits=2,4;q_group_size=32,64;residual_length=0,16' --json --out "$tmp/k.jsonl" >/dev/null 2>&1 &
 pid=$!
-for _ in $(seq 1 600); do
+for _ in $(seq 1 3000); do  # up to 5 minutes for the first config on a loaded machine
   [ -s "$tmp/k.jsonl" ] && break
   kill -0 $pid 2>/dev/null || break
   sleep 0.1
