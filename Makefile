@@ -1,6 +1,6 @@
 # The two Quick start commands. Both install what is missing (packaging/setup.sh, cached in ~/.cache/kvscope),
 # configure and build into ./build.
-.PHONY: run cli-demo test build bench
+.PHONY: run cli-demo test test-asan build bench
 
 build:
 	@bash packaging/build.sh >/dev/null
@@ -23,6 +23,17 @@ cli-demo:
 test:
 	@bash packaging/build.sh >/dev/null
 	cd build && ctest --output-on-failure -j2 --timeout 1800
+
+# The unit and parity suites again under AddressSanitizer + UndefinedBehaviorSanitizer (the `asan` preset; any UB
+# report fails its test). The two exhaustive 2^32 codec tests are left out for time (they run in `make test`).
+ASAN_TARGETS = kvscope_unit_tests kvscope_parity_tests kvscope_model_parity_tests kvscope_gguf_parity_tests \
+               kvscope_tokenizer_parity_tests kvscope-cli
+test-asan:
+	@bash packaging/build.sh >/dev/null
+	@export CCACHE_DIR=$${CCACHE_DIR:-$${KVSCOPE_CACHE:-$$HOME/.cache/kvscope}/ccache} CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1; \
+	  cmake --preset asan >/dev/null && cmake --build build-asan -j 2 --target $(ASAN_TARGETS) >/dev/null
+	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  ctest --output-on-failure -j2 --timeout 1800 -L "unit|parity" -E "BitExactForAllFloat32|packaging"
 
 bench:
 	@bash packaging/build.sh >/dev/null
