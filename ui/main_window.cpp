@@ -25,7 +25,6 @@
 #include <QPushButton>
 #include <QSaveFile>
 #include <QSettings>
-#include <QElapsedTimer>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QStandardPaths>
@@ -522,12 +521,8 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
   memory_->show(run);
   scales_->show(run);
   errors_->show(run);
-  // The token x channel map is the costliest redraw (tokens x channels cells): at most twice a second while a run
-  // goes, so that on a small machine the window takes little from the engine; the final snapshot always shows.
-  if (run->tokenErrors && (run->finished || !tokenMapShown_.isValid() || tokenMapShown_.elapsed() >= 500)) {
-    tokenErrors_->show(run->tokenErrors);
-    tokenMapShown_.restart();
-  }
+  // The engine attaches the token x channel errors at most twice a second (and always to the final snapshot).
+  if (run->tokenErrors) tokenErrors_->show(run->tokenErrors);
   beamDock_->show(run);
   updateStatus();
   if (run->finished) {

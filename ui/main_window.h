@@ -2,7 +2,6 @@
 // snapshots it sends back. It never waits on the engine.
 #pragma once
 
-#include <QElapsedTimer>
 #include <QMainWindow>
 #include <functional>
 
@@ -145,7 +144,6 @@ class MainWindow : public QMainWindow {
   QTableWidget* evalTable_ = nullptr;
   QLabel* evalSummary_ = nullptr;
   bool evaluating_ = false;
-  QElapsedTimer tokenMapShown_;
   void autosave();
   void updateStatus();
   QTableWidget* runs_;

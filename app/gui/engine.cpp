@@ -36,6 +36,9 @@ QString describe(const std::exception& e, const QString& during, bool modelKept)
 // Snapshots at most every 100 ms (10 Hz): smooth enough to watch, and on a 2-core machine the GUI's redraws then take
 // little from the engine (tests/bench/bench_gui_vs_cli.sh measures it).
 constexpr qint64 kEmitMs = 100;
+// The token x channel errors (a copy of a layer's whole history) ride along at most twice a second while a run goes;
+// the final snapshot always carries them.
+constexpr qint64 kInspectionMs = 500;
 }  // namespace
 
 struct Engine::Impl {
@@ -75,6 +78,12 @@ ui::TokenErrorViewPtr Engine::inspection() const {
   return view;
 }
 
+ui::TokenErrorViewPtr Engine::inspectionIfDue(QElapsedTimer& since) const {
+  if (since.isValid() && since.elapsed() < kInspectionMs) return nullptr;
+  since.restart();
+  return inspection();
+}
+
 void Engine::publishInspection() { Q_EMIT inspectionUpdated(inspection()); }
 
 void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt,
@@ -87,7 +96,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   bo.numBeams = r.beams;
   std::vector<std::int64_t> stops{d_->tok->eosId()};
   if (const auto e = d_->tok->tokenId("<|im_end|>")) stops.push_back(*e);
-  QElapsedTimer sinceEmit;
+  QElapsedTimer sinceEmit, sinceInspection;
   sinceEmit.start();
   const auto result = generate::beamSearch(
       *d_->model, kv, prompt, r.maxNew, bo, stops,
@@ -103,7 +112,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
         if (ev.snapshot) snap->cache = *ev.snapshot;
         recordErrors(kv);
         if (sinceEmit.elapsed() >= kEmitMs) {
-          snap->tokenErrors = inspection();
+          snap->tokenErrors = inspectionIfDue(sinceInspection);
           Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
           sinceEmit.restart();
         }
@@ -288,7 +297,7 @@ void Engine::run(const ui::RunRequest& r) {
     snap->spec = QString::fromStdString(cache::toSpec(cfg));
     snap->shadow = r.shadow;
     snap->promptTokens = static_cast<int>(prompt.size());
-    QElapsedTimer sinceEmit;
+    QElapsedTimer sinceEmit, sinceInspection;
     sinceEmit.start();
     double decodeSeconds = 0;
     int steps = 0;
@@ -305,9 +314,8 @@ void Engine::run(const ui::RunRequest& r) {
             t.top.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
           for (const auto& [id, lp] : ev.refTop)
             t.refTop.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
-          const auto mem = kv->totalMemory();
-          t.kvStored = mem.stored();
-          t.kvUnquantized = mem.unquantized;
+          t.kvStored = ev.memory.stored();
+          t.kvUnquantized = ev.memory.unquantized;
           snap->tokens.append(t);
           recordErrors(*kv);
           if (ev.step == 0) snap->prefillTokS = snap->promptTokens / std::max(ev.seconds, 1e-9);
@@ -316,7 +324,7 @@ void Engine::run(const ui::RunRequest& r) {
           // Each snapshot is a copy the GUI can keep.
           if (sinceEmit.elapsed() >= kEmitMs) {
             snap->cache = kv->snapshot();
-            snap->tokenErrors = inspection();
+            snap->tokenErrors = inspectionIfDue(sinceInspection);
             Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
             sinceEmit.restart();
           }

@@ -3,6 +3,7 @@
 // each superseding the last. requestStop() is the one call that may come from any thread.
 #pragma once
 
+#include <QElapsedTimer>
 #include <QObject>
 #include <QStringList>
 #include <atomic>
@@ -60,6 +61,7 @@ class Engine : public QObject {
   std::unique_ptr<Impl> d_;
   void recordErrors(const cache::KvCache& kv);
   ui::TokenErrorViewPtr inspection() const;
+  ui::TokenErrorViewPtr inspectionIfDue(QElapsedTimer& since) const;
   void beginRun(quint64 serial);
   std::atomic<bool> cancel_{false};
   std::atomic<quint64> stopSerial_{0}, runningSerial_{0};
