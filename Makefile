@@ -1,6 +1,6 @@
 # The two Quick start commands. Both install what is missing (packaging/setup.sh, cached in ~/.cache/kvscope),
 # configure and build into ./build.
-.PHONY: run cli-demo test test-asan build bench
+.PHONY: run cli-demo test test-asan test-fuzz build bench
 
 build:
 	@bash packaging/build.sh >/dev/null
@@ -27,13 +27,21 @@ test:
 # The unit and parity suites again under AddressSanitizer + UndefinedBehaviorSanitizer (the `asan` preset; any UB
 # report fails its test). The two exhaustive 2^32 codec tests are left out for time (they run in `make test`).
 ASAN_TARGETS = kvscope_unit_tests kvscope_parity_tests kvscope_model_parity_tests kvscope_gguf_parity_tests \
-               kvscope_tokenizer_parity_tests kvscope-cli
+               kvscope_tokenizer_parity_tests kvscope_session_tests kvscope-cli
 test-asan:
 	@bash packaging/build.sh >/dev/null
 	@export CCACHE_DIR=$${CCACHE_DIR:-$${KVSCOPE_CACHE:-$$HOME/.cache/kvscope}/ccache} CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1; \
 	  cmake --preset asan >/dev/null && cmake --build build-asan -j 2 --target $(ASAN_TARGETS) >/dev/null
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j2 --timeout 1800 -L "unit|parity" -E "BitExactForAllFloat32|packaging"
+
+# Every libFuzzer target (the `fuzz` preset: clang, ASan + UBSan) for a short smoke run over seeds the project writes
+# (KVSCOPE_FUZZ_SMOKE_SECONDS each, 25 by default); a crash, leak, timeout or sanitizer report fails it.
+test-fuzz:
+	@bash packaging/build.sh >/dev/null
+	@export CCACHE_DIR=$${CCACHE_DIR:-$${KVSCOPE_CACHE:-$$HOME/.cache/kvscope}/ccache} CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1; \
+	  cmake --preset fuzz >/dev/null && cmake --build build-fuzz -j 2 --target fuzz_targets >/dev/null
+	cd build-fuzz && ctest --output-on-failure -j2 --timeout 600 -L fuzz
 
 bench:
 	@bash packaging/build.sh >/dev/null

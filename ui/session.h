@@ -2,6 +2,7 @@
 // figures, per-layer memory) as JSON, so that a session can be reopened and compared later.
 #pragma once
 
+#include <QByteArray>
 #include <QString>
 #include <QVector>
 #include <stdexcept>
@@ -24,5 +25,10 @@ class SessionError : public std::runtime_error {
 void saveSession(const Session& s, const QString& path);
 /// Throws SessionError naming the file and the problem; nothing is half-read.
 Session loadSession(const QString& path);
+/// What loadSession does with the file's bytes; `name` is the file named in errors. Every key is type-checked and
+/// every integer range-checked, and errors name the run, token or layer and the key.
+Session parseSession(const QByteArray& bytes, const QString& name);
+/// The JSON that saveSession writes.
+QByteArray sessionJson(const Session& s);
 
 }  // namespace kvscope::ui

@@ -11,6 +11,8 @@
   tokenizer_json/  the parity tests' trained tokenizers (byte-level gpt2/smollm/llama3/qwen2 and the SentencePiece
                    layouts), then each with "\\0\\0" + a tokenizer_config.json, and a few hand-written small ones
   cache_config/    SPEC strings, sweep grids and JSON cache configs (kvscope's own and bare transformers dicts)
+  session/         workbench session files (File > Save session, the autosave): runs with tokens, NaN (null) KL and
+                   log-probs, per-layer memory, beams; an older file without per-token KV bytes
 
 Nothing binary is committed: the corpora are rebuilt by this script (ctest runs it as fuzz.seeds).
 """
@@ -206,6 +208,39 @@ def cache_config_seeds(out):
         write(d, f"seed_{i:02d}", s)
 
 
+def session_seeds(out):
+    d = os.path.join(out, "session")
+    mem = {"payload": 4096, "metadata": 64, "residual": 0, "transient": 8192, "reserved": 1024, "unquantized": 8192}
+
+    def run(i, n, shadow, nan_at=None, beams=0, old=False):
+        tokens = []
+        for j in range(n):
+            t = {"id": 100 + j, "text": [" the", " cache", "é", "\n", "<|im_end|>"][j % 5],
+                 "logprob": None if j == nan_at else -0.25 * j, "kl": None if j == nan_at else 0.001 * j,
+                 "top1": j % 3 != 2}
+            if not old:
+                t.update({"kv_stored": 1000 * (j + 1), "kv_unquantized": 4000 * (j + 1)})
+            tokens.append(t)
+        r = {"run": i, "config": ["fp8:overflow=saturate", "quanto:nbits=4", "hqq:nbits=2,axis_key=1",
+                                  "layers=0:dynamic;*:K=fp8,V=quanto:nbits=2"][i % 4],
+             "shadow": shadow, "prompt_tokens": 12, "tokens": tokens, "memory": [{"k": mem, "v": mem}] * 3,
+             "prefill_tok_s": 310.5, "decode_tok_s": 25.25, "mean_kl": 0.004, "max_kl": None if nan_at else 0.02,
+             "top1_agreement": 0.95, "first_divergence": -1 if i % 2 else 4, "stop_reason": "eos"}
+        if beams:
+            r["beams"] = [{"text": f"hypothesis {b}", "score": -1.5 * b} for b in range(beams)]
+        return r
+
+    sessions = [
+        {"format": "kvscope-session", "version": 1, "model": "/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+         "runs": [run(1, 6, True), run(2, 5, True, nan_at=3)]},
+        {"format": "kvscope-session", "version": 1, "model": "", "runs": [run(3, 4, False, beams=3)]},
+        {"format": "kvscope-session", "version": 1, "model": "m.gguf", "runs": [run(4, 3, False, old=True)]},
+        {"format": "kvscope-session", "version": 1, "runs": []},
+    ]
+    for i, s in enumerate(sessions):
+        write(d, f"seed_{i:02d}", json.dumps(s, indent=4 if i == 0 else None, ensure_ascii=i != 1))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -219,6 +254,7 @@ def main():
     hf_config_seeds(args.out)
     tokenizer_seeds(args.out)
     cache_config_seeds(args.out)
+    session_seeds(args.out)
     for name in sorted(os.listdir(args.out)):
         files = os.listdir(os.path.join(args.out, name))
         size = sum(os.path.getsize(os.path.join(args.out, name, f)) for f in files)
