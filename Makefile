@@ -1,6 +1,6 @@
 # The two Quick start commands. Both install what is missing (packaging/setup.sh, cached in ~/.cache/kvscope),
 # configure and build into ./build.
-.PHONY: run cli-demo test test-asan test-fuzz build bench
+.PHONY: run cli-demo test test-asan test-tsan test-fuzz build bench
 
 build:
 	@bash packaging/build.sh >/dev/null
@@ -34,6 +34,15 @@ test-asan:
 	  cmake --preset asan >/dev/null && cmake --build build-asan -j 2 --target $(ASAN_TARGETS) >/dev/null
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j2 --timeout 1800 -L "unit|parity" -E "BitExactForAllFloat32|packaging"
+
+# The engine/GUI threading tests (gui.workbench) under ThreadSanitizer (the `tsan` preset: the engine, the views and the
+# tests are instrumented; any report fails the test). One OpenMP thread: libgomp's barriers are invisible to TSan.
+test-tsan:
+	@bash packaging/build.sh >/dev/null
+	@export CCACHE_DIR=$${CCACHE_DIR:-$${KVSCOPE_CACHE:-$$HOME/.cache/kvscope}/ccache} CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1; \
+	  cmake --preset tsan >/dev/null && cmake --build build-tsan -j 2 --target kvscope_gui_tests >/dev/null
+	cd build-tsan && OMP_NUM_THREADS=1 TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp second_deadlock_stack=1 allocator_may_return_null=1 history_size=7" \
+	  ctest --output-on-failure --timeout 1800 -R '^gui\.workbench$$'
 
 # Every libFuzzer target (the `fuzz` preset: clang, ASan + UBSan) for a short smoke run over seeds the project writes
 # (KVSCOPE_FUZZ_SMOKE_SECONDS each, 25 by default); a crash, leak, timeout or sanitizer report fails it.

@@ -73,9 +73,7 @@ int main(int argc, char** argv) {
   QThread engineThread;
   engineThread.setObjectName("engine");
   auto* engine = new kvscope::app::Engine();
-  engine->moveToThread(&engineThread);
-  QObject::connect(&engineThread, &QThread::finished, engine, &QObject::deleteLater);
-  engineThread.start();
+  kvscope::app::startEngine(engine, &engineThread);
 
   kvscope::ui::MainWindow w;
   kvscope::app::wire(engine, &w);
@@ -124,8 +122,6 @@ int main(int argc, char** argv) {
   } else {
     std::fprintf(stderr, "kvscope: no model found (pass --model PATH or set KVSCOPE_MODEL)\n");
   }
-  engine->requestStop();
-  engineThread.quit();
-  engineThread.wait();
+  kvscope::app::shutdownEngine(engine, &engineThread);
   return rc;
 }

@@ -1,26 +1,61 @@
 #include "wiring.h"
 
+#include <QThread>
+
 #include "engine.h"
 #include "main_window.h"
+#include "thread_handoff.h"
 
 namespace kvscope::app {
+
+namespace {
+
+/// A connection between the engine's thread and the GUI's (queued: the receiver lives in the other thread) whose
+/// hand-off ThreadSanitizer can see (ui/thread_handoff.h). The direct connection is made first, so Qt calls it first:
+/// it releases in the sending thread before Qt posts the event; the receiver acquires before its slot runs.
+template <typename Sender, typename Receiver, typename... Args>
+void link(Sender* from, void (Sender::*signal)(Args...), Receiver* to, void (Receiver::*slot)(Args...)) {
+  QObject::connect(from, signal, from, [] { ui::handoff::release(); }, Qt::DirectConnection);
+  QObject::connect(from, signal, to, [to, slot](Args... args) {
+    ui::handoff::acquire();
+    (to->*slot)(args...);
+  });
+}
+
+}  // namespace
 
 void wire(Engine* engine, ui::MainWindow* w) {
   registerMetaTypes();
   w->setStopHandler([engine](quint64 serial) { engine->requestStop(serial); });
   w->setInspectHandler([engine](int layer) { engine->setInspectedLayer(layer); });
   w->setDevices(availableDevices());
-  QObject::connect(w, &ui::MainWindow::loadRequested, engine, &Engine::load);
-  QObject::connect(w, &ui::MainWindow::runRequested, engine, &Engine::run);
-  QObject::connect(engine, &Engine::loadProgress, w, &ui::MainWindow::onLoadProgress);
-  QObject::connect(engine, &Engine::modelLoaded, w, &ui::MainWindow::onModelLoaded);
-  QObject::connect(engine, &Engine::runUpdated, w, &ui::MainWindow::onRunUpdated);
-  QObject::connect(w, &ui::MainWindow::inspectionRequested, engine, &Engine::publishInspection);
-  QObject::connect(engine, &Engine::inspectionUpdated, w, &ui::MainWindow::onInspection);
-  QObject::connect(w, &ui::MainWindow::evalRequested, engine, &Engine::evaluate);
-  QObject::connect(engine, &Engine::evalProgress, w, &ui::MainWindow::onEvalProgress);
-  QObject::connect(engine, &Engine::evalFinished, w, &ui::MainWindow::onEvalFinished);
-  QObject::connect(engine, &Engine::failed, w, &ui::MainWindow::onFailed);
+  link(w, &ui::MainWindow::loadRequested, engine, &Engine::load);
+  link(w, &ui::MainWindow::runRequested, engine, &Engine::run);
+  link(w, &ui::MainWindow::inspectionRequested, engine, &Engine::publishInspection);
+  link(w, &ui::MainWindow::evalRequested, engine, &Engine::evaluate);
+  link(engine, &Engine::loadProgress, w, &ui::MainWindow::onLoadProgress);
+  link(engine, &Engine::modelLoaded, w, &ui::MainWindow::onModelLoaded);
+  link(engine, &Engine::runUpdated, w, &ui::MainWindow::onRunUpdated);
+  link(engine, &Engine::inspectionUpdated, w, &ui::MainWindow::onInspection);
+  link(engine, &Engine::evalProgress, w, &ui::MainWindow::onEvalProgress);
+  link(engine, &Engine::evalFinished, w, &ui::MainWindow::onEvalFinished);
+  link(engine, &Engine::failed, w, &ui::MainWindow::onFailed);
+}
+
+void startEngine(Engine* engine, QThread* thread) {
+  engine->moveToThread(thread);
+  // The engine thread's last act; shutdownEngine() acquires after waiting for it (ui/thread_handoff.h).
+  QObject::connect(thread, &QThread::finished, thread, [] { ui::handoff::release(); }, Qt::DirectConnection);
+  thread->start();
+}
+
+void shutdownEngine(Engine* engine, QThread* thread) {
+  engine->requestStop();
+  ui::handoff::release();
+  thread->quit();
+  thread->wait();
+  ui::handoff::acquire();
+  delete engine;
 }
 
 }  // namespace kvscope::app
