@@ -778,15 +778,24 @@ void MainWindow::exportRuns() {
 
 void MainWindow::exportPlots() {
   const QString dir = QFileDialog::getExistingDirectory(this, tr("Export plots to a folder"));
-  if (dir.isEmpty()) return;
-  int saved = 0;
-  for (auto [name, plot] : {std::pair{"kv_memory", memory_->plot()}, std::pair{"fp8_scales", scales_->plot()},
-                            std::pair{"quantization_error", errors_->plot()}}) {
-    saved += plot->savePng(dir + "/" + name + ".png", 0, 0, 2.0) ? 1 : 0;
-    saved += plot->savePdf(dir + "/" + name + ".pdf") ? 1 : 0;
+  if (!dir.isEmpty()) exportPlotsTo(dir);
+}
+
+bool MainWindow::exportPlotsTo(const QString& dir) {
+  const std::pair<const char*, QCustomPlot*> plots[] = {
+      {"kv_memory", memory_->plot()},           {"kv_memory_per_step", memory_->stepsPlot()},
+      {"fp8_scales", scales_->plot()},          {"quantization_error", errors_->plot()},
+      {"token_channel_error", tokenErrors_->plot()}, {"runs_overlay", overlay_->plot()}};
+  QStringList failed;
+  for (const auto& [name, plot] : plots) {
+    if (!plot->savePng(dir + "/" + name + ".png", 0, 0, 2.0)) failed << QString(name) + ".png";
+    if (!plot->savePdf(dir + "/" + name + ".pdf")) failed << QString(name) + ".pdf";
   }
-  if (saved == 6) message_->setText(tr("Saved 3 plots as PNG and PDF in %1").arg(dir));
-  else onFailed(tr("could not write every plot to %1").arg(dir));
+  if (failed.isEmpty())
+    message_->setText(tr("Saved %1 plots as PNG and PDF in %2").arg(std::size(plots)).arg(dir));
+  else
+    onFailed(tr("could not write %1 in %2").arg(failed.join(", "), dir));
+  return failed.isEmpty();
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {

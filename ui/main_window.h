@@ -75,6 +75,9 @@ class MainWindow : public QMainWindow {
   void exportConfig();
   void exportRuns();
   void exportPlots();
+  /// Every plot (KV memory and per step, FP8 scales, layer x head error, token x channel error, the runs overlay) as
+  /// PNG and PDF in `dir`; false (and one line in the status bar) when a file cannot be written.
+  bool exportPlotsTo(const QString& dir);
   void saveSessionTo(const QString& path);
   /// Runs every config of a grid (`quanto:nbits=2,4;q_group_size=32,64`) on the current prompt, then names the best
   /// under the budget. Stop cancels the running config and the rest of the grid.

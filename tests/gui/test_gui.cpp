@@ -3,6 +3,7 @@
 #include <QAbstractItemModelTester>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QFileInfo>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
@@ -29,9 +30,29 @@
 #include "engine.h"
 #include "main_window.h"
 #include "session.h"
+#include "thread_handoff.h"
 #include "wiring.h"
 
 using namespace kvscope;
+
+/// The engine's `failed` and `modelLoaded` signals as the test thread sees them. The engine emits from its own thread,
+/// and QSignalSpy records with a direct connection in the emitting thread, unlocked, while the test reads it: a data
+/// race (ThreadSanitizer reports it). Connected to this main-thread object, they arrive queued, as the GUI gets them.
+class EngineSpy : public QObject {
+ public:
+  explicit EngineSpy(app::Engine* engine) {
+    connect(engine, &app::Engine::failed, this, [this](const QString& m) {
+      ui::handoff::acquire();  // the engine's release comes from wire()'s connections (ui/thread_handoff.h)
+      failures << m;
+    });
+    connect(engine, &app::Engine::modelLoaded, this, [this](const ui::ModelInfo& m) {
+      ui::handoff::acquire();
+      loads << m;
+    });
+  }
+  QStringList failures;
+  QList<ui::ModelInfo> loads;
+};
 
 class GuiTest : public QObject {
   Q_OBJECT
@@ -58,9 +79,7 @@ class GuiTest : public QObject {
     model_ = qEnvironmentVariable("KVSCOPE_MODEL");
     if (model_.isEmpty() || !QFile::exists(model_)) QSKIP("KVSCOPE_MODEL is not set to the embedded GGUF");
     engine_ = new app::Engine();
-    engine_->moveToThread(&thread_);
-    connect(&thread_, &QThread::finished, engine_, &QObject::deleteLater);
-    thread_.start();
+    app::startEngine(engine_, &thread_);
     w_ = new ui::MainWindow();
     app::wire(engine_, w_);
     new QAbstractItemModelTester(w_->runsTable()->model(), QAbstractItemModelTester::FailureReportingMode::QtTest, w_);
@@ -153,11 +172,11 @@ class GuiTest : public QObject {
 
   void unavailableDeviceIsRefused() {
     QCOMPARE(w_->findChild<QComboBox*>("device")->itemText(0), QString("cpu"));
-    QSignalSpy failed(engine_, &app::Engine::failed);
+    EngineSpy spy(engine_);
     QMetaObject::invokeMethod(engine_, "load", Qt::QueuedConnection, Q_ARG(QString, model_), Q_ARG(QString, "fp32"),
                               Q_ARG(QString, "cuda:7"));
-    QTRY_VERIFY_WITH_TIMEOUT(failed.count() > 0, 30000);
-    QVERIFY(failed.takeFirst().at(0).toString().contains("device `cuda:7` is not available"));
+    QTRY_VERIFY_WITH_TIMEOUT(spy.failures.size() > 0, 30000);
+    QVERIFY(spy.failures.takeFirst().contains("device `cuda:7` is not available"));
     // The window shows it through its own queued slot: wait for that before the next test starts a run.
     QTRY_VERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("cuda:7"));
     QVERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
@@ -221,7 +240,7 @@ class GuiTest : public QObject {
 
   void loadingWhileRunningStopsTheRunThenLoads() {
     QSignalSpy done(w_, &ui::MainWindow::runFinished);
-    QSignalSpy loaded(engine_, &app::Engine::modelLoaded);
+    EngineSpy spy(engine_);
     w_->configPanel()->setSpec("hqq:nbits=4");
     w_->maxNewBox()->setValue(2000);
     QTest::mouseClick(w_->findChild<QPushButton*>("runButton"), Qt::LeftButton);
@@ -229,21 +248,20 @@ class GuiTest : public QObject {
     w_->openModel(model_);
     QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 60000);
     QCOMPARE(done.takeFirst().at(0).value<ui::RunSnapshotPtr>()->stopReason, QString("cancelled"));
-    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 60000);
+    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() > 0, 60000);
     QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
     const auto r = runAndWait("fp8:overflow=saturate", 2);
     QVERIFY(r && r->tokens.size() == 2);
   }
 
   void stopCancelsALoadAndKeepsTheModel() {
-    QSignalSpy failed(engine_, &app::Engine::failed);
-    QSignalSpy loaded(engine_, &app::Engine::modelLoaded);
+    EngineSpy spy(engine_);
     w_->openModel(model_);
     QVERIFY(w_->findChild<QPushButton*>("stopButton")->isEnabled());
     QTest::keyClick(w_, Qt::Key_Escape);
-    QTRY_VERIFY_WITH_TIMEOUT(failed.count() > 0, 60000);
-    QCOMPARE(loaded.count(), 0);
-    const QString msg = failed.takeFirst().at(0).toString();
+    QTRY_VERIFY_WITH_TIMEOUT(spy.failures.size() > 0, 60000);
+    QCOMPARE(spy.loads.size(), 0);
+    const QString msg = spy.failures.takeFirst();
     QVERIFY2(msg.contains("cancelled; the loaded model is kept"), qPrintable(msg));
     QTRY_VERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("cancelled"));
     const auto r = runAndWait("fp8:overflow=saturate", 2);
@@ -260,13 +278,13 @@ class GuiTest : public QObject {
     QCOMPARE(getrlimit(RLIMIT_AS, &old), 0);
     rlimit cap = old;
     cap.rlim_cur = static_cast<rlim_t>(mapped + (256LL << 20));
-    QSignalSpy failed(engine_, &app::Engine::failed);
+    EngineSpy spy(engine_);
     QCOMPARE(setrlimit(RLIMIT_AS, &cap), 0);
     w_->openModel(model_);
-    const bool gotIt = QTest::qWaitFor([&] { return failed.count() > 0; }, 60000);
+    const bool gotIt = QTest::qWaitFor([&] { return spy.failures.size() > 0; }, 60000);
     setrlimit(RLIMIT_AS, &old);
     QVERIFY(gotIt);
-    const QString msg = failed.takeFirst().at(0).toString();
+    const QString msg = spy.failures.takeFirst();
     QVERIFY2(msg.startsWith("out of memory during loading"), qPrintable(msg));
     QVERIFY2(msg.contains("the loaded model is kept"), qPrintable(msg));
     QVERIFY(!msg.contains('\n'));
@@ -296,10 +314,10 @@ class GuiTest : public QObject {
     QVERIFY(f.open(QIODevice::WriteOnly));
     f.write("GGUF but not really, just text long enough to read a header from");
     f.close();
-    QSignalSpy failed(engine_, &app::Engine::failed);
+    EngineSpy spy(engine_);
     w_->openModel(bad);
-    QTRY_VERIFY_WITH_TIMEOUT(failed.count() > 0, 30000);
-    QVERIFY(failed.takeFirst().at(0).toString().contains("broken.gguf"));
+    QTRY_VERIFY_WITH_TIMEOUT(spy.failures.size() > 0, 30000);
+    QVERIFY(spy.failures.takeFirst().contains("broken.gguf"));
     QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());  // the old model is still there
     const auto again = runAndWait("fp8:overflow=saturate", 4);
     QVERIFY(again && !again->tokens.isEmpty());
@@ -385,11 +403,27 @@ class GuiTest : public QObject {
     QVERIFY(w_->overlay()->plot()->graph(0)->data()->size() > 0);
   }
 
+  void exportsEveryPlot() {
+    QTemporaryDir dir;
+    QVERIFY(w_->exportPlotsTo(dir.path()));
+    const QStringList names{"kv_memory", "kv_memory_per_step", "fp8_scales", "quantization_error",
+                            "token_channel_error", "runs_overlay"};
+    for (const QString& n : names)
+      for (const char* ext : {".png", ".pdf"}) {
+        const QFileInfo f(dir.filePath(n + ext));
+        QVERIFY2(f.exists() && f.size() > 1000, qPrintable(f.filePath()));
+      }
+    QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("Saved 6 plots"));
+    // A folder that cannot be written: one line naming the files, the window carries on.
+    QVERIFY(!w_->exportPlotsTo(dir.filePath("missing/sub")));
+    QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("could not write kv_memory.png"));
+  }
+
   void bf16ReloadsAndRuns() {
-    QSignalSpy loaded(engine_, &app::Engine::modelLoaded);
+    EngineSpy spy(engine_);
     w_->findChild<QComboBox*>("dtype")->setCurrentText("bf16");
-    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 60000);
-    QCOMPARE(loaded.takeFirst().at(0).value<ui::ModelInfo>().dtype, QString("bf16"));
+    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() > 0, 60000);
+    QCOMPARE(spy.loads.takeFirst().dtype, QString("bf16"));
     // The window learns of the load through its own queued slot: wait until it is ready to run.
     QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
     const auto r = runAndWait("fp8:overflow=saturate", 4);
@@ -397,7 +431,7 @@ class GuiTest : public QObject {
     // bf16 states: the unquantized equivalent is two bytes a value, fp8 one.
     QCOMPARE(r->cache.total().payload * 2, r->cache.total().unquantized);
     w_->findChild<QComboBox*>("dtype")->setCurrentText("fp32");
-    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 60000);
+    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() > 0, 60000);
     QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
   }
 
@@ -417,9 +451,7 @@ class GuiTest : public QObject {
   }
 
   void cleanupTestCase() {
-    if (engine_) engine_->requestStop();
-    thread_.quit();
-    thread_.wait();
+    if (engine_) app::shutdownEngine(engine_, &thread_);
     delete w_;
   }
 };
