@@ -54,7 +54,7 @@ Runner addCalibrate(CLI::App& app) {
       std::cerr << fmt::format("calibrate: window {}/{}\n", wi + 1, windows.size());
       states[wi].resize(static_cast<std::size_t>(L));
       auto kv = m.model->makeCache(cache::parseSpec("dynamic"));
-      m.model->forward(idsTensor(windows[wi], 0, windows[wi].size()), *kv, [&](int l, const char* name, const at::Tensor& t) {
+      m.model->forward(model::idsTensor(windows[wi], 0, windows[wi].size()), *kv, [&](int l, const char* name, const at::Tensor& t) {
         const bool k = std::string(name) == "k", v = std::string(name) == "v";
         if (!k && !v) return;
         cal.add(l, k, t);

@@ -92,8 +92,9 @@ double perplexity(const model::LlamaModel& model, const cache::CacheConfig& cfg,
   const std::int64_t n = static_cast<std::int64_t>(ids.size());
   for (std::int64_t start = 0; start < n - 1; start += chunk) {
     const std::int64_t len = std::min<std::int64_t>(chunk, n - 1 - start);
-    const at::Tensor in = at::tensor(std::vector<std::int64_t>(ids.begin() + start, ids.begin() + start + len), at::kLong);
-    const at::Tensor logp = model.forward(in.view({1, -1}), *kv)[0].log_softmax(-1);
+    const at::Tensor logp =
+        model.forward(model::idsTensor(ids, static_cast<std::size_t>(start), static_cast<std::size_t>(len)), *kv)[0]
+            .log_softmax(-1);
     const at::Tensor next =
         at::tensor(std::vector<std::int64_t>(ids.begin() + start + 1, ids.begin() + start + 1 + len), at::kLong);
     nll -= logp.gather(1, next.view({-1, 1})).sum().item<double>();

@@ -54,11 +54,4 @@ inline std::vector<std::vector<std::int64_t>> windowsOf(const Loaded& m, const T
   return w;
 }
 
-inline at::Tensor idsTensor(const std::vector<std::int64_t>& ids, std::size_t from, std::size_t n) {
-  return at::tensor(std::vector<std::int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(from),
-                                              ids.begin() + static_cast<std::ptrdiff_t>(from + n)),
-                    at::kLong)
-      .view({1, -1});
-}
-
 }  // namespace kvscope::cli

@@ -15,24 +15,17 @@ namespace kvscope::generate {
 
 namespace {
 
-at::Tensor idsTensor(const std::vector<std::int64_t>& ids, std::size_t from, std::size_t n) {
-  return at::tensor(std::vector<std::int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(from),
-                                              ids.begin() + static_cast<std::ptrdiff_t>(from + n)),
-                    at::kLong)
-      .view({1, -1});
-}
-
 // Log-probabilities [n, vocab] of the tokens after the prompt: the prompt is the cache's first update, then the
 // rest of the window goes through in steps of `step` tokens (teacher forcing), so later tokens read the quantized
 // states of earlier ones.
 at::Tensor windowLogProbs(const model::LlamaModel& model, cache::KvCache& kv, const std::vector<std::int64_t>& w,
                           std::size_t prompt, std::size_t step) {
   std::vector<at::Tensor> out;
-  at::Tensor logits = model.forward(idsTensor(w, 0, prompt), kv)[0];
+  at::Tensor logits = model.forward(model::idsTensor(w, 0, prompt), kv)[0];
   out.push_back(logits.narrow(0, static_cast<std::int64_t>(prompt) - 1, 1));
   for (std::size_t s = prompt; s + 1 < w.size(); s += step) {
     const std::size_t n = std::min(step, w.size() - 1 - s);
-    out.push_back(model.forward(idsTensor(w, s, n), kv)[0]);
+    out.push_back(model.forward(model::idsTensor(w, s, n), kv)[0]);
   }
   return at::cat(out, 0).log_softmax(-1);
 }

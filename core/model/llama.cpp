@@ -350,4 +350,12 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
   return at::linear(h, lmHead_).to(at::kFloat);
 }
 
+at::Tensor idsTensor(const std::vector<std::int64_t>& ids, std::size_t from, std::size_t n) {
+  TORCH_CHECK(from + n <= ids.size(), "idsTensor: [", from, ", ", from + n, ") is past ", ids.size(), " ids");
+  return at::tensor(std::vector<std::int64_t>(ids.begin() + static_cast<std::ptrdiff_t>(from),
+                                              ids.begin() + static_cast<std::ptrdiff_t>(from + n)),
+                    at::kLong)
+      .view({1, -1});
+}
+
 }  // namespace kvscope::model

@@ -71,4 +71,7 @@ class LlamaModel {
   std::vector<Layer> layers_;
 };
 
+/// ids[from, from + n) as the [1, n] int64 batch that LlamaModel::forward takes.
+at::Tensor idsTensor(const std::vector<std::int64_t>& ids, std::size_t from, std::size_t n);
+
 }  // namespace kvscope::model
