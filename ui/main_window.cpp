@@ -32,8 +32,11 @@
 #include <QSpinBox>
 #include <QStatusBar>
 #include <QTableWidget>
+#include <QTemporaryFile>
 #include <QVBoxLayout>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <unistd.h>
 
 #include "cache/config.h"
@@ -781,6 +784,21 @@ void MainWindow::exportPlots() {
   if (!dir.isEmpty()) exportPlotsTo(dir);
 }
 
+namespace {
+
+/// Writes `path` through `write(tmp)` into a temporary file beside it, then renames that over `path`: nobody sees a
+/// half-written plot, and a failure leaves whatever was there.
+bool writeAtomically(const QString& path, const std::function<bool(const QString&)>& write) {
+  QTemporaryFile tmp(path + ".XXXXXX.part");
+  if (!tmp.open()) return false;
+  tmp.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ReadGroup | QFileDevice::ReadOther);
+  const QString t = tmp.fileName();
+  tmp.close();
+  return write(t) && ::rename(QFile::encodeName(t).constData(), QFile::encodeName(path).constData()) == 0;
+}
+
+}  // namespace
+
 bool MainWindow::exportPlotsTo(const QString& dir) {
   const std::pair<const char*, QCustomPlot*> plots[] = {
       {"kv_memory", memory_->plot()},           {"kv_memory_per_step", memory_->stepsPlot()},
@@ -788,8 +806,11 @@ bool MainWindow::exportPlotsTo(const QString& dir) {
       {"token_channel_error", tokenErrors_->plot()}, {"runs_overlay", overlay_->plot()}};
   QStringList failed;
   for (const auto& [name, plot] : plots) {
-    if (!plot->savePng(dir + "/" + name + ".png", 0, 0, 2.0)) failed << QString(name) + ".png";
-    if (!plot->savePdf(dir + "/" + name + ".pdf")) failed << QString(name) + ".pdf";
+    auto* p = plot;
+    if (!writeAtomically(dir + "/" + name + ".png", [p](const QString& f) { return p->savePng(f, 0, 0, 2.0); }))
+      failed << QString(name) + ".png";
+    if (!writeAtomically(dir + "/" + name + ".pdf", [p](const QString& f) { return p->savePdf(f); }))
+      failed << QString(name) + ".pdf";
   }
   if (failed.isEmpty())
     message_->setText(tr("Saved %1 plots as PNG and PDF in %2").arg(std::size(plots)).arg(dir));

@@ -2,6 +2,7 @@
 // an invalid option blocks Run with the core's message, a bad model file keeps the loaded one, export parses back.
 #include <QAbstractItemModelTester>
 #include <QComboBox>
+#include <QDir>
 #include <QDoubleSpinBox>
 #include <QFileInfo>
 #include <QJsonDocument>
@@ -414,6 +415,8 @@ class GuiTest : public QObject {
         QVERIFY2(f.exists() && f.size() > 1000, qPrintable(f.filePath()));
       }
     QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("Saved 6 plots"));
+    // Written whole through a temporary file beside each plot: nothing is left behind.
+    QCOMPARE(QDir(dir.path()).entryList(QDir::Files).size(), 12);
     // A folder that cannot be written: one line naming the files, the window carries on.
     QVERIFY(!w_->exportPlotsTo(dir.filePath("missing/sub")));
     QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("could not write kv_memory.png"));
