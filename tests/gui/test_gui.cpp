@@ -453,6 +453,37 @@ class GuiTest : public QObject {
     QCOMPARE(w_->runsTable()->rowCount(), before + 2);
   }
 
+  void stopDuringASweepKeepsTheFinishedRuns() {
+    // Stop while the sweep's second config runs: the sweep ends there, the first run is kept, counted for the best
+    // config and autosaved; the cancelled one is listed but never chosen.
+    QSignalSpy done(w_, &ui::MainWindow::runFinished);
+    const int before = w_->runsTable()->rowCount();
+    w_->maxNewBox()->setValue(48);
+    w_->findChild<QDoubleSpinBox*>("budget")->setValue(1000.0);
+    w_->startSweep("hqq:nbits=4,8,2");
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() == 1, 120000);
+    const auto first = done.at(0).at(0).value<ui::RunSnapshotPtr>();
+    QVERIFY(first->stopReason != "cancelled");
+    w_->maxNewBox()->setValue(2000);  // the sweep reads the form for each config: the second runs long
+    QTRY_VERIFY_WITH_TIMEOUT(w_->lastRun() && w_->lastRun()->runId != first->runId && w_->lastRun()->tokens.size() >= 2,
+                             120000);
+    w_->stop();
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() == 2, 60000);
+    QCOMPARE(done.at(1).at(0).value<ui::RunSnapshotPtr>()->stopReason, QString("cancelled"));
+    QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
+    QTest::qWait(1500);
+    // The third config never started: no run since the cancelled one, nothing running, the progress bar gone.
+    QCOMPARE(done.count(), 2);
+    QCOMPARE(w_->lastRun()->runId, done.at(1).at(0).value<ui::RunSnapshotPtr>()->runId);
+    QVERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
+    QCOMPARE(w_->runsTable()->rowCount(), before + 2);
+    QVERIFY(w_->findChild<QLabel*>("bestLabel")->text().contains(first->spec));
+    const ui::Session saved = ui::loadSession(ui::MainWindow::autosavePath());
+    QVERIFY(saved.runs.size() >= 2);
+    QCOMPARE(saved.runs.back()->stopReason, QString("cancelled"));
+    QCOMPARE(saved.runs[saved.runs.size() - 2]->spec, first->spec);
+  }
+
   void cleanupTestCase() {
     if (engine_) app::shutdownEngine(engine_, &thread_);
     delete w_;
