@@ -101,9 +101,7 @@ Runner addCalibrate(CLI::App& app) {
         "calibrate: on the same K/V states after each window's first {} tokens ({} values):\n"
         "  seed (one scale per tensor, frozen on those {} tokens): {} beyond the format max ({:.4f}%), {} NaN ({:.4f}%)\n"
         "  calibrated:                                          {} beyond the format max ({:.4f}%), {} NaN/inf ({:.4f}%)\n",
-        label, cfg.granularity == cache::Fp8Granularity::Tensor ? "tensor"
-                            : cfg.granularity == cache::Fp8Granularity::Head ? "head" : "channel",
-        o->method, co.percentile ? fmt::format(" {}", o->percentile) : std::string(), cfg.headroom, tokens,
+        label, cache::granularityName(cfg.granularity), o->method, co.percentile ? fmt::format(" {}", o->percentile) : std::string(), cfg.headroom, tokens,
         windows.size(), windows[0].size(), o->prompt, seed.values, o->prompt, seed.beyondMax,
         pct(seed.beyondMax, seed.values), seed.nonFinite, pct(seed.nonFinite, seed.values), calibrated.beyondMax,
         pct(calibrated.beyondMax, calibrated.values), calibrated.nonFinite, pct(calibrated.nonFinite, calibrated.values));

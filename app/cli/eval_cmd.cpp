@@ -33,9 +33,9 @@ nlohmann::json evalJson(const EvalFigures& f, bool reference) {
                       {"compression_ratio", f.ratio()},
                       {"seconds", f.seconds}};
   if (!reference) {
-    j["mean_kl"] = num(f.klSum / static_cast<double>(std::max<std::int64_t>(f.scored, 1)));
+    j["mean_kl"] = num(f.meanKl());
     j["max_kl"] = num(f.klMax);
-    j["top1_agreement"] = static_cast<double>(f.agree) / static_cast<double>(std::max<std::int64_t>(f.scored, 1));
+    j["top1_agreement"] = f.top1();
     j["non_finite_positions"] = f.nonFinitePositions;
     j["overflow"] = f.overflow;
     j["non_finite"] = f.nonFinite;
@@ -98,11 +98,10 @@ Runner addEval(CLI::App& app) {
     auto g = [](double x, const char* f) { return std::isnan(x) ? std::string("nan") : fmt::format(fmt::runtime(f), x); };
     for (std::size_t i = 0; i < figs.size(); ++i) {
       const EvalFigures& f = figs[i];
-      const double meanKl = f.meanKl();
       std::cout << fmt::format("{:<58} {:>7.2f}x {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", f.spec, f.ratio(),
                                g(f.ppl(), "{:.3f}"), i == 0 ? "-" : g(f.ppl() - figs[0].ppl(), "{:+.3f}"),
-                               i == 0 ? "-" : g(meanKl, "{:.4g}"), i == 0 ? "-" : g(f.klMax, "{:.4g}"),
-                               i == 0 ? "-" : fmt::format("{:.1f}%", 100.0 * f.agree / double(std::max<std::int64_t>(f.scored, 1))),
+                               i == 0 ? "-" : g(f.meanKl(), "{:.4g}"), i == 0 ? "-" : g(f.klMax, "{:.4g}"),
+                               i == 0 ? "-" : fmt::format("{:.1f}%", 100.0 * f.top1()),
                                i == 0 ? "-" : std::to_string(f.nonFinitePositions));
     }
     return 0;

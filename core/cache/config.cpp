@@ -13,6 +13,16 @@
 #include <sstream>
 
 namespace kvscope::cache {
+
+std::string_view granularityName(Fp8Granularity g) {
+  switch (g) {
+    case Fp8Granularity::Tensor: return "tensor";
+    case Fp8Granularity::Head: return "head";
+    case Fp8Granularity::Channel: return "channel";
+  }
+  return "tensor";
+}
+
 namespace {
 
 // Group-wise backends: a positive group size and a residual window of 0 or more tokens.
@@ -36,14 +46,6 @@ std::string joinNames(const std::vector<OptionInfo>& opts) {
 }
 
 std::string_view fp8FormatName(Fp8Format f) { return f == Fp8Format::E4M3FN ? "e4m3fn" : "e5m2"; }
-std::string_view granularityName(Fp8Granularity g) {
-  switch (g) {
-    case Fp8Granularity::Tensor: return "tensor";
-    case Fp8Granularity::Head: return "head";
-    case Fp8Granularity::Channel: return "channel";
-  }
-  return "tensor";
-}
 std::string_view overflowName(OverflowPolicy p) {
   switch (p) {
     case OverflowPolicy::Nan: return "nan";

@@ -144,5 +144,7 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg);
 std::string toKvscopeJson(const CacheConfig& cfg);
 /// Canonical SPEC string (only what differs from the defaults, transformers keys first).
 std::string toSpec(const CacheConfig& cfg);
+/// The SPEC value of a granularity: "tensor", "head" or "channel".
+std::string_view granularityName(Fp8Granularity g);
 
 }  // namespace kvscope::cache

@@ -257,10 +257,7 @@ class Fp8Layer final : public CacheLayer {
     const std::int64_t want = granularity_ == Fp8Granularity::Tensor ? 1 : granularity_ == Fp8Granularity::Head ? H : H * D;
     if (scale.numel() != want)
       throw CacheError(fmt::format("fp8: {} calibrated {} scales, but granularity={} on {} heads x {} channels needs {}",
-                                   scale.numel(), side,
-                                   granularity_ == Fp8Granularity::Tensor ? "tensor"
-                                   : granularity_ == Fp8Granularity::Head ? "head" : "channel",
-                                   H, D, want));
+                                   scale.numel(), side, granularityName(granularity_), H, D, want));
   }
 
   kernels::Fp8Format format_;
