@@ -15,7 +15,8 @@ namespace {
 /// it releases in the sending thread before Qt posts the event; the receiver acquires before its slot runs.
 template <typename Sender, typename Receiver, typename... Args>
 void link(Sender* from, void (Sender::*signal)(Args...), Receiver* to, void (Receiver::*slot)(Args...)) {
-  QObject::connect(from, signal, from, [] { ui::handoff::release(); }, Qt::DirectConnection);
+  if constexpr (ui::handoff::enabled)
+    QObject::connect(from, signal, from, [] { ui::handoff::release(); }, Qt::DirectConnection);
   QObject::connect(from, signal, to, [to, slot](Args... args) {
     ui::handoff::acquire();
     (to->*slot)(args...);
@@ -45,7 +46,8 @@ void wire(Engine* engine, ui::MainWindow* w) {
 void startEngine(Engine* engine, QThread* thread) {
   engine->moveToThread(thread);
   // The engine thread's last act; shutdownEngine() acquires after waiting for it (ui/thread_handoff.h).
-  QObject::connect(thread, &QThread::finished, thread, [] { ui::handoff::release(); }, Qt::DirectConnection);
+  if constexpr (ui::handoff::enabled)
+    QObject::connect(thread, &QThread::finished, thread, [] { ui::handoff::release(); }, Qt::DirectConnection);
   thread->start();
 }
 
