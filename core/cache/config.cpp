@@ -23,6 +23,15 @@ std::string_view granularityName(Fp8Granularity g) {
   return "tensor";
 }
 
+std::string_view attentionName(AttentionMode m) { return m == AttentionMode::Reference ? "reference" : "fused"; }
+
+bool allFused(const CacheConfig& cfg) {
+  if (!cfg.mixed()) return cfg.attention == AttentionMode::Fused;
+  for (const auto& r : cfg.layers)
+    if (!allFused(r.keys) || !allFused(r.values)) return false;
+  return true;
+}
+
 namespace {
 
 // Group-wise backends: a positive group size and a residual window of 0 or more tokens.
@@ -176,6 +185,7 @@ void applyOption(CacheConfig& cfg, std::string_view key, const json& v) {
     cfg.overflow = s == "saturate" ? OverflowPolicy::Saturate : s == "recalibrate" ? OverflowPolicy::Recalibrate : OverflowPolicy::Nan;
   } else if (key == "optimize") cfg.hqqOptimize = asBool(key, v);
   else if (key == "sink") cfg.sink = asInt(key, v);
+  else if (key == "attention") cfg.attention = asChoice(key, v, info->choices) == "reference" ? AttentionMode::Reference : AttentionMode::Fused;
 }
 
 json specValue(std::string_view text) {
@@ -224,9 +234,13 @@ Backend parseBackend(std::string_view name) {
 }
 
 const std::vector<OptionInfo>& backendOptions(Backend b) {
-  static const std::vector<OptionInfo> none;
   static const OptionInfo kSinkOption{"sink", "int", {}, "0", false,
                                       "first tokens kept in full precision (attention sinks); 0: none"};
+  static const OptionInfo kAttentionOption{
+      "attention", "choice", {"fused", "reference"}, "fused", false,
+      "fused: attention reads the stored codes tile by tile (no full-precision copy; chunked prefill); reference: "
+      "transformers' computation bit for bit (a dequantized copy of the history; one-shot prefill)"};
+  static const std::vector<OptionInfo> dynamic = {kAttentionOption};
   static const std::vector<OptionInfo> fp8 = {
       {"format", "choice", {"e4m3fn", "e5m2"}, "e4m3fn", false, "FP8 format of the stored states"},
       {"granularity", "choice", {"tensor", "head", "channel"}, "tensor", false,
@@ -235,6 +249,7 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       {"overflow", "choice", {"nan", "saturate", "recalibrate"}, "nan", false,
        "values beyond the frozen scale: NaN as PyTorch's cast (transformers), clamp, or grow the scale"},
       kSinkOption,
+      kAttentionOption,
   };
   static const std::vector<OptionInfo> quanto = {
       {"nbits", "int", {"2", "4"}, "4", true, "bits per value"},
@@ -243,6 +258,7 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       {"q_group_size", "int", {}, "64", true, "values per scale/zero-point group"},
       {"residual_length", "int", {}, "128", true, "full-precision window before the history is re-quantized"},
       kSinkOption,
+      kAttentionOption,
   };
   static const std::vector<OptionInfo> hqq = {
       {"nbits", "int", {"1", "2", "3", "4", "8"}, "4", true, "bits per value"},
@@ -253,6 +269,7 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       {"optimize", "bool", {"true", "false"}, "true", false,
        "hqq's half-quadratic zero-point optimizer (hqq's default, so transformers runs it)"},
       kSinkOption,
+      kAttentionOption,
   };
   static const std::vector<OptionInfo> kivi = {
       {"nbits", "int", {"2", "4"}, "2", false, "bits per value (keys and values)"},
@@ -261,15 +278,16 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       {"residual_length", "int", {}, "128", false,
        "full-precision window of the newest tokens; older tokens leave it one whole group at a time"},
       kSinkOption,
+      kAttentionOption,
   };
   switch (b) {
-    case Backend::Dynamic: return none;
+    case Backend::Dynamic: return dynamic;
     case Backend::Fp8: return fp8;
     case Backend::Quanto: return quanto;
     case Backend::Hqq: return hqq;
     case Backend::Kivi: return kivi;
   }
-  return none;
+  return dynamic;
 }
 
 void setOption(CacheConfig& cfg, std::string_view key, std::string_view value) {
@@ -516,6 +534,7 @@ json kvscopeSection(const CacheConfig& cfg) {
     k["residual_length"] = cfg.resolvedResidualLength();
   }
   if (cfg.sink > 0) k["sink"] = cfg.sink;
+  if (cfg.attention != AttentionMode::Fused) k["attention"] = std::string(attentionName(cfg.attention));
   if (!cfg.keyScales.empty()) k["key_scales"] = cfg.keyScales;
   if (!cfg.valueScales.empty()) k["value_scales"] = cfg.valueScales;
   return k;
@@ -669,6 +688,7 @@ std::string toSpec(const CacheConfig& cfg) {
   }
   if (cfg.backend == Backend::Hqq && cfg.hqqOptimize != d.hqqOptimize) parts.push_back("optimize=false");
   if (cfg.sink != d.sink) parts.push_back(fmt::format("sink={}", cfg.sink));
+  if (cfg.attention != d.attention) parts.push_back(fmt::format("attention={}", attentionName(cfg.attention)));
   std::string s(backendName(cfg.backend));
   if (!parts.empty()) s += ":" + fmt::format("{}", fmt::join(parts, ","));
   // Calibrated scales live in JSON files only: the label says so (it is not a SPEC that parses back).

@@ -22,6 +22,11 @@ enum class OverflowPolicy {
   Recalibrate,  ///< grow the scale to cover the new amax and re-encode the stored states with it
 };
 
+/// How attention reads a layer's cache. Fused: from the stored form (codes and scales, tile by tile), keeping no
+/// full-precision copy of the history. Reference: what transformers computes, bit for bit: the layer keeps the
+/// dequantized history beside the codes and LibTorch's scaled_dot_product_attention reads it.
+enum class AttentionMode { Fused, Reference };
+
 /// A bad option, key, value or combination. `key()` names the offending key (empty for the backend itself).
 class ConfigError : public std::invalid_argument {
  public:
@@ -52,6 +57,9 @@ struct CacheConfig {
   // kvscope's attention-sink option (fp8, quanto, hqq, kivi): the first `sink` tokens stay in full precision and the
   // backend sees only the tokens after them. 0 (default): the backend alone, as transformers.
   int sink = 0;
+
+  // kvscope's option for every backend: how attention reads this cache (`attention=fused|reference`).
+  AttentionMode attention = AttentionMode::Fused;
 
   // kvscope's fp8 option: scales calibrated offline on a text (`kvscope-cli calibrate`), per layer: [layer][1]
   // (granularity=tensor), [layer][kv_heads] (head) or [layer][kv_heads * head_dim] (channel). Used from the first
@@ -144,6 +152,10 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg);
 std::string toKvscopeJson(const CacheConfig& cfg);
 /// Canonical SPEC string (only what differs from the defaults, transformers keys first).
 std::string toSpec(const CacheConfig& cfg);
+/// The SPEC value of an attention mode: "fused" or "reference".
+std::string_view attentionName(AttentionMode m);
+/// True when every layer of `cfg` (every rule's keys and values) attends in fused mode.
+bool allFused(const CacheConfig& cfg);
 /// The SPEC value of a granularity: "tensor", "head" or "channel".
 std::string_view granularityName(Fp8Granularity g);
 

@@ -10,9 +10,9 @@ namespace {
 
 class DynamicLayer final : public CacheLayer {
  public:
-  explicit DynamicLayer(const StatsOptions& s) : CacheLayer(s) {}
+  DynamicLayer(const CacheConfig& cfg, const StatsOptions& s) : CacheLayer(s, cfg.attention) {}
 
-  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
+  std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
     checkStates(k, "dynamic keys");
     checkStates(v, "dynamic values");
     checkSameLayout(v, k, "dynamic values");
@@ -69,6 +69,8 @@ class DynamicLayer final : public CacheLayer {
 
 }  // namespace
 
-std::unique_ptr<CacheLayer> makeDynamicLayer(const StatsOptions& stats) { return std::make_unique<DynamicLayer>(stats); }
+std::unique_ptr<CacheLayer> makeDynamicLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+  return std::make_unique<DynamicLayer>(cfg, stats);
+}
 
 }  // namespace kvscope::cache::detail

@@ -3,14 +3,16 @@
 // the first update returning its inputs. Beyond it: per-head and per-channel scales, e5m2, headroom, and what to do
 // with values beyond the frozen scale (NaN as PyTorch's cast, saturate, or recalibrate).
 //
-// Storage: uint8 codes in a growing buffer, plus a dequantized mirror that each update extends by the new tokens
-// only (the scale is frozen, so earlier tokens dequantize to the same values every step). The seed dequantizes the
-// whole cache on every step instead; the values are identical.
+// Storage: uint8 codes in a growing buffer. In reference mode also a dequantized mirror that each update extends by
+// the new tokens only (the scale is frozen, so earlier tokens dequantize to the same values every step; the seed
+// dequantizes the whole cache on every step instead, and the values are identical). In fused mode (the default) no
+// mirror: attention reads the codes and scales (stage()).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <cfloat>
 
+#include "cache/detail/attention_sources.h"
 #include "cache/detail/error_stats.h"
 #include "cache/detail/layers.h"
 #include "cache/detail/seq_buffer.h"
@@ -34,7 +36,7 @@ ElemType elemType(at::ScalarType t) {
 class Fp8Layer final : public CacheLayer {
  public:
   Fp8Layer(const CacheConfig& cfg, const StatsOptions& s)
-      : CacheLayer(s),
+      : CacheLayer(s, cfg.attention),
         format_(cfg.fp8Format == Fp8Format::E5M2 ? kernels::Fp8Format::E5M2 : kernels::Fp8Format::E4M3FN),
         granularity_(cfg.granularity),
         headroom_(cfg.headroom),
@@ -48,26 +50,28 @@ class Fp8Layer final : public CacheLayer {
     if (!cfg.valueScales.empty()) calibratedV_ = at::tensor(cfg.valueScales.front(), at::kFloat);
   }
 
-  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& kIn, const at::Tensor& vIn) override {
-    checkStates(kIn, "fp8 keys");
-    checkStates(vIn, "fp8 values");
-    checkSameLayout(vIn, kIn, "fp8 values");
-    const bool first = !k_.q.defined() || !k_.scale.defined();
-    if (!first) {
-      checkSameLayout(kIn, k_.deq.view(), "fp8 keys");
-      checkSameLayout(vIn, v_.deq.view(), "fp8 values");
-    }
-    if (first) {
-      checkCalibrated(calibratedK_, kIn, "key");
-      checkCalibrated(calibratedV_, vIn, "value");
-    }
-    const at::Tensor k = kIn.contiguous(), v = vIn.contiguous();
-    const std::int64_t start = k_.q.length();
-    ++stats_.updates;
-    append(k_, k, first, start, stats_.keys);
-    append(v_, v, first, start, stats_.values);
+  std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& kIn, const at::Tensor& vIn) override {
+    const bool first = store(kIn, vIn);
     if (first) return {kIn, vIn};
     return {k_.deq.view(), v_.deq.view()};
+  }
+
+  Staged stage(const at::Tensor& kIn, const at::Tensor& vIn) override {
+    if (!fused()) return CacheLayer::stage(kIn, vIn);
+    const bool first = store(kIn, vIn);
+    Staged s;
+    if (first) {  // the first update attends over its inputs, as transformers' layer returns them
+      s.denseKeys = kIn;
+      s.denseValues = vIn;
+      if (kIn.is_cpu()) {
+        s.keys = fpSource(kIn.contiguous());
+        s.values = fpSource(vIn.contiguous());
+      }
+      return s;
+    }
+    s.keys = fp8Source(k_.q.view(), k_.expanded, format_);
+    s.values = fp8Source(v_.q.view(), v_.expanded, format_);
+    return s;
   }
 
   void reorder(const at::Tensor& beamIdx) override {
@@ -103,9 +107,9 @@ class Fp8Layer final : public CacheLayer {
     for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
       mem->payload = s->q.bytesUsed();
       mem->metadata = s->scale.defined() ? s->scale.numel() * 4 : 0;
-      mem->transient = s->deq.bytesUsed();
-      mem->reserved = s->q.bytesReserved() + s->deq.bytesReserved();
-      mem->unquantized = s->deq.bytesUsed();
+      mem->transient = s->deq.defined() ? s->deq.bytesUsed() : 0;
+      mem->reserved = s->q.bytesReserved() + (s->deq.defined() ? s->deq.bytesReserved() : 0);
+      mem->unquantized = s->q.length() * s->q.bytesPerToken() * s->inputBytes;
     }
     return m;
   }
@@ -113,12 +117,36 @@ class Fp8Layer final : public CacheLayer {
  private:
   struct Side {
     SeqBuffer q;            // uint8 codes [B, H, cap, D]
-    SeqBuffer deq;          // dequantized mirror, input dtype
+    SeqBuffer deq;          // dequantized mirror, input dtype (reference mode only)
+    std::int64_t inputBytes = 0;  // bytes per value of the input dtype
+    at::Tensor like;        // the first update's states, narrowed to 0 tokens: the layout later updates must continue
     at::Tensor scale;       // float32 [1], [H] or [H, D]
     at::Tensor expanded;    // float32 [H, D]: the scale of every (head, channel), what the kernels read
   };
 
   float fmax() const { return kernels::fp8Max(format_); }
+
+  // Checks and stores new states (codes, and the mirror in reference mode). Returns true for the first update.
+  bool store(const at::Tensor& kIn, const at::Tensor& vIn) {
+    checkStates(kIn, "fp8 keys");
+    checkStates(vIn, "fp8 values");
+    checkSameLayout(vIn, kIn, "fp8 values");
+    const bool first = !k_.q.defined() || !k_.scale.defined();
+    if (!first) {
+      checkSameLayout(kIn, k_.like, "fp8 keys");
+      checkSameLayout(vIn, v_.like, "fp8 values");
+    }
+    if (first) {
+      checkCalibrated(calibratedK_, kIn, "key");
+      checkCalibrated(calibratedV_, vIn, "value");
+    }
+    const at::Tensor k = kIn.contiguous(), v = vIn.contiguous();
+    const std::int64_t start = k_.q.length();
+    ++stats_.updates;
+    append(k_, k, first, start, stats_.keys);
+    append(v_, v, first, start, stats_.values);
+    return first;
+  }
 
   at::Tensor amaxForScale(const at::Tensor& x) const {
     switch (granularity_) {
@@ -204,6 +232,8 @@ class Fp8Layer final : public CacheLayer {
           granularity_ == Fp8Granularity::Channel ? std::vector<std::int64_t>{H, D} : std::vector<std::int64_t>{-1};
       setScale(s, calibrated.defined() ? calibrated.to(x.device()).reshape(shape) : scaleFromAmax(amaxForScale(x)), H,
                D);
+      s.like = at::empty({x.size(0), H, 0, D}, x.options());  // no reference to x's storage
+      s.inputBytes = static_cast<std::int64_t>(x.element_size());
     }
     at::Tensor slot = s.q.tail(T, x, at::kByte);
     Fp8Counts c = encodeInto(x, slot, s.expanded, policy_ == OverflowPolicy::Saturate);
@@ -220,9 +250,16 @@ class Fp8Layer final : public CacheLayer {
     st.nonFinite = c.nonFinite;
     st.overflowTotal += st.overflow;
     st.nonFiniteTotal += c.nonFinite;
-    at::Tensor dslot = s.deq.tail(T, x);
-    decodeInto(slot, dslot, s.expanded);
-    s.deq.commit(T);
+    // What attention reads of the new tokens: kept in the mirror (reference), or decoded here for the statistics only.
+    at::Tensor dslot;
+    if (!fused()) {
+      dslot = s.deq.tail(T, x);
+      decodeInto(slot, dslot, s.expanded);
+      s.deq.commit(T);
+    } else if (statsOptions_.enabled) {
+      dslot = at::empty_like(x);
+      decodeInto(slot, dslot, s.expanded);
+    }
     st.quantized = true;
     st.quantizedTokens = T;
     if (first || st.scales.empty() || recalibrated) {  // the scale changes only then
@@ -247,7 +284,7 @@ class Fp8Layer final : public CacheLayer {
     at::Tensor values = at::empty(codes.sizes(), codes.options().dtype(at::kFloat));
     decodeInto(codes, values, oldExpanded);
     encodeInto(values, codes, s.expanded, false);
-    decodeInto(codes, s.deq.view().narrow(2, 0, stored), s.expanded);
+    if (!fused()) decodeInto(codes, s.deq.view().narrow(2, 0, stored), s.expanded);
   }
 
   // Calibrated scales must fit the granularity and the states' heads/channels.

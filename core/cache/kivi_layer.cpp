@@ -13,12 +13,14 @@
 // [B, H, groups, D], values [B, H, T, D / group]), and one full-precision buffer holding [dequantized quantized part |
 // window]: the tensor attention reads. A group leaving the window is quantized, packed, unpacked again from what was
 // stored, and its dequantized values overwrite its slot in that buffer: O(group) work, no copy of the history.
+// Fused mode (the default): that buffer holds the window only; attention reads the packed codes (stage()).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <numeric>
 
+#include "cache/detail/attention_sources.h"
 #include "cache/detail/error_stats.h"
 #include "cache/detail/layers.h"
 #include "cache/detail/seq_buffer.h"
@@ -60,12 +62,39 @@ at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits) {
 class KiviLayer final : public CacheLayer {
  public:
   KiviLayer(const CacheConfig& cfg, const StatsOptions& s)
-      : CacheLayer(s),
+      : CacheLayer(s, cfg.attention),
         bits_(cfg.resolvedNbits()),
         group_(cfg.resolvedGroupSize()),
         window_(cfg.resolvedResidualLength()) {}
 
-  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
+  std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
+    const bool first = store(k, v);
+    if (first) return {k, v};
+    return {k_.out.view(), v_.out.view()};
+  }
+
+  Staged stage(const at::Tensor& k, const at::Tensor& v) override {
+    if (!fused()) return CacheLayer::stage(k, v);
+    const bool first = store(k, v);
+    Staged st;
+    if (first) {
+      st.denseKeys = k;
+      st.denseValues = v;
+      if (k.is_cpu()) {
+        st.keys = fpSource(k.contiguous());
+        st.values = fpSource(v.contiguous());
+      }
+      return st;
+    }
+    const std::int64_t D = k.size(3);
+    st.keys = concat({quantizedSource(k_, true, D), fpSource(k_.out.view())});
+    st.values = concat({quantizedSource(v_, false, D), fpSource(v_.out.view())});
+    return st;
+  }
+
+  // Checks and stores new states: whole groups leave the window first, then the new states join it. Returns true
+  // for the first update.
+  bool store(const at::Tensor& k, const at::Tensor& v) {
     checkStates(k, "kivi keys");
     checkStates(v, "kivi values");
     checkSameLayout(v, k, "kivi values");
@@ -83,10 +112,18 @@ class KiviLayer final : public CacheLayer {
     ++stats_.updates;
     // What the previous steps stored leaves the window now, whole groups at a time.
     const std::int64_t before = quantized_;
-    while (k_.out.length() - quantized_ >= window_ + group_) {
+    while (window() >= window_ + group_) {
       quantizeKeys(quantized_);
       quantizeValues(quantized_);
       quantized_ += group_;
+      if (fused()) {  // the window buffer holds only the tokens after the quantized part
+        k_.out.dropFront(group_);
+        v_.out.dropFront(group_);
+      }
+    }
+    if (fused() && quantized_ > before) {  // a long prompt has left the window: give its room back
+      k_.out.compact(window_ + group_ + k.size(2));
+      v_.out.compact(window_ + group_ + k.size(2));
     }
     for (auto [st, x] : {std::pair{&stats_.keys, &k}, std::pair{&stats_.values, &v}}) {
       st->quantized = quantized_ > before;
@@ -95,20 +132,14 @@ class KiviLayer final : public CacheLayer {
       if (statsOptions_.enabled) st->amaxPerHead = amaxPerHead(*x);
     }
     if (statsOptions_.enabled && quantized_ > before) {
-      stats_.keys.error = errorMap(pendingK_, k_.out.view().narrow(2, before, quantized_ - before), before,
-                                   statsOptions_.tokenBin);
-      stats_.values.error = errorMap(pendingV_, v_.out.view().narrow(2, before, quantized_ - before), before,
-                                     statsOptions_.tokenBin);
+      stats_.keys.error = errorMap(pendingK_, pendingDeqK_, before, statsOptions_.tokenBin);
+      stats_.values.error = errorMap(pendingV_, pendingDeqV_, before, statsOptions_.tokenBin);
     }
-    pendingK_ = at::Tensor();
-    pendingV_ = at::Tensor();
+    pendingK_ = pendingV_ = pendingDeqK_ = pendingDeqV_ = at::Tensor();
     k_.out.append(k);
     v_.out.append(v);
-    if (first) {
-      resetRows(k.size(0));
-      return {k, v};
-    }
-    return {k_.out.view(), v_.out.view()};
+    if (first) resetRows(k.size(0));
+    return first;
   }
 
   void reorder(const at::Tensor& beamIdx) override {
@@ -137,6 +168,25 @@ class KiviLayer final : public CacheLayer {
       reset();
       return;
     }
+    if (fused()) {
+      if (keep < quantized_) {
+        // Whole groups stay quantized; the tokens of a cut group return to the window with their dequantized values.
+        const std::int64_t q = keep / group_ * group_;
+        const at::Tensor like = k_.out.view();
+        const std::int64_t B = like.size(0), H = like.size(1), D = like.size(3);
+        const at::Tensor backK = materialize(*quantizedSource(k_, true, D, keep), B, H, like.scalar_type());
+        const at::Tensor backV = materialize(*quantizedSource(v_, false, D, keep), B, H, like.scalar_type());
+        k_.out.setLength(0);
+        v_.out.setLength(0);
+        k_.out.append(backK.narrow(2, q, keep - q));
+        v_.out.append(backV.narrow(2, q, keep - q));
+        truncateCodes(q);
+      } else {
+        k_.out.setLength(keep - quantized_);
+        v_.out.setLength(keep - quantized_);
+      }
+      return;
+    }
     if (keep < quantized_) {
       // Whole groups stay quantized; the tokens of a cut group return to the window with their dequantized values.
       quantized_ = keep / group_ * group_;
@@ -150,7 +200,7 @@ class KiviLayer final : public CacheLayer {
     v_.out.setLength(keep);
   }
 
-  std::int64_t seqLength() const override { return k_.out.length(); }
+  std::int64_t seqLength() const override { return fused() ? quantized_ + k_.out.length() : k_.out.length(); }
   Backend backend() const override { return Backend::Kivi; }
 
   LayerMemory memory() const override {
@@ -160,11 +210,11 @@ class KiviLayer final : public CacheLayer {
       const std::int64_t bpt = s->out.bytesPerToken();
       mem->payload = s->codes.bytesUsed();
       mem->metadata = s->scale.bytesUsed() + s->zero.bytesUsed();
-      mem->residual = (s->out.length() - quantized_) * bpt;
-      mem->transient = quantized_ * bpt;
+      mem->residual = window() * bpt;
+      mem->transient = fused() ? 0 : quantized_ * bpt;
       mem->reserved = s->out.bytesReserved() + s->codes.bytesReserved() + s->scale.bytesReserved() +
                       s->zero.bytesReserved();
-      mem->unquantized = s->out.bytesUsed();
+      mem->unquantized = seqLength() * bpt;
     }
     return m;
   }
@@ -178,6 +228,31 @@ class KiviLayer final : public CacheLayer {
   };
 
   std::int64_t levels() const { return (std::int64_t{1} << bits_) - 1; }
+  // Tokens in the full-precision window.
+  std::int64_t window() const { return fused() ? k_.out.length() : k_.out.length() - quantized_; }
+  // The slot of the window's token `start` (an absolute position) in the full-precision buffer.
+  at::Tensor slotOf(Side& s, std::int64_t start, std::int64_t n) {
+    return s.out.view().narrow(2, fused() ? start - quantized_ : start, n);
+  }
+
+  // Fused mode: the quantized part (its first `upTo` tokens, default all) read from the packed codes.
+  SourcePtr quantizedSource(const Side& s, bool keys, std::int64_t D, std::int64_t upTo = -1) const {
+    const std::int64_t n = upTo < 0 ? quantized_ : std::min(upTo, quantized_);
+    if (n == 0 || !s.codes.defined()) return SourcePtr();
+    const std::int64_t groupsStored = keys ? (quantized_ / group_) : quantized_;
+    return kiviSource(s.codes.view(), s.scale.view().narrow(2, 0, groupsStored), s.zero.view().narrow(2, 0, groupsStored),
+                      bits_, group_, keys, D, n);
+  }
+
+  // Keeps the first q quantized tokens (a multiple of the group) of the codes and their scales.
+  void truncateCodes(std::int64_t q) {
+    quantized_ = q;
+    for (Side* s : {&k_, &v_}) s->codes.setLength(q);
+    k_.scale.setLength(q / group_);
+    k_.zero.setLength(q / group_);
+    v_.scale.setLength(q);
+    v_.zero.setLength(q);
+  }
 
   // min/max over `dim` of x (float32), rounded to the storage dtype; returns (scale, min) as float32.
   std::pair<at::Tensor, at::Tensor> minMax(const at::Tensor& x, std::int64_t dim, at::ScalarType dt) const {
@@ -201,19 +276,20 @@ class KiviLayer final : public CacheLayer {
   }
 
   void quantizeKeys(std::int64_t start) {
-    const at::Tensor slot = k_.out.view().narrow(2, start, group_);
+    const at::Tensor slot = slotOf(k_, start, group_);
     const at::ScalarType dt = slot.scalar_type();
     const at::Tensor x = slot.to(at::kFloat);
     auto [scale, mn] = minMax(x, 2, dt);  // [B, H, 1, D]: per channel over the group's tokens
     const at::Tensor stored = storeCodes(k_, codesOf(x, scale, mn));
     k_.scale.append(scale.to(dt));
     k_.zero.append(mn.to(dt));
-    keepPending(pendingK_, slot);
-    slot.copy_((stored.to(at::kFloat) * scale + mn).to(dt));
+    const at::Tensor deq = (stored.to(at::kFloat) * scale + mn).to(dt);
+    keepPending(pendingK_, pendingDeqK_, slot, deq);
+    if (!fused()) slot.copy_(deq);
   }
 
   void quantizeValues(std::int64_t start) {
-    const at::Tensor slot = v_.out.view().narrow(2, start, group_);
+    const at::Tensor slot = slotOf(v_, start, group_);
     const at::ScalarType dt = slot.scalar_type();
     const std::int64_t B = slot.size(0), H = slot.size(1), T = slot.size(2), D = slot.size(3);
     const std::int64_t vg = std::min<std::int64_t>(group_, D);
@@ -222,14 +298,17 @@ class KiviLayer final : public CacheLayer {
     const at::Tensor stored = storeCodes(v_, codesOf(x, scale, mn).reshape({B, H, T, D}));
     v_.scale.append(scale.reshape({B, H, T, D / vg}).to(dt));
     v_.zero.append(mn.reshape({B, H, T, D / vg}).to(dt));
-    keepPending(pendingV_, slot);
-    slot.copy_((stored.to(at::kFloat).reshape({B, H, T, D / vg, vg}) * scale + mn).reshape({B, H, T, D}).to(dt));
+    const at::Tensor deq =
+        (stored.to(at::kFloat).reshape({B, H, T, D / vg, vg}) * scale + mn).reshape({B, H, T, D}).to(dt);
+    keepPending(pendingV_, pendingDeqV_, slot, deq);
+    if (!fused()) slot.copy_(deq);
   }
 
-  // The states about to be overwritten by their dequantized values, for this update's error map.
-  void keepPending(at::Tensor& pending, const at::Tensor& slot) const {
+  // The states about to be replaced by their dequantized values, and those values, for this update's error map.
+  void keepPending(at::Tensor& pending, at::Tensor& pendingDeq, const at::Tensor& slot, const at::Tensor& deq) const {
     if (!statsOptions_.enabled) return;
     pending = pending.defined() ? at::cat({pending, slot}, 2) : slot.clone();
+    pendingDeq = pendingDeq.defined() ? at::cat({pendingDeq, deq}, 2) : deq;
   }
 
   void resetRows(std::int64_t batch) {
@@ -241,7 +320,7 @@ class KiviLayer final : public CacheLayer {
   std::int64_t group_, window_;
   std::int64_t quantized_ = 0;  // tokens quantized (a multiple of group_), the same for keys and values
   Side k_, v_;
-  at::Tensor pendingK_, pendingV_;
+  at::Tensor pendingK_, pendingV_, pendingDeqK_, pendingDeqV_;
 };
 
 }  // namespace

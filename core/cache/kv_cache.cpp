@@ -9,7 +9,7 @@ namespace kvscope::cache {
 namespace {
 std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const StatsOptions& stats) {
   switch (cfg.backend) {
-    case Backend::Dynamic: return detail::makeDynamicLayer(stats);
+    case Backend::Dynamic: return detail::makeDynamicLayer(cfg, stats);
     case Backend::Fp8: return detail::makeFp8Layer(cfg, stats);
     case Backend::Quanto: return detail::makeQuantoLayer(cfg, stats);
     case Backend::Hqq: return detail::makeHqqLayer(cfg, stats);

@@ -5,12 +5,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <utility>
 
 #include "cache/config.h"
 #include "cache/stats.h"
+#include "kernels/cpu/segmented_attention.h"
 
 namespace kvscope::cache {
 
@@ -20,12 +22,35 @@ class CacheError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// What fused attention reads after a layer stored new states: its keys and values in their stored form, and the
+/// work the layer does once attention has read them (quanto/hqq re-quantize the history after the step that reads it).
+struct Staged {
+  std::shared_ptr<const kernels::TokenSource> keys, values;
+  /// The same states as dense tensors, where the layer has them at no cost (the first update's inputs, `dynamic`):
+  /// a prefill then goes through LibTorch's attention without a copy.
+  at::Tensor denseKeys, denseValues;
+  std::function<void()> finish;
+};
+
 class CacheLayer {
  public:
   virtual ~CacheLayer() = default;
 
-  /// Stores the new states and returns the keys and values attention should use now.
-  virtual std::pair<at::Tensor, at::Tensor> update(const at::Tensor& keys, const at::Tensor& values) = 0;
+  /// Stores the new states and returns the keys and values attention should use now (transformers' update()). In
+  /// fused mode the returned history is dequantized from the stored form for this call only.
+  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& keys, const at::Tensor& values);
+
+  /// Stores keys/values [B, Hkv, T, D] and returns attention [B, Hq, T, D] (q's dtype) of the queries q
+  /// [B, Hq, T, D] at the newest T positions over everything the layer holds, causally. Reference mode: update()
+  /// then LibTorch's scaled_dot_product_attention, exactly what transformers computes. Fused mode: the layer's
+  /// stored form read tile by tile (no full-precision history); the values attention sees are the same as in
+  /// reference mode, only the accumulation order differs (docs/attention.md).
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values);
+  AttentionMode attentionMode() const { return mode_; }
+
+  /// Fused mode: stores the states as update() does (the same semantics) and returns what attention reads now,
+  /// without building the full-precision history. The default: update()'s result as it is.
+  virtual Staged stage(const at::Tensor& keys, const at::Tensor& values);
   /// Beam search: batch row i becomes the old row beamIdx[i] (int64, length = batch).
   virtual void reorder(const at::Tensor& beamIdx) = 0;
   /// Drops every state (and, for fp8, the calibrated scale).
@@ -39,9 +64,15 @@ class CacheLayer {
   const LayerStats& stats() const { return stats_; }
 
  protected:
-  explicit CacheLayer(StatsOptions opts) : statsOptions_(opts) {}
+  /// update() in reference mode: the layer's own storage, with its full-precision working copy.
+  virtual std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& keys, const at::Tensor& values) = 0;
+
+  explicit CacheLayer(StatsOptions opts, AttentionMode mode = AttentionMode::Reference)
+      : statsOptions_(opts), mode_(mode) {}
+  bool fused() const { return mode_ == AttentionMode::Fused; }
   LayerStats stats_;
   StatsOptions statsOptions_;
+  AttentionMode mode_;
 };
 
 /// A layer for `cfg` (validated here; throws ConfigError).

@@ -9,12 +9,17 @@
 // Beam reorder: the buffer (dequantized store and residual) is reordered at once. The quantized store keeps its rows,
 // and `storeRows` records which of them each beam now reads, composed over reorders; the next flush re-quantizes
 // from the reordered buffer, as transformers' fix (#45510) does.
+//
+// Fused mode (the default) keeps no dequantized store: the buffer holds the residual window only, attention reads
+// the packed codes through storeRows (stage()), and a flush dequantizes the history once, for the re-quantization
+// transformers does at that step, then drops it.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <numeric>
 #include <optional>
 
+#include "cache/detail/attention_sources.h"
 #include "cache/detail/error_stats.h"
 #include "cache/detail/group_codec.h"
 #include "cache/detail/layers.h"
@@ -27,15 +32,16 @@ class ResidualQuantizedLayer final : public CacheLayer {
  public:
   ResidualQuantizedLayer(Backend backend, std::unique_ptr<GroupCodec> codec, const CacheConfig& cfg,
                          const StatsOptions& s)
-      : CacheLayer(s),
+      : CacheLayer(s, cfg.attention),
         backend_(backend),
+        bits_(cfg.resolvedNbits()),
         codec_(std::move(codec)),
         residualLength_(cfg.resolvedResidualLength()) {
     k_.axis = cfg.resolvedAxisKey();
     v_.axis = cfg.resolvedAxisValue();
   }
 
-  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
+  std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
     const char* name = backend_ == Backend::Quanto ? "quanto" : "hqq";
     checkStates(k, fmt::format("{} keys", name).c_str());
     checkStates(v, fmt::format("{} values", name).c_str());
@@ -77,8 +83,72 @@ class ResidualQuantizedLayer final : public CacheLayer {
     return {k_.buf.view(), v_.buf.view()};
   }
 
+  Staged stage(const at::Tensor& k, const at::Tensor& v) override {
+    if (!fused()) return CacheLayer::stage(k, v);
+    const char* name = backend_ == Backend::Quanto ? "quanto" : "hqq";
+    checkStates(k, fmt::format("{} keys", name).c_str());
+    checkStates(v, fmt::format("{} values", name).c_str());
+    checkSameLayout(v, k, fmt::format("{} values", name).c_str());
+    Staged st;
+    if (!initialized_) {
+      const at::Tensor kc = k.contiguous(), vc = v.contiguous();
+      QuantizedBlock qk = codec_->quantize(kc, k_.axis);
+      QuantizedBlock qv = codec_->quantize(vc, v_.axis);
+      ++stats_.updates;
+      setStoreFused(k_, std::move(qk), kc, stats_.keys);
+      setStoreFused(v_, std::move(qv), vc, stats_.values);
+      initialized_ = true;
+      resetRows(k.size(0));
+      st.denseKeys = k;
+      st.denseValues = v;
+      if (k.is_cpu()) {
+        st.keys = fpSource(kc);
+        st.values = fpSource(vc);
+      }
+      return st;
+    }
+    checkSameLayout(k, k_.like, fmt::format("{} keys", name).c_str());
+    checkSameLayout(v, v_.like, fmt::format("{} values", name).c_str());
+    const std::int64_t T = k.size(2);
+    const std::int64_t residual = k_.buf.length();
+    ++stats_.updates;
+    if (residual + T >= residualLength_) {
+      // This step reads [store, residual, new] as they stand; afterwards the whole of it is re-quantized (finish).
+      const at::Tensor kc = k.contiguous(), vc = v.contiguous();
+      st.keys = detail::concat({storeSource(k_), residualSource(k_), fpSource(kc)});
+      st.values = detail::concat({storeSource(v_), residualSource(v_), fpSource(vc)});
+      st.finish = [this, kc, vc] {
+        const at::Tensor fullK = history(k_, kc), fullV = history(v_, vc);
+        QuantizedBlock qk = codec_->quantize(fullK, k_.axis);
+        QuantizedBlock qv = codec_->quantize(fullV, v_.axis);
+        setStoreFused(k_, std::move(qk), fullK, stats_.keys);
+        setStoreFused(v_, std::move(qv), fullV, stats_.values);
+        resetRows(kc.size(0));
+      };
+      return st;
+    }
+    for (auto [s, x, ts] : {std::tuple{&k_, &k, &stats_.keys}, std::tuple{&v_, &v, &stats_.values}}) {
+      s->buf.append(*x);
+      ts->quantized = false;
+      ts->quantizedTokens = 0;
+      ts->error = {};
+      if (statsOptions_.enabled) ts->amaxPerHead = amaxPerHead(*x);
+    }
+    st.keys = detail::concat({storeSource(k_), residualSource(k_)});
+    st.values = detail::concat({storeSource(v_), residualSource(v_)});
+    return st;
+  }
+
   void reorder(const at::Tensor& beamIdx) override {
     if (!initialized_) return;
+    if (fused()) {
+      const at::Tensor idx = checkBeamIndex(beamIdx, k_.like.size(0), k_.like.device());
+      k_.buf.reorderBatch(idx);
+      v_.buf.reorderBatch(idx);
+      const at::Tensor rows = at::tensor(stats_.storeRows, at::kLong).index_select(0, idx.cpu());
+      stats_.storeRows.assign(rows.const_data_ptr<std::int64_t>(), rows.const_data_ptr<std::int64_t>() + rows.numel());
+      return;
+    }
     const at::Tensor idx = checkBeamIndex(beamIdx, k_.buf.view().size(0), k_.buf.view().device());
     k_.buf.reorderBatch(idx);
     v_.buf.reorderBatch(idx);
@@ -100,6 +170,23 @@ class ResidualQuantizedLayer final : public CacheLayer {
     if (!initialized_) return;
     const std::int64_t len = seqLength();
     const std::int64_t keep = n < 0 ? std::max<std::int64_t>(len + n, 0) : std::min(n, len);
+    if (fused()) {
+      if (keep == 0) return reset();
+      if (keep >= k_.storeLen) {
+        k_.buf.setLength(keep - k_.storeLen);
+        v_.buf.setLength(keep - v_.storeLen);
+        return;
+      }
+      // Cutting into the quantized part: the kept prefix is re-quantized from its dequantized values.
+      const at::Tensor pk = dequantizedStore(k_).narrow(2, 0, keep).contiguous();
+      const at::Tensor pv = dequantizedStore(v_).narrow(2, 0, keep).contiguous();
+      QuantizedBlock qk = codec_->quantize(pk, k_.axis);
+      QuantizedBlock qv = codec_->quantize(pv, v_.axis);
+      setStoreFused(k_, std::move(qk), pk, stats_.keys);
+      setStoreFused(v_, std::move(qv), pv, stats_.values);
+      resetRows(pk.size(0));
+      return;
+    }
     if (keep >= k_.storeLen) {
       k_.buf.setLength(keep);
       v_.buf.setLength(keep);
@@ -119,11 +206,22 @@ class ResidualQuantizedLayer final : public CacheLayer {
     resetRows(pk.size(0));
   }
 
-  std::int64_t seqLength() const override { return k_.buf.length(); }
+  std::int64_t seqLength() const override { return fused() ? k_.storeLen + k_.buf.length() : k_.buf.length(); }
   Backend backend() const override { return backend_; }
 
   LayerMemory memory() const override {
     LayerMemory m;
+    if (fused()) {
+      for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
+        if (!s->like.defined()) continue;
+        mem->payload = s->store ? s->store->payloadBytes() : 0;
+        mem->metadata = s->store ? s->store->metadataBytes() : 0;
+        mem->residual = s->buf.bytesUsed();
+        mem->reserved = s->buf.bytesReserved();
+        mem->unquantized = (s->storeLen + s->buf.length()) * s->bytesPerToken;
+      }
+      return m;
+    }
     for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
       if (!s->buf.defined()) continue;
       const std::int64_t bpt = s->buf.bytesPerToken();
@@ -141,9 +239,58 @@ class ResidualQuantizedLayer final : public CacheLayer {
   struct Side {
     int axis = 0;
     std::optional<QuantizedBlock> store;
-    std::int64_t storeLen = 0;  // tokens in the store; buf holds [dequantized store | residual]
+    std::int64_t storeLen = 0;  // tokens in the store; buf holds [dequantized store | residual] (fused: residual)
     SeqBuffer buf;
+    at::Tensor like;            // fused: [B, H, 0, D] of the states' layout and dtype
+    std::int64_t bytesPerToken = 0;
   };
+
+  // Fused mode: the store read in place, each batch row through storeRows.
+  SourcePtr storeSource(const Side& s) const {
+    return groupSource(*s.store, backend_ == Backend::Quanto ? IntScheme::Quanto : IntScheme::Hqq, bits_,
+                       stats_.storeRows);
+  }
+  static SourcePtr residualSource(const Side& s) {
+    return s.buf.length() > 0 ? fpSource(s.buf.view()) : SourcePtr();
+  }
+  // The store dequantized, batch rows in the order attention reads them (a transient copy).
+  at::Tensor dequantizedStore(const Side& s) const {
+    at::Tensor d = at::empty(s.store->shape, s.like.options());
+    codec_->dequantizeInto(*s.store, d);
+    const std::vector<std::int64_t>& rows = stats_.storeRows;
+    bool identity = true;
+    for (std::size_t i = 0; i < rows.size(); ++i) identity = identity && rows[i] == static_cast<std::int64_t>(i);
+    return identity ? d : d.index_select(0, at::tensor(rows, at::kLong).to(d.device()));
+  }
+  // [store, residual, x] as one contiguous tensor: what a flush re-quantizes.
+  at::Tensor history(const Side& s, const at::Tensor& x) const {
+    const at::Tensor st = dequantizedStore(s);
+    const std::int64_t S = st.size(2), R = s.buf.length(), T = x.size(2);
+    at::Tensor out = at::empty({x.size(0), x.size(1), S + R + T, x.size(3)}, x.options());
+    out.narrow(2, 0, S).copy_(st);
+    if (R > 0) out.narrow(2, S, R).copy_(s.buf.view());
+    out.narrow(2, S + R, T).copy_(x);
+    return out;
+  }
+
+  // Fused mode: installs a freshly quantized store made from `source`; the residual window starts empty.
+  void setStoreFused(Side& s, QuantizedBlock q, const at::Tensor& source, TensorStats& st) {
+    const std::int64_t S = source.size(2);
+    s.like = at::empty({source.size(0), source.size(1), 0, source.size(3)}, source.options());
+    s.bytesPerToken = source.size(0) * source.size(1) * source.size(3) * static_cast<std::int64_t>(source.element_size());
+    s.buf.clear();
+    s.buf.reserve(std::max<std::int64_t>(residualLength_, 1), source);
+    s.store = std::move(q);
+    s.storeLen = S;
+    st.quantized = true;
+    st.quantizedTokens = S;
+    if (statsOptions_.enabled) {
+      at::Tensor deq = at::empty_like(source);
+      codec_->dequantizeInto(*s.store, deq);
+      st.amaxPerHead = amaxPerHead(source);
+      st.error = errorMap(source, deq, 0, statsOptions_.tokenBin);
+    }
+  }
 
   // [buffer | x] as one contiguous tensor: what transformers' torch.cat returns on a flush step.
   static at::Tensor concat(const Side& s, const at::Tensor& x) {
@@ -180,6 +327,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
   }
 
   Backend backend_;
+  int bits_;
   std::unique_ptr<GroupCodec> codec_;
   std::int64_t residualLength_;
   bool initialized_ = false;

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include "cache/detail/attention_sources.h"
 #include "cache/detail/layers.h"
 #include "cache/detail/seq_buffer.h"
 
@@ -17,30 +18,46 @@ namespace {
 class SinkLayer final : public CacheLayer {
  public:
   SinkLayer(std::int64_t sinks, std::unique_ptr<CacheLayer> inner, const StatsOptions& s)
-      : CacheLayer(s), sinks_(sinks), inner_(std::move(inner)) {}
+      : CacheLayer(s, inner->attentionMode()), sinks_(sinks), inner_(std::move(inner)) {}
 
-  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
-    checkStates(k, "sink keys");
-    checkStates(v, "sink values");
-    checkSameLayout(v, k, "sink values");
-    if (k_.defined()) {
-      checkSameLayout(k, k_.view(), "sink keys");
-      checkSameLayout(v, v_.view(), "sink values");
-    }
-    const std::int64_t T = k.size(2);
-    const std::int64_t toSink = std::min(T, sinks_ - k_.length());
+  std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
+    const std::int64_t toSink = check(k, v);
     std::pair<at::Tensor, at::Tensor> inner;
+    const std::int64_t T = k.size(2);
     if (toSink < T) {
       // The inner layer may throw (a group size that does not fit): nothing is stored before it has accepted.
       inner = inner_->update(k.narrow(2, toSink, T - toSink), v.narrow(2, toSink, T - toSink));
     }
-    if (toSink > 0) {
-      k_.append(k.narrow(2, 0, toSink));
-      v_.append(v.narrow(2, 0, toSink));
-    }
-    copyStats(toSink < T);
+    storeSinks(k, v, toSink);
     if (!inner.first.defined()) return {k_.view(), v_.view()};
     return {at::cat({k_.view(), inner.first}, 2), at::cat({v_.view(), inner.second}, 2)};
+  }
+
+  Staged stage(const at::Tensor& k, const at::Tensor& v) override {
+    if (!fused()) return CacheLayer::stage(k, v);
+    const std::int64_t toSink = check(k, v);
+    const std::int64_t T = k.size(2);
+    Staged inner;
+    if (toSink < T) inner = inner_->stage(k.narrow(2, toSink, T - toSink), v.narrow(2, toSink, T - toSink));
+    storeSinks(k, v, toSink);
+    Staged st;
+    st.finish = inner.finish;
+    if (!inner.keys && !inner.denseKeys.defined()) {  // everything so far is a sink token
+      st.denseKeys = k_.view();
+      st.denseValues = v_.view();
+      st.keys = fpSource(k_.view());
+      st.values = fpSource(v_.view());
+      return st;
+    }
+    if (inner.denseKeys.defined()) {  // the inner layer's first update: its inputs, as update() returns them
+      st.denseKeys = at::cat({k_.view(), inner.denseKeys}, 2);
+      st.denseValues = at::cat({v_.view(), inner.denseValues}, 2);
+    }
+    if (inner.keys) {
+      st.keys = concat({k_.length() > 0 ? fpSource(k_.view()) : SourcePtr(), inner.keys});
+      st.values = concat({v_.length() > 0 ? fpSource(v_.view()) : SourcePtr(), inner.values});
+    }
+    return st;
   }
 
   void reorder(const at::Tensor& beamIdx) override {
@@ -85,6 +102,26 @@ class SinkLayer final : public CacheLayer {
   }
 
  private:
+  // Checks the states; returns how many of them are sink tokens.
+  std::int64_t check(const at::Tensor& k, const at::Tensor& v) const {
+    checkStates(k, "sink keys");
+    checkStates(v, "sink values");
+    checkSameLayout(v, k, "sink values");
+    if (k_.defined()) {
+      checkSameLayout(k, k_.view(), "sink keys");
+      checkSameLayout(v, v_.view(), "sink values");
+    }
+    return std::min(k.size(2), sinks_ - k_.length());
+  }
+
+  void storeSinks(const at::Tensor& k, const at::Tensor& v, std::int64_t toSink) {
+    if (toSink > 0) {
+      k_.append(k.narrow(2, 0, toSink));
+      v_.append(v.narrow(2, 0, toSink));
+    }
+    copyStats(toSink < k.size(2));
+  }
+
   // The inner layer's statistics, with positions counted from the start of the sequence.
   void copyStats(bool innerUpdated) {
     const std::int64_t updates = stats_.updates + 1;

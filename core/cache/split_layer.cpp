@@ -4,6 +4,7 @@
 // of that design stores); this version still computes and holds the other side of each inner layer as well.
 #include <ATen/ATen.h>
 
+#include "cache/detail/attention_sources.h"
 #include "cache/detail/layers.h"
 
 namespace kvscope::cache::detail {
@@ -12,9 +13,43 @@ namespace {
 class SplitLayer final : public CacheLayer {
  public:
   SplitLayer(std::unique_ptr<CacheLayer> keys, std::unique_ptr<CacheLayer> values, const StatsOptions& s)
-      : CacheLayer(s), k_(std::move(keys)), v_(std::move(values)) {}
+      : CacheLayer(s, keys->attentionMode() == AttentionMode::Fused && values->attentionMode() == AttentionMode::Fused
+                          ? AttentionMode::Fused
+                          : AttentionMode::Reference),
+        k_(std::move(keys)),
+        v_(std::move(values)) {}
 
-  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
+  Staged stage(const at::Tensor& k, const at::Tensor& v) override {
+    if (!fused()) return CacheLayer::stage(k, v);
+    Staged rk = k_->stage(k, v), rv;
+    try {
+      rv = v_->stage(k, v);
+    } catch (...) {
+      k_->reset();
+      throw;
+    }
+    copyStats();
+    Staged st;
+    st.keys = rk.keys;
+    st.values = rv.values;
+    if (rk.denseKeys.defined() && rv.denseValues.defined()) {
+      st.denseKeys = rk.denseKeys;
+      st.denseValues = rv.denseValues;
+    } else if (rk.denseKeys.defined() || rv.denseValues.defined()) {
+      // One side is dense and the other is not: read both through their sources.
+      if (!st.keys) st.keys = fpSource(rk.denseKeys.contiguous());
+      if (!st.values) st.values = fpSource(rv.denseValues.contiguous());
+    }
+    auto fk = rk.finish, fv = rv.finish;
+    if (fk || fv)
+      st.finish = [fk, fv] {
+        if (fk) fk();
+        if (fv) fv();
+      };
+    return st;
+  }
+
+  std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
     // A failure of the values' layer resets both: sides holding different numbers of tokens would be worse.
     auto rk = k_->update(k, v);
     std::pair<at::Tensor, at::Tensor> rv;
@@ -24,10 +59,7 @@ class SplitLayer final : public CacheLayer {
       k_->reset();
       throw;
     }
-    stats_.updates = k_->stats().updates;
-    stats_.keys = k_->stats().keys;
-    stats_.values = v_->stats().values;
-    stats_.storeRows = k_->stats().storeRows;
+    copyStats();
     return {rk.first, rv.second};
   }
 
@@ -50,6 +82,13 @@ class SplitLayer final : public CacheLayer {
   LayerMemory memory() const override { return {k_->memory().keys, v_->memory().values}; }
 
  private:
+  void copyStats() {
+    stats_.updates = k_->stats().updates;
+    stats_.keys = k_->stats().keys;
+    stats_.values = v_->stats().values;
+    stats_.storeRows = k_->stats().storeRows;
+  }
+
   std::unique_ptr<CacheLayer> k_, v_;
 };
 

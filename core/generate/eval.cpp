@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "cache/kv_cache.h"
+#include "generate/generate.h"
 #include "model/llama.h"
 
 namespace kvscope::generate {
@@ -21,8 +22,10 @@ namespace {
 at::Tensor windowLogProbs(const model::LlamaModel& model, cache::KvCache& kv, const std::vector<std::int64_t>& w,
                           std::size_t prompt, std::size_t step) {
   std::vector<at::Tensor> out;
-  at::Tensor logits = model.forward(model::idsTensor(w, 0, prompt), kv)[0];
-  out.push_back(logits.narrow(0, static_cast<std::int64_t>(prompt) - 1, 1));
+  model::ForwardOptions first;
+  first.lastLogitsOnly = true;  // only the prompt's last position is scored
+  first.chunk = prefillChunkFor(kv);
+  out.push_back(model.forward(model::idsTensor(w, 0, prompt), kv, first)[0]);
   for (std::size_t s = prompt; s + 1 < w.size(); s += step) {
     const std::size_t n = std::min(step, w.size() - 1 - s);
     out.push_back(model.forward(model::idsTensor(w, s, n), kv)[0]);

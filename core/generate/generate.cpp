@@ -47,7 +47,20 @@ model::TapFn cancelTap(const std::atomic<bool>* cancel) {
   };
 }
 
+model::ForwardOptions forwardOptions(std::int64_t chunk, model::TapFn tap = {}) {
+  model::ForwardOptions f;
+  f.lastLogitsOnly = true;
+  f.chunk = chunk;
+  f.tap = std::move(tap);
+  return f;
+}
+
 }  // namespace
+
+std::int64_t prefillChunkFor(const cache::KvCache& cache, std::int64_t requested) {
+  if (requested >= 0) return requested;
+  return cache::allFused(cache.config()) ? kDefaultPrefillChunk : 0;
+}
 
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
                         const GenerateOptions& o, const StepFn& onStep, const std::atomic<bool>* cancel) {
@@ -60,7 +73,7 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
   if (o.sampling.topK < 0) throw std::invalid_argument("generate: top_k must be >= 0");
   if (cache.seqLength() != 0) throw std::invalid_argument("generate: the cache must start empty");
   const auto ctx = model.config().contextLength;
-  if (ctx > 0 && static_cast<std::int64_t>(prompt.size()) + o.maxNew > ctx)
+  if (!o.beyondContext && ctx > 0 && static_cast<std::int64_t>(prompt.size()) + o.maxNew > ctx)
     throw std::invalid_argument(fmt::format("generate: prompt ({} tokens) + {} new tokens exceed the model's context of "
                                             "{}", prompt.size(), o.maxNew, ctx));
 
@@ -73,13 +86,14 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
   std::unique_ptr<cache::KvCache> shadow;
   try {
     const model::TapFn stop = cancelTap(cancel);
-    logits = model.forward(ids, cache, stop).select(0, 0).select(0, -1);
+    const std::int64_t chunk = prefillChunkFor(cache, o.prefillChunk);
+    logits = model.forward(ids, cache, forwardOptions(chunk, stop)).select(0, 0).select(0, -1);
     r.prefillSeconds = since(t0);
     if (o.shadow) {
       cache::StatsOptions quiet;
       quiet.enabled = false;
       shadow = model.makeCache(cache::parseSpec("dynamic"), quiet);
-      refLogits = model.forward(ids, *shadow, stop).select(0, 0).select(0, -1);
+      refLogits = model.forward(ids, *shadow, forwardOptions(chunk, stop)).select(0, 0).select(0, -1);
     }
   } catch (const Cancelled&) {
     r.stopReason = "cancelled";  // during the prefill: no token, and the cache is not to be used further
@@ -95,9 +109,9 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
       break;
     }
     const auto ts = Clock::now();
-    if (step > 0) logits = model.forward(ids, cache).select(0, 0).select(0, -1);
+    if (step > 0) logits = model.forward(ids, cache, forwardOptions(0)).select(0, 0).select(0, -1);
     const double stepSeconds = since(ts);
-    if (shadow && step > 0) refLogits = model.forward(ids, *shadow).select(0, 0).select(0, -1);
+    if (shadow && step > 0) refLogits = model.forward(ids, *shadow, forwardOptions(0)).select(0, 0).select(0, -1);
     const at::Tensor logp = logits.log_softmax(0);
     const std::int64_t token = pick(logits, o.sampling, gen);
     StepEvent ev;
@@ -186,7 +200,9 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
     at::Tensor logits;
     try {
       // The first step is the prefill: long prompts make it long, so it checks the flag between layers.
-      logits = model.forward(ids, cache, t == 0 ? cancelTap(cancel) : model::TapFn{}).select(1, -1);  // [B, V] f32
+      logits = model.forward(ids, cache, forwardOptions(t == 0 ? prefillChunkFor(cache, o.prefillChunk) : 0,
+                                                        t == 0 ? cancelTap(cancel) : model::TapFn{}))
+                   .select(1, -1);  // [B, V] f32
     } catch (const Cancelled&) {
       r.stopReason = "cancelled";
       break;

@@ -33,7 +33,16 @@ struct GenerateOptions {
   bool shadow = false;
   /// Attach a CacheSnapshot (per-layer memory and statistics) to every StepEvent.
   bool snapshots = false;
+  /// Prompt positions per forward pass (chunked prefill); 0: the whole prompt at once; -1: prefillChunkFor(cache).
+  std::int64_t prefillChunk = -1;
+  /// Run past the model's trained context length (speed and memory measurements; the text degrades there).
+  bool beyondContext = false;
 };
+
+/// The default prefill chunk for a cache: 512 when every layer attends in fused mode, else 0 (one shot, as
+/// transformers, so that reference mode reproduces it exactly).
+constexpr std::int64_t kDefaultPrefillChunk = 512;
+std::int64_t prefillChunkFor(const cache::KvCache& cache, std::int64_t requested = -1);
 
 struct StepEvent {
   int step = 0;  ///< 0 for the first generated token (after the prefill)
@@ -77,6 +86,7 @@ struct BeamOptions {
   double lengthPenalty = 1.0;
   std::string earlyStopping = "false";  ///< "true", "false" or "never", as transformers
   int numReturn = 0;                    ///< sequences returned (0: numBeams)
+  std::int64_t prefillChunk = -1;       ///< as GenerateOptions::prefillChunk
 };
 
 /// One beam-search step, for the views that show what the cache did: which old row each beam continues (the

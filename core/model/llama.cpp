@@ -293,13 +293,35 @@ std::pair<at::Tensor, at::Tensor> LlamaModel::rope(std::int64_t start, std::int6
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap) const {
+  ForwardOptions o;
+  o.tap = tap;
+  return forward(ids, cache, o);
+}
+
+at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& o) const {
   if (ids.dim() != 2) throw std::invalid_argument("forward: ids must be [batch, T]");
-  const std::int64_t B = ids.size(0), T = ids.size(1), past = cache.seqLength();
-  const std::int64_t Dh = cfg_.headDim;
   if (cache.numLayers() != cfg_.layers)
     throw std::invalid_argument(fmt::format("forward: cache has {} layers, model {}", cache.numLayers(), cfg_.layers));
   if (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= cfg_.vocab)
     throw std::invalid_argument(fmt::format("forward: token ids must lie in [0, {})", cfg_.vocab));
+  if (o.chunk < 0) throw std::invalid_argument(fmt::format("forward: chunk must be >= 0, got {}", o.chunk));
+  const std::int64_t T = ids.size(1);
+  if (o.chunk == 0 || T <= o.chunk) return forwardChunk(ids, cache, o.tap, o.lastLogitsOnly);
+  std::vector<at::Tensor> logits;
+  for (std::int64_t s = 0; s < T; s += o.chunk) {
+    const std::int64_t n = std::min(o.chunk, T - s);
+    const bool last = s + n == T;
+    at::Tensor l = forwardChunk(ids.narrow(1, s, n), cache, o.tap, o.lastLogitsOnly);
+    if (!o.lastLogitsOnly) logits.push_back(std::move(l));
+    else if (last) return l;
+  }
+  return at::cat(logits, 1);
+}
+
+at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap,
+                                    bool lastOnly) const {
+  const std::int64_t B = ids.size(0), T = ids.size(1), past = cache.seqLength();
+  const std::int64_t Dh = cfg_.headDim;
   at::Tensor h = embed_.index_select(0, ids.reshape({-1})).reshape({B, T, cfg_.hidden});
   auto [cos, sin] = rope(past, T);
   cos = cos.view({1, 1, T, Dh});
@@ -308,12 +330,6 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
     const at::Tensor x1 = x.narrow(-1, 0, Dh / 2), x2 = x.narrow(-1, Dh / 2, Dh / 2);
     return x * cos + at::cat({-x2, x1}, -1) * sin;
   };
-  // Causal mask over [past + T] keys for T queries (only needed for T > 1).
-  at::Tensor mask;
-  if (T > 1) {
-    mask = at::ones({T, past + T}, at::kBool).tril(past).view({1, 1, T, past + T});
-  }
-  const int groups = cfg_.heads / cfg_.kvHeads;
   for (int l = 0; l < cfg_.layers; ++l) {
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     const at::Tensor x = rmsNorm(h, L.attnNorm);
@@ -331,12 +347,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
       tap(l, "k", k);
       tap(l, "v", v);
     }
-    auto [kAll, vAll] = cache.update(l, k.contiguous(), v.contiguous());
-    // LibTorch's fused attention (flash kernel on the CPU), grouped-query heads without copying K/V; float32
-    // accumulation. A boolean mask only when several queries must not see later keys.
-    at::Tensor o = at::scaled_dot_product_attention(q, kAll.to(q.scalar_type()), vAll.to(q.scalar_type()),
-                                                    mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt,
-                                                    0.0, false, std::nullopt, /*enable_gqa=*/groups > 1);
+    // The layer stores K/V and answers attention from what it holds (cache/layer.h: reference or fused mode).
+    at::Tensor o = cache.layer(l).attend(q, k.contiguous(), v.contiguous());
     o = o.transpose(1, 2).reshape({B, T, cfg_.heads * Dh});
     o = at::linear(o, L.wo);
     if (tap) tap(l, "attn_out", o);
@@ -346,6 +358,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
     if (tap) tap(l, "mlp_out", mlp);
     h = h + mlp;
   }
+  if (lastOnly) h = h.narrow(1, T - 1, 1);
   h = rmsNorm(h, finalNorm_);
   return at::linear(h, lmHead_).to(at::kFloat);
 }

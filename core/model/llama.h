@@ -29,6 +29,15 @@ using TapFn = std::function<void(int layer, const char* name, const at::Tensor& 
 
 struct WeightNames;  // where each weight lives in a file format (llama.cpp)
 
+struct ForwardOptions {
+  /// Logits of the last position only ([batch, 1, vocab]): all that generation reads. Off: every position.
+  bool lastLogitsOnly = false;
+  /// Positions per pass through the layers (chunked prefill): the activations and attention scores are bounded by
+  /// the chunk, and later chunks read what the earlier ones stored in the cache. 0: all positions at once.
+  std::int64_t chunk = 0;
+  TapFn tap;
+};
+
 class LlamaModel {
  public:
   /// Loads a GGUF model (llama/qwen2/qwen3 architectures). Throws FormatError with the file and the problem.
@@ -49,6 +58,8 @@ class LlamaModel {
   /// ids [batch, T] (int64) at positions pastLength .. pastLength + T - 1; K/V go through `cache` (which holds
   /// pastLength tokens already). Returns logits [batch, T, vocab] in float32.
   at::Tensor forward(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap = {}) const;
+  /// The same with chunking and last-position logits ([batch, 1, vocab] with lastLogitsOnly).
+  at::Tensor forward(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& options) const;
 
   /// A cache for this model with `cfg`.
   std::unique_ptr<cache::KvCache> makeCache(const cache::CacheConfig& cfg, const cache::StatsOptions& stats = {}) const;
@@ -64,6 +75,7 @@ class LlamaModel {
   };
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(std::int64_t start, std::int64_t T) const;
+  at::Tensor forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap, bool lastOnly) const;
 
   ModelConfig cfg_;
   at::ScalarType dtype_ = at::kFloat;

@@ -85,14 +85,14 @@ TEST(Config, ClearErrorsForBadSpecs) {
   EXPECT_EQ(errorOf("fp4"), "unknown cache backend `fp4` (allowed: dynamic, fp8, quanto, hqq, kivi)");
   EXPECT_EQ(errorOf("quanto:nbit=2"),
             "unknown option `nbit` for the `quanto` backend (allowed: nbits, axis_key, axis_value, q_group_size, "
-            "residual_length, sink)");
+            "residual_length, sink, attention)");
   EXPECT_EQ(errorOf("quanto:nbits=two"), "option `nbits` takes an integer, got `two`");
   EXPECT_EQ(errorOf("quanto:nbits"), "bad option `nbits` in cache spec `quanto:nbits` (write key=value)");
   EXPECT_EQ(errorOf("quanto:nbits=2,nbits=4"), "option `nbits` is given twice in cache spec `quanto:nbits=2,nbits=4`");
   EXPECT_EQ(errorOf("fp8:granularity=row"), "option `granularity` takes one of tensor, head, channel, got `row`");
-  EXPECT_EQ(errorOf("dynamic:nbits=2"), "unknown option `nbits` for the `dynamic` backend (allowed: none)");
+  EXPECT_EQ(errorOf("dynamic:nbits=2"), "unknown option `nbits` for the `dynamic` backend (allowed: attention)");
   EXPECT_EQ(errorOf("fp8:optimize=true"),
-            "unknown option `optimize` for the `fp8` backend (allowed: format, granularity, headroom, overflow, sink)");
+            "unknown option `optimize` for the `fp8` backend (allowed: format, granularity, headroom, overflow, sink, attention)");
   EXPECT_EQ(errorOf(""), "empty cache spec (try `fp8`, `quanto:nbits=2` or a JSON file)");
   EXPECT_EQ(errorOf("/nonexistent/cfg.json"), "cannot read cache config file `/nonexistent/cfg.json`");
 }

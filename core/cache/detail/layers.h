@@ -7,7 +7,7 @@
 
 namespace kvscope::cache::detail {
 
-std::unique_ptr<CacheLayer> makeDynamicLayer(const StatsOptions& stats);
+std::unique_ptr<CacheLayer> makeDynamicLayer(const CacheConfig& cfg, const StatsOptions& stats);
 std::unique_ptr<CacheLayer> makeFp8Layer(const CacheConfig& cfg, const StatsOptions& stats);
 std::unique_ptr<CacheLayer> makeQuantoLayer(const CacheConfig& cfg, const StatsOptions& stats);
 std::unique_ptr<CacheLayer> makeHqqLayer(const CacheConfig& cfg, const StatsOptions& stats);
@@ -18,5 +18,8 @@ std::unique_ptr<CacheLayer> makeSinkLayer(std::int64_t sinks, std::unique_ptr<Ca
 /// Keys from `keys`, values from `values` (a per-layer config with different K and V configs).
 std::unique_ptr<CacheLayer> makeSplitLayer(std::unique_ptr<CacheLayer> keys, std::unique_ptr<CacheLayer> values,
                                            const StatsOptions& stats);
+
+/// A source's tokens as a dense [B, H, L, D] tensor of `dtype` (a transient copy).
+at::Tensor materialize(const kernels::TokenSource& s, std::int64_t B, std::int64_t H, at::ScalarType dtype);
 
 }  // namespace kvscope::cache::detail

@@ -50,6 +50,20 @@ void SeqBuffer::reorderBatch(const at::Tensor& idx) {
   buf_ = std::move(next);
 }
 
+void SeqBuffer::dropFront(std::int64_t n) {
+  n = std::clamp<std::int64_t>(n, 0, len_);
+  if (n == 0) return;
+  if (len_ > n) buf_.narrow(2, 0, len_ - n).copy_(buf_.narrow(2, n, len_ - n).clone());
+  len_ -= n;
+}
+
+void SeqBuffer::compact(std::int64_t room) {
+  if (!buf_.defined() || capacity() <= 2 * (len_ + room)) return;
+  at::Tensor next = at::empty({buf_.size(0), buf_.size(1), len_ + room, buf_.size(3)}, buf_.options());
+  if (len_ > 0) next.narrow(2, 0, len_).copy_(buf_.narrow(2, 0, len_));
+  buf_ = std::move(next);
+}
+
 std::int64_t SeqBuffer::bytesPerToken() const {
   if (!buf_.defined()) return 0;
   return buf_.size(0) * buf_.size(1) * buf_.size(3) * static_cast<std::int64_t>(buf_.element_size());

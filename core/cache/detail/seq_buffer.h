@@ -27,6 +27,10 @@ class SeqBuffer {
   /// The valid tokens, [B, H, length, D] (a view).
   at::Tensor view() const;
   void setLength(std::int64_t n) { len_ = n; }
+  /// Drops the first n valid tokens, moving the rest to the front (for short windows: O(length)).
+  void dropFront(std::int64_t n);
+  /// Reallocates to length() + room tokens when the buffer holds more than twice that (a window that shrank).
+  void compact(std::int64_t room);
   /// Batch rows reordered: row i becomes old row idx[i]. Keeps the capacity.
   void reorderBatch(const at::Tensor& idx);
   void clear() {

@@ -1,0 +1,106 @@
+// CacheLayer::attend: attention over what a layer holds, in reference mode (update() + LibTorch's fused attention, as
+// transformers) or in fused mode (the stored form, read by kernels/cpu/segmented_attention a tile at a time).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <optional>
+
+#include "cache/detail/attention_sources.h"
+#include "cache/detail/layers.h"
+#include "cache/layer.h"
+
+namespace kvscope::cache {
+
+namespace {
+
+// Decode steps (and beams, and short multi-token steps) read the stored form directly; longer query blocks (prefill
+// chunks) dequantize this layer's history once into a transient buffer and use LibTorch's attention, which is faster
+// for many queries and bounded by one layer.
+constexpr std::int64_t kMaxSegmentedQueries = 16;
+
+// LibTorch's fused attention (flash kernel on the CPU), grouped-query heads without copying K/V; float32
+// accumulation. A boolean causal mask only when several queries must not see later keys.
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const std::int64_t T = q.size(2), L = k.size(2);
+  std::optional<at::Tensor> mask;
+  if (T > 1) mask = at::ones({T, L}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(L - T).view({1, 1, T, L});
+  return at::scaled_dot_product_attention(q, k.to(q.scalar_type()), v.to(q.scalar_type()), mask, 0.0, false,
+                                          std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
+}
+
+kernels::ParallelFor torchParallel() {
+  return [](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn) {
+    at::parallel_for(0, n, 1, fn);
+  };
+}
+
+}  // namespace
+
+at::Tensor detail::materialize(const kernels::TokenSource& s, std::int64_t B, std::int64_t H, at::ScalarType dtype) {
+  const std::int64_t L = s.length(), D = s.dim();
+  at::Tensor out = at::empty({B, H, L, D}, at::kFloat);
+  float* p = out.mutable_data_ptr<float>();
+  at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bh = begin; bh < end; ++bh)
+      if (L > 0) s.read(bh / H, bh % H, 0, L, p + bh * L * D);
+  });
+  return dtype == at::kFloat ? out : out.to(dtype);
+}
+
+Staged CacheLayer::stage(const at::Tensor& keys, const at::Tensor& values) {
+  auto [k, v] = updateReference(keys, values);
+  Staged s;
+  s.denseKeys = k;
+  s.denseValues = v;
+  if (k.is_cpu()) {
+    s.keys = detail::fpSource(k);
+    s.values = detail::fpSource(v);
+  }
+  return s;
+}
+
+std::pair<at::Tensor, at::Tensor> CacheLayer::update(const at::Tensor& keys, const at::Tensor& values) {
+  if (!fused()) return updateReference(keys, values);
+  // Fused mode keeps no full-precision history: what update() returns is built from the stored form, once.
+  Staged s = stage(keys, values);
+  std::pair<at::Tensor, at::Tensor> out;
+  if (s.denseKeys.defined()) {
+    out = {s.denseKeys, s.denseValues};
+  } else {
+    out = {detail::materialize(*s.keys, keys.size(0), keys.size(1), keys.scalar_type()),
+           detail::materialize(*s.values, values.size(0), values.size(1), values.scalar_type())};
+  }
+  if (s.finish) s.finish();
+  return out;
+}
+
+at::Tensor CacheLayer::attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values) {
+  if (!fused()) {
+    auto [k, v] = updateReference(keys, values);
+    return sdpa(q, k, v);
+  }
+  Staged s = stage(keys, values);
+  at::Tensor out;
+  const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3), Hkv = keys.size(1);
+  if (s.denseKeys.defined()) {
+    out = sdpa(q, s.denseKeys, s.denseValues);
+  } else if (T <= kMaxSegmentedQueries && q.is_cpu()) {
+    const at::Tensor qf = q.to(at::kFloat).contiguous();
+    at::Tensor o = at::empty({B, Hq, T, D}, qf.options());
+    kernels::SegmentedAttentionArgs a;
+    a.q = qf.const_data_ptr<float>();
+    a.B = B, a.Hq = Hq, a.Hkv = Hkv, a.T = T, a.D = D;
+    a.smScale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    a.out = o.mutable_data_ptr<float>();
+    a.threads = at::get_num_threads();
+    kernels::segmentedAttention(a, *s.keys, *s.values, torchParallel());
+    out = o.to(q.scalar_type());
+  } else {
+    out = sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type()),
+               detail::materialize(*s.values, B, Hkv, q.scalar_type()));
+  }
+  if (s.finish) s.finish();
+  return out;
+}
+
+}  // namespace kvscope::cache

@@ -1,0 +1,255 @@
+#include "cache/detail/attention_sources.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <array>
+#include <stdexcept>
+
+#include "kernels/cpu/bitpack.h"
+
+namespace kvscope::cache::detail {
+namespace {
+
+using kernels::TokenSource;
+
+// Rows of n values of type T (float, bf16, fp16) as float32.
+template <typename T>
+void widen(const T* in, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
+}
+
+void widenAny(const at::Tensor& t, const void* p, std::int64_t n, float* out) {
+  switch (t.scalar_type()) {
+    case at::kFloat: widen(static_cast<const float*>(p), n, out); break;
+    case at::kBFloat16: widen(static_cast<const c10::BFloat16*>(p), n, out); break;
+    case at::kHalf: widen(static_cast<const c10::Half*>(p), n, out); break;
+    default: throw std::invalid_argument("attention source: states must be fp32, bf16 or fp16");
+  }
+}
+
+void checkDense(const at::Tensor& x, const char* what) {
+  if (x.dim() != 4 || (x.size(3) > 1 && x.stride(3) != 1))
+    throw std::invalid_argument(std::string("attention source: ") + what + " must be [B, H, S, D] with a dense D");
+  if (!x.is_cpu()) throw std::invalid_argument(std::string("attention source: ") + what + " must be on the CPU");
+}
+
+class FpSource final : public TokenSource {
+ public:
+  explicit FpSource(at::Tensor x) : x_(std::move(x)) { checkDense(x_, "full-precision states"); }
+  std::int64_t length() const override { return x_.size(2); }
+  std::int64_t dim() const override { return x_.size(3); }
+  void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    const std::int64_t D = x_.size(3), es = static_cast<std::int64_t>(x_.element_size());
+    const auto* base = static_cast<const std::uint8_t*>(x_.const_data_ptr()) +
+                       (b * x_.stride(0) + h * x_.stride(1) + t0 * x_.stride(2)) * es;
+    if (x_.stride(2) == D) return widenAny(x_, base, n * D, out);
+    for (std::int64_t t = 0; t < n; ++t) widenAny(x_, base + t * x_.stride(2) * es, D, out + t * D);
+  }
+
+ private:
+  at::Tensor x_;
+};
+
+class Fp8Source final : public TokenSource {
+ public:
+  Fp8Source(at::Tensor codes, at::Tensor scale, kernels::Fp8Format f)
+      : codes_(std::move(codes)), scale_(scale.to(at::kFloat).contiguous()) {
+    checkDense(codes_, "fp8 codes");
+    for (int c = 0; c < 256; ++c) lut_[static_cast<std::size_t>(c)] = kernels::decodeFp8(static_cast<std::uint8_t>(c), f);
+  }
+  std::int64_t length() const override { return codes_.size(2); }
+  std::int64_t dim() const override { return codes_.size(3); }
+  void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    const std::int64_t D = codes_.size(3);
+    const float* s = scale_.const_data_ptr<float>() + h * D;
+    const std::uint8_t* base = codes_.const_data_ptr<std::uint8_t>() + b * codes_.stride(0) + h * codes_.stride(1);
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::uint8_t* row = base + (t0 + t) * codes_.stride(2);
+      float* o = out + t * D;
+      for (std::int64_t d = 0; d < D; ++d) o[d] = lut_[row[d]] * s[d];
+    }
+  }
+
+ private:
+  at::Tensor codes_, scale_;
+  std::array<float, 256> lut_{};
+};
+
+// n codes of `bits` bits from position p0 of an LSB-first packed stream of `bytes` bytes.
+void unpackRun(const std::uint8_t* packed, std::int64_t bytes, std::int64_t p0, std::int64_t n, int bits,
+               std::uint8_t* out) {
+  if ((p0 * bits) % 8 == 0) return kernels::unpackBits(packed + p0 * bits / 8, n, bits, out);
+  const std::uint32_t mask = (1u << bits) - 1u;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t bit = (p0 + i) * bits, byte = bit >> 3;
+    std::uint32_t w = packed[byte];
+    if (byte + 1 < bytes) w |= static_cast<std::uint32_t>(packed[byte + 1]) << 8;
+    out[i] = static_cast<std::uint8_t>((w >> (bit & 7)) & mask);
+  }
+}
+
+std::uint8_t codeAt(const std::uint8_t* packed, std::int64_t bytes, std::int64_t p, int bits) {
+  std::uint8_t c;
+  unpackRun(packed, bytes, p, 1, bits, &c);
+  return c;
+}
+
+// A GroupCodec block (quanto or hqq) in its packed layout. The value at flat index i of the [B, H, S, D] states sits
+// at code position pos(i) of the grouped matrix [R, C] and belongs to group grp(i):
+// - reshape layouts (quanto axis=0, hqq axis=0/1): pos = i; groups are rows (i / C) or columns (i % C), by which
+//   dimension the codec reduced over;
+// - quanto axis=-1: the states were reshaped to [groups, gs, D] and permuted to [gs, D * groups]: i = (g * gs + j) *
+//   D + d sits at j * (D * groups) + d * groups + g and belongs to column d * groups + g.
+class GroupSource final : public TokenSource {
+ public:
+  GroupSource(const QuantizedBlock& q, IntScheme scheme, int bits, std::vector<std::int64_t> rows)
+      : packed_(q.packed.contiguous()),
+        scale_(q.scale.to(at::kFloat).contiguous()),
+        zero_(q.zero.to(at::kFloat).contiguous()),
+        scheme_(scheme),
+        bits_(bits),
+        rows_(std::move(rows)) {
+    if (!packed_.is_cpu()) throw std::invalid_argument("attention source: int codes must be on the CPU");
+    H_ = q.shape[1], S_ = q.shape[2], D_ = q.shape[3];
+    R_ = q.grouped[0], C_ = q.grouped[1];
+    permuted_ = scheme == IntScheme::Quanto && q.axis != 0;
+    // Which dimension holds one group: the codec keeps a [R, 1] scale (row groups) or a [1, C] one (column groups).
+    rowGroups_ = scale_.dim() == 2 && scale_.size(1) == 1 && scale_.size(0) == R_;
+    bytes_ = packed_.numel();
+  }
+  std::int64_t length() const override { return S_; }
+  std::int64_t dim() const override { return D_; }
+
+  void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    const std::int64_t row = rows_.empty() ? b : rows_[static_cast<std::size_t>(b)];
+    const std::uint8_t* pk = packed_.const_data_ptr<std::uint8_t>();
+    const float* s = scale_.const_data_ptr<float>();
+    const float* z = zero_.const_data_ptr<float>();
+    std::uint8_t codes[1024];
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::int64_t i0 = ((row * H_ + h) * S_ + t0 + t) * D_;
+      float* o = out + t * D_;
+      if (!permuted_) {
+        for (std::int64_t d0 = 0; d0 < D_; d0 += 1024) {
+          const std::int64_t m = std::min<std::int64_t>(1024, D_ - d0);
+          unpackRun(pk, bytes_, i0 + d0, m, bits_, codes);
+          if (rowGroups_) {
+            // Runs of one group at a time.
+            for (std::int64_t d = 0; d < m;) {
+              const std::int64_t g = (i0 + d0 + d) / C_;
+              const std::int64_t end = std::min(m, (g + 1) * C_ - i0 - d0);
+              apply(codes + d, end - d, s + g, z + g, 0, o + d0 + d);
+              d = end;
+            }
+          } else {
+            // Column groups: consecutive values belong to consecutive groups (wrapping at C).
+            for (std::int64_t d = 0; d < m;) {
+              const std::int64_t c = (i0 + d0 + d) % C_;
+              const std::int64_t end = std::min(m, d + (C_ - c));
+              apply(codes + d, end - d, s + c, z + c, 1, o + d0 + d);
+              d = end;
+            }
+          }
+        }
+      } else {
+        const std::int64_t gs = R_, groups = C_ / D_;
+        const std::int64_t gIdx = i0 / (gs * D_), j = (i0 / D_) % gs;
+        for (std::int64_t d = 0; d < D_; ++d) {
+          const std::int64_t col = d * groups + gIdx;
+          const std::uint8_t c = codeAt(pk, bytes_, j * C_ + col, bits_);
+          apply(&c, 1, s + col, z + col, 0, o + d);
+        }
+      }
+    }
+  }
+
+ private:
+  // Dequantizes n codes; scale/zero advance by `step` per value (0: one group, 1: one group each).
+  void apply(const std::uint8_t* c, std::int64_t n, const float* s, const float* z, std::int64_t step, float* o) const {
+    if (scheme_ == IntScheme::Quanto) {
+      for (std::int64_t i = 0; i < n; ++i) o[i] = s[i * step] * static_cast<float>(c[i]) - z[i * step];
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) o[i] = (static_cast<float>(c[i]) - z[i * step]) * s[i * step];
+    }
+  }
+
+  at::Tensor packed_, scale_, zero_;
+  IntScheme scheme_;
+  int bits_;
+  std::vector<std::int64_t> rows_;
+  std::int64_t H_ = 0, S_ = 0, D_ = 0, R_ = 0, C_ = 0, bytes_ = 0;
+  bool permuted_ = false, rowGroups_ = true;
+};
+
+class KiviSource final : public TokenSource {
+ public:
+  KiviSource(at::Tensor codes, at::Tensor scale, at::Tensor zero, int bits, std::int64_t group, bool keys,
+             std::int64_t D, std::int64_t length)
+      : codes_(std::move(codes)),
+        scale_(scale.to(at::kFloat).contiguous()),
+        zero_(zero.to(at::kFloat).contiguous()),
+        bits_(bits),
+        group_(group),
+        keys_(keys),
+        D_(D),
+        length_(length) {}
+  std::int64_t length() const override { return length_; }
+  std::int64_t dim() const override { return D_; }
+  void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    const std::uint8_t* base = codes_.const_data_ptr<std::uint8_t>() + b * codes_.stride(0) + h * codes_.stride(1);
+    const std::int64_t sH = scale_.size(2), sD = scale_.size(3);  // groups or tokens; D or D / group
+    const float* s = scale_.const_data_ptr<float>() + (b * scale_.size(1) + h) * sH * sD;
+    const float* z = zero_.const_data_ptr<float>() + (b * zero_.size(1) + h) * sH * sD;
+    std::uint8_t codes[1024];
+    const std::int64_t vg = std::min(group_, D_);
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::int64_t tok = t0 + t;
+      kernels::unpackBits(base + tok * codes_.stride(2), D_, bits_, codes);
+      float* o = out + t * D_;
+      if (keys_) {
+        const float* sr = s + (tok / group_) * sD;
+        const float* zr = z + (tok / group_) * sD;
+        for (std::int64_t d = 0; d < D_; ++d) o[d] = static_cast<float>(codes[d]) * sr[d] + zr[d];
+      } else {
+        const float* sr = s + tok * sD;
+        const float* zr = z + tok * sD;
+        for (std::int64_t d = 0; d < D_; ++d) o[d] = static_cast<float>(codes[d]) * sr[d / vg] + zr[d / vg];
+      }
+    }
+  }
+
+ private:
+  at::Tensor codes_, scale_, zero_;
+  int bits_;
+  std::int64_t group_;
+  bool keys_;
+  std::int64_t D_, length_;
+};
+
+}  // namespace
+
+SourcePtr fpSource(const at::Tensor& x) { return std::make_shared<FpSource>(x); }
+
+SourcePtr fp8Source(const at::Tensor& codes, const at::Tensor& expandedScale, kernels::Fp8Format format) {
+  return std::make_shared<Fp8Source>(codes, expandedScale, format);
+}
+
+SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, std::vector<std::int64_t> rows) {
+  return std::make_shared<GroupSource>(block, scheme, bits, std::move(rows));
+}
+
+SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& zero, int bits,
+                     std::int64_t group, bool keys, std::int64_t D, std::int64_t length) {
+  if (D > 1024) throw std::invalid_argument("attention source: kivi head_dim above 1024");
+  return std::make_shared<KiviSource>(codes, scale, zero, bits, group, keys, D, length);
+}
+
+SourcePtr concat(const std::vector<SourcePtr>& parts) {
+  auto c = std::make_shared<kernels::ConcatSource>();
+  for (const auto& p : parts) c->add(p);
+  return c;
+}
+
+}  // namespace kvscope::cache::detail

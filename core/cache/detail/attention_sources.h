@@ -1,0 +1,41 @@
+// The stored forms of kvscope's cache layers as kernels::TokenSource, for attention that reads them a tile at a time
+// (kernels/cpu/segmented_attention.h). Each source holds references to the tensors it reads, so it stays valid while
+// the layer changes; none copies the history.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "cache/detail/group_codec.h"
+#include "kernels/cpu/segmented_attention.h"
+#include "kernels/fp8.h"
+
+namespace kvscope::cache::detail {
+
+using SourcePtr = std::shared_ptr<const kernels::TokenSource>;
+
+/// Full-precision states [B, H, S, D] (fp32, bf16 or fp16; the last dim dense), as they are.
+SourcePtr fpSource(const at::Tensor& x);
+
+/// FP8 codes uint8 [B, H, S, D] (last dim dense) with the float32 scale of every (head, channel), [H, D].
+SourcePtr fp8Source(const at::Tensor& codes, const at::Tensor& expandedScale, kernels::Fp8Format format);
+
+/// How a group codec's dequantization reads (quanto: scale * code - shift; hqq: (code - zero) * scale).
+enum class IntScheme { Quanto, Hqq };
+
+/// A whole-tensor group-quantized block (quanto or hqq, GroupCodec's layout) read in place; batch row b of the
+/// attention reads the block's row rows[b] (a beam reorder not yet applied to the codes). Empty rows: identity.
+SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, std::vector<std::int64_t> rows = {});
+
+/// KIVI's packed rows: codes uint8 [B, H, T, packedBytes(D, bits)], scale/zero (input dtype) [B, H, T / group, D]
+/// for keys (per channel over a group of tokens) or [B, H, T, D / group] for values (per token over a group of
+/// channels); value = code * scale + zero. Reads the first `length` tokens.
+SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& zero, int bits,
+                     std::int64_t group, bool keys, std::int64_t D, std::int64_t length);
+
+/// Sources one after the other along the sequence (empty ones skipped).
+SourcePtr concat(const std::vector<SourcePtr>& parts);
+
+}  // namespace kvscope::cache::detail

@@ -1,0 +1,40 @@
+#include "util/process_memory.h"
+
+#include <malloc.h>
+
+#include <fstream>
+#include <string>
+
+namespace kvscope::util {
+namespace {
+
+// A "Key:   123 kB" line of /proc/self/status, in bytes.
+std::int64_t statusField(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string prefix = std::string(key) + ":";
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    try {
+      return std::stoll(line.substr(prefix.size())) * 1024;
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::int64_t residentBytes() { return statusField("VmRSS"); }
+std::int64_t peakResidentBytes() { return statusField("VmHWM"); }
+
+bool resetPeakResident() {
+  malloc_trim(0);
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+}  // namespace kvscope::util
