@@ -251,12 +251,21 @@ void MemoryDock::show(const RunSnapshotPtr& run) {
   steps_->yAxis->setRangeLower(0);
   steps_->replot(QCustomPlot::rpQueuedReplot);
   const auto t = run->cache.total();
-  totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); held %5 MiB with the working buffer")
+  // What the run really holds against an unquantized cache of the same tokens: the realized saving. Reference mode
+  // keeps a dequantized copy of the history (transient) beside the codes; fused mode keeps none.
+  const double saved = mib(t.unquantized) - mib(t.held());
+  const QString held =
+      t.transient > 0
+          ? tr("held %1 MiB, with a %2 MiB dequantized copy (attention=reference)").arg(mib(t.held()), 0, 'f', 2).arg(mib(t.transient), 0, 'f', 2)
+          : tr("held %1 MiB, no full-precision copy").arg(mib(t.held()), 0, 'f', 2);
+  const QString verdict = saved >= 0 ? tr("saves %1 MiB against an unquantized cache").arg(saved, 0, 'f', 2)
+                                     : tr("%1 MiB more than an unquantized cache").arg(-saved, 0, 'f', 2);
+  totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); %5: %6")
                        .arg(run->spec)
                        .arg(mib(t.stored()), 0, 'f', 2)
                        .arg(mib(t.unquantized), 0, 'f', 2)
                        .arg(t.stored() ? double(t.unquantized) / double(t.stored()) : 0.0, 0, 'f', 2)
-                       .arg(mib(t.held()), 0, 'f', 2));
+                       .arg(held, verdict));
 }
 
 ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {

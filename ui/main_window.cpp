@@ -116,6 +116,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   maxNew_ = new QSpinBox(panel);
   maxNew_->setRange(1, 8192);
   maxNew_->setValue(64);
+  prefillChunk_ = new QSpinBox(panel);
+  prefillChunk_->setObjectName("prefillChunk");
+  prefillChunk_->setRange(-1, 1 << 20);
+  prefillChunk_->setValue(-1);
+  prefillChunk_->setSpecialValueText(tr("auto"));
+  prefillChunk_->setToolTip(tr("Prompt tokens per forward pass: the prefill's activations and attention scores are "
+                               "bounded by the chunk. auto: 512 when the cache attends in fused mode, the whole "
+                               "prompt at once in reference mode (as transformers); 0: the whole prompt at once."));
   decoding_ = new QComboBox(panel);
   decoding_->setObjectName("decoding");
   decoding_->addItems({tr("Greedy"), tr("Sampling"), tr("Beam search")});
@@ -136,6 +144,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   beams_->setValue(4);
   auto* opts = new QFormLayout();
   opts->addRow(tr("New tokens"), maxNew_);
+  opts->addRow(tr("Prefill chunk"), prefillChunk_);
   opts->addRow(tr("Decoding"), decoding_);
   opts->addRow(tr("Temperature"), temperature_);
   opts->addRow(tr("Top-p"), topP_);
@@ -434,6 +443,7 @@ void MainWindow::run() {
   r.chat = chat_->isChecked();
   r.shadow = shadow_->isChecked();
   r.maxNew = maxNew_->value();
+  r.prefillChunk = prefillChunk_->value();
   r.sample = decoding_->currentIndex() == 1;
   r.temperature = temperature_->value();
   r.topP = topP_->value();

@@ -117,6 +117,7 @@ class MainWindow : public QMainWindow {
   QCheckBox* chat_;
   QCheckBox* shadow_;
   QSpinBox* maxNew_;
+  QSpinBox* prefillChunk_;
   QComboBox* decoding_;
   QComboBox* dtype_;
   QMenu* recent_ = nullptr;

@@ -31,6 +31,7 @@ struct RunRequest {
   quint64 seed = 0;
   bool shadow = true;
   int beams = 0;  ///< > 0: beam search with this many beams (no shadow)
+  int prefillChunk = -1;  ///< prompt tokens per forward pass; 0: one shot; -1: the cache's default (generate.h)
   quint64 serial = 0;  ///< increases with every request; a stop names the run it is for
 };
 

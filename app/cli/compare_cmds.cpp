@@ -13,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "cli/runtime.h"
+#include "util/process_memory.h"
 
 namespace kvscope::cli {
 
@@ -198,13 +199,53 @@ Runner addSweep(CLI::App& app) {
   };
 }
 
+namespace {
+
+// Many short generations in one process, each with a cache created and dropped, cycling the configs: the resident
+// memory after the first tenth (warm: allocator pools, LibTorch's caches) against the end.
+void soak(const Loaded& m, const std::vector<cache::CacheConfig>& cfgs, int runs, std::int64_t ctx, int newTokens,
+          bool json) {
+  at::manual_seed(1);
+  const std::int64_t len = std::min<std::int64_t>(ctx, 256);
+  const at::Tensor ids = at::randint(3, m.model->config().vocab, {len}, at::kLong);
+  const std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + len);
+  const int warm = std::max(1, runs / 10);
+  std::int64_t warmRss = 0;
+  for (int i = 0; i < runs; ++i) {
+    {
+      auto kv = m.model->makeCache(cfgs[static_cast<std::size_t>(i) % cfgs.size()]);
+      generate::GenerateOptions g;
+      g.maxNew = newTokens;
+      g.topCandidates = 0;
+      generate::generate(*m.model, *kv, prompt, g);
+    }
+    if (i + 1 == warm) warmRss = util::residentBytes();
+  }
+  const std::int64_t endRss = util::residentBytes();
+  const double growth = warmRss > 0 ? 100.0 * static_cast<double>(endRss - warmRss) / static_cast<double>(warmRss) : 0;
+  if (json)
+    std::cout << nlohmann::json{{"soak_runs", runs}, {"rss_after_warmup_bytes", warmRss}, {"rss_end_bytes", endRss},
+                                {"growth_percent", growth}}
+                     .dump()
+              << "\n";
+  else
+    std::cout << fmt::format("soak: {} generations ({} prompt + {} new tokens, {} configs in turn): resident {:.1f} MiB "
+                             "after {}, {:.1f} MiB after {} ({:+.2f}%)\n",
+                             runs, len, newTokens, cfgs.size(), warmRss / 1048576.0, warm, endRss / 1048576.0, runs,
+                             growth);
+}
+
+}  // namespace
+
 Runner addBench(CLI::App& app) {
   struct BenchOpts {
     std::string model, dtype = "fp32";
     std::vector<std::string> specs;
     std::vector<std::int64_t> contexts{256};
-    int newTokens = 32, threads = 0, repeat = 3;
-    bool json = false;
+    int newTokens = 32, threads = 0, repeat = 3, soak = 0;
+    std::int64_t prefillChunk = -1;
+    std::string text;
+    bool json = false, beyondContext = false;
     std::uint64_t seed = 0;
   };
   auto o = std::make_shared<BenchOpts>();
@@ -219,6 +260,18 @@ Runner addBench(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "seed of the random prompt tokens");
   cmd->add_option("--repeat", o->repeat, "rounds; configs run interleaved in each round, medians reported")
       ->check(CLI::Range(1, 100));
+  cmd->add_option("--prefill-chunk", o->prefillChunk,
+                  "prompt tokens per forward pass (0: one shot; default: 512 in fused mode, one shot in reference mode)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  cmd->add_option("--text", o->text,
+                  "build each prompt from this text file's tokens (repeated to the context length) instead of random "
+                  "tokens");
+  cmd->add_flag("--beyond-context", o->beyondContext,
+                "allow contexts past the model's trained length (speed and memory only: the text degrades there)");
+  cmd->add_option("--soak", o->soak,
+                  "after the table: this many short generations in this process, cycling the configs with caches "
+                  "created and dropped, and the resident memory's growth")
+      ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--json", o->json, "one JSON object per (config, context)");
   return [o, cmd]() {
     if (!*cmd) return -1;
@@ -231,34 +284,59 @@ Runner addBench(CLI::App& app) {
     const Loaded m = loadModel(o->model, o->dtype);
     const auto& mc = m.model->config();
     for (auto ctx : o->contexts)
-      if (mc.contextLength > 0 && ctx + o->newTokens > mc.contextLength)
-        throw UsageError(fmt::format("context {} + {} new tokens exceed the model's {}", ctx, o->newTokens, mc.contextLength));
+      if (!o->beyondContext && mc.contextLength > 0 && ctx + o->newTokens > mc.contextLength)
+        throw UsageError(fmt::format("context {} + {} new tokens exceed the model's {} (--beyond-context measures past "
+                                     "it)",
+                                     ctx, o->newTokens, mc.contextLength));
+    std::vector<std::int64_t> textIds;
+    if (!o->text.empty()) {
+      const std::string t = promptText("", o->text);
+      const auto ids = m.tok->encode(t, /*addSpecial=*/false, /*parseSpecial=*/false);
+      textIds.assign(ids.begin(), ids.end());
+      if (textIds.empty()) throw UsageError(fmt::format("`{}` encodes to no tokens", o->text));
+    }
     if (!o->json)
-      std::cout << fmt::format("{:<36} {:>8} {:>12} {:>12} {:>19} {:>10} {:>10}\n", "config", "context", "prefill t/s",
-                               "decode t/s", "vs dynamic (range)", "KV MiB", "held MiB");
+      std::cout << fmt::format("{:<36} {:>8} {:>12} {:>12} {:>19} {:>10} {:>10} {:>10}\n", "config", "context",
+                               "prefill t/s", "decode t/s", "vs dynamic (range)", "KV MiB", "held MiB", "peak MiB");
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
     };
     for (auto ctx : o->contexts) {
       at::manual_seed(o->seed);
-      const at::Tensor ids = at::randint(3, mc.vocab, {ctx}, at::kLong);
-      const std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ctx);
+      std::vector<std::int64_t> prompt;
+      if (textIds.empty()) {
+        const at::Tensor ids = at::randint(3, mc.vocab, {ctx}, at::kLong);
+        prompt.assign(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ctx);
+      } else {
+        while (static_cast<std::int64_t>(prompt.size()) < ctx)
+          prompt.insert(prompt.end(), textIds.begin(),
+                        textIds.begin() + std::min<std::int64_t>(static_cast<std::int64_t>(textIds.size()),
+                                                                 ctx - static_cast<std::int64_t>(prompt.size())));
+      }
       // Rounds of every config in turn, so that a slow moment of a shared machine hits all of them alike; the ratio
       // to dynamic is taken within each round.
       const std::size_t n = cfgs.size();
-      std::vector<std::vector<double>> prefill(n), decode(n), ratio(n);
+      std::vector<std::vector<double>> prefill(n), decode(n), ratio(n), peak(n);
       std::vector<cache::TensorMemory> mem(n);
       for (int round = 0; round < o->repeat; ++round) {
         for (std::size_t i = 0; i < n; ++i) {
-          auto kv = m.model->makeCache(cfgs[i]);
-          generate::GenerateOptions g;
-          g.maxNew = o->newTokens + 1;  // the first token comes from the prefill
-          g.topCandidates = 0;
-          const auto r = generate::generate(*m.model, *kv, prompt, g);
-          prefill[i].push_back(ctx / r.prefillSeconds);
-          decode[i].push_back(o->newTokens / r.decodeSeconds);
-          mem[i] = kv->totalMemory();
+          // The process's peak resident memory during this run alone: freed heap returned and the peak restarted
+          // first (Linux), so it is weights + LibTorch + this run's cache and working memory.
+          util::resetPeakResident();
+          {
+            auto kv = m.model->makeCache(cfgs[i]);
+            generate::GenerateOptions g;
+            g.maxNew = o->newTokens + 1;  // the first token comes from the prefill
+            g.topCandidates = 0;
+            g.prefillChunk = o->prefillChunk;
+            g.beyondContext = o->beyondContext;
+            const auto r = generate::generate(*m.model, *kv, prompt, g);
+            prefill[i].push_back(ctx / r.prefillSeconds);
+            decode[i].push_back(o->newTokens / r.decodeSeconds);
+            mem[i] = kv->totalMemory();
+          }
+          peak[i].push_back(static_cast<double>(util::peakResidentBytes()));
         }
         for (std::size_t i = 0; i < n; ++i) ratio[i].push_back(decode[i].back() / decode[0].back());
       }
@@ -269,17 +347,20 @@ Runner addBench(CLI::App& app) {
                                       {"prefill_tok_s", median(prefill[i])}, {"decode_tok_s", median(decode[i])},
                                       {"decode_vs_dynamic", median(ratio[i])}, {"decode_vs_dynamic_min", *lo},
                                       {"decode_vs_dynamic_max", *hi}, {"kv_stored_bytes", mem[i].stored()},
-                                      {"kv_held_bytes", mem[i].held()}}
+                                      {"kv_held_bytes", mem[i].held()},
+                                      {"peak_rss_bytes", static_cast<std::int64_t>(median(peak[i]))}}
                            .dump()
                     << "\n" << std::flush;
         } else {
-          std::cout << fmt::format("{:<36} {:>8} {:>12.1f} {:>12.1f} {:>7.3f}x ({:.2f}-{:.2f}) {:>10.2f} {:>10.2f}\n",
+          std::cout << fmt::format("{:<36} {:>8} {:>12.1f} {:>12.1f} {:>7.3f}x ({:.2f}-{:.2f}) {:>10.2f} {:>10.2f} {:>10.1f}\n",
                                    cache::toSpec(cfgs[i]), ctx, median(prefill[i]), median(decode[i]), median(ratio[i]),
-                                   *lo, *hi, mem[i].stored() / 1048576.0, mem[i].held() / 1048576.0)
+                                   *lo, *hi, mem[i].stored() / 1048576.0, mem[i].held() / 1048576.0,
+                                   median(peak[i]) / 1048576.0)
                     << std::flush;
         }
       }
     }
+    if (o->soak > 0) soak(m, cfgs, o->soak, static_cast<std::int64_t>(o->contexts.front()), o->newTokens, o->json);
     return 0;
   };
 }

@@ -29,6 +29,7 @@ struct GenOpts {
   std::string model, spec = "dynamic", prompt, promptFile, dtype = "fp32", device = "cpu";
   bool chat = false, sample = false, json = false, shadow = false;
   int maxNew = 64, topK = 0, threads = 0, beams = 0;
+  std::int64_t prefillChunk = -1;
   double lengthPenalty = 1.0;
   std::string earlyStopping = "false";
   double temperature = 1.0, topP = 1.0;
@@ -60,6 +61,9 @@ Runner addGenerate(CLI::App& app) {
   cmd->add_option("--dtype", o->dtype, "weights and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--prefill-chunk", o->prefillChunk,
+                  "prompt tokens per forward pass (0: one shot; default: 512 in fused mode, one shot in reference mode)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   cmd->add_flag("--shadow", o->shadow, "also run an unquantized cache on the same tokens: per-step KL, top-1 agreement");
   cmd->add_flag("--json", o->json, "one JSON object per step, then a summary object");
   return [o, cmd]() {
@@ -81,6 +85,7 @@ Runner addGenerate(CLI::App& app) {
       bo.numBeams = o->beams;
       bo.lengthPenalty = o->lengthPenalty;
       bo.earlyStopping = o->earlyStopping;
+      bo.prefillChunk = o->prefillChunk;
       const auto br = generate::beamSearch(
           *m.model, *kv, prompt, o->maxNew, bo, stopIds(m),
           [&](const generate::BeamStepEvent& ev) {
@@ -121,6 +126,7 @@ Runner addGenerate(CLI::App& app) {
     go.sampling.seed = o->seed;
     go.stopIds = stopIds(m);
     go.shadow = o->shadow;
+    go.prefillChunk = o->prefillChunk;
 
     std::vector<std::int32_t> out;
     std::string printed;

@@ -94,6 +94,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   snap->promptTokens = static_cast<int>(prompt.size());
   generate::BeamOptions bo;
   bo.numBeams = r.beams;
+  bo.prefillChunk = r.prefillChunk;
   std::vector<std::int64_t> stops{d_->tok->eosId()};
   if (const auto e = d_->tok->tokenId("<|im_end|>")) stops.push_back(*e);
   QElapsedTimer sinceEmit, sinceInspection;
@@ -288,6 +289,7 @@ void Engine::run(const ui::RunRequest& r) {
     o.sampling.topP = r.topP;
     o.sampling.seed = r.seed;
     o.shadow = r.shadow;
+    o.prefillChunk = r.prefillChunk;
     o.snapshots = false;  // the cache snapshot is taken only when a GUI update is due (below)
     o.stopIds = {d_->tok->eosId()};
     if (const auto e = d_->tok->tokenId("<|im_end|>")) o.stopIds.push_back(*e);
