@@ -245,7 +245,7 @@ Runner addBench(CLI::App& app) {
     int newTokens = 32, threads = 0, repeat = 3, soak = 0;
     std::int64_t prefillChunk = -1;
     std::string text;
-    bool json = false, beyondContext = false;
+    bool json = false, beyondContext = false, noBaseline = false;
     std::uint64_t seed = 0;
   };
   auto o = std::make_shared<BenchOpts>();
@@ -268,6 +268,9 @@ Runner addBench(CLI::App& app) {
                   "tokens");
   cmd->add_flag("--beyond-context", o->beyondContext,
                 "allow contexts past the model's trained length (speed and memory only: the text degrades there)");
+  cmd->add_flag("--no-baseline", o->noBaseline,
+                "run only the listed configs (a process per config measures peak memory without another run's "
+                "leftovers); the ratio column is then against the first config");
   cmd->add_option("--soak", o->soak,
                   "after the table: this many short generations in this process, cycling the configs with caches "
                   "created and dropped, and the resident memory's growth")
@@ -275,10 +278,11 @@ Runner addBench(CLI::App& app) {
   cmd->add_flag("--json", o->json, "one JSON object per (config, context)");
   return [o, cmd]() {
     if (!*cmd) return -1;
-    std::vector<cache::CacheConfig> cfgs{cache::parseSpec("dynamic")};
+    std::vector<cache::CacheConfig> cfgs;
+    if (!o->noBaseline) cfgs.push_back(cache::parseSpec("dynamic"));
     for (const auto& s : o->specs) {
       const auto c = cache::parseSpec(s);
-      if (c.backend != cache::Backend::Dynamic) cfgs.push_back(c);
+      if (o->noBaseline || !(c.backend == cache::Backend::Dynamic && !c.mixed())) cfgs.push_back(c);
     }
     if (o->threads > 0) at::set_num_threads(o->threads);
     const Loaded m = loadModel(o->model, o->dtype);
@@ -297,7 +301,7 @@ Runner addBench(CLI::App& app) {
     }
     if (!o->json)
       std::cout << fmt::format("{:<36} {:>8} {:>12} {:>12} {:>19} {:>10} {:>10} {:>10}\n", "config", "context",
-                               "prefill t/s", "decode t/s", "vs dynamic (range)", "KV MiB", "held MiB", "peak MiB");
+                               "prefill t/s", "decode t/s", o->noBaseline ? "vs first (range)" : "vs dynamic (range)", "KV MiB", "held MiB", "peak MiB");
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -325,7 +329,10 @@ Runner addBench(CLI::App& app) {
           // first (Linux), so it is weights + LibTorch + this run's cache and working memory.
           util::resetPeakResident();
           {
-            auto kv = m.model->makeCache(cfgs[i]);
+            // The cache's own cost: without the error maps and amax statistics the workbench's views draw.
+            cache::StatsOptions quiet;
+            quiet.enabled = false;
+            auto kv = m.model->makeCache(cfgs[i], quiet);
             generate::GenerateOptions g;
             g.maxNew = o->newTokens + 1;  // the first token comes from the prefill
             g.topCandidates = 0;

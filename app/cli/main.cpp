@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "util/process_memory.h"
 #include "cache/config.h"
 #include "cache/layer.h"
 #include "cli/commands.h"
@@ -12,6 +13,7 @@
 #include "tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {
+  kvscope::util::setAllocatorPolicy();  // resident memory follows what the cache holds (util/process_memory.h)
   CLI::App app{"kvscope-cli: quantized KV-cache workbench, headless", "kvscope-cli"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kvscope-cli 0.1.0");

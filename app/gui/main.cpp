@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <sys/resource.h>
 
+#include "util/process_memory.h"
 #include "config_panel.h"
 #include "engine.h"
 #include "main_window.h"
@@ -37,6 +38,7 @@ QString defaultModel() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvscope::util::setAllocatorPolicy();  // resident memory follows what the cache holds (util/process_memory.h)
   QApplication app(argc, argv);
   QApplication::setApplicationName("kvscope");
   QApplication::setOrganizationName("kvscope");

@@ -95,8 +95,8 @@ class ResidualQuantizedLayer final : public CacheLayer {
       QuantizedBlock qk = codec_->quantize(kc, k_.axis);
       QuantizedBlock qv = codec_->quantize(vc, v_.axis);
       ++stats_.updates;
-      setStoreFused(k_, std::move(qk), kc, stats_.keys);
-      setStoreFused(v_, std::move(qv), vc, stats_.values);
+      setStoreFused(k_, std::move(qk), kc, kc, stats_.keys);
+      setStoreFused(v_, std::move(qv), vc, vc, stats_.values);
       initialized_ = true;
       resetRows(k.size(0));
       st.denseKeys = k;
@@ -118,11 +118,15 @@ class ResidualQuantizedLayer final : public CacheLayer {
       st.keys = detail::concat({storeSource(k_), residualSource(k_), fpSource(kc)});
       st.values = detail::concat({storeSource(v_), residualSource(v_), fpSource(vc)});
       st.finish = [this, kc, vc] {
-        const at::Tensor fullK = history(k_, kc), fullV = history(v_, vc);
+        // One side's full-precision history at a time (the statistics keep it for their error map).
+        at::Tensor fullK = history(k_, kc);
         QuantizedBlock qk = codec_->quantize(fullK, k_.axis);
+        if (!statsOptions_.enabled) fullK = at::Tensor();
+        at::Tensor fullV = history(v_, vc);
         QuantizedBlock qv = codec_->quantize(fullV, v_.axis);
-        setStoreFused(k_, std::move(qk), fullK, stats_.keys);
-        setStoreFused(v_, std::move(qv), fullV, stats_.values);
+        if (!statsOptions_.enabled) fullV = at::Tensor();
+        setStoreFused(k_, std::move(qk), kc, fullK, stats_.keys);
+        setStoreFused(v_, std::move(qv), vc, fullV, stats_.values);
         resetRows(kc.size(0));
       };
       return st;
@@ -182,8 +186,8 @@ class ResidualQuantizedLayer final : public CacheLayer {
       const at::Tensor pv = dequantizedStore(v_).narrow(2, 0, keep).contiguous();
       QuantizedBlock qk = codec_->quantize(pk, k_.axis);
       QuantizedBlock qv = codec_->quantize(pv, v_.axis);
-      setStoreFused(k_, std::move(qk), pk, stats_.keys);
-      setStoreFused(v_, std::move(qv), pv, stats_.values);
+      setStoreFused(k_, std::move(qk), pk, pk, stats_.keys);
+      setStoreFused(v_, std::move(qv), pv, pv, stats_.values);
       resetRows(pk.size(0));
       return;
     }
@@ -273,18 +277,19 @@ class ResidualQuantizedLayer final : public CacheLayer {
     return out;
   }
 
-  // Fused mode: installs a freshly quantized store made from `source`; the residual window starts empty.
-  void setStoreFused(Side& s, QuantizedBlock q, const at::Tensor& source, TensorStats& st) {
-    const std::int64_t S = source.size(2);
-    s.like = at::empty({source.size(0), source.size(1), 0, source.size(3)}, source.options());
-    s.bytesPerToken = source.size(0) * source.size(1) * source.size(3) * static_cast<std::int64_t>(source.element_size());
+  // Fused mode: installs a freshly quantized store; the residual window starts empty. `like` gives the states'
+  // layout and dtype; `source` (the states quantized, for the error map) may be undefined when statistics are off.
+  void setStoreFused(Side& s, QuantizedBlock q, const at::Tensor& like, const at::Tensor& source, TensorStats& st) {
+    const std::int64_t S = q.shape[2];
+    s.like = at::empty({like.size(0), like.size(1), 0, like.size(3)}, like.options());
+    s.bytesPerToken = like.size(0) * like.size(1) * like.size(3) * static_cast<std::int64_t>(like.element_size());
     s.buf.clear();
-    s.buf.reserve(std::max<std::int64_t>(residualLength_, 1), source);
+    s.buf.reserve(std::max<std::int64_t>(residualLength_, 1), s.like);
     s.store = std::move(q);
     s.storeLen = S;
     st.quantized = true;
     st.quantizedTokens = S;
-    if (statsOptions_.enabled) {
+    if (statsOptions_.enabled && source.defined()) {
       at::Tensor deq = at::empty_like(source);
       codec_->dequantizeInto(*s.store, deq);
       st.amaxPerHead = amaxPerHead(source);

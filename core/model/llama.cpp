@@ -15,6 +15,7 @@
 #include "model/gguf.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
+#include "util/process_memory.h"
 
 namespace kvscope::model {
 
@@ -312,6 +313,9 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
     const std::int64_t n = std::min(o.chunk, T - s);
     const bool last = s + n == T;
     at::Tensor l = forwardChunk(ids.narrow(1, s, n), cache, o.tap, o.lastLogitsOnly);
+    // Each chunk frees many short-lived buffers of many sizes: give their pages back before the next one, or the
+    // allocator's fragments keep the resident size above what the cache holds.
+    util::releaseFreeMemory();
     if (!o.lastLogitsOnly) logits.push_back(std::move(l));
     else if (last) return l;
   }

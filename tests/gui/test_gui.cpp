@@ -99,6 +99,13 @@ class GuiTest : public QObject {
     QCOMPARE(static_cast<int>(fp8->cache.memory.size()), 30);
     QCOMPARE(fp8->cache.total().payload * 4, fp8->cache.total().unquantized);  // fp8: one byte for four
     QVERIFY(!fp8->cache.stats[0].keys.scales.empty());
+    // Fused attention (the default) holds no dequantized copy: the memory dock states the realized saving.
+    QCOMPARE(fp8->cache.total().transient, 0);
+    QVERIFY(fp8->cache.total().held() < fp8->cache.total().unquantized);
+    const auto* totals = w_->findChild<QLabel*>("memoryTotals");
+    QVERIFY(totals);
+    QVERIFY2(totals->text().contains("no full-precision copy") && totals->text().contains("saves"),
+             qPrintable(totals->text()));
     const auto quanto = runAndWait("quanto:nbits=2,residual_length=8", 12);
     QVERIFY(quanto);
     QVERIFY(quanto->cache.total().payload > 0);
@@ -482,6 +489,14 @@ class GuiTest : public QObject {
     QVERIFY(saved.runs.size() >= 2);
     QCOMPARE(saved.runs.back()->stopReason, QString("cancelled"));
     QCOMPARE(saved.runs[saved.runs.size() - 2]->spec, first->spec);
+  }
+
+  void memoryDockNamesTheDequantizedCopy() {
+    // Reference mode keeps a dequantized copy of the history beside the codes: the dock says so, and how much.
+    const auto r = runAndWait("fp8:overflow=saturate,attention=reference", 3);
+    QVERIFY(r && r->cache.total().transient > 0);
+    const auto* totals = w_->findChild<QLabel*>("memoryTotals");
+    QVERIFY2(totals->text().contains("dequantized copy (attention=reference)"), qPrintable(totals->text()));
   }
 
   void cleanupTestCase() {

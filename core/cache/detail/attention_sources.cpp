@@ -4,13 +4,51 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
-#include <array>
 #include <stdexcept>
 
 #include "kernels/cpu/bitpack.h"
 
+// The fp8 and int decode loops run for every cached value at every decode step: compiled for AVX-512, AVX2 and the
+// baseline, chosen at run time (as kernels/cpu/fp8_cpu.cpp).
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define KVS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define KVS_CLONES
+#endif
+
 namespace kvscope::cache::detail {
 namespace {
+
+// FP8 codes times their channels' scales, branch-free so that it vectorizes: the exponent is rebiased in the integer
+// domain (normals), subnormals come from the integer mantissa, NaN (and e5m2's inf) are selected by mask. Equal to
+// kernels::decodeFp8 for all 256 codes (tests/unit/test_fused_attention.cpp checks it).
+// n rows of D codes (row stride `stride` bytes) into n dense rows of D floats.
+KVS_CLONES void decodeE4M3Rows(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n,
+                               std::int64_t D, float* o) {
+  for (std::int64_t t = 0; t < n; ++t, c += stride, o += D)
+    for (std::int64_t d = 0; d < D; ++d) {
+      const std::uint32_t b = c[d], em = b & 0x7Fu, sign = (b & 0x80u) << 24;
+      const float normal = kernels::bitsFloat((em << 20) + (120u << 23));
+      const float sub = static_cast<float>(em & 7u) * (1.0f / 512.0f);
+      std::uint32_t u = kernels::floatBits(em < 8u ? sub : normal);
+      u = em == 0x7Fu ? 0x7FC00000u : u;
+      o[d] = kernels::bitsFloat(u | sign) * s[d];
+    }
+}
+
+KVS_CLONES void decodeE5M2Rows(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n,
+                               std::int64_t D, float* o) {
+  for (std::int64_t t = 0; t < n; ++t, c += stride, o += D)
+    for (std::int64_t d = 0; d < D; ++d) {
+      const std::uint32_t b = c[d], em = b & 0x7Fu, sign = (b & 0x80u) << 24;
+      const float normal = kernels::bitsFloat((em << 21) + (112u << 23));
+      const float sub = static_cast<float>(em & 3u) * (1.0f / 65536.0f);
+      std::uint32_t u = kernels::floatBits(em < 4u ? sub : normal);
+      u = em == 0x7Cu ? 0x7F800000u : u;
+      u = em > 0x7Cu ? 0x7FC00000u : u;
+      o[d] = kernels::bitsFloat(u | sign) * s[d];
+    }
+}
 
 using kernels::TokenSource;
 
@@ -55,9 +93,8 @@ class FpSource final : public TokenSource {
 class Fp8Source final : public TokenSource {
  public:
   Fp8Source(at::Tensor codes, at::Tensor scale, kernels::Fp8Format f)
-      : codes_(std::move(codes)), scale_(scale.to(at::kFloat).contiguous()) {
+      : codes_(std::move(codes)), scale_(scale.to(at::kFloat).contiguous()), format_(f) {
     checkDense(codes_, "fp8 codes");
-    for (int c = 0; c < 256; ++c) lut_[static_cast<std::size_t>(c)] = kernels::decodeFp8(static_cast<std::uint8_t>(c), f);
   }
   std::int64_t length() const override { return codes_.size(2); }
   std::int64_t dim() const override { return codes_.size(3); }
@@ -65,16 +102,14 @@ class Fp8Source final : public TokenSource {
     const std::int64_t D = codes_.size(3);
     const float* s = scale_.const_data_ptr<float>() + h * D;
     const std::uint8_t* base = codes_.const_data_ptr<std::uint8_t>() + b * codes_.stride(0) + h * codes_.stride(1);
-    for (std::int64_t t = 0; t < n; ++t) {
-      const std::uint8_t* row = base + (t0 + t) * codes_.stride(2);
-      float* o = out + t * D;
-      for (std::int64_t d = 0; d < D; ++d) o[d] = lut_[row[d]] * s[d];
-    }
+    const std::uint8_t* rows = base + t0 * codes_.stride(2);
+    if (format_ == kernels::Fp8Format::E4M3FN) decodeE4M3Rows(rows, codes_.stride(2), s, n, D, out);
+    else decodeE5M2Rows(rows, codes_.stride(2), s, n, D, out);
   }
 
  private:
   at::Tensor codes_, scale_;
-  std::array<float, 256> lut_{};
+  kernels::Fp8Format format_;
 };
 
 // n codes of `bits` bits from position p0 of an LSB-first packed stream of `bytes` bytes.
