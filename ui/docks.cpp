@@ -252,20 +252,23 @@ void MemoryDock::show(const RunSnapshotPtr& run) {
   steps_->replot(QCustomPlot::rpQueuedReplot);
   const auto t = run->cache.total();
   // What the run really holds against an unquantized cache of the same tokens: the realized saving. Reference mode
-  // keeps a dequantized copy of the history (transient) beside the codes; fused mode keeps none.
-  const double saved = mib(t.unquantized) - mib(t.held());
+  // keeps a dequantized copy of the history (transient) beside the codes; fused mode keeps none. Growth room
+  // (allocated, not yet written) is named apart: an unquantized cache reserves room as well.
+  const double inUse = mib(t.held() - t.reserved);
+  const double saved = mib(t.unquantized) - inUse;
   const QString held =
       t.transient > 0
-          ? tr("held %1 MiB, with a %2 MiB dequantized copy (attention=reference)").arg(mib(t.held()), 0, 'f', 2).arg(mib(t.transient), 0, 'f', 2)
-          : tr("held %1 MiB, no full-precision copy").arg(mib(t.held()), 0, 'f', 2);
+          ? tr("holds %1 MiB, with a %2 MiB dequantized copy (attention=reference)").arg(inUse, 0, 'f', 2).arg(mib(t.transient), 0, 'f', 2)
+          : tr("holds %1 MiB, no full-precision copy").arg(inUse, 0, 'f', 2);
   const QString verdict = saved >= 0 ? tr("saves %1 MiB against an unquantized cache").arg(saved, 0, 'f', 2)
                                      : tr("%1 MiB more than an unquantized cache").arg(-saved, 0, 'f', 2);
-  totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); %5: %6")
+  totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); %5: %6 (+%7 MiB growth room reserved)")
                        .arg(run->spec)
                        .arg(mib(t.stored()), 0, 'f', 2)
                        .arg(mib(t.unquantized), 0, 'f', 2)
                        .arg(t.stored() ? double(t.unquantized) / double(t.stored()) : 0.0, 0, 'f', 2)
-                       .arg(held, verdict));
+                       .arg(held, verdict)
+                       .arg(mib(t.reserved), 0, 'f', 2));
 }
 
 ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {

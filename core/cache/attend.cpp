@@ -47,16 +47,20 @@ at::Tensor detail::materialize(const kernels::TokenSource& s, std::int64_t B, st
   return dtype == at::kFloat ? out : out.to(dtype);
 }
 
-Staged CacheLayer::stage(const at::Tensor& keys, const at::Tensor& values) {
-  auto [k, v] = updateReference(keys, values);
+Staged detail::stagedAsIs(const at::Tensor& keys, const at::Tensor& values) {
   Staged s;
-  s.denseKeys = k;
-  s.denseValues = v;
-  if (k.is_cpu()) {
-    s.keys = detail::fpSource(k);
-    s.values = detail::fpSource(v);
+  s.denseKeys = keys;
+  s.denseValues = values;
+  if (keys.is_cpu()) {
+    s.keys = fpSource(keys.contiguous());
+    s.values = fpSource(values.contiguous());
   }
   return s;
+}
+
+Staged CacheLayer::stage(const at::Tensor& keys, const at::Tensor& values) {
+  auto [k, v] = updateReference(keys, values);
+  return detail::stagedAsIs(k, v);
 }
 
 std::pair<at::Tensor, at::Tensor> CacheLayer::update(const at::Tensor& keys, const at::Tensor& values) {

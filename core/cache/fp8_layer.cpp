@@ -58,17 +58,9 @@ class Fp8Layer final : public CacheLayer {
 
   Staged stage(const at::Tensor& kIn, const at::Tensor& vIn) override {
     if (!fused()) return CacheLayer::stage(kIn, vIn);
-    const bool first = store(kIn, vIn);
+    // The first update attends over its inputs, as transformers' layer returns them.
+    if (store(kIn, vIn)) return stagedAsIs(kIn, vIn);
     Staged s;
-    if (first) {  // the first update attends over its inputs, as transformers' layer returns them
-      s.denseKeys = kIn;
-      s.denseValues = vIn;
-      if (kIn.is_cpu()) {
-        s.keys = fpSource(kIn.contiguous());
-        s.values = fpSource(vIn.contiguous());
-      }
-      return s;
-    }
     s.keys = fp8Source(k_.q.view(), k_.expanded, format_);
     s.values = fp8Source(v_.q.view(), v_.expanded, format_);
     return s;

@@ -75,17 +75,8 @@ class KiviLayer final : public CacheLayer {
 
   Staged stage(const at::Tensor& k, const at::Tensor& v) override {
     if (!fused()) return CacheLayer::stage(k, v);
-    const bool first = store(k, v);
+    if (store(k, v)) return stagedAsIs(k, v);  // the first update attends over its inputs
     Staged st;
-    if (first) {
-      st.denseKeys = k;
-      st.denseValues = v;
-      if (k.is_cpu()) {
-        st.keys = fpSource(k.contiguous());
-        st.values = fpSource(v.contiguous());
-      }
-      return st;
-    }
     const std::int64_t D = k.size(3);
     st.keys = concat({quantizedSource(k_, true, D), fpSource(k_.out.view())});
     st.values = concat({quantizedSource(v_, false, D), fpSource(v_.out.view())});

@@ -99,13 +99,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
       setStoreFused(v_, std::move(qv), vc, vc, stats_.values);
       initialized_ = true;
       resetRows(k.size(0));
-      st.denseKeys = k;
-      st.denseValues = v;
-      if (k.is_cpu()) {
-        st.keys = fpSource(kc);
-        st.values = fpSource(vc);
-      }
-      return st;
+      return stagedAsIs(k, v);  // the first update attends over its inputs
     }
     checkSameLayout(k, k_.like, fmt::format("{} keys", name).c_str());
     checkSameLayout(v, v_.like, fmt::format("{} values", name).c_str());

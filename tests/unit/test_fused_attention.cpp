@@ -70,6 +70,18 @@ std::vector<Step> script() {
 
 constexpr std::int64_t B = 3, Hkv = 2, Hq = 6, D = 32;
 
+// A step's beam reorder and crop, applied to both caches before its states.
+void prepare(const Step& s, KvCache& ref, KvCache& fused) {
+  if (!s.reorder.empty()) {
+    ref.reorder(at::tensor(s.reorder, at::kLong));
+    fused.reorder(at::tensor(s.reorder, at::kLong));
+  }
+  if (s.crop != 0) {
+    ref.crop(s.crop);
+    fused.crop(s.crop);
+  }
+}
+
 class FusedVsReference : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(FusedVsReference, UpdateReadsTheStoredFormExactly) {
@@ -79,14 +91,7 @@ TEST_P(FusedVsReference, UpdateReadsTheStoredFormExactly) {
   int step = 0;
   for (const Step& s : script()) {
     SCOPED_TRACE(fmt::format("{} step {}", spec, step++));
-    if (!s.reorder.empty()) {
-      ref.reorder(at::tensor(s.reorder, at::kLong));
-      fused.reorder(at::tensor(s.reorder, at::kLong));
-    }
-    if (s.crop != 0) {
-      ref.crop(s.crop);
-      fused.crop(s.crop);
-    }
+    prepare(s, ref, fused);
     for (int l = 0; l < 2; ++l) {
       const at::Tensor k = at::randn({B, Hkv, s.tokens, D}) * 2, v = at::randn({B, Hkv, s.tokens, D});
       auto [rk, rv] = ref.update(l, k, v);
@@ -111,14 +116,7 @@ TEST_P(FusedVsReference, AttentionAgreesWithinTolerance) {
   float worst = 0.0f;
   for (const Step& s : script()) {
     SCOPED_TRACE(fmt::format("{} step {}", spec, step++));
-    if (!s.reorder.empty()) {
-      ref.reorder(at::tensor(s.reorder, at::kLong));
-      fused.reorder(at::tensor(s.reorder, at::kLong));
-    }
-    if (s.crop != 0) {
-      ref.crop(s.crop);
-      fused.crop(s.crop);
-    }
+    prepare(s, ref, fused);
     for (int l = 0; l < 2; ++l) {
       const at::Tensor q = at::randn({B, Hq, s.tokens, D});
       const at::Tensor k = at::randn({B, Hkv, s.tokens, D}) * 2, v = at::randn({B, Hkv, s.tokens, D});

@@ -12,6 +12,10 @@
 #include "kernels/cpu/segmented_attention.h"
 #include "kernels/fp8.h"
 
+namespace kvscope::cache {
+struct Staged;
+}
+
 namespace kvscope::cache::detail {
 
 using SourcePtr = std::shared_ptr<const kernels::TokenSource>;
@@ -34,6 +38,10 @@ SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, s
 /// channels); value = code * scale + zero. Reads the first `length` tokens.
 SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& zero, int bits,
                      std::int64_t group, bool keys, std::int64_t D, std::int64_t length);
+
+/// What attention reads when it reads states as they came (a first update, an unquantized layer): the tensors
+/// themselves, and on the CPU their sources.
+cache::Staged stagedAsIs(const at::Tensor& keys, const at::Tensor& values);
 
 /// Sources one after the other along the sequence (empty ones skipped).
 SourcePtr concat(const std::vector<SourcePtr>& parts);
