@@ -327,7 +327,8 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
   const std::int64_t B = ids.size(0), T = ids.size(1), past = cache.seqLength();
   const std::int64_t Dh = cfg_.headDim;
   at::Tensor h = embed_.index_select(0, ids.reshape({-1})).reshape({B, T, cfg_.hidden});
-  auto [cos, sin] = rope(past, T);
+  at::Tensor cos, sin;  // not a structured binding: clang 14 (the fuzz preset) cannot capture one in a lambda
+  std::tie(cos, sin) = rope(past, T);
   cos = cos.view({1, 1, T, Dh});
   sin = sin.view({1, 1, T, Dh});
   auto rotate = [&](const at::Tensor& x) {
