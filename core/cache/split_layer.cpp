@@ -4,7 +4,6 @@
 // of that design stores); this version still computes and holds the other side of each inner layer as well.
 #include <ATen/ATen.h>
 
-#include "cache/detail/attention_sources.h"
 #include "cache/detail/layers.h"
 
 namespace kvscope::cache::detail {
@@ -32,13 +31,10 @@ class SplitLayer final : public CacheLayer {
     Staged st;
     st.keys = rk.keys;
     st.values = rv.values;
+    // Dense only when both sides are (otherwise attention reads both through their sources).
     if (rk.denseKeys.defined() && rv.denseValues.defined()) {
       st.denseKeys = rk.denseKeys;
       st.denseValues = rv.denseValues;
-    } else if (rk.denseKeys.defined() || rv.denseValues.defined()) {
-      // One side is dense and the other is not: read both through their sources.
-      if (!st.keys) st.keys = fpSource(rk.denseKeys.contiguous());
-      if (!st.values) st.values = fpSource(rv.denseValues.contiguous());
     }
     auto fk = rk.finish, fv = rv.finish;
     if (fk || fv)

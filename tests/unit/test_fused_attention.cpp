@@ -146,7 +146,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "kivi:nbits=4,q_group_size=16,residual_length=4", "fp8:sink=4,overflow=saturate",
                       "quanto:nbits=4,q_group_size=32,residual_length=8,sink=3", "kivi:q_group_size=8,residual_length=8,sink=40",
                       "layers=0:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=32,residual_length=8",
-                      "layers=0:K=kivi:q_group_size=8,V=hqq:nbits=4,q_group_size=32;1:fp8"),
+                      "layers=0:K=kivi:q_group_size=8,V=hqq:nbits=4,q_group_size=32;1:fp8",
+                      "layers=*:K=dynamic,V=fp8:overflow=saturate"),
     [](const auto& info) { return fmt::format("c{}", info.index); });
 
 TEST(FusedAttention, NanInTheStoredCodesReachesTheOutputAsInReference) {
