@@ -4,7 +4,10 @@
 //               each backend, kvscope's layer beside the same done the transformers way in LibTorch (torch.cat of
 //               the history each step, whole-cache dequantization each step);
 //   dequant_all/* dequantizing the whole cache once (transformers does it every step; kvscope's layers do not);
-//   stats/*     fp8 append with the per-update statistics on and off.
+//   stats/*     fp8 append with the per-update statistics on and off;
+//   attend/*    one decode step of attention (append one token, attend 9 query heads over the whole layer) at context
+//               1k..16k, every backend in fused mode against the unquantized layer (LibTorch's attention), on the
+//               machine's intra-op threads; attend/*/portable with the AVX2 paths switched off.
 // Shapes are SmolLM2-135M's KV: 1 batch row, 3 KV heads, head_dim 64, fp32; one layer.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -18,6 +21,7 @@
 #include "cache/detail/group_codec.h"
 #include "cache/layer.h"
 #include "kernels/cpu/fp8_cpu.h"
+#include "kernels/cpu/simd.h"
 
 using namespace kvscope;
 
@@ -214,6 +218,31 @@ void dequantGroup(benchmark::State& st, bool hqq) {
   st.SetItemsProcessed(st.iterations() * ctx);
 }
 
+// ---- attend: one decode step of attention over a layer -----------------------------------------------------------
+void attendBench(benchmark::State& st, const std::string& spec, bool simd) {
+  const std::int64_t ctx = st.range(0);
+  constexpr std::int64_t kHq = 9;
+  kernels::setAvx2Paths(simd);
+  cache::StatsOptions so;
+  so.enabled = false;
+  auto layer = cache::makeLayer(cache::parseSpec(spec), so);
+  // The prompt in chunks of 512, as generation fills a fused cache.
+  for (std::int64_t t = 0; t < ctx; t += 512) {
+    const std::int64_t n = std::min<std::int64_t>(512, ctx - t);
+    layer->attend(at::randn({1, kHq, n, kD}), at::randn({1, kH, n, kD}), at::randn({1, kH, n, kD}));
+  }
+  std::vector<at::Tensor> q, k, v;
+  for (int i = 0; i < kStepsPerRound; ++i)
+    q.push_back(at::randn({1, kHq, 1, kD})), k.push_back(at::randn({1, kH, 1, kD})), v.push_back(at::randn({1, kH, 1, kD}));
+  std::int64_t steps = 0;
+  for (auto _ : st) {
+    const int i = static_cast<int>(steps++ % kStepsPerRound);
+    benchmark::DoNotOptimize(layer->attend(q[i], k[i], v[i]).data_ptr());
+  }
+  kernels::setAvx2Paths(true);
+  st.SetItemsProcessed(st.iterations());  // decode steps per second
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -257,6 +286,16 @@ int main(int argc, char** argv) {
     for (std::int64_t ctx : {256, 1024, 4096, 16384}) b->Arg(ctx);
     b->Unit(benchmark::kMillisecond);
   }
+  for (const char* spec : {"dynamic", "fp8:overflow=saturate", "quanto:nbits=4", "hqq:nbits=4", "kivi"})
+    for (bool simd : {true, false}) {
+      if (!simd && std::string(spec) == "dynamic") continue;
+      const std::string name = std::string("attend/") + spec + (simd ? "" : "/portable");
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), [spec, simd](benchmark::State& st) {
+        attendBench(st, spec, simd);
+      });
+      for (std::int64_t ctx : {1024, 8192, 16384}) b->Arg(ctx);
+      b->Unit(benchmark::kMicrosecond);
+    }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
 #include "kernels/cpu/segmented_attention.h"
+#include "kernels/cpu/simd.h"
 
 using namespace kvscope;
 using namespace kvscope::cache;
@@ -175,16 +178,26 @@ TEST(FusedAttention, ReferenceIsTheDefaultOnlyWhenAsked) {
   EXPECT_FALSE(allFused(parseSpec("layers=0:dynamic;*:K=fp8:attention=reference,V=quanto")));
 }
 
+// The AVX2 paths switched off for one scope (they are on wherever the CPU has them).
+struct PortableOnly {
+  explicit PortableOnly(bool on) { kernels::setAvx2Paths(!on); }
+  ~PortableOnly() { kernels::setAvx2Paths(true); }
+};
+
 // The kernel alone: full-precision sources against LibTorch's attention, with GQA, causal query blocks, long
-// sequences (several splits) and strided buffers.
+// sequences (several splits) and strided buffers; the AVX2 path (head_dim 64 and 24) and the portable one (also
+// head_dim 12, which the AVX2 path leaves to it).
 TEST(SegmentedAttention, MatchesSdpaOnFullPrecisionStates) {
   at::manual_seed(5);
+  for (bool portable : {false, true})
+  for (std::int64_t d : {64, 24, 12})
   for (std::int64_t L : {1, 5, 64, 257, 3000})
     for (std::int64_t T : {1, 4, 16})
       for (int threads : {1, 4}) {
         if (T > L) continue;
-        SCOPED_TRACE(fmt::format("L {} T {} threads {}", L, T, threads));
-        const std::int64_t b = 2, hq = 9, hkv = 3, d = 64;
+        SCOPED_TRACE(fmt::format("portable {} D {} L {} T {} threads {}", portable, d, L, T, threads));
+        const PortableOnly mode(portable);
+        const std::int64_t b = 2, hq = 9, hkv = 3;
         const at::Tensor buf = at::randn({b, hkv, L + 9, d}), vbuf = at::randn({b, hkv, L + 9, d});
         const at::Tensor k = buf.narrow(2, 0, L), v = vbuf.narrow(2, 0, L);
         const at::Tensor q = at::randn({b, hq, T, d});
@@ -192,7 +205,7 @@ TEST(SegmentedAttention, MatchesSdpaOnFullPrecisionStates) {
         kernels::SegmentedAttentionArgs a;
         a.q = q.const_data_ptr<float>();
         a.B = b, a.Hq = hq, a.Hkv = hkv, a.T = T, a.D = d;
-        a.smScale = 1.0f / 8.0f;
+        a.smScale = 1.0f / std::sqrt(static_cast<float>(d));
         a.out = out.mutable_data_ptr<float>();
         a.threads = threads;
         const auto src = cache::detail::fpSource(k), vsrc = cache::detail::fpSource(v);
@@ -207,7 +220,9 @@ TEST(SegmentedAttention, MatchesSdpaOnFullPrecisionStates) {
 TEST(SegmentedAttention, Fp8SourceDecodesEveryCode) {
   // All 256 codes of both formats, through the vectorized decode, against the scalar decoder the codec tests prove
   // equal to LibTorch's cast.
+  for (bool portable : {false, true})
   for (auto f : {kernels::Fp8Format::E4M3FN, kernels::Fp8Format::E5M2}) {
+    const PortableOnly mode(portable);
     at::Tensor codes = at::arange(0, 256, at::kInt).to(at::kByte).view({1, 1, 4, 64});
     const at::Tensor scale = at::full({1, 64}, 0.75f);
     const auto src = cache::detail::fp8Source(codes, scale, f);
@@ -218,6 +233,28 @@ TEST(SegmentedAttention, Fp8SourceDecodesEveryCode) {
       if (std::isnan(want)) EXPECT_TRUE(std::isnan(out[c])) << c;
       else EXPECT_EQ(out[c], want) << "code " << c;
     }
+  }
+}
+
+// Random codes (NaN and e5m2's infinities among them) with per-channel scales: the AVX2 decode gives the portable
+// loop's floats bit for bit, NaN bits included.
+TEST(SegmentedAttention, Fp8Avx2DecodeIsThePortableOneBitForBit) {
+  if (!kernels::avx2Paths()) GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C";
+  at::manual_seed(11);
+  for (auto f : {kernels::Fp8Format::E4M3FN, kernels::Fp8Format::E5M2}) {
+    const at::Tensor codes = at::randint(0, 256, {2, 3, 100, 64}, at::kLong).to(at::kByte);
+    const at::Tensor scale = at::rand({3, 64}) * 0.1 + 1e-3;
+    const auto src = cache::detail::fp8Source(codes, scale, f);
+    std::vector<float> fast(100 * 64), slow(100 * 64);
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t h = 0; h < 3; ++h) {
+        src->read(b, h, 7, 93, fast.data());
+        {
+          const PortableOnly mode(true);
+          src->read(b, h, 7, 93, slow.data());
+        }
+        EXPECT_EQ(std::memcmp(fast.data(), slow.data(), 93 * 64 * sizeof(float)), 0) << b << " " << h;
+      }
   }
 }
 

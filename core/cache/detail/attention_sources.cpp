@@ -7,6 +7,11 @@
 #include <stdexcept>
 
 #include "kernels/cpu/bitpack.h"
+#include "kernels/cpu/simd.h"
+
+#if KVS_HAVE_AVX2_PATHS
+#include <immintrin.h>
+#endif
 
 // The fp8 and int decode loops run for every cached value at every decode step: compiled for AVX-512, AVX2 and the
 // baseline, chosen at run time (as kernels/cpu/fp8_cpu.cpp).
@@ -48,6 +53,50 @@ KVS_CLONES void decodeE5M2Rows(const std::uint8_t* c, std::int64_t stride, const
       u = em > 0x7Cu ? 0x7FC00000u : u;
       o[d] = kernels::bitsFloat(u | sign) * s[d];
     }
+}
+
+
+#if KVS_HAVE_AVX2_PATHS
+// FP8 through the CPU's half-precision conversion (F16C), 16 codes at a time; D a multiple of 16.
+// - e5m2 is the top byte of an fp16: code << 8 is the fp16 of the same value.
+// - e4m3fn's exponent and mantissa, put at fp16's bits 7..13 (sign at 15), are an fp16 of the value / 2^8 (exponent
+//   bias 15 instead of 7; e4m3 subnormals land on fp16 subnormals of the same mantissa). Times 256 exact.
+// Groups of 16 holding a NaN code (or e5m2's) go through the portable loop, whose NaN bits the tests pin.
+KVS_AVX2 void decodeFp8RowsAvx2(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n,
+                                std::int64_t D, float* o, bool e4m3) {
+  const __m128i low7 = _mm_set1_epi8(0x7F), nan4 = _mm_set1_epi8(0x7F), inf5 = _mm_set1_epi8(0x7C);
+  const __m256i clear14 = _mm256_set1_epi16(static_cast<short>(0xBFFF));
+  const __m256 k256 = _mm256_set1_ps(256.0f);
+  for (std::int64_t t = 0; t < n; ++t, c += stride, o += D)
+    for (std::int64_t d = 0; d < D; d += 16) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(c + d));
+      const __m128i em = _mm_and_si128(x, low7);
+      const __m128i special = e4m3 ? _mm_cmpeq_epi8(em, nan4) : _mm_cmpgt_epi8(em, inf5);
+      if (_mm_movemask_epi8(special) != 0) {
+        if (e4m3) decodeE4M3Rows(c + d, stride, s + d, 1, 16, o + d);
+        else decodeE5M2Rows(c + d, stride, s + d, 1, 16, o + d);
+        continue;
+      }
+      __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(x), 8);
+      if (e4m3) h = _mm256_and_si256(_mm256_srai_epi16(h, 1), clear14);
+      __m256 lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+      __m256 hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+      if (e4m3) lo = _mm256_mul_ps(lo, k256), hi = _mm256_mul_ps(hi, k256);
+      _mm256_storeu_ps(o + d, _mm256_mul_ps(lo, _mm256_loadu_ps(s + d)));
+      _mm256_storeu_ps(o + d + 8, _mm256_mul_ps(hi, _mm256_loadu_ps(s + d + 8)));
+    }
+}
+#endif
+
+// n rows of fp8 codes (either format) times their channels' scales: the AVX2 path where it runs, else the portable
+// loops.
+void decodeFp8Rows(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n, std::int64_t D,
+                   float* o, kernels::Fp8Format f) {
+#if KVS_HAVE_AVX2_PATHS
+  if (D % 16 == 0 && kernels::avx2Paths()) return decodeFp8RowsAvx2(c, stride, s, n, D, o, f == kernels::Fp8Format::E4M3FN);
+#endif
+  if (f == kernels::Fp8Format::E4M3FN) decodeE4M3Rows(c, stride, s, n, D, o);
+  else decodeE5M2Rows(c, stride, s, n, D, o);
 }
 
 using kernels::TokenSource;
@@ -103,8 +152,7 @@ class Fp8Source final : public TokenSource {
     const float* s = scale_.const_data_ptr<float>() + h * D;
     const std::uint8_t* base = codes_.const_data_ptr<std::uint8_t>() + b * codes_.stride(0) + h * codes_.stride(1);
     const std::uint8_t* rows = base + t0 * codes_.stride(2);
-    if (format_ == kernels::Fp8Format::E4M3FN) decodeE4M3Rows(rows, codes_.stride(2), s, n, D, out);
-    else decodeE5M2Rows(rows, codes_.stride(2), s, n, D, out);
+    decodeFp8Rows(rows, codes_.stride(2), s, n, D, out, format_);
   }
 
  private:
@@ -131,6 +179,24 @@ std::uint8_t codeAt(const std::uint8_t* packed, std::int64_t bytes, std::int64_t
   return c;
 }
 
+// Codes to values, as the codecs dequantize: quanto `scale * code - zero`, hqq `(code - zero) * scale`, each op
+// rounded on its own (this file is compiled without contraction into fused multiply-adds). One group's scale and zero
+// (affineOne) or one per value (affineEach).
+KVS_CLONES void affineOne(const std::uint8_t* c, std::int64_t n, float s, float z, bool quanto, float* o) {
+  if (quanto)
+    for (std::int64_t i = 0; i < n; ++i) o[i] = s * static_cast<float>(c[i]) - z;
+  else
+    for (std::int64_t i = 0; i < n; ++i) o[i] = (static_cast<float>(c[i]) - z) * s;
+}
+
+KVS_CLONES void affineEach(const std::uint8_t* c, std::int64_t n, const float* s, const float* z, bool quanto,
+                           float* o) {
+  if (quanto)
+    for (std::int64_t i = 0; i < n; ++i) o[i] = s[i] * static_cast<float>(c[i]) - z[i];
+  else
+    for (std::int64_t i = 0; i < n; ++i) o[i] = (static_cast<float>(c[i]) - z[i]) * s[i];
+}
+
 // A GroupCodec block (quanto or hqq) in its packed layout. The value at flat index i of the [B, H, S, D] states sits
 // at code position pos(i) of the grouped matrix [R, C] and belongs to group grp(i):
 // - reshape layouts (quanto axis=0, hqq axis=0/1): pos = i; groups are rows (i / C) or columns (i % C), by which
@@ -143,7 +209,7 @@ class GroupSource final : public TokenSource {
       : packed_(q.packed.contiguous()),
         scale_(q.scale.to(at::kFloat).contiguous()),
         zero_(q.zero.to(at::kFloat).contiguous()),
-        scheme_(scheme),
+        quanto_(scheme == IntScheme::Quanto),
         bits_(bits),
         rows_(std::move(rows)) {
     if (!packed_.is_cpu()) throw std::invalid_argument("attention source: int codes must be on the CPU");
@@ -162,56 +228,51 @@ class GroupSource final : public TokenSource {
     const std::uint8_t* pk = packed_.const_data_ptr<std::uint8_t>();
     const float* s = scale_.const_data_ptr<float>();
     const float* z = zero_.const_data_ptr<float>();
-    std::uint8_t codes[1024];
-    for (std::int64_t t = 0; t < n; ++t) {
-      const std::int64_t i0 = ((row * H_ + h) * S_ + t0 + t) * D_;
-      float* o = out + t * D_;
-      if (!permuted_) {
-        for (std::int64_t d0 = 0; d0 < D_; d0 += 1024) {
-          const std::int64_t m = std::min<std::int64_t>(1024, D_ - d0);
-          unpackRun(pk, bytes_, i0 + d0, m, bits_, codes);
-          if (rowGroups_) {
-            // Runs of one group at a time.
-            for (std::int64_t d = 0; d < m;) {
-              const std::int64_t g = (i0 + d0 + d) / C_;
-              const std::int64_t end = std::min(m, (g + 1) * C_ - i0 - d0);
-              apply(codes + d, end - d, s + g, z + g, 0, o + d0 + d);
-              d = end;
-            }
-          } else {
-            // Column groups: consecutive values belong to consecutive groups (wrapping at C).
-            for (std::int64_t d = 0; d < m;) {
-              const std::int64_t c = (i0 + d0 + d) % C_;
-              const std::int64_t end = std::min(m, d + (C_ - c));
-              apply(codes + d, end - d, s + c, z + c, 1, o + d0 + d);
-              d = end;
-            }
+    const std::int64_t i0 = ((row * H_ + h) * S_ + t0) * D_;
+    if (!permuted_) {
+      // Tokens t0.. of one (row, head) are consecutive in the reshape layouts: one run of n * D codes.
+      std::uint8_t codes[4096];
+      const std::int64_t total = n * D_;
+      for (std::int64_t p0 = 0; p0 < total; p0 += 4096) {
+        const std::int64_t m = std::min<std::int64_t>(4096, total - p0);
+        unpackRun(pk, bytes_, i0 + p0, m, bits_, codes);
+        float* o = out + p0;
+        if (rowGroups_) {
+          // Runs of one group at a time.
+          for (std::int64_t d = 0; d < m;) {
+            const std::int64_t g = (i0 + p0 + d) / C_;
+            const std::int64_t end = std::min(m, (g + 1) * C_ - i0 - p0);
+            affineOne(codes + d, end - d, s[g], z[g], quanto_, o + d);
+            d = end;
+          }
+        } else {
+          // Column groups: consecutive values belong to consecutive groups (wrapping at C).
+          for (std::int64_t d = 0; d < m;) {
+            const std::int64_t c = (i0 + p0 + d) % C_;
+            const std::int64_t end = std::min(m, d + (C_ - c));
+            affineEach(codes + d, end - d, s + c, z + c, quanto_, o + d);
+            d = end;
           }
         }
-      } else {
-        const std::int64_t gs = R_, groups = C_ / D_;
-        const std::int64_t gIdx = i0 / (gs * D_), j = (i0 / D_) % gs;
-        for (std::int64_t d = 0; d < D_; ++d) {
-          const std::int64_t col = d * groups + gIdx;
-          const std::uint8_t c = codeAt(pk, bytes_, j * C_ + col, bits_);
-          apply(&c, 1, s + col, z + col, 0, o + d);
-        }
+      }
+      return;
+    }
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::int64_t it = i0 + t * D_;
+      float* o = out + t * D_;
+      const std::int64_t gs = R_, groups = C_ / D_;
+      const std::int64_t gIdx = it / (gs * D_), j = (it / D_) % gs;
+      for (std::int64_t d = 0; d < D_; ++d) {
+        const std::int64_t col = d * groups + gIdx;
+        const std::uint8_t c = codeAt(pk, bytes_, j * C_ + col, bits_);
+        affineOne(&c, 1, s[col], z[col], quanto_, o + d);
       }
     }
   }
 
  private:
-  // Dequantizes n codes; scale/zero advance by `step` per value (0: one group, 1: one group each).
-  void apply(const std::uint8_t* c, std::int64_t n, const float* s, const float* z, std::int64_t step, float* o) const {
-    if (scheme_ == IntScheme::Quanto) {
-      for (std::int64_t i = 0; i < n; ++i) o[i] = s[i * step] * static_cast<float>(c[i]) - z[i * step];
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) o[i] = (static_cast<float>(c[i]) - z[i * step]) * s[i * step];
-    }
-  }
-
   at::Tensor packed_, scale_, zero_;
-  IntScheme scheme_;
+  bool quanto_;
   int bits_;
   std::vector<std::int64_t> rows_;
   std::int64_t H_ = 0, S_ = 0, D_ = 0, R_ = 0, C_ = 0, bytes_ = 0;

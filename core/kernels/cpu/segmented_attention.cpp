@@ -6,6 +6,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cpu/simd.h"
+
+#if KVS_HAVE_AVX2_PATHS
+#include <immintrin.h>
+#endif
+
 // The inner loops are dot products and axpys over head_dim: compiled for AVX-512, AVX2 and the baseline, chosen at
 // run time. Their sums may be reassociated (kernels/CMakeLists: -fassociative-math on this file), which is why fused
 // attention agrees with the reference within a tolerance rather than bit for bit.
@@ -108,6 +114,149 @@ KVS_CLONES void attendTile(const float* q, std::int64_t rows, std::int64_t T, st
   }
 }
 
+
+#if KVS_HAVE_AVX2_PATHS
+// The same tile step by hand for AVX2 + FMA (head_dim a multiple of 8). Scores: eight keys at a time, each with its
+// own accumulator (eight independent FMA chains instead of one), reduced together by a transpose of horizontal adds.
+// Weighted values: the output row stays in registers (64 floats) across the tile's keys.
+
+KVS_AVX2 inline float hsum(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+KVS_AVX2 inline float hmax(__m256 v) {
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_max_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+
+// Lane i of the result: the sum of a[i]'s lanes.
+KVS_AVX2 inline __m256 hsum8x8(const __m256* a) {
+  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 lo = _mm256_hadd_ps(h01, h23), hi = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// expNonPositive, eight lanes: the same Cephes reduction and polynomial. max(-87.3, NaN) keeps the NaN.
+KVS_AVX2 inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(_mm256_set1_ps(-87.3f), x);
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fmadd_ps(fx, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(_mm256_mul_ps(y, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// ar[0, 8 * NC) += sum_j p[j] * v[j * D + 0, 8 * NC), ar kept in registers over the keys.
+template <int NC>
+KVS_AVX2 inline void weightedValues(const float* p, std::int64_t nn, const float* v, std::int64_t D, float* ar) {
+  __m256 a[NC];
+  for (int i = 0; i < NC; ++i) a[i] = _mm256_loadu_ps(ar + 8 * i);
+  for (std::int64_t j = 0; j < nn; ++j) {
+    const __m256 pj = _mm256_broadcast_ss(p + j);
+    const float* vr = v + j * D;
+    for (int i = 0; i < NC; ++i) a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * i), a[i]);
+  }
+  for (int i = 0; i < NC; ++i) _mm256_storeu_ps(ar + 8 * i, a[i]);
+}
+
+KVS_AVX2 void attendTileAvx2(const float* q, std::int64_t rows, std::int64_t T, std::int64_t D, const float* kt,
+                             const float* vt, std::int64_t n, std::int64_t t0, std::int64_t L, bool causal, float* m,
+                             float* l, float* acc, float* scores) {
+  const std::int64_t C = D / 8;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t t = r % T;
+    const std::int64_t last = causal ? (L - T + t) - t0 : n - 1;
+    const std::int64_t nn = std::min(n, last + 1);
+    if (nn <= 0) continue;
+    const float* qr = q + r * D;
+    // Scores, eight keys at a time. max(s, running) ignores NaN scores, as the portable loop does.
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    std::int64_t j = 0;
+    for (; j + 8 <= nn; j += 8) {
+      __m256 a[8];
+      for (int k = 0; k < 8; ++k) a[k] = _mm256_setzero_ps();
+      const float* k0 = kt + j * D;
+      for (std::int64_t c = 0; c < C; ++c) {
+        const __m256 qv = _mm256_loadu_ps(qr + 8 * c);
+        for (int k = 0; k < 8; ++k) a[k] = _mm256_fmadd_ps(_mm256_loadu_ps(k0 + k * D + 8 * c), qv, a[k]);
+      }
+      const __m256 s = hsum8x8(a);
+      _mm256_storeu_ps(scores + j, s);
+      vmax = _mm256_max_ps(s, vmax);
+    }
+    float mt = hmax(vmax);
+    for (; j < nn; ++j) {
+      __m256 a = _mm256_setzero_ps();
+      for (std::int64_t c = 0; c < C; ++c)
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(kt + j * D + 8 * c), _mm256_loadu_ps(qr + 8 * c), a);
+      const float s = hsum(a);
+      scores[j] = s;
+      if (s > mt) mt = s;
+    }
+    const float mOld = m[r];
+    const float mNew = mOld > mt ? mOld : mt;
+    float* ar = acc + r * D;
+    if (mNew != mOld) {
+      const float corr = mOld == -INFINITY ? 0.0f : std::exp(mOld - mNew);
+      l[r] *= corr;
+      for (std::int64_t d = 0; d < D; ++d) ar[d] *= corr;
+      m[r] = mNew;
+    }
+    const __m256 mv = _mm256_set1_ps(mNew);
+    __m256 sumv = _mm256_setzero_ps();
+    j = 0;
+    for (; j + 8 <= nn; j += 8) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + j), mv));
+      _mm256_storeu_ps(scores + j, e);
+      sumv = _mm256_add_ps(sumv, e);
+    }
+    float sum = hsum(sumv);
+    for (; j < nn; ++j) {
+      scores[j] = expNonPositive(scores[j] - mNew);
+      sum += scores[j];
+    }
+    for (std::int64_t d0 = 0; d0 < D; d0 += 64) {
+      switch (std::min<std::int64_t>(8, (D - d0) / 8)) {
+        case 8: weightedValues<8>(scores, nn, vt + d0, D, ar + d0); break;
+        case 7: weightedValues<7>(scores, nn, vt + d0, D, ar + d0); break;
+        case 6: weightedValues<6>(scores, nn, vt + d0, D, ar + d0); break;
+        case 5: weightedValues<5>(scores, nn, vt + d0, D, ar + d0); break;
+        case 4: weightedValues<4>(scores, nn, vt + d0, D, ar + d0); break;
+        case 3: weightedValues<3>(scores, nn, vt + d0, D, ar + d0); break;
+        case 2: weightedValues<2>(scores, nn, vt + d0, D, ar + d0); break;
+        default: weightedValues<1>(scores, nn, vt + d0, D, ar + d0); break;
+      }
+    }
+    l[r] += sum;
+  }
+}
+#endif
+
+using TileFn = void (*)(const float*, std::int64_t, std::int64_t, std::int64_t, const float*, const float*,
+                        std::int64_t, std::int64_t, std::int64_t, bool, float*, float*, float*, float*);
+
+TileFn tileFunction(std::int64_t D) {
+#if KVS_HAVE_AVX2_PATHS
+  if (avx2Paths() && D % 8 == 0) return attendTileAvx2;
+#endif
+  (void)D;
+  return attendTile;
+}
+
 }  // namespace
 
 void segmentedAttention(const SegmentedAttentionArgs& a, const TokenSource& keys, const TokenSource& values,
@@ -123,10 +272,17 @@ void segmentedAttention(const SegmentedAttentionArgs& a, const TokenSource& keys
     throw std::invalid_argument("segmented attention: head_dim of the cache differs from the queries'");
   const std::int64_t B = a.B, Hkv = a.Hkv, G = a.Hq / a.Hkv, T = a.T, D = a.D, rows = G * T;
   const std::int64_t tile = std::max<std::int64_t>(a.tile, 1);
-  // Split the sequence so that every worker has a few tasks, none shorter than 4 tiles.
-  const std::int64_t want = std::max<std::int64_t>(1, (4 * std::max(a.threads, 1) + B * Hkv - 1) / (B * Hkv));
+  // Split the sequence so that every worker has several tasks of whole tiles, none shorter than 4 tiles, and the
+  // workers (which take equal runs of tasks) the same number of them where the length allows.
+  const std::int64_t threads = std::max(a.threads, 1);
+  std::int64_t want = std::max<std::int64_t>(1, (8 * threads + B * Hkv - 1) / (B * Hkv));
+  for (std::int64_t s = want; s < want + threads; ++s)
+    if ((B * Hkv * s) % threads == 0) {
+      want = s;
+      break;
+    }
   const std::int64_t splits = std::clamp<std::int64_t>(L / (4 * tile), 1, want);
-  const std::int64_t per = (L + splits - 1) / splits;
+  const std::int64_t per = ((L + splits - 1) / splits + tile - 1) / tile * tile;
   // Partial results per task: m, l [rows] and acc [rows, D].
   const std::int64_t tasks = B * Hkv * splits, stride = rows * (D + 2);
   std::vector<float> part(static_cast<std::size_t>(tasks * stride));
@@ -134,6 +290,7 @@ void segmentedAttention(const SegmentedAttentionArgs& a, const TokenSource& keys
   std::vector<float> qs(static_cast<std::size_t>(B * a.Hq * T * D));
   for (std::int64_t i = 0; i < B * a.Hq * T * D; ++i) qs[i] = a.q[i] * a.smScale;
 
+  const TileFn tileFn = tileFunction(D);
   parallel(tasks, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> kt(static_cast<std::size_t>(tile * D)), vt(static_cast<std::size_t>(tile * D)),
         scores(static_cast<std::size_t>(tile));
@@ -150,7 +307,7 @@ void segmentedAttention(const SegmentedAttentionArgs& a, const TokenSource& keys
         const std::int64_t n = std::min(tile, to - t0);
         keys.read(b, hk, t0, n, kt.data());
         values.read(b, hk, t0, n, vt.data());
-        attendTile(q, rows, T, D, kt.data(), vt.data(), n, t0, L, a.causal, m, l, acc, scores.data());
+        tileFn(q, rows, T, D, kt.data(), vt.data(), n, t0, L, a.causal, m, l, acc, scores.data());
       }
     }
   });

@@ -1,0 +1,20 @@
+// Hand-vectorized paths of the CPU kernels (AVX2 + FMA + F16C), chosen at run time. Each has a portable twin that
+// computes the same values; tests switch the fast paths off to compare the two on the same machine.
+#pragma once
+
+#if defined(__x86_64__)
+#define KVS_HAVE_AVX2_PATHS 1
+#define KVS_AVX2 __attribute__((target("avx2,fma,f16c")))
+#else
+#define KVS_HAVE_AVX2_PATHS 0
+#define KVS_AVX2
+#endif
+
+namespace kvscope::kernels {
+
+/// Whether the AVX2/FMA/F16C paths run: the CPU has them and they are not switched off.
+bool avx2Paths();
+/// Switches the AVX2 paths off (false) or back on where the CPU has them (true). For tests and measurements.
+void setAvx2Paths(bool on);
+
+}  // namespace kvscope::kernels
