@@ -117,7 +117,13 @@ bool ConfigPanel::setSpec(const QString& spec) {
     message_->setVisible(true);
     return false;
   }
-  backend_->setCurrentText(QString::fromStdString(std::string(cache::backendName(cfg.backend))));
+  {
+    const QSignalBlocker block(backend_);
+    backend_->setCurrentText(QString::fromStdString(std::string(cache::backendName(cfg.backend))));
+  }
+  // Every option back at its default first: the canonical spec leaves defaults out, and the form may hold another
+  // config of the same backend (fp8:format=e5m2 before `fp8` would otherwise stay e5m2).
+  rebuildForm();
   // Read each option's value back from the canonical spec of the parsed config.
   const QString canon = QString::fromStdString(cache::toSpec(cfg));
   const int colon = canon.indexOf(':');

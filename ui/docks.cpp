@@ -15,6 +15,10 @@ namespace kvscope::ui {
 namespace {
 double mib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
+// What a plot may shrink to: the window's minimum height adds up the docks' minimums, and it has to fit a 1366x768
+// screen. Plots take what room there is above this.
+const QSize kPlotMin(240, 140);
+
 // Mean |error| of a token's keys and values over heads and channels; NaN when nothing quantized it.
 double meanError(const TokenErrorView& v, qint64 token) {
   double s = 0;
@@ -160,9 +164,9 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   totals_->setObjectName("memoryTotals");
   totals_->setWordWrap(true);
   plot_ = new QCustomPlot(this);
-  plot_->setMinimumSize(360, 200);
+  plot_->setMinimumSize(kPlotMin);
   steps_ = new QCustomPlot(this);
-  steps_->setMinimumSize(360, 110);
+  steps_->setMinimumSize(kPlotMin.width(), kPlotMin.height() / 2);
   l->addWidget(totals_);
   l->addWidget(plot_, 3);
   l->addWidget(steps_, 1);
@@ -280,7 +284,7 @@ ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent),
   selected_->setObjectName("scalesSelected");
   selected_->setWordWrap(true);
   plot_ = new QCustomPlot(this);
-  plot_->setMinimumSize(360, 200);
+  plot_->setMinimumSize(kPlotMin);
   l->addWidget(counters_);
   l->addWidget(plot_, 1);
   l->addWidget(selected_);
@@ -409,7 +413,7 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
   which_->addItems({tr("keys"), tr("values")});
   l->addWidget(which_);
   plot_ = new QCustomPlot(this);
-  plot_->setMinimumSize(360, 220);
+  plot_->setMinimumSize(kPlotMin);
   l->addWidget(plot_, 1);
   plot_->xAxis->setLabel(tr("layer"));
   plot_->yAxis->setLabel(tr("KV head (click a cell to select)"));
@@ -547,7 +551,7 @@ TokenErrorDock::TokenErrorDock(Selection* selection, QWidget* parent) : QWidget(
   bar->addWidget(title_, 1);
   l->addLayout(bar);
   plot_ = new QCustomPlot(this);
-  plot_->setMinimumSize(360, 220);
+  plot_->setMinimumSize(kPlotMin);
   l->addWidget(plot_, 1);
   plot_->xAxis->setLabel(tr("token position (click to select)"));
   plot_->yAxis->setLabel(tr("channel"));
@@ -627,7 +631,7 @@ OverlayPlot::OverlayPlot(QWidget* parent) : QWidget(parent) {
   metric_->setToolTip(tr("One curve per run selected in the table (all runs when none is selected)"));
   plot_ = new QCustomPlot(this);
   plot_->setObjectName("overlayPlot");
-  plot_->setMinimumSize(320, 160);
+  plot_->setMinimumSize(kPlotMin.width(), kPlotMin.height() * 3 / 4);
   plot_->xAxis->setLabel(tr("generated step"));
   plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), 7));

@@ -24,6 +24,9 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSaveFile>
+#include <QScreen>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSplitter>
 #include <QTabWidget>
@@ -34,6 +37,7 @@
 #include <QTableWidget>
 #include <QTemporaryFile>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -42,6 +46,8 @@
 #include "cache/config.h"
 #include "config_panel.h"
 #include "docks.h"
+#include "message_bar.h"
+#include "overflow_advice.h"
 #include "selection.h"
 #include "session.h"
 
@@ -75,6 +81,12 @@ QDockWidget* dock(QMainWindow* w, const QString& title, const QString& name, QWi
   w->addDockWidget(area, d);
   return d;
 }
+
+// Saved dock states carry this version: a layout saved by an older arrangement (the plots stacked three high, taller
+// than a 1080p screen) is not restored.
+constexpr int kLayoutVersion = 2;
+// The window frame is unknown until a window manager has mapped the window: leave room for a title bar and borders.
+const QSize kFrameAllowance(16, 48);
 }  // namespace
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
@@ -177,19 +189,34 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   pl->addWidget(shadow_);
   pl->addLayout(opts);
   pl->addLayout(buttons);
-  dock(this, tr("Run"), "runDock", panel, Qt::LeftDockWidgetArea);
+  // The form is taller than a 768 px screen leaves a dock: it scrolls rather than setting the window's height.
+  auto* scroll = new QScrollArea(this);
+  scroll->setObjectName("runScroll");
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setWidget(panel);
+  scroll->setMinimumWidth(panel->minimumSizeHint().width() + scroll->verticalScrollBar()->sizeHint().width());
+  dock(this, tr("Run"), "runDock", scroll, Qt::LeftDockWidgetArea);
 
   // One selection (layer, head, token, beam) that every view observes and sets; no view calls another.
   selection_ = new Selection(this);
-  text_ = new TextView(selection_, this);
-  setCentralWidget(text_);
+  auto* centre = new QWidget(this);
+  auto* cv = new QVBoxLayout(centre);
+  cv->setContentsMargins(0, 0, 0, 0);
+  messageBar_ = new MessageBar(centre);
+  text_ = new TextView(selection_, centre);
+  cv->addWidget(messageBar_);
+  cv->addWidget(text_, 1);
+  setCentralWidget(centre);
   memory_ = new MemoryDock(selection_, this);
   scales_ = new ScalesDock(selection_, this);
   errors_ = new ErrorDock(selection_, this);
   tokenErrors_ = new TokenErrorDock(selection_, this);
-  dock(this, tr("KV memory"), "memoryDock", memory_, Qt::RightDockWidgetArea);
-  dock(this, tr("FP8 scales"), "scalesDock", scales_, Qt::RightDockWidgetArea);
-  dock(this, tr("Quantization error: layer x head"), "errorDock", errors_, Qt::RightDockWidgetArea);
+  auto* md = dock(this, tr("KV memory"), "memoryDock", memory_, Qt::RightDockWidgetArea);
+  // One tab group: the three plots stacked need more height than a 1080p screen has beside the bottom docks.
+  tabifyDockWidget(md, dock(this, tr("FP8 scales"), "scalesDock", scales_, Qt::RightDockWidgetArea));
+  tabifyDockWidget(md, dock(this, tr("Quantization error: layer x head"), "errorDock", errors_, Qt::RightDockWidgetArea));
+  md->raise();
   int inspected = 0;
   connect(selection_, &Selection::changed, this, [this, inspected]() mutable {
     if (selection_->layer() == inspected) return;
@@ -231,6 +258,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   sweepProgress_->setVisible(false);
   best_ = new QLabel(compare);
   best_->setObjectName("bestLabel");
+  best_->setWordWrap(true);  // a long config or message must not widen the dock past the screen
   bar->addWidget(new QLabel(tr("Grid"), compare));
   bar->addWidget(sweepGrid_, 2);
   bar->addWidget(sweep);
@@ -280,6 +308,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   ebar->addWidget(evalButton);
   evalSummary_ = new QLabel(evalPage);
   evalSummary_->setObjectName("evalSummary");
+  evalSummary_->setWordWrap(true);
   evalTable_ = new QTableWidget(0, 8, evalPage);
   evalTable_->setObjectName("evalTable");
   evalTable_->setHorizontalHeaderLabels({tr("config"), tr("KV ratio"), tr("perplexity"), tr("Δ perplexity"),
@@ -305,12 +334,15 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   tabifyDockWidget(rd, bd);
   bd->show();
   rd->raise();
+  // The run panel, the tallest form, keeps the window's full height; the bottom docks span the text and the plots.
+  setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
   connect(runs_, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
     config_->setSpec(runs_->item(row, 1)->text());
   });
 
-  status_ = new QLabel(this);
-  message_ = new QLabel(this);
+  status_ = new ElidedLabel(this);
+  status_->setObjectName("statusLine");
+  message_ = new ElidedLabel(this);
   message_->setObjectName("statusMessage");
   statusBar()->addWidget(status_, 1);
   statusBar()->addPermanentWidget(message_);
@@ -319,9 +351,18 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(stopButton_, &QPushButton::clicked, this, &MainWindow::stop);
   connect(config_, &ConfigPanel::changed, this, [this] { updateActions(); });
   buildMenus();
+  defaultLayout_ = saveState(kLayoutVersion);
   QSettings s;
-  restoreGeometry(s.value("window/geometry").toByteArray());
-  restoreState(s.value("window/state").toByteArray());
+  // The saved size, or the default one; either at most the screen's available area.
+  const QRect avail = screen()->availableGeometry();
+  const QSize room = avail.size() - kFrameAllowance;
+  if (!restoreGeometry(s.value("window/geometry").toByteArray())) {
+    resize(QSize(1500, 950).boundedTo(room));
+    move(avail.topLeft() + QPoint(std::max(0, room.width() - width()) / 2, std::max(0, room.height() - height()) / 2));
+  } else if (!isMaximized() && !isFullScreen() && size().boundedTo(room) != size()) {
+    resize(size().boundedTo(room));  // saved on a larger screen
+  }
+  if (!restoreState(s.value("window/state").toByteArray(), kLayoutVersion)) sizeDocks();
   updateActions();
 }
 
@@ -361,12 +402,34 @@ void MainWindow::buildMenus() {
   r->setShortcut(QKeySequence(tr("Ctrl+R")));
   QAction* st = runMenu->addAction(tr("&Stop"), this, &MainWindow::stop);
   st->setShortcut(QKeySequence(Qt::Key_Escape));
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->setObjectName("viewMenu");
+  for (QDockWidget* d : findChildren<QDockWidget*>(Qt::FindDirectChildrenOnly)) view->addAction(d->toggleViewAction());
+  view->addSeparator();
+  view->addAction(tr("&Reset layout"), this, &MainWindow::resetLayout)->setObjectName("resetLayout");
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About kvscope"), this, [this] {
     QMessageBox::about(this, tr("About kvscope"),
                        tr("<b>kvscope %1</b><br>Quantized KV-cache workbench.<br>Qt %2.")
                            .arg(QApplication::applicationVersion(), qVersion()));
   });
+}
+
+void MainWindow::sizeDocks() {
+  auto* run = findChild<QDockWidget*>("runDock");
+  auto* plots = findChild<QDockWidget*>("memoryDock");
+  auto* runs = findChild<QDockWidget*>("runsDock");
+  auto* tokens = findChild<QDockWidget*>("tokenErrorDock");
+  const int left = std::clamp(width() * 22 / 100, 300, 400);
+  resizeDocks({run, plots}, {left, std::clamp(width() * 30 / 100, 340, 620)}, Qt::Horizontal);
+  resizeDocks({runs}, {std::clamp(height() * 34 / 100, 220, 380)}, Qt::Vertical);
+  const int bottom = width() - left;
+  resizeDocks({runs, tokens}, {bottom * 6 / 10, bottom * 4 / 10}, Qt::Horizontal);
+}
+
+void MainWindow::resetLayout() {
+  restoreState(defaultLayout_, kLayoutVersion);
+  sizeDocks();
 }
 
 void MainWindow::rememberModel(const QString& path) {
@@ -397,6 +460,7 @@ void MainWindow::openModel(const QString& path) {
   loading_ = true;
   progress_->setValue(0);
   progress_->setVisible(true);
+  messageBar_->dismiss();  // what it said was about the model before
   message_->setText(tr("Loading %1…").arg(path));
   updateActions();
   Q_EMIT loadRequested(path, dtype_->currentText(), device_->currentText(), ++runSerial_);
@@ -454,6 +518,7 @@ void MainWindow::run() {
   r.serial = ++runSerial_;
   running_ = true;
   message_->clear();
+  messageBar_->dismiss();
   updateActions();
   Q_EMIT runRequested(r);
 }
@@ -545,6 +610,7 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
     updateOverlay();
     updateActions();
     autosave();
+    offerOverflowFix(*run);
     if (sweeping_) {
       sweepRuns_.append(run);
       sweepProgress_->setValue(static_cast<int>(sweepRuns_.size()));
@@ -553,6 +619,19 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
     }
     Q_EMIT runFinished(run);
   }
+}
+
+void MainWindow::offerOverflowFix(const RunSnapshot& run) {
+  const auto advice = overflowAdvice(run);
+  if (!advice) return;
+  QVector<MessageBar::Action> fix;
+  // A sweep goes on with its own configs: the fix is offered once it has ended.
+  if (!advice->saturatedSpec.isEmpty() && !sweeping_)
+    fix.push_back({tr("Rerun with overflow=saturate"), "rerunSaturate", [this, spec = advice->saturatedSpec] {
+                     config_->setSpec(spec);
+                     this->run();
+                   }});
+  messageBar_->showMessage(MessageBar::Kind::Warning, advice->text, fix);
 }
 
 void MainWindow::onInspection(const TokenErrorViewPtr& view) {
@@ -689,7 +768,8 @@ void MainWindow::addRunRow(const RunSnapshotPtr& run) {
 }
 
 void MainWindow::onFailed(const QString& message) {
-  // Non-blocking: the message stays in the status bar; the window keeps its state.
+  // Non-blocking: the message shows whole in the bar until dismissed, and stays in the status bar; the window keeps
+  // its state.
   loading_ = false;
   running_ = false;
   if (evaluating_) {
@@ -698,8 +778,8 @@ void MainWindow::onFailed(const QString& message) {
     evalSummary_->setText(message.toHtmlEscaped());
   }
   progress_->setVisible(false);
-  message_->setText("<span style='color:#b00020'>" + message.toHtmlEscaped() + "</span>");
-  message_->setToolTip(message);
+  message_->setError(message);
+  messageBar_->showError(message);
   updateActions();
 }
 
@@ -833,7 +913,7 @@ void MainWindow::closeEvent(QCloseEvent* e) {
   stop();
   QSettings s;
   s.setValue("window/geometry", saveGeometry());
-  s.setValue("window/state", saveState());
+  s.setValue("window/state", saveState(kLayoutVersion));
   e->accept();
 }
 

@@ -23,8 +23,10 @@ namespace kvscope::ui {
 
 class ConfigPanel;
 class BeamDock;
+class ElidedLabel;
 class ErrorDock;
 class MemoryDock;
+class MessageBar;
 class OverlayPlot;
 class ScalesDock;
 class Selection;
@@ -56,6 +58,8 @@ class MainWindow : public QMainWindow {
   BeamDock* beamDock() const { return beamDock_; }
   OverlayPlot* overlay() const { return overlay_; }
   Selection* selection() const { return selection_; }
+  /// Errors and run advice, above the generated text.
+  MessageBar* messageBar() const { return messageBar_; }
   bool isRunning() const { return running_; }
   void setShadow(bool on);
   bool hasModel() const { return !model_.path.isEmpty(); }
@@ -72,6 +76,8 @@ class MainWindow : public QMainWindow {
   void onRunUpdated(const kvscope::ui::RunSnapshotPtr& run);
   void onInspection(const kvscope::ui::TokenErrorViewPtr& view);
   void onFailed(const QString& message);
+  /// Back to the dock arrangement the window was built with (View > Reset layout): every dock shown and docked.
+  void resetLayout();
   void exportConfig();
   void exportRuns();
   void exportPlots();
@@ -109,6 +115,9 @@ class MainWindow : public QMainWindow {
 
  private:
   void buildMenus();
+  /// Dock sizes for the window's current size: run panel left, plots right, runs and token map below.
+  void sizeDocks();
+  void offerOverflowFix(const RunSnapshot& run);
   void updateActions();
   void addRunRow(const RunSnapshotPtr& run);
 
@@ -152,8 +161,10 @@ class MainWindow : public QMainWindow {
   void updateStatus();
   QTableWidget* runs_;
   QLabel* modelCard_;
-  QLabel* status_;
-  QLabel* message_;
+  ElidedLabel* status_;
+  ElidedLabel* message_;
+  MessageBar* messageBar_;
+  QByteArray defaultLayout_;  ///< saveState() of the arrangement built in the constructor
   QProgressBar* progress_;
   std::function<void(quint64)> stop_;
   quint64 runSerial_ = 0;

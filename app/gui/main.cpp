@@ -111,7 +111,6 @@ int main(int argc, char** argv) {
   }
   w.maxNewBox()->setValue(cli.value(newOpt).toInt());
   if (cli.isSet(noShadowOpt)) w.setShadow(false);
-  w.resize(1500, 950);
   w.show();
   const QString model = cli.isSet(modelOpt) ? cli.value(modelOpt) : defaultModel();
   int rc = 2;

@@ -1,22 +1,30 @@
 // The workbench as a user drives it, offscreen, on the embedded model: load, run fp8 then quanto, stop mid-run,
 // an invalid option blocks Run with the core's message, a bad model file keeps the loaded one, export parses back.
+// Before it, the window alone (no engine, no model): its size on a small screen, the View menu, the message bar, and
+// the advice for a run that stored NaN, fed synthetic snapshots.
 #include <QAbstractItemModelTester>
+#include <QApplication>
 #include <QComboBox>
 #include <QDir>
+#include <QDockWidget>
 #include <QDoubleSpinBox>
 #include <QFileInfo>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QMenu>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSaveFile>
+#include <QScreen>
+#include <QScrollArea>
 #include <QSpinBox>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QThread>
+#include <QToolButton>
 
 #include <qcustomplot.h>
 #include <QLineEdit>
@@ -30,6 +38,7 @@
 #include "docks.h"
 #include "engine.h"
 #include "main_window.h"
+#include "message_bar.h"
 #include "session.h"
 #include "thread_handoff.h"
 #include "wiring.h"
@@ -53,6 +62,165 @@ class EngineSpy : public QObject {
   }
   QStringList failures;
   QList<ui::ModelInfo> loads;
+};
+
+class WindowTest : public QObject {
+  Q_OBJECT
+ private:
+  ui::MainWindow* w_ = nullptr;
+
+  QFrame* bar() const { return w_->findChild<QFrame*>("messageBar"); }
+  QString barText() const { return bar()->findChild<QLabel*>("messageText")->text(); }
+  ui::MessageBar::Kind barKind() const { return w_->messageBar()->kind(); }
+
+  /// A finished fp8 run of two layers whose second layer's values stored `nan` NaN/inf codes.
+  static ui::RunSnapshotPtr nanRun(const QString& spec, std::int64_t nan) {
+    static int id = 0;
+    auto r = std::make_shared<ui::RunSnapshot>();
+    r->runId = ++id;
+    r->spec = spec;
+    r->finished = true;
+    r->stopReason = "max_new";
+    r->cache.memory.resize(2);
+    r->cache.stats.resize(2);
+    for (auto& st : r->cache.stats)
+      for (auto* side : {&st.keys, &st.values}) {
+        side->scales = {0.01f};
+        side->scaleShape = {1};
+        side->amaxPerHead = {4.0f, 4.0f, 4.0f};
+      }
+    r->cache.stats[1].values.overflowTotal = nan;
+    r->cache.stats[1].values.nonFiniteTotal = nan;
+    return r;
+  }
+
+ private Q_SLOTS:
+  void init() {
+    w_ = new ui::MainWindow();
+    w_->show();
+    QVERIFY(QTest::qWaitForWindowExposed(w_));
+  }
+
+  void cleanup() {
+    delete w_;
+    w_ = nullptr;
+  }
+
+  void fitsA1366x768Screen() {
+    w_->resetLayout();
+    const QSize hint = w_->minimumSizeHint();
+    QVERIFY2(fits1366(hint), qPrintable(QString("minimumSizeHint %1x%2").arg(hint.width()).arg(hint.height())));
+    const QSize enforced = w_->layout()->minimumSize();
+    QVERIFY2(fits1366(enforced),
+             qPrintable(QString("layout minimum %1x%2").arg(enforced.width()).arg(enforced.height())));
+    // The window opened within its screen's available area (or at its minimum, when the screen is smaller still).
+    const QSize avail = w_->screen()->availableGeometry().size();
+    QVERIFY(w_->width() <= std::max(avail.width(), enforced.width()));
+    QVERIFY(w_->height() <= std::max(avail.height(), enforced.height()));
+    // The plots share one tab group instead of stacking three high.
+    auto* memory = w_->findChild<QDockWidget*>("memoryDock");
+    const auto tabs = w_->tabifiedDockWidgets(memory);
+    QVERIFY(tabs.contains(w_->findChild<QDockWidget*>("scalesDock")));
+    QVERIFY(tabs.contains(w_->findChild<QDockWidget*>("errorDock")));
+    // The run form scrolls rather than setting the window's height.
+    QVERIFY(w_->findChild<QScrollArea*>("runScroll"));
+  }
+
+  void viewMenuTogglesEveryDockAndResetsTheLayout() {
+    auto* view = w_->findChild<QMenu*>("viewMenu");
+    QVERIFY(view);
+    const auto docks = w_->findChildren<QDockWidget*>();
+    QCOMPARE(docks.size(), 7);
+    for (auto* d : docks) {
+      QVERIFY(!d->objectName().isEmpty());  // the saved layout names them
+      QVERIFY2(view->actions().contains(d->toggleViewAction()), qPrintable(d->objectName()));
+    }
+    auto* scales = w_->findChild<QDockWidget*>("scalesDock");
+    scales->toggleViewAction()->trigger();
+    QVERIFY(scales->isHidden());
+    QVERIFY(!scales->toggleViewAction()->isChecked());
+    auto* runs = w_->findChild<QDockWidget*>("runsDock");
+    w_->addDockWidget(Qt::LeftDockWidgetArea, runs);
+    QCOMPARE(w_->dockWidgetArea(runs), Qt::LeftDockWidgetArea);
+    QAction* reset = w_->findChild<QAction*>("resetLayout");
+    QVERIFY(reset && view->actions().contains(reset));
+    reset->trigger();
+    QVERIFY(!scales->isHidden());
+    QVERIFY(scales->toggleViewAction()->isChecked());
+    QCOMPARE(w_->dockWidgetArea(scales), Qt::RightDockWidgetArea);
+    QVERIFY(w_->tabifiedDockWidgets(scales).contains(w_->findChild<QDockWidget*>("memoryDock")));
+    QCOMPARE(w_->dockWidgetArea(runs), Qt::BottomDockWidgetArea);
+    QVERIFY(fits1366(w_->minimumSizeHint()));
+  }
+
+  void messageBarShowsAnErrorWholeUntilDismissed() {
+    QVERIFY(bar() && bar()->isHidden());
+    QString error = "cannot read `/home/someone/models/a-model-with-a-rather-long-name.Q4_1.gguf`: ";
+    for (int i = 0; i < 8; ++i) error += QString("tensor blk.%1.attn_k.weight has a shape the header does not state; ").arg(i);
+    w_->onFailed(error);
+    QVERIFY(bar()->isVisible());
+    QCOMPARE(bar(), w_->messageBar());
+    QCOMPARE(barText(), error);
+    QCOMPARE(w_->messageBar()->text(), error);
+    QVERIFY(barKind() == ui::MessageBar::Kind::Error);
+    QVERIFY(bar()->findChild<QLabel*>("messageText")->wordWrap());
+    // The status bar keeps the message too, cut to its width (whole in text() and the tooltip): it does not widen
+    // the window.
+    auto* status = w_->findChild<ui::ElidedLabel*>("statusMessage");
+    QVERIFY(status);
+    QCOMPARE(status->text(), error);
+    QVERIFY(status->isElided());
+    QVERIFY(fits1366(w_->minimumSizeHint()));
+    QTest::mouseClick(bar()->findChild<QToolButton*>("messageBarClose"), Qt::LeftButton);
+    QVERIFY(bar()->isHidden());
+    // The window's own errors show there too (they all go through onFailed).
+    w_->exportPlotsTo("/nonexistent/folder");
+    QVERIFY(bar()->isVisible());
+    QVERIFY(barText().contains("could not write kv_memory.png"));
+  }
+
+  void nanUnderOverflowNanIsExplainedAndRerunSaturated() {
+    // The default fp8 config (e4m3fn, overflow=nan): the explanation with e4m3fn's max and the fix.
+    w_->onRunUpdated(nanRun("fp8", 7));
+    QVERIFY(bar()->isVisible());
+    QVERIFY2(barText().contains("NaN/inf stored: 7 values") && barText().contains("448 for e4m3fn") &&
+                 barText().contains("calibrated on the prompt") && barText().contains("stored as NaN"),
+             qPrintable(barText()));
+    QVERIFY(!barText().contains("57344"));
+    QVERIFY(barKind() == ui::MessageBar::Kind::Warning);
+    // e5m2: its own max, and inf rather than NaN.
+    w_->onRunUpdated(nanRun("fp8:format=e5m2", 3));
+    QVERIFY2(barText().contains("57344 for e5m2") && barText().contains("stored as inf"), qPrintable(barText()));
+    QVERIFY(!barText().contains("448"));
+    auto* rerun = bar()->findChild<QPushButton*>("rerunSaturate");
+    QVERIFY(rerun && rerun->isVisible());
+    QCOMPARE(rerun->text(), QString("Rerun with overflow=saturate"));
+    QTest::mouseClick(rerun, Qt::LeftButton);
+    QCOMPARE(w_->configPanel()->spec(), QString("fp8:format=e5m2,overflow=saturate"));
+    QCOMPARE(w_->findChild<QComboBox*>("opt_overflow")->currentText(), QString("saturate"));
+    QCOMPARE(w_->findChild<QComboBox*>("opt_format")->currentText(), QString("e5m2"));
+    QVERIFY(bar()->isHidden());
+    // NaN under saturate came from elsewhere (the model's own activations), and other backends have no such policy.
+    w_->onRunUpdated(nanRun("fp8:overflow=saturate", 2));
+    QVERIFY(bar()->isHidden());
+    w_->onRunUpdated(nanRun("quanto:nbits=4", 2));
+    QVERIFY(bar()->isHidden());
+    w_->onRunUpdated(nanRun("fp8", 0));
+    QVERIFY(bar()->isHidden());
+    // A per-layer config: explained, but the form cannot hold it, so no button.
+    w_->onRunUpdated(nanRun("layers=*:K=fp8,V=quanto:nbits=4", 5));
+    QVERIFY2(bar()->isVisible() && barText().contains("448 for e4m3fn"), qPrintable(barText()));
+    QVERIFY(!bar()->findChild<QPushButton*>("rerunSaturate"));
+    // Beam search labels its runs "SPEC (N beams)": still the run's config.
+    w_->onRunUpdated(nanRun("fp8:granularity=head (3 beams)", 4));
+    QVERIFY2(barText().contains("per-head"), qPrintable(barText()));
+    QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
+    QCOMPARE(w_->configPanel()->spec(), QString("fp8:granularity=head,overflow=saturate"));
+  }
+
+ private:
+  /// Within 1366x768 less a 40 px panel and a window manager's title bar and borders.
+  static bool fits1366(const QSize& s) { return s.width() <= 1366 - 16 && s.height() <= 768 - 40 - 40; }
 };
 
 class GuiTest : public QObject {
@@ -499,11 +667,47 @@ class GuiTest : public QObject {
     QVERIFY2(totals->text().contains("dequantized copy (attention=reference)"), qPrintable(totals->text()));
   }
 
+  void defaultFp8ExplainsItsNaNAndRerunsSaturated() {
+    // A new user's first run: the default fp8 config (overflow=nan) stores NaN on the default prompt. The bar says
+    // why and its button reruns with overflow=saturate, which stores none.
+    const auto r = runAndWait("fp8", 6);
+    QVERIFY(r);
+    std::int64_t nan = 0;
+    for (const auto& st : r->cache.stats) nan += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
+    QVERIFY2(nan > 0, "the default fp8 config no longer overflows on the default prompt");
+    auto* bar = w_->findChild<QFrame*>("messageBar");
+    QVERIFY(bar->isVisible());
+    const QString text = bar->findChild<QLabel*>("messageText")->text();
+    QVERIFY2(text.contains(QString("NaN/inf stored: %1 values").arg(nan)) && text.contains("448 for e4m3fn"),
+             qPrintable(text));
+    QSignalSpy done(w_, &ui::MainWindow::runFinished);
+    QTest::mouseClick(bar->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
+    QVERIFY(bar->isHidden());
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 120000);
+    const auto fixed = done.takeFirst().at(0).value<ui::RunSnapshotPtr>();
+    QCOMPARE(fixed->spec, QString("fp8:overflow=saturate"));
+    QCOMPARE(fixed->tokens.size(), 6);
+    nan = 0;
+    for (const auto& st : fixed->cache.stats) nan += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
+    QCOMPARE(nan, std::int64_t(0));
+    QVERIFY(bar->isHidden());
+  }
+
   void cleanupTestCase() {
     if (engine_) app::shutdownEngine(engine_, &thread_);
     delete w_;
   }
 };
 
-QTEST_MAIN(GuiTest)
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  app.setAttribute(Qt::AA_Use96Dpi, true);
+  QTEST_SET_MAIN_SOURCE_PATH
+  WindowTest window;
+  int rc = QTest::qExec(&window, argc, argv);
+  GuiTest workbench;
+  rc |= QTest::qExec(&workbench, argc, argv);
+  return rc;
+}
+
 #include "test_gui.moc"
