@@ -52,8 +52,11 @@ Staged detail::stagedAsIs(const at::Tensor& keys, const at::Tensor& values) {
   s.denseKeys = keys;
   s.denseValues = values;
   if (keys.is_cpu()) {
-    s.keys = fpSource(keys.contiguous());
-    s.values = fpSource(values.contiguous());
+    // Sources read strided rows: a view of a preallocated buffer (every decode step of an unquantized layer) is read
+    // where it lies, not copied whole.
+    auto rows = [](const at::Tensor& x) { return x.size(3) <= 1 || x.stride(3) == 1 ? x : x.contiguous(); };
+    s.keys = fpSource(rows(keys));
+    s.values = fpSource(rows(values));
   }
   return s;
 }

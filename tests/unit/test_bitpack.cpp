@@ -7,10 +7,11 @@
 
 using namespace kvscope::kernels;
 
+// Lengths around the 16-byte SIMD blocks of the 2- and 4-bit unpacks (32 and 64 codes) and their tails.
 TEST(BitPack, RoundTripsEveryWidthAndLength) {
   std::mt19937 rng(3);
   for (int bits = 1; bits <= 8; ++bits) {
-    for (std::int64_t n : {0, 1, 2, 3, 7, 8, 9, 63, 64, 65, 1000}) {
+    for (std::int64_t n : {0, 1, 2, 3, 7, 8, 9, 31, 32, 33, 63, 64, 65, 127, 128, 129, 1000, 4099}) {
       std::vector<std::uint8_t> v(static_cast<std::size_t>(n));
       for (auto& x : v) x = static_cast<std::uint8_t>(rng() & ((1u << bits) - 1u));
       std::vector<std::uint8_t> packed(static_cast<std::size_t>(packedBytes(n, bits)) + 1, 0xAA);

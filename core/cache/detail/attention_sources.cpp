@@ -279,6 +279,16 @@ class GroupSource final : public TokenSource {
   bool permuted_ = false, rowGroups_ = true;
 };
 
+// kivi's dequantization, `code * scale + zero` (each op rounded on its own, as above): a scale and zero per value
+// (mulAddEach) or one for the run (mulAddOne).
+KVS_CLONES void mulAddEach(const std::uint8_t* c, std::int64_t n, const float* s, const float* z, float* o) {
+  for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(c[i]) * s[i] + z[i];
+}
+
+KVS_CLONES void mulAddOne(const std::uint8_t* c, std::int64_t n, float s, float z, float* o) {
+  for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(c[i]) * s + z;
+}
+
 class KiviSource final : public TokenSource {
  public:
   KiviSource(at::Tensor codes, at::Tensor scale, at::Tensor zero, int bits, std::int64_t group, bool keys,
@@ -298,20 +308,30 @@ class KiviSource final : public TokenSource {
     const std::int64_t sH = scale_.size(2), sD = scale_.size(3);  // groups or tokens; D or D / group
     const float* s = scale_.const_data_ptr<float>() + (b * scale_.size(1) + h) * sH * sD;
     const float* z = zero_.const_data_ptr<float>() + (b * zero_.size(1) + h) * sH * sD;
-    std::uint8_t codes[1024];
     const std::int64_t vg = std::min(group_, D_);
-    for (std::int64_t t = 0; t < n; ++t) {
-      const std::int64_t tok = t0 + t;
-      kernels::unpackBits(base + tok * codes_.stride(2), D_, bits_, codes);
-      float* o = out + t * D_;
-      if (keys_) {
-        const float* sr = s + (tok / group_) * sD;
-        const float* zr = z + (tok / group_) * sD;
-        for (std::int64_t d = 0; d < D_; ++d) o[d] = static_cast<float>(codes[d]) * sr[d] + zr[d];
-      } else {
-        const float* sr = s + tok * sD;
-        const float* zr = z + tok * sD;
-        for (std::int64_t d = 0; d < D_; ++d) o[d] = static_cast<float>(codes[d]) * sr[d / vg] + zr[d / vg];
+    // Tokens are consecutive rows of packed codes: unpacked up to 64 tokens at a time when the rows are dense (no
+    // padding bits between them), else a row at a time.
+    const std::int64_t rowBytes = codes_.stride(2);
+    const bool dense = rowBytes * 8 == D_ * bits_;
+    const std::int64_t chunk = dense ? std::max<std::int64_t>(1, 4096 / D_) : 1;
+    std::uint8_t codes[4096];
+    for (std::int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const std::int64_t m = std::min(chunk, n - c0);
+      kernels::unpackBits(base + (t0 + c0) * rowBytes, m * D_, bits_, codes);
+      for (std::int64_t t = 0; t < m; ++t) {
+        const std::int64_t tok = t0 + c0 + t;
+        const std::uint8_t* ct = codes + t * D_;
+        float* o = out + (c0 + t) * D_;
+        if (keys_) {
+          // Per channel, one group of tokens shares a row of scales and zeros.
+          mulAddEach(ct, D_, s + (tok / group_) * sD, z + (tok / group_) * sD, o);
+        } else {
+          // Per token, in groups of vg channels.
+          const float* sr = s + tok * sD;
+          const float* zr = z + tok * sD;
+          for (std::int64_t g = 0; g * vg < D_; ++g)
+            mulAddOne(ct + g * vg, std::min(vg, D_ - g * vg), sr[g], zr[g], o + g * vg);
+        }
       }
     }
   }
@@ -338,7 +358,7 @@ SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, s
 
 SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& zero, int bits,
                      std::int64_t group, bool keys, std::int64_t D, std::int64_t length) {
-  if (D > 1024) throw std::invalid_argument("attention source: kivi head_dim above 1024");
+  if (D > 4096) throw std::invalid_argument("attention source: kivi head_dim above 4096");
   return std::make_shared<KiviSource>(codes, scale, zero, bits, group, keys, D, length);
 }
 
