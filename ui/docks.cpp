@@ -394,6 +394,9 @@ void integerTicks(QCPAxis* axis) {
   axis->setTicker(ticker);
 }
 
+// The colour of a cell whose value is not finite (the cache stored NaN/inf there): no colour of the thermal scale.
+const QColor kNanColour(230, 0, 230);
+
 QCPColorMap* addColorMap(QCustomPlot* plot, const QString& label) {
   auto* map = new QCPColorMap(plot->xAxis, plot->yAxis);
   map->setInterpolate(false);
@@ -401,8 +404,37 @@ QCPColorMap* addColorMap(QCustomPlot* plot, const QString& label) {
   plot->plotLayout()->addElement(0, 1, scale);
   scale->axis()->setLabel(label);
   map->setColorScale(scale);
-  map->setGradient(QCPColorGradient::gpThermal);
+  QCPColorGradient g(QCPColorGradient::gpThermal);
+  g.setNanHandling(QCPColorGradient::nhTransparent);  // no value: the plot's background shows
+  map->setGradient(g);
   return map;
+}
+
+// A layer over a colour map that paints the cells set to 1 in kNanColour and leaves the others (NaN) transparent.
+QCPColorMap* addNanLayer(QCustomPlot* plot) {
+  auto* map = new QCPColorMap(plot->xAxis, plot->yAxis);
+  map->setInterpolate(false);
+  QCPColorGradient g;
+  g.clearColorStops();
+  g.setColorStopAt(0, kNanColour);
+  g.setColorStopAt(1, kNanColour);
+  g.setNanHandling(QCPColorGradient::nhTransparent);
+  map->setGradient(g);
+  map->setDataRange(QCPRange(0, 1));
+  return map;
+}
+
+// The colour range over the finite cells only (QCustomPlot's own rescale starts from the first cell, which may be
+// NaN); [0, 1] when none is finite.
+void setFiniteDataRange(QCPColorMap* map) {
+  QCPColorMapData* d = map->data();  // cell() is not const in QCustomPlot 2.1
+  double lo = INFINITY, hi = -INFINITY;
+  for (int k = 0; k < d->keySize(); ++k)
+    for (int v = 0; v < d->valueSize(); ++v)
+      if (const double x = d->cell(k, v); std::isfinite(x)) lo = std::min(lo, x), hi = std::max(hi, x);
+  if (!(lo <= hi)) lo = 0, hi = 1;
+  if (lo == hi) hi = lo + (lo == 0 ? 1 : std::abs(lo) * 1e-3);
+  map->setDataRange(QCPRange(lo, hi));
 }
 }  // namespace
 
@@ -418,6 +450,11 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
   plot_->xAxis->setLabel(tr("layer"));
   plot_->yAxis->setLabel(tr("KV head (click a cell to select)"));
   map_ = addColorMap(plot_, tr("relative L2 error"));
+  nanMap_ = addNanLayer(plot_);
+  legend_ = new QLabel(this);
+  legend_->setObjectName("errorLegend");
+  legend_->setWordWrap(true);
+  l->addWidget(legend_);
   integerTicks(plot_->xAxis);
   integerTicks(plot_->yAxis);
   mark_ = new QCPItemRect(plot_);
@@ -463,11 +500,32 @@ void ErrorDock::redraw() {
   int heads = 0;
   for (const auto& r : rel) heads = std::max<int>(heads, static_cast<int>(r.size()));
   if (layers == 0 || heads == 0) return;
-  map_->data()->setSize(layers, heads);
-  map_->data()->setRange(QCPRange(0, layers - 1), QCPRange(0, heads - 1));
+  for (auto* m : {map_, nanMap_}) {
+    m->data()->setSize(layers, heads);
+    m->data()->setRange(QCPRange(0, layers - 1), QCPRange(0, heads - 1));
+  }
+  // Three kinds of cell: an error (thermal scale), nothing quantized yet (blank), NaN/inf (its own colour, never a
+  // colour of the scale: a head whose cache stored NaN is not "low error").
+  int blank = 0, nonFinite = 0;
   for (int l = 0; l < layers; ++l)
-    for (int h = 0; h < heads; ++h) map_->data()->setCell(l, h, cell(l, h));
-  map_->rescaleDataRange(true);
+    for (int h = 0; h < heads; ++h) {
+      const bool known = h < static_cast<int>(rel[l].size());
+      const float e = cell(l, h);
+      const bool bad = known && !std::isfinite(e);
+      blank += !known;
+      nonFinite += bad;
+      map_->data()->setCell(l, h, known && !bad ? e : std::nanf(""));
+      nanMap_->data()->setCell(l, h, bad ? 1.0 : std::nan(""));
+    }
+  setFiniteDataRange(map_);
+  nanMap_->setVisible(nonFinite > 0);
+  QStringList key;
+  if (nonFinite > 0)
+    key << tr("<span style='color:%1'>&#9632;</span> NaN/inf: %2 whose cache stored non-finite values")
+               .arg(kNanColour.name(), nonFinite == 1 ? tr("1 head") : tr("%1 heads").arg(nonFinite));
+  if (blank > 0) key << tr("blank: not quantized (yet)");
+  legend_->setText(key.join(" &nbsp; "));
+  legend_->setVisible(!key.isEmpty());
   plot_->rescaleAxes();
   const int l = sel_->layer(), h = sel_->head();
   mark_->setVisible(l < layers && h < heads);
@@ -593,7 +651,7 @@ void TokenErrorDock::redraw() {
       map_->data()->setCell(static_cast<int>(t), c, e);
       if (std::isfinite(e)) sum += e, worst = std::max<double>(worst, e), ++n;
     }
-  map_->rescaleDataRange(true);
+  setFiniteDataRange(map_);
   plot_->rescaleAxes();
   plot_->xAxis->setRange(-0.5, T - 0.5);
   plot_->yAxis->setRange(-0.5, C - 0.5);
@@ -635,6 +693,13 @@ OverlayPlot::OverlayPlot(QWidget* parent) : QWidget(parent) {
   plot_->xAxis->setLabel(tr("generated step"));
   plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), 7));
+  // The legend below the axes, in columns, so that it never covers a curve.
+  plot_->axisRect()->insetLayout()->take(plot_->legend);
+  plot_->plotLayout()->addElement(1, 0, plot_->legend);
+  plot_->plotLayout()->setRowStretchFactor(1, 0.001);
+  plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
+  plot_->legend->setWrap(2);
+  plot_->legend->setMargins(QMargins(4, 1, 4, 1));
   l->addWidget(metric_);
   l->addWidget(plot_, 1);
   connect(metric_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
@@ -651,30 +716,65 @@ void OverlayPlot::redraw() {
   static const QList<QColor> palette{QColor(52, 101, 164), QColor(204, 0, 0),   QColor(78, 154, 6),
                                      QColor(245, 121, 0),  QColor(117, 80, 123), QColor(193, 125, 17),
                                      QColor(6, 152, 154),  QColor(85, 87, 83)};
+  // Steps without a finite value (a cache that stored NaN/inf makes KL and log-prob NaN or infinite) are not left
+  // out silently, which would make such a run look good: each is a cross at the top of the plot, in the run's colour,
+  // and the legend counts them.
+  struct Missing {
+    QVector<double> steps;
+    QColor colour;
+    QString name;
+  };
+  QVector<Missing> missing;
   int i = 0;
   for (const auto& run : runs_) {
     if (metric == 0 && !run->shadow) continue;  // no reference, no KL
-    QVector<double> x, y;
+    QVector<double> x, y, bad;
     for (int s = 0; s < run->tokens.size(); ++s) {
       const auto& t = run->tokens[s];
       if (metric == 2 && t.kvUnquantized == 0) continue;
       // KL: a log axis, so an exact 0 (the same distribution) shows at 1e-6.
       const double v = metric == 0 ? std::max(double(t.kl), 1e-6) : metric == 1 ? t.logprob : mib(t.kvStored);
-      if (!std::isfinite(v)) continue;
+      if (!std::isfinite(v)) {
+        bad << s;
+        continue;
+      }
       x << s;
       y << v;
     }
-    if (x.isEmpty()) continue;  // nothing to draw (a run stopped before its first token; beams carry no bytes)
+    if (x.isEmpty() && bad.isEmpty()) continue;  // nothing to draw (a run stopped before its first token; beams carry no bytes)
+    const QColor colour = palette[i++ % palette.size()];
+    const QString name = tr("#%1 %2").arg(run->runId).arg(run->spec);
     auto* g = plot_->addGraph();
-    g->setName(tr("#%1 %2").arg(run->runId).arg(run->spec));
-    g->setPen(QPen(palette[i++ % palette.size()], 1.5));
+    g->setName(name);
+    g->setPen(QPen(colour, 1.5));
     g->setData(x, y);
+    if (!bad.isEmpty()) missing.push_back({bad, colour, name});
   }
   plot_->yAxis->setLabel(metric_->currentText());
   plot_->yAxis->setScaleType(metric == 0 ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
   if (metric == 0) plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
   else plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
   plot_->rescaleAxes();
+  if (!missing.isEmpty()) {
+    double top = plot_->yAxis->range().upper, x1 = plot_->xAxis->range().upper;
+    for (const auto& m : missing) x1 = std::max(x1, m.steps.back());
+    bool anyFinite = false;
+    for (int k = 0; k < plot_->graphCount(); ++k) anyFinite |= !plot_->graph(k)->data()->isEmpty();
+    if (!anyFinite) top = metric == 0 ? 1.0 : 0.0;
+    // Room above the curves for the crosses.
+    if (metric == 0) plot_->yAxis->setRange(anyFinite ? plot_->yAxis->range().lower : 1e-6, top * 10);
+    else plot_->yAxis->setRange(anyFinite ? plot_->yAxis->range().lower : top - 1, top + (anyFinite ? 0.08 * plot_->yAxis->range().size() : 1));
+    plot_->xAxis->setRange(std::min(plot_->xAxis->range().lower, 0.0), std::max(x1, 1.0));
+    const double at = metric == 0 ? top * 3 : plot_->yAxis->range().upper - 0.04 * plot_->yAxis->range().size();
+    for (const auto& m : missing) {
+      auto* g = plot_->addGraph();
+      g->setName(m.steps.size() == 1 ? tr("%1: NaN/inf at 1 step").arg(m.name)
+                                     : tr("%1: NaN/inf at %2 steps").arg(m.name).arg(m.steps.size()));
+      g->setLineStyle(QCPGraph::lsNone);
+      g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, m.colour, 7));
+      g->setData(m.steps, QVector<double>(m.steps.size(), at));
+    }
+  }
   plot_->replot(QCustomPlot::rpQueuedReplot);
 }
 

@@ -103,8 +103,10 @@ class ErrorDock : public QWidget {
   Selection* sel_;
   QCustomPlot* plot_;
   QCPColorMap* map_ = nullptr;
+  QCPColorMap* nanMap_ = nullptr;  ///< the heads whose error is NaN/inf, in a colour of their own
   QCPItemRect* mark_ = nullptr;
   QComboBox* which_;
+  QLabel* legend_;
   RunSnapshotPtr last_;
   // Keeps the latest error seen per (layer, head), since a step quantizes only some layers' history.
   std::vector<std::vector<float>> relK_, relV_;

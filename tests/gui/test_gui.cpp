@@ -218,6 +218,69 @@ class WindowTest : public QObject {
     QCOMPARE(w_->configPanel()->spec(), QString("fp8:granularity=head,overflow=saturate"));
   }
 
+  void nanNeverLooksLikeALowError() {
+    // Two layers of three KV heads: layer 0 quantized with finite errors, layer 1's head 0 stored NaN, its other heads
+    // finite; layer 2 not quantized yet (no error map).
+    auto r = std::make_shared<ui::RunSnapshot>();
+    r->runId = 900;
+    r->spec = "fp8";
+    r->shadow = true;
+    r->finished = true;
+    r->cache.memory.resize(3);
+    r->cache.stats.resize(3);
+    const float nan = std::nanf("");
+    const std::vector<std::vector<float>> rel{{0.05f, 0.06f, 0.07f}, {nan, 0.1f, 0.2f}};
+    for (std::size_t l = 0; l < rel.size(); ++l)
+      for (auto* side : {&r->cache.stats[l].keys, &r->cache.stats[l].values}) {
+        side->error.heads = 3;
+        side->error.headRelL2 = rel[l];
+      }
+    for (int s = 0; s < 6; ++s) {
+      ui::TokenView t;
+      t.kl = s < 2 ? 0.01f * (s + 1) : (s == 4 ? INFINITY : nan);  // steps 2..5 have no finite KL
+      t.logprob = -1.0f;
+      r->tokens.push_back(t);
+    }
+    w_->onRunUpdated(r);
+    // The layer x head map: the NaN head is not on the colour scale but on its own layer, in its own colour; the
+    // colour range is that of the finite cells; the key says what each kind of cell is.
+    auto* plot = w_->errorDock()->plot();
+    QCOMPARE(plot->plottableCount(), 2);
+    auto* errors = qobject_cast<QCPColorMap*>(plot->plottable(0));
+    auto* nanLayer = qobject_cast<QCPColorMap*>(plot->plottable(1));
+    QVERIFY(errors && nanLayer && nanLayer->visible());
+    QVERIFY(std::isnan(errors->data()->cell(1, 0)));
+    QCOMPARE(nanLayer->data()->cell(1, 0), 1.0);
+    QVERIFY(std::isnan(nanLayer->data()->cell(1, 1)) && std::isnan(nanLayer->data()->cell(0, 0)));
+    QCOMPARE(errors->data()->cell(1, 2), 0.2f);
+    QVERIFY(std::abs(errors->dataRange().lower - 0.05) < 1e-6 && std::abs(errors->dataRange().upper - 0.2) < 1e-6);
+    QVERIFY(std::isnan(errors->data()->cell(2, 0)) && std::isnan(nanLayer->data()->cell(2, 0)));  // blank
+    const QString key = w_->findChild<QLabel*>("errorLegend")->text();
+    QVERIFY2(key.contains("NaN/inf: 1 head") && key.contains("not quantized"), qPrintable(key));
+    QCOMPARE(nanLayer->gradient().nanHandling(), QCPColorGradient::nhTransparent);
+    QCOMPARE(errors->gradient().nanHandling(), QCPColorGradient::nhTransparent);
+    // The overlay: the 2 finite steps as the curve, the 4 others as marks in the legend, none dropped silently.
+    auto* overlay = w_->overlay()->plot();
+    w_->overlay()->metricBox()->setCurrentIndex(0);
+    bool curve = false, marks = false;
+    for (int g = 0; g < overlay->graphCount(); ++g) {
+      const QString name = overlay->graph(g)->name();
+      if (!name.startsWith("#900")) continue;
+      if (name.contains("NaN/inf at 4 steps")) {
+        marks = true;
+        QCOMPARE(overlay->graph(g)->data()->size(), 4);
+        QVERIFY(overlay->graph(g)->data()->at(0)->value <= overlay->yAxis->range().upper);
+        QCOMPARE(overlay->graph(g)->lineStyle(), QCPGraph::lsNone);
+      } else {
+        curve = true;
+        QCOMPARE(overlay->graph(g)->data()->size(), 2);
+      }
+    }
+    QVERIFY(curve && marks);
+    // The legend sits below the axes, not over the curves.
+    QVERIFY(!overlay->axisRect()->insetLayout()->elements(false).contains(overlay->legend));
+  }
+
  private:
   /// Within 1366x768 less a 40 px panel and a window manager's title bar and borders.
   static bool fits1366(const QSize& s) { return s.width() <= 1366 - 16 && s.height() <= 768 - 40 - 40; }
