@@ -12,40 +12,32 @@
 #include "cache/kv_cache.h"
 #include "cli/commands.h"
 #include "model/gguf.h"
+#include "runtime/model_loader.h"
 
 namespace kvscope::cli {
 
-std::string defaultModelPath() {
-  if (const char* p = std::getenv("KVSCOPE_MODEL"); p && *p) return p;
-  const char* home = std::getenv("HOME");
-  const char* cache = std::getenv("KVSCOPE_CACHE");
-  const std::string root = cache && *cache ? std::string(cache) : std::string(home ? home : ".") + "/.cache/kvscope";
-  return root + "/model/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+std::string defaultModelPath() { return runtime::defaultModelPath(); }
 
 at::ScalarType parseDtype(const std::string& s) {
-  if (s == "bf16") return at::kBFloat16;
-  if (s == "fp16") return at::kHalf;
-  return at::kFloat;
+  try {
+    return runtime::parseDtype(s);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
 }
 
-Loaded loadModel(const std::string& pathIn, const std::string& dtype) {
-  Loaded m;
-  m.path = pathIn.empty() ? defaultModelPath() : pathIn;
-  if (!std::filesystem::exists(m.path))
-    throw UsageError(fmt::format("model `{}` not found (packaging/setup.sh fetches the embedded model; or pass "
-                                 "--model with a GGUF file or a Hugging Face directory)",
-                                 m.path));
-  if (std::filesystem::is_directory(m.path)) {
-    const auto tj = std::filesystem::path(m.path) / "tokenizer.json";
-    if (!std::filesystem::exists(tj)) throw UsageError(fmt::format("{}: no tokenizer.json", m.path));
-    m.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromTokenizerJson(tj.string()));
-  } else {
-    model::GgufFile g(m.path);
-    m.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromGguf(g));
+Loaded loadModel(const std::string& path, const std::string& dtype) {
+  parseDtype(dtype);  // a usage error before anything is read
+  try {
+    runtime::LoadedModel r = runtime::loadModel(path, dtype);
+    Loaded m;
+    m.path = std::move(r.path);
+    m.model = std::move(r.model);
+    m.tok = std::move(r.tokenizer);
+    return m;
+  } catch (const runtime::ModelNotFound& e) {
+    throw UsageError(e.what());
   }
-  m.model = model::LlamaModel::load(m.path, parseDtype(dtype));
-  return m;
 }
 
 std::string promptText(const std::string& prompt, const std::string& file) {

@@ -21,11 +21,14 @@ struct Loaded {
   std::unique_ptr<tokenizer::Tokenizer> tok;
 };
 
-/// $KVSCOPE_MODEL, else the embedded model where packaging/setup.sh puts it.
+/// runtime::defaultModelPath(): $KVSCOPE_MODEL, the embedded model packaging/setup.sh fetched, or the one an
+/// installed package ships; empty when there is none.
 std::string defaultModelPath();
-/// A GGUF file (tokenizer from its metadata) or a Hugging Face directory (tokenizer.json). Throws UsageError /
-/// FormatError / TokenizerError with the path and the problem.
+/// runtime::loadModel (shared with the GUI's engine): a GGUF file (tokenizer from its metadata) or a Hugging Face
+/// directory (tokenizer.json); an empty path loads defaultModelPath(). Throws UsageError (no such model, an unknown
+/// dtype) / FormatError / TokenizerError with the path and the problem.
 Loaded loadModel(const std::string& path, const std::string& dtype);
+/// fp32, bf16 or fp16; UsageError otherwise.
 at::ScalarType parseDtype(const std::string& s);
 /// The prompt's ids; with `chat`, wrapped as one user turn of the model's chat template.
 std::vector<std::int64_t> encodePrompt(const Loaded& m, const std::string& text, bool chat);

@@ -14,6 +14,7 @@
 #include "generate/generate.h"
 #include "model/gguf.h"
 #include "model/llama.h"
+#include "runtime/model_loader.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvscope::app {
@@ -152,6 +153,8 @@ void registerMetaTypes() {
 Engine::Engine() : d_(std::make_unique<Impl>()) {}
 Engine::~Engine() = default;
 
+QString defaultModelPath() { return QString::fromStdString(runtime::defaultModelPath()); }
+
 QStringList availableDevices() {
   // The model's forward pass runs on the CPU in this version (the CUDA kernels serve the caches and attention
   // benchmarks), so a CUDA device is not offered even where LibTorch sees one.
@@ -164,23 +167,15 @@ void Engine::load(const QString& path, const QString& dtype, const QString& devi
     if (!availableDevices().contains(device))
       throw std::runtime_error("device `" + device.toStdString() + "` is not available here (" +
                                availableDevices().join(", ").toStdString() + ")");
-    const std::string p = path.toStdString();
-    if (!std::filesystem::exists(p)) throw std::runtime_error("model `" + p + "` not found");
-    std::unique_ptr<tokenizer::Tokenizer> tok;
-    if (std::filesystem::is_directory(p)) {
-      tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromTokenizerJson(p + "/tokenizer.json"));
-    } else {
-      model::GgufFile g(p);
-      tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromGguf(g));
-    }
-    const at::ScalarType dt = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
-    auto m = model::LlamaModel::load(p, dt, [this](std::int64_t done, std::int64_t total) {
-      Q_EMIT loadProgress(static_cast<int>(done), static_cast<int>(total));
-      return !cancel_.load();  // false: the loader throws LoadCancelled
-    });
+    // The CLI's loader: the same lookup, readers and messages.
+    runtime::LoadedModel m = runtime::loadModel(path.toStdString(), dtype.toStdString(),
+                                                [this](std::int64_t done, std::int64_t total) {
+                                                  Q_EMIT loadProgress(static_cast<int>(done), static_cast<int>(total));
+                                                  return !cancel_.load();  // false: the loader throws LoadCancelled
+                                                });
     // Only a complete load replaces the previous model: a failure keeps what was there.
-    d_->model = std::move(m);
-    d_->tok = std::move(tok);
+    d_->model = std::move(m.model);
+    d_->tok = std::move(m.tokenizer);
     const auto& c = d_->model->config();
     ui::ModelInfo info;
     info.path = path;

@@ -70,6 +70,9 @@ class Engine : public QObject {
 
 /// Devices LibTorch can run on here: "cpu", then "cuda:0", ... when this build sees CUDA devices.
 QStringList availableDevices();
+/// The model the app starts on when none is named: where the CLI looks too (runtime::defaultModelPath). Empty when
+/// there is none.
+QString defaultModelPath();
 
 /// Registers the snapshot types for queued connections (call once before connecting).
 void registerMetaTypes();

@@ -6,8 +6,6 @@
 // --quit quits after the last run.
 #include <QApplication>
 #include <QCommandLineParser>
-#include <QDir>
-#include <QFileInfo>
 #include <QScreen>
 #include <QSpinBox>
 #include <QThread>
@@ -23,18 +21,9 @@
 #include "wiring.h"
 
 namespace {
-// The model to start on: $KVSCOPE_MODEL, the one packaging/setup.sh fetched, or the one an installed package ships
-// (<prefix>/share/kvscope/models). Empty when there is none: the window then asks for one.
-QString defaultModel() {
-  if (const char* p = std::getenv("KVSCOPE_MODEL"); p && *p) return QString::fromLocal8Bit(p);
-  const char* cache = std::getenv("KVSCOPE_CACHE");
-  const QString root = cache && *cache ? QString::fromLocal8Bit(cache) : QDir::homePath() + "/.cache/kvscope";
-  const QString fetched = root + "/model/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (QFileInfo::exists(fetched)) return fetched;
-  const QDir shipped(QCoreApplication::applicationDirPath() + "/../share/kvscope/models");
-  const QStringList ggufs = shipped.entryList({"*.gguf"}, QDir::Files, QDir::Name);
-  return ggufs.isEmpty() ? QString() : shipped.filePath(ggufs.front());
-}
+// The model to start on: where the CLI looks too (runtime::defaultModelPath: $KVSCOPE_MODEL, the one
+// packaging/setup.sh fetched, the one an installed package ships). Empty when there is none: the window then asks.
+QString defaultModel() { return kvscope::app::defaultModelPath(); }
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -44,4 +44,19 @@ if [ -x "$gui" ]; then
   if command -v desktop-file-validate >/dev/null; then desktop-file-validate "$desktop" || fail "desktop-file-validate"; fi
   [ -f "$stage/share/icons/hicolor/scalable/apps/kvscope.svg" ] || fail "icon not installed"
 fi
+# The CLI looks for a model where the GUI does (runtime::defaultModelPath): with none anywhere it says where it looked
+# and exits 2; with one in <prefix>/share/kvscope/models (as the package ships it) it runs on it, HOME empty.
+set +e
+msg=$(HOME=$stage/home env -u KVSCOPE_MODEL -u KVSCOPE_CACHE -u LD_LIBRARY_PATH "$cli" generate --prompt hi --max-new 1 2>&1)
+rc=$?
+set -e
+[ $rc -eq 2 ] || fail "kvscope-cli generate without a model exited $rc: $msg"
+grep -q "no model found (looked in .*share/kvscope/models" <<<"$msg" || fail "kvscope-cli without a model said: $msg"
+if [ -f "${KVSCOPE_MODEL:-}" ]; then
+  mkdir -p "$stage/share/kvscope/models"
+  ln -s "$(realpath "$KVSCOPE_MODEL")" "$stage/share/kvscope/models/$(basename "$KVSCOPE_MODEL")"
+  out=$(HOME=$stage/home env -u KVSCOPE_MODEL -u KVSCOPE_CACHE -u LD_LIBRARY_PATH "$cli" generate --prompt hi \
+        --max-new 2 --cache dynamic 2>&1) || fail "kvscope-cli generate on the shipped model: $out"
+  grep -q "KV stored" <<<"$out" || fail "kvscope-cli generate on the shipped model printed: $out"
+fi
 echo "installed tree OK: $(du -sh "$stage" | cut -f1) in $stage"

@@ -1,0 +1,44 @@
+// Finding and loading a model with its tokenizer: the one service the CLI and the GUI's engine share, so that both
+// apps find the same model (also the one an installed package ships) and refuse a bad one with the same message.
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvscope::runtime {
+
+/// The named model path does not exist, or no model was named and none is where one is looked for.
+class ModelNotFound : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct LoadedModel {
+  std::string path;
+  std::unique_ptr<model::LlamaModel> model;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+};
+
+/// Where a model is looked for when none is named, in order: $KVSCOPE_MODEL; the embedded model packaging/setup.sh
+/// fetches ($KVSCOPE_CACHE, default ~/.cache/kvscope, then model/SmolLM2-135M-Instruct.Q4_1.gguf); the GGUF files
+/// an installed package ships in <the program's folder>/../share/kvscope/models, by name.
+std::vector<std::string> modelSearchPlaces();
+/// The first of modelSearchPlaces() that exists ($KVSCOPE_MODEL is taken as given, whether or not it exists: the
+/// load then names it); empty when there is none.
+std::string defaultModelPath();
+
+/// "fp32", "bf16" or "fp16"; std::invalid_argument naming the value otherwise.
+at::ScalarType parseDtype(const std::string& name);
+
+/// A GGUF file (tokenizer from its metadata) or a Hugging Face directory (config.json, safetensors, tokenizer.json).
+/// An empty path loads defaultModelPath(). Throws ModelNotFound (saying where it looked), or the readers' errors
+/// (model::FormatError, tokenizer errors) naming the file and the problem; model::LoadCancelled when `progress`
+/// returns false.
+LoadedModel loadModel(const std::string& path, const std::string& dtype, const model::ProgressFn& progress = {});
+
+}  // namespace kvscope::runtime

@@ -1,0 +1,110 @@
+// runtime::loadModel / defaultModelPath, the lookup the CLI and the GUI share: where a model is found when none is
+// named, and the messages when none is.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <unistd.h>
+#include <string>
+
+#include "runtime/model_loader.h"
+
+using namespace kvscope;
+namespace fs = std::filesystem;
+
+namespace {
+// Sets (or unsets, with nullopt) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value->c_str(), 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+fs::path scratch(const char* name) {
+  const fs::path d = fs::temp_directory_path() / (std::string("kvscope_loader_") + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+}  // namespace
+
+TEST(ModelLoader, LooksInTheEnvironmentThenTheCacheThenTheShippedFolder) {
+  const fs::path home = scratch("home");
+  const ScopedEnv noModel("KVSCOPE_MODEL", std::nullopt), noCache("KVSCOPE_CACHE", std::nullopt),
+      h("HOME", home.string());
+  const auto places = runtime::modelSearchPlaces();
+  ASSERT_GE(places.size(), 2u);
+  EXPECT_EQ(places[0], (home / ".cache/kvscope/model/SmolLM2-135M-Instruct.Q4_1.gguf").string());
+  EXPECT_NE(places.back().find("share/kvscope/models"), std::string::npos) << places.back();
+  EXPECT_EQ(runtime::defaultModelPath(), "");  // nothing fetched, nothing shipped beside the test program
+  // The fetched model, once there.
+  fs::create_directories(home / ".cache/kvscope/model");
+  std::ofstream(home / ".cache/kvscope/model/SmolLM2-135M-Instruct.Q4_1.gguf") << "x";
+  EXPECT_EQ(runtime::defaultModelPath(), places[0]);
+  {
+    // KVSCOPE_CACHE moves the cache; KVSCOPE_MODEL wins over both, taken as given.
+    const ScopedEnv c("KVSCOPE_CACHE", (home / "elsewhere").string());
+    EXPECT_EQ(runtime::defaultModelPath(), "");
+    const ScopedEnv m("KVSCOPE_MODEL", "/no/such/model.gguf");
+    EXPECT_EQ(runtime::defaultModelPath(), "/no/such/model.gguf");
+    EXPECT_EQ(runtime::modelSearchPlaces().front(), "/no/such/model.gguf");
+  }
+  fs::remove_all(home);
+}
+
+TEST(ModelLoader, NoModelSaysWhereItLooked) {
+  const fs::path home = scratch("empty");
+  const ScopedEnv noModel("KVSCOPE_MODEL", std::nullopt), noCache("KVSCOPE_CACHE", std::nullopt),
+      h("HOME", home.string());
+  try {
+    runtime::loadModel("", "fp32");
+    FAIL() << "loaded a model from nowhere";
+  } catch (const runtime::ModelNotFound& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no model found (looked in " + home.string() + "/.cache/kvscope/model/"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("share/kvscope/models"), std::string::npos) << what;
+  }
+  try {
+    runtime::loadModel((home / "missing.gguf").string(), "fp32");
+    FAIL() << "loaded a missing file";
+  } catch (const runtime::ModelNotFound& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.gguf` not found"), std::string::npos) << e.what();
+  }
+  // A Hugging Face directory without its tokenizer.
+  fs::create_directories(home / "hf");
+  try {
+    runtime::loadModel((home / "hf").string(), "bf16");
+    FAIL() << "loaded a directory without tokenizer.json";
+  } catch (const runtime::ModelNotFound& e) {
+    EXPECT_NE(std::string(e.what()).find("no tokenizer.json"), std::string::npos) << e.what();
+  }
+  fs::remove_all(home);
+}
+
+TEST(ModelLoader, DtypesAreNamedOrRefused) {
+  EXPECT_EQ(runtime::parseDtype("fp32"), at::kFloat);
+  EXPECT_EQ(runtime::parseDtype("bf16"), at::kBFloat16);
+  EXPECT_EQ(runtime::parseDtype("fp16"), at::kHalf);
+  try {
+    runtime::parseDtype("fp64");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown dtype `fp64`"), std::string::npos) << e.what();
+  }
+  // The dtype is checked before the file is looked for.
+  EXPECT_THROW(runtime::loadModel("/no/such/model.gguf", "int8"), std::invalid_argument);
+}
