@@ -19,6 +19,27 @@ double mib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); 
 // screen. Plots take what room there is above this.
 const QSize kPlotMin(240, 140);
 
+// The legend below the axes, in `columns` columns, so that it never covers the data.
+void legendBelow(QCustomPlot* plot, int columns) {
+  plot->axisRect()->insetLayout()->take(plot->legend);
+  plot->plotLayout()->addElement(plot->plotLayout()->rowCount(), 0, plot->legend);
+  plot->plotLayout()->setRowStretchFactor(plot->plotLayout()->rowCount() - 1, 0.001);
+  plot->legend->setFillOrder(QCPLegend::foColumnsFirst);
+  plot->legend->setWrap(columns);
+  plot->legend->setMargins(QMargins(4, 1, 4, 1));
+}
+
+// A log axis over whole decades (10^k to 10^m, at least one decade), so that a range such as V scales of 1e-3..3e-3
+// still has labelled ticks; labels as 10^k.
+void wholeDecades(QCPAxis* axis) {
+  const QCPRange r = axis->range();
+  if (!(r.lower > 0) || !std::isfinite(r.upper)) return;
+  const double lo = std::floor(std::log10(r.lower)), hi = std::max(lo + 1, std::ceil(std::log10(r.upper)));
+  axis->setRange(std::pow(10.0, lo), std::pow(10.0, hi));
+  axis->setNumberFormat("eb");
+  axis->setNumberPrecision(0);
+}
+
 // Mean |error| of a token's keys and values over heads and channels; NaN when nothing quantized it.
 double meanError(const TokenErrorView& v, qint64 token) {
   double s = 0;
@@ -189,6 +210,7 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   plot_->yAxis->setLabel(tr("KiB (K + V)"));
   plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), 8));
+  legendBelow(plot_, 3);
   mark_ = new QCPItemRect(plot_);
   mark_->setPen(QPen(QColor(204, 0, 0), 1.5));
   mark_->setBrush(Qt::NoBrush);
@@ -203,7 +225,7 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   steps_->yAxis->setLabel(tr("KV MiB"));
   steps_->legend->setVisible(true);
   steps_->legend->setFont(QFont(font().family(), 7));
-  steps_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+  legendBelow(steps_, 2);
   connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
     const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
     if (layer >= 0 && layer < layers_) sel_->setLayer(layer);
@@ -296,15 +318,18 @@ ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent),
   v->setName(tr("V scale"));
   v->setPen(QPen(QColor(204, 0, 0), 2));
   v->setScatterStyle(QCPScatterStyle::ssDiamond);
+  // What the scale must at least be for the latest step's states to fit the format: amax / the format's max.
   auto* amax = plot_->addGraph();
-  amax->setName(tr("K amax / 448 (latest step)"));
-  amax->setPen(QPen(QColor(52, 101, 164), 1, Qt::DotLine));
+  amax->setPen(QPen(QColor(52, 101, 164), 1.5, Qt::DashLine));
+  auto* vamax = plot_->addGraph();
+  vamax->setPen(QPen(QColor(204, 0, 0), 1.5, Qt::DashLine));
   plot_->xAxis->setLabel(tr("layer (click to select)"));
   plot_->yAxis->setLabel(tr("scale"));
   plot_->yAxis->setScaleType(QCPAxis::stLogarithmic);
   plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
   plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), 8));
+  legendBelow(plot_, 2);
   mark_ = new QCPItemStraightLine(plot_);
   mark_->setPen(QPen(QColor(204, 0, 0, 120), 1, Qt::DashLine));
   mark_->setVisible(false);
@@ -350,8 +375,9 @@ void ScalesDock::markLayer() {
 
 void ScalesDock::show(const RunSnapshotPtr& run) {
   last_ = run;
-  QVector<double> x, ks, vs, ka;
+  QVector<double> x, ks, vs, ka, va;
   std::int64_t overflow = 0, nan = 0, recal = 0;
+  QList<float> maxima;  // the fp8 formats' max seen (a per-layer config may mix e4m3fn and e5m2)
   auto mean = [](const std::vector<float>& v) {
     double s = 0;
     for (float f : v) s += f;
@@ -366,14 +392,28 @@ void ScalesDock::show(const RunSnapshotPtr& run) {
     x << double(i);
     ks << mean(st.keys.scales);
     vs << mean(st.values.scales);
-    double a = 0;
-    for (float f : st.keys.amaxPerHead) a = std::max<double>(a, f);
-    ka << a / 448.0;
+    auto need = [&](const cache::TensorStats& t) {
+      double a = 0;
+      for (float f : t.amaxPerHead) a = std::max<double>(a, f);
+      if (t.formatMax > 0 && !maxima.contains(t.formatMax)) maxima << t.formatMax;
+      return t.formatMax > 0 ? a / t.formatMax : std::nan("");
+    };
+    ka << need(st.keys);
+    va << need(st.values);
   }
+  const QString over = maxima.size() == 1
+                           ? (maxima.front() == 448.0f ? tr("448 (e4m3fn max)")
+                              : maxima.front() == 57344.0f ? tr("57344 (e5m2 max)")
+                                                           : QString::number(maxima.front()))
+                           : tr("format max");
+  plot_->graph(2)->setName(tr("K amax / %1, latest step").arg(over));
+  plot_->graph(3)->setName(tr("V amax / %1").arg(over));
   plot_->graph(0)->setData(x, ks);
   plot_->graph(1)->setData(x, vs);
   plot_->graph(2)->setData(x, ka);
+  plot_->graph(3)->setData(x, va);
   plot_->rescaleAxes();
+  wholeDecades(plot_->yAxis);
   markLayer();
   plot_->replot(QCustomPlot::rpQueuedReplot);
   if (x.isEmpty()) {
@@ -693,13 +733,7 @@ OverlayPlot::OverlayPlot(QWidget* parent) : QWidget(parent) {
   plot_->xAxis->setLabel(tr("generated step"));
   plot_->legend->setVisible(true);
   plot_->legend->setFont(QFont(font().family(), 7));
-  // The legend below the axes, in columns, so that it never covers a curve.
-  plot_->axisRect()->insetLayout()->take(plot_->legend);
-  plot_->plotLayout()->addElement(1, 0, plot_->legend);
-  plot_->plotLayout()->setRowStretchFactor(1, 0.001);
-  plot_->legend->setFillOrder(QCPLegend::foColumnsFirst);
-  plot_->legend->setWrap(2);
-  plot_->legend->setMargins(QMargins(4, 1, 4, 1));
+  legendBelow(plot_, 2);
   l->addWidget(metric_);
   l->addWidget(plot_, 1);
   connect(metric_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
@@ -755,6 +789,12 @@ void OverlayPlot::redraw() {
   if (metric == 0) plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
   else plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
   plot_->rescaleAxes();
+  if (metric == 0) {
+    wholeDecades(plot_->yAxis);
+  } else {
+    plot_->yAxis->setNumberFormat("gb");
+    plot_->yAxis->setNumberPrecision(6);
+  }
   if (!missing.isEmpty()) {
     double top = plot_->yAxis->range().upper, x1 = plot_->xAxis->range().upper;
     for (const auto& m : missing) x1 = std::max(x1, m.steps.back());

@@ -53,6 +53,7 @@ class MainWindow : public QMainWindow {
   QSpinBox* maxNewBox() const { return maxNew_; }
   QTableWidget* runsTable() const { return runs_; }
   MemoryDock* memoryDock() const { return memory_; }
+  ScalesDock* scalesDock() const { return scales_; }
   ErrorDock* errorDock() const { return errors_; }
   TokenErrorDock* tokenErrorDock() const { return tokenErrors_; }
   BeamDock* beamDock() const { return beamDock_; }

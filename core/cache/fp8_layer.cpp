@@ -254,6 +254,7 @@ class Fp8Layer final : public CacheLayer {
     }
     st.quantized = true;
     st.quantizedTokens = T;
+    st.formatMax = fmax();
     if (first || st.scales.empty() || recalibrated) {  // the scale changes only then
       st.scales = toVector(s.scale);
       st.scaleShape = s.scale.sizes().vec();

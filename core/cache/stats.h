@@ -62,6 +62,7 @@ struct TensorStats {
   std::int64_t overflowTotal = 0;      ///< since the last reset
   std::int64_t nonFiniteTotal = 0;
   std::int64_t recalibrations = 0;     ///< fp8 overflow=recalibrate: times the scale grew
+  float formatMax = 0.0f;              ///< fp8: the format's largest finite value (448 e4m3fn, 57344 e5m2); 0 otherwise
   ErrorMap error;                      ///< of what this update quantized (empty when it quantized nothing)
 };
 

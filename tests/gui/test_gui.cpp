@@ -281,6 +281,38 @@ class WindowTest : public QObject {
     QVERIFY(!overlay->axisRect()->insetLayout()->elements(false).contains(overlay->legend));
   }
 
+  void scalesPlotDividesByTheFormatsOwnMax() {
+    // An e5m2 cache: amax / 57344, not / 448; V's line too; a log axis over whole decades, so that scales of
+    // 1e-3..3e-3 keep labelled ticks.
+    auto r = std::make_shared<ui::RunSnapshot>();
+    r->runId = 901;
+    r->spec = "fp8:format=e5m2";
+    r->finished = true;
+    r->cache.memory.resize(2);
+    r->cache.stats.resize(2);
+    for (int l = 0; l < 2; ++l) {
+      auto& st = r->cache.stats[l];
+      st.keys.scales = {0.002f};
+      st.values.scales = {0.001f * (l + 1)};
+      st.keys.scaleShape = st.values.scaleShape = {1};
+      st.keys.amaxPerHead = {57344.0f * 0.002f, 1.0f, 2.0f};
+      st.values.amaxPerHead = {57344.0f * 0.003f};
+      st.keys.formatMax = st.values.formatMax = 57344.0f;
+    }
+    w_->onRunUpdated(r);
+    auto* plot = w_->scalesDock()->plot();
+    QCOMPARE(plot->graphCount(), 4);
+    QVERIFY2(plot->graph(2)->name().contains("57344 (e5m2 max)"), qPrintable(plot->graph(2)->name()));
+    QVERIFY(!plot->graph(2)->name().contains("448"));
+    QCOMPARE(plot->graph(2)->data()->size(), 2);
+    QVERIFY(std::abs(plot->graph(2)->data()->at(0)->value - 0.002) < 1e-9);
+    QVERIFY(std::abs(plot->graph(3)->data()->at(1)->value - 0.003) < 1e-9);
+    const QCPRange y = plot->yAxis->range();
+    QVERIFY2(std::abs(y.lower - 1e-3) < 1e-12 && std::abs(y.upper - 1e-2) < 1e-12,
+             qPrintable(QString("%1..%2").arg(y.lower).arg(y.upper)));
+    QVERIFY(!plot->axisRect()->insetLayout()->elements(false).contains(plot->legend));
+  }
+
  private:
   /// Within 1366x768 less a 40 px panel and a window manager's title bar and borders.
   static bool fits1366(const QSize& s) { return s.width() <= 1366 - 16 && s.height() <= 768 - 40 - 40; }
