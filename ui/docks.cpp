@@ -1,6 +1,7 @@
 #include "docks.h"
 
 #include <QComboBox>
+#include <QFontMetrics>
 #include <QHeaderView>
 #include <QLabel>
 #include <QScrollBar>
@@ -38,6 +39,7 @@ void wholeDecades(QCPAxis* axis) {
   axis->setRange(std::pow(10.0, lo), std::pow(10.0, hi));
   axis->setNumberFormat("eb");
   axis->setNumberPrecision(0);
+  axis->ticker()->setTickCount(std::clamp(axis->axisRect()->height() / 30, 1, 5));  // labels never overlap
 }
 
 // Mean |error| of a token's keys and values over heads and channels; NaN when nothing quantized it.
@@ -188,11 +190,23 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   plot_->setMinimumSize(kPlotMin);
   steps_ = new QCustomPlot(this);
   steps_->setMinimumSize(kPlotMin.width(), kPlotMin.height() / 2);
-  l->addWidget(totals_);
-  l->addWidget(plot_, 3);
-  l->addWidget(steps_, 1);
   const QStringList names{tr("payload"), tr("scales/zeros"), tr("residual"), tr("dequantized buffer")};
   const QList<QColor> colours{QColor(52, 101, 164), QColor(245, 121, 0), QColor(115, 210, 22), QColor(186, 189, 182)};
+  // One key for both plots, a label that wraps to the dock's width (a plot legend covered the bars or, below the
+  // axes, cut its own entries on a narrow dock).
+  QStringList key;
+  for (int i = 0; i < names.size(); ++i)
+    key << QString("<span style='color:%1'>&#9632;</span>&nbsp;%2").arg(colours[i].name(), names[i].toHtmlEscaped());
+  key << tr("- - unquantized") << tr("<span style='color:%1'>&#9473;</span>&nbsp;stored (per step, below)")
+                                     .arg(colours[0].name());
+  auto* legend = new QLabel(key.join(" &nbsp; "), this);
+  legend->setObjectName("memoryLegend");
+  legend->setWordWrap(true);
+  legend->setFont(QFont(font().family(), 8));
+  l->addWidget(totals_);
+  l->addWidget(plot_, 3);
+  l->addWidget(legend);
+  l->addWidget(steps_, 1);
   QCPBars* below = nullptr;
   for (int i = 0; i < names.size(); ++i) {
     auto* b = new QCPBars(plot_->xAxis, plot_->yAxis);
@@ -208,9 +222,6 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   line->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
   plot_->xAxis->setLabel(tr("layer (click to select)"));
   plot_->yAxis->setLabel(tr("KiB (K + V)"));
-  plot_->legend->setVisible(true);
-  plot_->legend->setFont(QFont(font().family(), 8));
-  legendBelow(plot_, 3);
   mark_ = new QCPItemRect(plot_);
   mark_->setPen(QPen(QColor(204, 0, 0), 1.5));
   mark_->setBrush(Qt::NoBrush);
@@ -223,9 +234,7 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   full->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
   steps_->xAxis->setLabel(tr("generated step"));
   steps_->yAxis->setLabel(tr("KV MiB"));
-  steps_->legend->setVisible(true);
-  steps_->legend->setFont(QFont(font().family(), 7));
-  legendBelow(steps_, 2);
+
   connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
     const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
     if (layer >= 0 && layer < layers_) sel_->setLayer(layer);
@@ -777,7 +786,8 @@ void OverlayPlot::redraw() {
     }
     if (x.isEmpty() && bad.isEmpty()) continue;  // nothing to draw (a run stopped before its first token; beams carry no bytes)
     const QColor colour = palette[i++ % palette.size()];
-    const QString name = tr("#%1 %2").arg(run->runId).arg(run->spec);
+    // Elided to fit two legend columns (the table beside it names the run in full).
+    const QString name = tr("#%1 %2").arg(run->runId).arg(QFontMetrics(plot_->legend->font()).elidedText(run->spec, Qt::ElideMiddle, 90));
     auto* g = plot_->addGraph();
     g->setName(name);
     g->setPen(QPen(colour, 1.5));
@@ -810,6 +820,7 @@ void OverlayPlot::redraw() {
       auto* g = plot_->addGraph();
       g->setName(m.steps.size() == 1 ? tr("%1: NaN/inf at 1 step").arg(m.name)
                                      : tr("%1: NaN/inf at %2 steps").arg(m.name).arg(m.steps.size()));
+      g->setPen(QPen(m.colour));
       g->setLineStyle(QCPGraph::lsNone);
       g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, m.colour, 7));
       g->setData(m.steps, QVector<double>(m.steps.size(), at));

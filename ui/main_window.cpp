@@ -271,8 +271,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   auto* split = new QSplitter(Qt::Horizontal, compare);
   split->addWidget(runs_);
   split->addWidget(overlay_);
-  split->setStretchFactor(0, 3);
-  split->setStretchFactor(1, 2);
+  split->setStretchFactor(0, 1);
+  split->setStretchFactor(1, 1);
   // Text evaluation: the runs' configs (or the form's) on a text file, in windows, against the unquantized cache.
   auto* evalPage = new QWidget(compare);
   auto* el = new QVBoxLayout(evalPage);
@@ -422,7 +422,7 @@ void MainWindow::sizeDocks() {
   auto* tokens = findChild<QDockWidget*>("tokenErrorDock");
   const int left = std::clamp(width() * 22 / 100, 300, 400);
   resizeDocks({run, plots}, {left, std::clamp(width() * 30 / 100, 340, 620)}, Qt::Horizontal);
-  resizeDocks({runs}, {std::clamp(height() * 34 / 100, 220, 380)}, Qt::Vertical);
+  resizeDocks({runs}, {std::clamp(height() * 40 / 100, 220, 420)}, Qt::Vertical);
   const int bottom = width() - left;
   resizeDocks({runs, tokens}, {bottom * 6 / 10, bottom * 4 / 10}, Qt::Horizontal);
 }
