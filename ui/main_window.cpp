@@ -18,6 +18,7 @@
 #include <QTimer>
 #include <QMenu>
 #include <QMenuBar>
+#include <QLocale>
 #include <QMessageBox>
 #include <QMimeData>
 #include <QPlainTextEdit>
@@ -460,7 +461,8 @@ void MainWindow::openModel(const QString& path) {
   loading_ = true;
   progress_->setValue(0);
   progress_->setVisible(true);
-  messageBar_->dismiss();  // what it said was about the model before
+  // An error was about the model before; an offer (the autosave) still stands.
+  if (messageBar_->kind() != MessageBar::Kind::Info) messageBar_->dismiss();
   message_->setText(tr("Loading %1…").arg(path));
   updateActions();
   Q_EMIT loadRequested(path, dtype_->currentText(), device_->currentText(), ++runSerial_);
@@ -784,24 +786,84 @@ void MainWindow::onFailed(const QString& message) {
 }
 
 void MainWindow::exportConfig() {
+  // One dialog for every target; the filter chosen says which.
+  const QList<QPair<ExportTarget, QString>> targets{
+      {ExportTarget::Transformers, tr("transformers cache_config (*.json)")},
+      {ExportTarget::Vllm, tr("vLLM flags (*.txt)")},
+      {ExportTarget::LlamaCpp, tr("llama.cpp flags (*.txt)")},
+      {ExportTarget::Kvscope, tr("kvscope config (*.json)")}};
+  QStringList filters;
+  for (const auto& t : targets) filters << t.second;
+  QString chosen = filters.front();
   const QString path = QFileDialog::getSaveFileName(this, tr("Export cache config"), "cache_config.json",
-                                                    tr("transformers cache_config (*.json)"));
+                                                    filters.join(";;"), &chosen);
   if (path.isEmpty()) return;
+  for (const auto& t : targets)
+    if (t.second == chosen) exportConfigTo(path, t.first);
+}
+
+bool MainWindow::exportConfigTo(const QString& path, ExportTarget target) {
   try {
-    const auto e = cache::toHfCacheConfig(cache::parseSpec(config_->spec().toStdString()));
+    const cache::CacheConfig cfg = cache::parseSpec(config_->spec().toStdString());
+    std::string text;
+    std::vector<std::string> notes;
+    QString use;
+    switch (target) {
+      case ExportTarget::Transformers: {
+        const auto e = cache::toHfCacheConfig(cfg);
+        text = e.json + "\n";
+        notes = e.notes;
+        use = tr("model.generate(..., cache_implementation=\"quantized\", cache_config=<this file's dict>)");
+        break;
+      }
+      case ExportTarget::Vllm:
+      case ExportTarget::LlamaCpp: {
+        const auto e = target == ExportTarget::Vllm ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
+        text = "# " + cache::toSpec(cfg) + (target == ExportTarget::Vllm ? " for vLLM" : " for llama.cpp") + "\n";
+        for (const auto& n : e.notes) text += "# note: " + n + "\n";
+        text += e.flags + "\n";
+        notes = e.notes;
+        use = tr("add %1 to the %2 command line").arg(QString::fromStdString(e.flags),
+                                                    target == ExportTarget::Vllm ? "vllm serve" : "llama-cli/llama-server");
+        break;
+      }
+      case ExportTarget::Kvscope:
+        text = cache::toKvscopeJson(cfg) + "\n";
+        use = tr("kvscope-cli --cache %1").arg(path);
+        break;
+    }
     QSaveFile f(path);
-    if (!f.open(QIODevice::WriteOnly) || f.write(QByteArray::fromStdString(e.json + "\n")) < 0 || !f.commit())
+    if (!f.open(QIODevice::WriteOnly) || f.write(QByteArray::fromStdString(text)) < 0 || !f.commit())
       throw std::runtime_error(tr("cannot write %1: %2").arg(path, f.errorString()).toStdString());
-    QString note;
-    for (const auto& n : e.notes) note += "; " + QString::fromStdString(n);
-    message_->setText(tr("Exported %1%2").arg(path, note));
+    message_->setText(tr("Exported %1: %2").arg(path, use));
+    if (!notes.empty()) {
+      // What does not carry over must be seen, not hidden in the status bar.
+      QString said = tr("Exported %1. What the target does not express:").arg(path);
+      for (const auto& n : notes) said += "\n- " + QString::fromStdString(n);
+      messageBar_->showMessage(MessageBar::Kind::Warning, said);
+    } else {
+      messageBar_->dismiss();
+    }
+    return true;
   } catch (const std::exception& ex) {
     onFailed(QString::fromStdString(ex.what()));
+    return false;
   }
 }
 
 QString MainWindow::autosavePath() {
   return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + "/autosave.kvscope.json";
+}
+
+void MainWindow::offerAutosave() {
+  const QString path = autosavePath();
+  const QFileInfo info(path);
+  if (!info.isFile() || info.size() == 0) return;
+  messageBar_->showMessage(
+      MessageBar::Kind::Info,
+      tr("The last session's finished runs were autosaved on %1 (%2).")
+          .arg(QLocale().toString(info.lastModified(), QLocale::ShortFormat), path),
+      {{tr("Reopen"), "reopenAutosave", [this, path] { openSession(path); }}});
 }
 
 void MainWindow::autosave() {
@@ -841,6 +903,10 @@ void MainWindow::openSession(const QString& path) {
     last_ = finished_.back();
     text_->show(last_);
     memory_->show(last_);
+    // The form follows the run shown (its label is the SPEC, with " [calibrated]" or " (N beams)" after it).
+    const QString spec = last_->spec.section(" (", 0, 0).section(" [", 0, 0);
+    const QSignalBlocker quiet(config_);
+    config_->setSpec(spec);
   }
   message_->setText(tr("Opened %1 runs from %2%3")
                         .arg(finished_.size())

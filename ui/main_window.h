@@ -36,6 +36,8 @@ class TokenErrorDock;
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
+  /// Where File > Export cache config writes for: the flags and files each deployment target reads.
+  enum class ExportTarget { Transformers, Kvscope, Vllm, LlamaCpp };
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
@@ -80,6 +82,9 @@ class MainWindow : public QMainWindow {
   /// Back to the dock arrangement the window was built with (View > Reset layout): every dock shown and docked.
   void resetLayout();
   void exportConfig();
+  /// Writes the form's config for `target` to `path` (atomically); what the target cannot express is said in the
+  /// message bar (and, for flag files, as comments in the file). False, with the error in the bar, on failure.
+  bool exportConfigTo(const QString& path, ExportTarget target);
   void exportRuns();
   void exportPlots();
   /// Every plot (KV memory and per step, FP8 scales, layer x head error, token x channel error, the runs overlay) as
@@ -97,6 +102,8 @@ class MainWindow : public QMainWindow {
   void onEvalFinished(const kvscope::ui::EvalResultView& result);
   /// Where every finished run is saved as it finishes (a session file).
   static QString autosavePath();
+  /// When an earlier session left an autosave, offers it in the message bar (Reopen). The app calls it at start.
+  void offerAutosave();
 
  Q_SIGNALS:
   void loadRequested(const QString& path, const QString& dtype, const QString& device, quint64 serial);

@@ -43,12 +43,16 @@ void MessageBar::showMessage(Kind kind, const QString& text, const QVector<Actio
   setStyleSheet(kind == Kind::Error
                     ? "QFrame#messageBar { background: #fdecea; border: 1px solid #b00020; border-radius: 3px; }"
                       "QFrame#messageBar > QLabel { color: #3a0010; }"
-                    : "QFrame#messageBar { background: #fff4e0; border: 1px solid #c77700; border-radius: 3px; }"
-                      "QFrame#messageBar > QLabel { color: #3a2400; }");
+                : kind == Kind::Warning
+                    ? "QFrame#messageBar { background: #fff4e0; border: 1px solid #c77700; border-radius: 3px; }"
+                      "QFrame#messageBar > QLabel { color: #3a2400; }"
+                    : "QFrame#messageBar { background: #e8f1fb; border: 1px solid #3465a4; border-radius: 3px; }"
+                      "QFrame#messageBar > QLabel { color: #0d2440; }");
   const int px = style()->pixelMetric(QStyle::PM_SmallIconSize, nullptr, this);
-  icon_->setPixmap(style()
-                       ->standardIcon(kind == Kind::Error ? QStyle::SP_MessageBoxCritical : QStyle::SP_MessageBoxWarning)
-                       .pixmap(px, px));
+  const auto icon = kind == Kind::Error     ? QStyle::SP_MessageBoxCritical
+                    : kind == Kind::Warning ? QStyle::SP_MessageBoxWarning
+                                            : QStyle::SP_MessageBoxInformation;
+  icon_->setPixmap(style()->standardIcon(icon).pixmap(px, px));
   text_->setText(text);
   // The old buttons may be the sender of the click that led here: out of the bar now, deleted once that signal has
   // returned.

@@ -15,7 +15,7 @@ namespace kvscope::ui {
 class MessageBar : public QFrame {
   Q_OBJECT
  public:
-  enum class Kind { Error, Warning };
+  enum class Kind { Error, Warning, Info };
   /// A button beside the text; clicking it dismisses the bar, then runs `run`.
   struct Action {
     QString text;

@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
   w.maxNewBox()->setValue(cli.value(newOpt).toInt());
   if (cli.isSet(noShadowOpt)) w.setShadow(false);
   w.show();
+  // Interactive starts only: batch runs (--autorun, --screenshot, --quit) leave the bar to their own runs.
+  if (autoruns.isEmpty() && shot.isEmpty() && !cli.isSet(quitOpt)) w.offerAutosave();
   const QString model = cli.isSet(modelOpt) ? cli.value(modelOpt) : defaultModel();
   int rc = 2;
   if (!model.isEmpty()) {

@@ -313,6 +313,62 @@ class WindowTest : public QObject {
     QVERIFY(!plot->axisRect()->insetLayout()->elements(false).contains(plot->legend));
   }
 
+  void exportWritesEveryTargetAndSaysWhatDoesNotCarryOver() {
+    QTemporaryDir dir;
+    QVERIFY(w_->configPanel()->setSpec("quanto:nbits=4"));
+    auto read = [](const QString& p) {
+      QFile f(p);
+      return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+    };
+    using T = ui::MainWindow::ExportTarget;
+    QVERIFY(w_->exportConfigTo(dir.filePath("hf.json"), T::Transformers));
+    const QJsonObject hf = QJsonDocument::fromJson(read(dir.filePath("hf.json")).toUtf8()).object();
+    QCOMPARE(hf.value("backend").toString(), QString("quanto"));
+    QCOMPARE(hf.value("nbits").toInt(), 4);
+    // vLLM has no integer KV cache: the nearest FP8 flag, and the bar says so.
+    QVERIFY(w_->exportConfigTo(dir.filePath("vllm.txt"), T::Vllm));
+    const QString vllm = read(dir.filePath("vllm.txt"));
+    QVERIFY2(vllm.contains("--kv-cache-dtype") && vllm.contains("# note: "), qPrintable(vllm));
+    QVERIFY(bar()->isVisible() && barKind() == ui::MessageBar::Kind::Warning);
+    QVERIFY2(barText().contains("What the target does not express"), qPrintable(barText()));
+    QVERIFY(w_->exportConfigTo(dir.filePath("llama.txt"), T::LlamaCpp));
+    QVERIFY2(read(dir.filePath("llama.txt")).contains("-ctk"), qPrintable(read(dir.filePath("llama.txt"))));
+    QVERIFY(w_->exportConfigTo(dir.filePath("own.json"), T::Kvscope));
+    QVERIFY(read(dir.filePath("own.json")).contains("quanto"));
+    // transformers needs no cache_config for the unquantized cache: an error in the bar, no file.
+    QVERIFY(w_->configPanel()->setSpec("dynamic"));
+    QVERIFY(!w_->exportConfigTo(dir.filePath("dyn.json"), T::Transformers));
+    QVERIFY(barKind() == ui::MessageBar::Kind::Error);
+    QVERIFY(!QFileInfo::exists(dir.filePath("dyn.json")));
+  }
+
+  void autosaveIsOfferedAndReopensWithTheFormOnItsRun() {
+    const QString path = ui::MainWindow::autosavePath();
+    QDir().mkpath(QFileInfo(path).absolutePath());
+    QFile::remove(path);
+    w_->offerAutosave();
+    QVERIFY(bar()->isHidden());  // nothing to offer
+    auto run = std::make_shared<ui::RunSnapshot>();
+    run->runId = 3;
+    run->spec = "quanto:nbits=2,q_group_size=32";
+    run->finished = true;
+    run->stopReason = "max_new";
+    ui::TokenView t;
+    t.text = "hi";
+    run->tokens.push_back(t);
+    ui::saveSession(ui::Session{"model.gguf", {run}}, path);
+    QVERIFY(w_->configPanel()->setSpec("fp8"));
+    w_->offerAutosave();
+    QVERIFY(bar()->isVisible() && barKind() == ui::MessageBar::Kind::Info);
+    QVERIFY2(barText().contains(path), qPrintable(barText()));
+    QTest::mouseClick(bar()->findChild<QPushButton*>("reopenAutosave"), Qt::LeftButton);
+    QVERIFY(bar()->isHidden());
+    QCOMPARE(w_->findChild<QTableWidget*>("runsTable")->rowCount(), 1);
+    // The form shows the reopened run's config, not the one it held before.
+    QCOMPARE(w_->configPanel()->spec(), QString("quanto:nbits=2,q_group_size=32"));
+    QFile::remove(path);
+  }
+
  private:
   /// Within 1366x768 less a 40 px panel and a window manager's title bar and borders.
   static bool fits1366(const QSize& s) { return s.width() <= 1366 - 16 && s.height() <= 768 - 40 - 40; }
