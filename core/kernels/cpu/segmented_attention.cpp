@@ -71,6 +71,20 @@ inline float expNonPositive(float x) {
   return y * scale;
 }
 
+// A row's running max becomes max(m, mt); the sum l and the weighted values ar seen so far are rescaled to it.
+// Returns the new max.
+inline float raiseMax(float mt, float& m, float& l, float* ar, std::int64_t D) {
+  const float mOld = m;
+  const float mNew = mOld > mt ? mOld : mt;
+  if (mNew != mOld) {
+    const float corr = mOld == -INFINITY ? 0.0f : std::exp(mOld - mNew);
+    l *= corr;
+    for (std::int64_t d = 0; d < D; ++d) ar[d] *= corr;
+    m = mNew;
+  }
+  return mNew;
+}
+
 // Online-softmax state of one query row over the keys seen so far: running max m, sum l, and sum p * v (acc).
 // One tile of n keys/values (dense rows of D floats), for the query rows of one KV head.
 KVS_CLONES void attendTile(const float* q, std::int64_t rows, std::int64_t T, std::int64_t D, const float* kt,
@@ -91,15 +105,8 @@ KVS_CLONES void attendTile(const float* q, std::int64_t rows, std::int64_t T, st
       scores[j] = s;
       if (s > mt) mt = s;  // NaN scores are not a maximum: they stay NaN below and spread into the row
     }
-    const float mOld = m[r];
-    const float mNew = mOld > mt ? mOld : mt;
     float* ar = acc + r * D;
-    if (mNew != mOld) {
-      const float corr = mOld == -INFINITY ? 0.0f : std::exp(mOld - mNew);
-      l[r] *= corr;
-      for (std::int64_t d = 0; d < D; ++d) ar[d] *= corr;
-      m[r] = mNew;
-    }
+    const float mNew = raiseMax(mt, m[r], l[r], ar, D);
     float sum = 0.0f;
     for (std::int64_t j = 0; j < nn; ++j) {
       scores[j] = expNonPositive(scores[j] - mNew);
@@ -207,15 +214,8 @@ KVS_AVX2 void attendTileAvx2(const float* q, std::int64_t rows, std::int64_t T, 
       scores[j] = s;
       if (s > mt) mt = s;
     }
-    const float mOld = m[r];
-    const float mNew = mOld > mt ? mOld : mt;
     float* ar = acc + r * D;
-    if (mNew != mOld) {
-      const float corr = mOld == -INFINITY ? 0.0f : std::exp(mOld - mNew);
-      l[r] *= corr;
-      for (std::int64_t d = 0; d < D; ++d) ar[d] *= corr;
-      m[r] = mNew;
-    }
+    const float mNew = raiseMax(mt, m[r], l[r], ar, D);
     const __m256 mv = _mm256_set1_ps(mNew);
     __m256 sumv = _mm256_setzero_ps();
     j = 0;
