@@ -73,9 +73,12 @@ TextView::TextView(Selection* selection, QWidget* parent) : QWidget(parent), sel
                      tr("log-prob")});
   metric_->setToolTip(tr("What each token's colour shows; the error of a token is that of its keys and values in the "
                          "selected layer (grey: not quantized, e.g. still in a residual window)"));
+  key_ = new QLabel(this);
+  key_->setObjectName("colourKey");
+  key_->setWordWrap(true);
   bar->addWidget(new QLabel(tr("Colour by"), this));
   bar->addWidget(metric_);
-  bar->addStretch(1);
+  bar->addWidget(key_, 1);
   l->addLayout(bar);
   browser_ = new QTextBrowser(this);
   browser_->setObjectName("textView");
@@ -86,6 +89,7 @@ TextView::TextView(Selection* selection, QWidget* parent) : QWidget(parent), sel
   browser_->setPlaceholderText(tr("Generated text appears here, token by token. Click a token to select it."));
   l->addWidget(browser_, 1);
   connect(metric_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
+  updateKey();
   connect(browser_, &QTextBrowser::anchorClicked, this, [this](const QUrl& url) {
     if (url.scheme() == "tok") sel_->setToken(url.path().toLongLong());
   });
@@ -93,6 +97,32 @@ TextView::TextView(Selection* selection, QWidget* parent) : QWidget(parent), sel
 }
 
 QString TextView::plainText() const { return browser_->toPlainText(); }
+
+QString TextView::colourKey() const { return key_->text(); }
+
+void TextView::updateKey() {
+  auto sw = [](const QColor& c, const QString& what) {
+    return QString("<span style='background-color:%1'>&nbsp;&nbsp;&nbsp;</span>&nbsp;%2").arg(c.name(), what);
+  };
+  const int m = metric_->currentIndex();
+  const bool reference = !last_ || last_->shadow;
+  QStringList k;
+  if (m == Kl && reference) {
+    k << sw(klColour(0), tr("KL 0")) << sw(klColour(0.05f), "0.05") << sw(klColour(0.5f), tr("&ge; 0.5 nats"))
+      << sw(klColour(INFINITY), tr("NaN/inf"));
+  } else if (m == Top1 && reference) {
+    k << sw(QColor(200, 240, 200), tr("same top-1 as the reference")) << sw(QColor(255, 170, 170), tr("differs"));
+  } else if (m == KvError) {
+    k << sw(QColor::fromHsvF(0.33, 0.45, 1.0), tr("low |error|"))
+      << sw(QColor::fromHsvF(0.0, 0.45, 1.0), tr("the run's worst token in this layer"))
+      << sw(QColor(225, 225, 225), tr("not quantized"));
+  } else {
+    if (!reference) k << tr("<i>no shadow reference in this run: coloured by log-prob</i>");
+    k << sw(QColor::fromHsvF(0.33, 0.35, 1.0), tr("p &asymp; 1")) << sw(QColor::fromHsvF(0.165, 0.35, 1.0), "0.5")
+      << sw(QColor::fromHsvF(0.0, 0.35, 1.0), tr("p &asymp; 0"));
+  }
+  key_->setText(k.join(" &nbsp; "));
+}
 
 void TextView::setMetric(Metric m) { metric_->setCurrentIndex(static_cast<int>(m)); }
 
@@ -167,6 +197,7 @@ QColor TextView::colour(const TokenView& t, qint64 pos) const {
 }
 
 void TextView::redraw() {
+  updateKey();
   if (!last_) return;
   errorScale_ = 0;
   if (errors_ && metric_->currentIndex() == KvError)

@@ -32,15 +32,20 @@ class TextView : public QWidget {
   QString plainText() const;
   void setMetric(Metric m);
   QTextBrowser* browser() const { return browser_; }
+  /// What the colours mean for the latest run and metric (a run without a shadow reference has no KL or top-1:
+  /// it is coloured by log-prob, and the key says so).
+  QString colourKey() const;
 
  private:
   void redraw();
+  void updateKey();
   QColor colour(const TokenView& t, qint64 pos) const;
   QString tokenHtml(int i) const;  ///< token i of the latest run as an anchor (colour, hover text)
   int shown_ = 0;                  ///< tokens of the latest run in the document
   Selection* sel_;
   QTextBrowser* browser_;
   QComboBox* metric_;
+  QLabel* key_;
   RunSnapshotPtr last_;
   TokenErrorViewPtr errors_;
   double errorScale_ = 0;  ///< the worst token's mean |error| in the inspected layer (colour scale)

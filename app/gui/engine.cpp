@@ -133,7 +133,10 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
       t.text = QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id)));
       snap->tokens.append(t);
     }
-  snap->decodeTokS = result.seconds > 0 ? snap->beamSteps.size() / result.seconds : 0.0;
+  // The first step runs the prompt (once per beam, as transformers does); the steps after it decode.
+  const double decodeSeconds = result.seconds - result.prefillSeconds;
+  snap->prefillTokS = result.prefillSeconds > 0 ? snap->promptTokens / result.prefillSeconds : 0.0;
+  snap->decodeTokS = decodeSeconds > 0 && snap->beamSteps.size() > 1 ? (snap->beamSteps.size() - 1) / decodeSeconds : 0.0;
   snap->finished = true;
   snap->stopReason = QString::fromStdString(result.stopReason);
   snap->cache = kv.snapshot();

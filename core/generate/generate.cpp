@@ -207,6 +207,7 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
       r.stopReason = "cancelled";
       break;
     }
+    if (t == 0) r.prefillSeconds = since(t0);
     const std::int64_t V = logits.size(1);
     std::vector<float> runScores(static_cast<std::size_t>(B));
     for (int b = 0; b < B; ++b) runScores[b] = running[b].score;

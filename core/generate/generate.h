@@ -105,7 +105,8 @@ using BeamStepFn = std::function<bool(const BeamStepEvent&)>;
 struct BeamResult {
   std::vector<std::vector<std::int64_t>> sequences;  ///< new tokens, best first
   std::vector<float> scores;                         ///< length-normalized, as transformers' sequences_scores
-  double seconds = 0.0;
+  double seconds = 0.0;                              ///< the whole search
+  double prefillSeconds = 0.0;                       ///< its first step: the prompt, once per beam
   std::string stopReason;
 };
 

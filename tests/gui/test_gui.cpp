@@ -369,6 +369,30 @@ class WindowTest : public QObject {
     QFile::remove(path);
   }
 
+  void textViewKeySaysWhatItsColoursMean() {
+    auto* text = w_->findChild<ui::TextView*>();
+    QVERIFY(text);
+    auto run = std::make_shared<ui::RunSnapshot>();
+    run->runId = 910;
+    run->spec = "fp8 (3 beams)";
+    run->shadow = false;  // beam search runs without a reference
+    ui::TokenView t;
+    t.text = "x";
+    t.logprob = -0.1f;
+    run->tokens.push_back(t);
+    text->show(run);
+    // "KL vs reference" is chosen, but this run has none: the key says what the colours are instead.
+    QVERIFY2(text->colourKey().contains("no shadow reference") && text->colourKey().contains("log-prob"),
+             qPrintable(text->colourKey()));
+    auto withRef = std::make_shared<ui::RunSnapshot>(*run);
+    withRef->runId = 911;
+    withRef->shadow = true;
+    text->show(withRef);
+    QVERIFY2(text->colourKey().contains("KL 0") && text->colourKey().contains("NaN/inf"), qPrintable(text->colourKey()));
+    text->setMetric(ui::TextView::Top1);
+    QVERIFY(text->colourKey().contains("same top-1"));
+  }
+
  private:
   /// Within 1366x768 less a 40 px panel and a window manager's title bar and borders.
   static bool fits1366(const QSize& s) { return s.width() <= 1366 - 16 && s.height() <= 768 - 40 - 40; }
@@ -661,6 +685,11 @@ class GuiTest : public QObject {
     QCOMPARE(r->beamSteps.front().parents.size(), 3);
     QCOMPARE(r->beamTexts.size(), 3);
     QVERIFY(r->beamScores[0] >= r->beamScores[2]);
+    // The prompt's step is timed apart from the decode steps (it showed "prefill 0.0 tok/s").
+    QVERIFY2(r->prefillTokS > 0 && r->decodeTokS > 0, qPrintable(QString("%1 %2").arg(r->prefillTokS).arg(r->decodeTokS)));
+    // No shadow reference in beam search: the text's key says it is coloured by log-prob.
+    w_->findChild<ui::TextView*>()->setMetric(ui::TextView::Kl);
+    QVERIFY(w_->findChild<ui::TextView*>()->colourKey().contains("no shadow reference"));
     QCOMPARE(w_->findChild<QTableWidget*>("beamTable")->rowCount(), r->beamSteps.size());
     // Clicking a beam's cell selects the beam and the step's position.
     Q_EMIT w_->beamDock()->table()->cellClicked(1, 2);
