@@ -265,6 +265,7 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   full->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
   steps_->xAxis->setLabel(tr("generated step"));
   steps_->yAxis->setLabel(tr("KV MiB"));
+  steps_->yAxis->ticker()->setTickCount(2);  // a short plot: few labels, none on top of another
 
   connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
     const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
