@@ -13,14 +13,7 @@
 #include <immintrin.h>
 #endif
 
-// The fp8 and int decode loops run for every cached value at every decode step: compiled for AVX-512, AVX2 and the
-// baseline, chosen at run time (as kernels/cpu/fp8_cpu.cpp).
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define KVS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define KVS_CLONES
-#endif
-
+// The fp8 and int decode loops run for every cached value at every decode step: KVS_CLONES (kernels/cpu/simd.h).
 namespace kvscope::cache::detail {
 namespace {
 

@@ -1,4 +1,5 @@
 #include "kernels/cpu/fp8_cpu.h"
+#include "kernels/cpu/simd.h"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -9,13 +10,6 @@
 
 namespace kvscope::kernels {
 namespace {
-
-// Function multi-versioning: the same loops compiled for AVX2 and for the baseline, picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define KVS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define KVS_CLONES
-#endif
 
 constexpr std::int64_t kChunk = 1024;
 

@@ -12,14 +12,9 @@
 #include <immintrin.h>
 #endif
 
-// The inner loops are dot products and axpys over head_dim: compiled for AVX-512, AVX2 and the baseline, chosen at
-// run time. Their sums may be reassociated (kernels/CMakeLists: -fassociative-math on this file), which is why fused
+// The inner loops are dot products and axpys over head_dim: KVS_CLONES (kernels/cpu/simd.h), or the AVX2 tile.
+// Their sums may be reassociated (core/CMakeLists: -fassociative-math on this file), which is why fused
 // attention agrees with the reference within a tolerance rather than bit for bit.
-#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define KVS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define KVS_CLONES
-#endif
 
 namespace kvscope::kernels {
 
