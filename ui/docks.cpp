@@ -838,16 +838,17 @@ void OverlayPlot::redraw() {
     plot_->yAxis->setNumberPrecision(6);
   }
   if (!missing.isEmpty()) {
-    double top = plot_->yAxis->range().upper, x1 = plot_->xAxis->range().upper;
-    for (const auto& m : missing) x1 = std::max(x1, m.steps.back());
     bool anyFinite = false;
     for (int k = 0; k < plot_->graphCount(); ++k) anyFinite |= !plot_->graph(k)->data()->isEmpty();
-    if (!anyFinite) top = metric == 0 ? 1.0 : 0.0;
-    // Room above the curves for the crosses.
-    if (metric == 0) plot_->yAxis->setRange(anyFinite ? plot_->yAxis->range().lower : 1e-6, top * 10);
-    else plot_->yAxis->setRange(anyFinite ? plot_->yAxis->range().lower : top - 1, top + (anyFinite ? 0.08 * plot_->yAxis->range().size() : 1));
-    plot_->xAxis->setRange(std::min(plot_->xAxis->range().lower, 0.0), std::max(x1, 1.0));
-    const double at = metric == 0 ? top * 3 : plot_->yAxis->range().upper - 0.04 * plot_->yAxis->range().size();
+    const bool log = metric == 0;
+    QCPRange y = anyFinite ? plot_->yAxis->range() : (log ? QCPRange(1e-6, 1) : QCPRange(-1, 0));
+    // Room above the curves for the crosses: a decade on the log axis, 8% of the range on a linear one.
+    y.upper = log ? y.upper * 10 : y.upper + 0.08 * y.size();
+    plot_->yAxis->setRange(y);
+    const double at = log ? y.upper / 3 : y.upper - 0.04 * y.size();
+    double x1 = anyFinite ? plot_->xAxis->range().upper : 1.0;
+    for (const auto& m : missing) x1 = std::max(x1, m.steps.back());
+    plot_->xAxis->setRange(anyFinite ? std::min(plot_->xAxis->range().lower, 0.0) : 0.0, std::max(x1, 1.0));
     for (const auto& m : missing) {
       auto* g = plot_->addGraph();
       g->setName(m.steps.size() == 1 ? tr("%1: NaN/inf at 1 step").arg(m.name)

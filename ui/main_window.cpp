@@ -644,12 +644,13 @@ void MainWindow::onInspection(const TokenErrorViewPtr& view) {
 
 QStringList MainWindow::evalSpecs() const {
   QStringList specs;
-  auto add = [&](QString spec) {
-    spec = spec.section(" (", 0, 0);  // "quanto:nbits=4 (3 beams)": the cache config
+  auto add = [&](const QString& runLabel) {
+    const auto [spec, calibrated] = parseRunLabel(runLabel);  // "quanto:nbits=4 (3 beams)": the cache config
+    if (calibrated) return;  // its scales are in no SPEC
     try {
       cache::parseSpec(spec.toStdString());
     } catch (const std::exception&) {
-      return;  // e.g. a calibrated config's label: not a SPEC
+      return;
     }
     if (spec != "dynamic" && !specs.contains(spec)) specs << spec;
   };
@@ -903,10 +904,12 @@ void MainWindow::openSession(const QString& path) {
     last_ = finished_.back();
     text_->show(last_);
     memory_->show(last_);
-    // The form follows the run shown (its label is the SPEC, with " [calibrated]" or " (N beams)" after it).
-    const QString spec = last_->spec.section(" (", 0, 0).section(" [", 0, 0);
-    const QSignalBlocker quiet(config_);
-    config_->setSpec(spec);
+    // The form follows the run shown, where it can hold the run's config (not offline-calibrated scales).
+    const RunLabel label = parseRunLabel(last_->spec);
+    if (!label.calibrated) {
+      const QSignalBlocker quiet(config_);
+      config_->setSpec(label.spec);
+    }
   }
   message_->setText(tr("Opened %1 runs from %2%3")
                         .arg(finished_.size())

@@ -21,11 +21,7 @@ std::optional<OverflowAdvice> overflowAdvice(const RunSnapshot& run) {
   std::int64_t stored = 0;
   for (const auto& st : run.cache.stats) stored += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
   if (stored == 0) return std::nullopt;
-  // The label is the run's SPEC, followed by " [calibrated]" for offline scales and " (N beams)" for beam search.
-  QString label = run.spec.section(" (", 0, 0);
-  const QString calibratedTag = " [calibrated]";
-  const bool calibrated = label.endsWith(calibratedTag);
-  if (calibrated) label.chop(calibratedTag.size());
+  const auto [label, calibrated] = parseRunLabel(run.spec);
   cache::CacheConfig cfg;
   try {
     cfg = cache::parseSpec(label.toStdString());

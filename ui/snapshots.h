@@ -112,6 +112,21 @@ struct RunSnapshot {
 };
 using RunSnapshotPtr = std::shared_ptr<const RunSnapshot>;
 
+/// What a run's label (RunSnapshot::spec) says of its config: the label is the SPEC, then " [calibrated]" when the
+/// scales were calibrated offline (cache::toSpec writes it; no SPEC holds such scales) and " (N beams)" for beam search.
+struct RunLabel {
+  QString spec;             ///< the SPEC alone
+  bool calibrated = false;  ///< offline-calibrated scales: `spec` lacks them, so it is not the run's config
+};
+inline RunLabel parseRunLabel(const QString& label) {
+  RunLabel r;
+  r.spec = label.section(" (", 0, 0);
+  const QString tag = " [calibrated]";
+  r.calibrated = r.spec.endsWith(tag);
+  if (r.calibrated) r.spec.chop(tag.size());
+  return r;
+}
+
 }  // namespace kvscope::ui
 
 Q_DECLARE_METATYPE(kvscope::ui::ModelInfo)
