@@ -1,0 +1,285 @@
+// The option table: which options each backend takes (OptionInfo: forms, help, errors) and, once per option, the
+// field it sets (OptionField: parsing, serialisation, export notes). Adding an option is one OptionField, its line in
+// the backends' lists, and its check in validate.cpp when it has one.
+#include "cache/config/detail.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+
+namespace kvscope::cache {
+
+namespace detail {
+namespace {
+
+int asInt(std::string_view key, const json& v) {
+  if (v.is_number_integer()) {
+    const auto i = v.get<long long>();
+    if (i >= -(1LL << 30) && i <= (1LL << 30)) return static_cast<int>(i);
+  }
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    int out = 0;
+    const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    if (ec == std::errc() && p == s.data() + s.size() && !s.empty()) return out;
+  }
+  throw ConfigError(std::string(key), fmt::format("option `{}` takes an integer, got `{}`", key, valueText(v)));
+}
+
+double asNumber(std::string_view key, const json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    try {
+      std::size_t used = 0;
+      const double d = std::stod(s, &used);
+      if (used == s.size()) return d;
+    } catch (const std::exception&) {
+    }
+  }
+  throw ConfigError(std::string(key), fmt::format("option `{}` takes a number, got `{}`", key, valueText(v)));
+}
+
+bool asBool(std::string_view key, const json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    if (s == "true" || s == "1" || s == "on" || s == "yes") return true;
+    if (s == "false" || s == "0" || s == "off" || s == "no") return false;
+  }
+  throw ConfigError(std::string(key), fmt::format("option `{}` takes true or false, got `{}`", key, valueText(v)));
+}
+
+// A choice option's value, as the index of its name in `names` (the enum's order).
+template <typename Enum, std::size_t N>
+Enum asChoice(std::string_view key, const json& v, const OptionInfo* info, const std::array<std::string_view, N>& names) {
+  const std::string s = valueText(v);
+  const auto it = std::find(names.begin(), names.end(), s);
+  const bool offered = !info || std::find(info->choices.begin(), info->choices.end(), s) != info->choices.end();
+  if (it == names.end() || !offered)
+    throw ConfigError(std::string(key), fmt::format("option `{}` takes one of {}, got `{}`", key,
+                                                    fmt::join(info ? info->choices : std::vector<std::string>(
+                                                                                         names.begin(), names.end()),
+                                                              ", "),
+                                                    s));
+  return static_cast<Enum>(it - names.begin());
+}
+
+constexpr std::array<std::string_view, 2> kFormats{"e4m3fn", "e5m2"};
+constexpr std::array<std::string_view, 3> kGranularities{"tensor", "head", "channel"};
+constexpr std::array<std::string_view, 3> kOverflows{"nan", "saturate", "recalibrate"};
+constexpr std::array<std::string_view, 2> kAttention{"fused", "reference"};
+
+// transformers' group-wise keys: std::optional<int> fields, written into SPECs when given, into files resolved.
+#define KVS_INT_FIELD(NAME, MEMBER, RESOLVED)                                                            \
+  OptionField {                                                                                          \
+    NAME, false, [](CacheConfig& c, const json& v, const OptionInfo*) { c.MEMBER = asInt(NAME, v); },    \
+        [](const CacheConfig& c) { return c.MEMBER.has_value(); },                                       \
+        [](const CacheConfig& c) { return json(c.RESOLVED()); }, {}, {}, {}                              \
+  }
+
+const CacheConfig kDefaults{};
+
+const std::array<OptionField, 12> kFields{{
+    KVS_INT_FIELD("nbits", nbits, resolvedNbits),
+    KVS_INT_FIELD("axis_key", axisKey, resolvedAxisKey),
+    KVS_INT_FIELD("axis_value", axisValue, resolvedAxisValue),
+    KVS_INT_FIELD("q_group_size", qGroupSize, resolvedGroupSize),
+    KVS_INT_FIELD("residual_length", residualLength, resolvedResidualLength),
+    {"format", false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.fp8Format = asChoice<Fp8Format>("format", v, i, kFormats); },
+     [](const CacheConfig& c) { return c.fp8Format != kDefaults.fp8Format; },
+     [](const CacheConfig& c) { return json(std::string(fp8FormatName(c.fp8Format))); },
+     "its fp8 backend stores e4m3fn", {}, {}},
+    {"granularity", false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) {
+       c.granularity = asChoice<Fp8Granularity>("granularity", v, i, kGranularities);
+     },
+     [](const CacheConfig& c) { return c.granularity != kDefaults.granularity; },
+     [](const CacheConfig& c) { return json(std::string(granularityName(c.granularity))); },
+     "its fp8 backend uses one scale per tensor",
+     "vLLM's FP8 KV cache scales per tensor (or per head from a checkpoint), not as kvscope does here", {}},
+    {"headroom", false, [](CacheConfig& c, const json& v, const OptionInfo*) { c.headroom = asNumber("headroom", v); },
+     [](const CacheConfig& c) { return c.headroom != kDefaults.headroom; },
+     [](const CacheConfig& c) { return json(c.headroom); }, "its scale is amax / 448", {}, {}},
+    {"overflow", false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.overflow = asChoice<OverflowPolicy>("overflow", v, i, kOverflows); },
+     [](const CacheConfig& c) { return c.overflow != kDefaults.overflow; },
+     [](const CacheConfig& c) { return json(std::string(overflowName(c.overflow))); },
+     "its cast turns |x/scale| >= 480 into NaN", "vLLM's FP8 cast saturates values beyond the scale", {}},
+    {"optimize", false, [](CacheConfig& c, const json& v, const OptionInfo*) { c.hqqOptimize = asBool("optimize", v); },
+     [](const CacheConfig& c) { return c.hqqOptimize != kDefaults.hqqOptimize; },
+     [](const CacheConfig& c) { return json(c.hqqOptimize); }, "transformers runs hqq's optimizer", {}, {}},
+    {"sink", true, [](CacheConfig& c, const json& v, const OptionInfo*) { c.sink = asInt("sink", v); },
+     [](const CacheConfig& c) { return c.sink != kDefaults.sink; }, [](const CacheConfig& c) { return json(c.sink); },
+     "its QuantizedCache quantizes the first tokens with the rest", "vLLM quantizes every token alike",
+     "llama.cpp quantizes every token alike"},
+    {"attention", true,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.attention = asChoice<AttentionMode>("attention", v, i, kAttention); },
+     [](const CacheConfig& c) { return c.attention != kDefaults.attention; },
+     [](const CacheConfig& c) { return json(std::string(attentionName(c.attention))); }, {}, {}, {}},
+}};
+#undef KVS_INT_FIELD
+
+bool isGroupWiseKey(std::string_view key) {
+  return key == "nbits" || key == "axis_key" || key == "axis_value" || key == "q_group_size" ||
+         key == "residual_length";
+}
+
+std::string joinNames(const std::vector<OptionInfo>& opts) {
+  std::string s;
+  for (const auto& o : opts) s += (s.empty() ? "" : ", ") + o.name;
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+const OptionField* findField(std::string_view name) {
+  for (const auto& f : kFields)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+const OptionInfo* findOption(Backend b, std::string_view key) {
+  for (const auto& o : backendOptions(b))
+    if (o.name == key) return &o;
+  return nullptr;
+}
+
+void applyOption(CacheConfig& cfg, std::string_view key, const json& v) {
+  const OptionInfo* info = findOption(cfg.backend, key);
+  // fp8 knows transformers' group-wise keys in order to reject them as transformers does (validate()).
+  if (!info && !(cfg.backend == Backend::Fp8 && isGroupWiseKey(key))) {
+    throw ConfigError(std::string(key),
+                      fmt::format("unknown option `{}` for the `{}` backend (allowed: {})", key,
+                                  backendName(cfg.backend), joinNames(backendOptions(cfg.backend))));
+  }
+  findField(key)->set(cfg, v, info);
+}
+
+json specValue(std::string_view text) {
+  long long i = 0;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
+  if (ec == std::errc() && p == text.data() + text.size() && !text.empty()) return json(i);
+  return json(std::string(text));
+}
+
+std::string valueText(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) return fmt::format("{}", v.get<double>());
+  return v.dump();
+}
+
+std::vector<std::string> optionNotes(const CacheConfig& cfg, std::string_view OptionField::*why, bool hfWording) {
+  std::vector<std::string> notes;
+  for (const auto& o : backendOptions(cfg.backend)) {
+    const OptionField& f = *findField(o.name);
+    if (!f.isSet(cfg) || (f.*why).empty()) continue;
+    const std::string head = fmt::format("{}={}", f.name, valueText(f.value(cfg)));
+    notes.push_back(hfWording ? fmt::format("{} has no transformers equivalent: {}", head, f.*why)
+                              : fmt::format("{}: {}", head, f.*why));
+  }
+  return notes;
+}
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+std::string_view fp8FormatName(Fp8Format f) { return kFormats[static_cast<std::size_t>(f)]; }
+std::string_view overflowName(OverflowPolicy p) { return kOverflows[static_cast<std::size_t>(p)]; }
+
+}  // namespace detail
+
+std::string_view granularityName(Fp8Granularity g) { return detail::kGranularities[static_cast<std::size_t>(g)]; }
+std::string_view attentionName(AttentionMode m) { return detail::kAttention[static_cast<std::size_t>(m)]; }
+
+std::string_view backendName(Backend b) {
+  switch (b) {
+    case Backend::Dynamic: return "dynamic";
+    case Backend::Fp8: return "fp8";
+    case Backend::Quanto: return "quanto";
+    case Backend::Hqq: return "hqq";
+    case Backend::Kivi: return "kivi";
+  }
+  return "dynamic";
+}
+
+std::vector<Backend> allBackends() {
+  return {Backend::Dynamic, Backend::Fp8, Backend::Quanto, Backend::Hqq, Backend::Kivi};
+}
+
+Backend parseBackend(std::string_view name) {
+  for (Backend b : allBackends())
+    if (backendName(b) == name) return b;
+  throw ConfigError("backend", fmt::format("unknown cache backend `{}` (allowed: dynamic, fp8, quanto, hqq, kivi)", name));
+}
+
+const std::vector<OptionInfo>& backendOptions(Backend b) {
+  static const OptionInfo kSinkOption{"sink", "int", {}, "0", false,
+                                      "first tokens kept in full precision (attention sinks); 0: none"};
+  static const OptionInfo kAttentionOption{
+      "attention", "choice", {"fused", "reference"}, "fused", false,
+      "fused: attention reads the stored codes tile by tile (no full-precision copy; chunked prefill); reference: "
+      "transformers' computation bit for bit (a dequantized copy of the history; one-shot prefill)"};
+  static const std::vector<OptionInfo> dynamic = {kAttentionOption};
+  static const std::vector<OptionInfo> fp8 = {
+      {"format", "choice", {"e4m3fn", "e5m2"}, "e4m3fn", false, "FP8 format of the stored states"},
+      {"granularity", "choice", {"tensor", "head", "channel"}, "tensor", false,
+       "one scale per tensor (transformers), per KV head, or per (head, channel)"},
+      {"headroom", "number", {}, "1", false, "scale = amax x headroom / format max, calibrated on the first update"},
+      {"overflow", "choice", {"nan", "saturate", "recalibrate"}, "nan", false,
+       "values beyond the frozen scale: NaN as PyTorch's cast (transformers), clamp, or grow the scale"},
+      kSinkOption,
+      kAttentionOption,
+  };
+  static const std::vector<OptionInfo> quanto = {
+      {"nbits", "int", {"2", "4"}, "4", true, "bits per value"},
+      {"axis_key", "int", {"0", "-1"}, "0", true, "quantization axis of the keys"},
+      {"axis_value", "int", {"0", "-1"}, "0", true, "quantization axis of the values"},
+      {"q_group_size", "int", {}, "64", true, "values per scale/zero-point group"},
+      {"residual_length", "int", {}, "128", true, "full-precision window before the history is re-quantized"},
+      kSinkOption,
+      kAttentionOption,
+  };
+  static const std::vector<OptionInfo> hqq = {
+      {"nbits", "int", {"1", "2", "3", "4", "8"}, "4", true, "bits per value"},
+      {"axis_key", "int", {"0", "1"}, "0", true, "quantization axis of the keys"},
+      {"axis_value", "int", {"0", "1"}, "0", true, "quantization axis of the values"},
+      {"q_group_size", "int", {}, "64", true, "values per scale/zero-point group"},
+      {"residual_length", "int", {}, "128", true, "full-precision window before the history is re-quantized"},
+      {"optimize", "bool", {"true", "false"}, "true", false,
+       "hqq's half-quadratic zero-point optimizer (hqq's default, so transformers runs it)"},
+      kSinkOption,
+      kAttentionOption,
+  };
+  static const std::vector<OptionInfo> kivi = {
+      {"nbits", "int", {"2", "4"}, "2", false, "bits per value (keys and values)"},
+      {"q_group_size", "int", {}, "32", false,
+       "keys: tokens per group (one scale/zero per channel); values: channels per group of each token"},
+      {"residual_length", "int", {}, "128", false,
+       "full-precision window of the newest tokens; older tokens leave it one whole group at a time"},
+      kSinkOption,
+      kAttentionOption,
+  };
+  switch (b) {
+    case Backend::Dynamic: return dynamic;
+    case Backend::Fp8: return fp8;
+    case Backend::Quanto: return quanto;
+    case Backend::Hqq: return hqq;
+    case Backend::Kivi: return kivi;
+  }
+  return dynamic;
+}
+
+void setOption(CacheConfig& cfg, std::string_view key, std::string_view value) {
+  detail::applyOption(cfg, key, detail::specValue(value));
+}
+
+}  // namespace kvscope::cache

@@ -1,0 +1,117 @@
+// Validation of a config's combination, with the reference's own limits and messages.
+#include "cache/config/detail.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+
+namespace kvscope::cache {
+
+namespace {
+
+constexpr const char* kGroupWiseKeys[] = {"nbits", "axis_key", "axis_value", "q_group_size", "residual_length"};
+
+// Group-wise backends: a positive group size and a residual window of 0 or more tokens.
+void checkGroupAndWindow(const CacheConfig& cfg) {
+  if (cfg.resolvedGroupSize() <= 0)
+    throw ConfigError("q_group_size",
+                      fmt::format("`q_group_size` must be a positive integer, got {}", cfg.resolvedGroupSize()));
+  if (cfg.resolvedResidualLength() < 0)
+    throw ConfigError("residual_length",
+                      fmt::format("`residual_length` must be 0 or more, got {}", cfg.resolvedResidualLength()));
+}
+
+void validateScales(const CacheConfig& cfg) {
+  if (cfg.keyScales.empty() && cfg.valueScales.empty()) return;
+  if (cfg.backend != Backend::Fp8)
+    throw ConfigError("key_scales", fmt::format("calibrated scales are for the `fp8` backend, not `{}`",
+                                                backendName(cfg.backend)));
+  if (cfg.keyScales.size() != cfg.valueScales.size())
+    throw ConfigError("key_scales", fmt::format("calibrated scales for {} layers of keys but {} of values",
+                                                cfg.keyScales.size(), cfg.valueScales.size()));
+  for (const auto* side : {&cfg.keyScales, &cfg.valueScales})
+    for (std::size_t l = 0; l < side->size(); ++l) {
+      const auto& s = (*side)[l];
+      if (s.empty() || (cfg.granularity == Fp8Granularity::Tensor && s.size() != 1))
+        throw ConfigError("key_scales", fmt::format("layer {}: {} calibrated scales, granularity={} takes {}", l,
+                                                    s.size(), granularityName(cfg.granularity),
+                                                    cfg.granularity == Fp8Granularity::Tensor ? "1" : "one per head "
+                                                                                                     "(or channel)"));
+      for (float x : s)
+        if (!std::isfinite(x) || x <= 0.0f)
+          throw ConfigError("key_scales", fmt::format("layer {}: calibrated scale {} is not a positive number", l, x));
+    }
+}
+
+}  // namespace
+
+void validate(const CacheConfig& cfg) {
+  if (cfg.mixed()) return detail::validateLayers(cfg);
+  const std::optional<int>* groupWise[] = {&cfg.nbits, &cfg.axisKey, &cfg.axisValue, &cfg.qGroupSize,
+                                           &cfg.residualLength};
+  if (cfg.sink < 0) throw ConfigError("sink", fmt::format("`sink` must be 0 or more tokens, got {}", cfg.sink));
+  validateScales(cfg);
+  if (cfg.sink > 0 && cfg.backend == Backend::Dynamic)
+    throw ConfigError("sink", "the `dynamic` backend keeps every token in full precision: `sink` does not apply");
+  switch (cfg.backend) {
+    case Backend::Dynamic: {
+      for (int i = 0; i < 5; ++i)
+        if (groupWise[i]->has_value())
+          throw ConfigError(kGroupWiseKeys[i],
+                            fmt::format("the `dynamic` backend takes no options (got `{}`)", kGroupWiseKeys[i]));
+      return;
+    }
+    case Backend::Fp8: {
+      // transformers' own message, word for word (QuantizedCache.__init__).
+      std::vector<std::string> unsupported;
+      for (int i = 0; i < 5; ++i)
+        if (groupWise[i]->has_value()) unsupported.push_back(fmt::format("'{}'", kGroupWiseKeys[i]));
+      if (!unsupported.empty()) {
+        throw ConfigError(unsupported.front().substr(1, unsupported.front().size() - 2),
+                          fmt::format("The `fp8` backend quantizes per-tensor and does not support [{}]. Use the "
+                                      "`quanto` or `hqq` backend to quantize group-wise.",
+                                      fmt::join(unsupported, ", ")));
+      }
+      if (!std::isfinite(cfg.headroom) || cfg.headroom <= 0.0)
+        throw ConfigError("headroom", fmt::format("`headroom` must be a positive number, got {}", cfg.headroom));
+      return;
+    }
+    case Backend::Quanto:
+    case Backend::Hqq: {
+      const bool quanto = cfg.backend == Backend::Quanto;
+      const int nb = cfg.resolvedNbits();
+      if (quanto && nb != 2 && nb != 4)
+        throw ConfigError("nbits", fmt::format("`nbits` for `quanto` backend has to be one of [`2`, `4`] but got {}", nb));
+      if (!quanto && nb != 1 && nb != 2 && nb != 3 && nb != 4 && nb != 8)
+        throw ConfigError("nbits", fmt::format("`nbits` for `HQQ` backend has to be one of [`1`, `2`, `3`, `4`, `8`] "
+                                               "but got {}", nb));
+      const char* name = quanto ? "quanto" : "HQQ";
+      const char* allowed = quanto ? "[`0`, `-1`]" : "[`0`, `1`]";
+      const int other = quanto ? -1 : 1;
+      for (auto [key, v] : {std::pair{"axis_key", cfg.resolvedAxisKey()}, std::pair{"axis_value", cfg.resolvedAxisValue()}})
+        if (v != 0 && v != other)
+          throw ConfigError(key, fmt::format("`{}` for `{}` backend has to be one of {} but got {}", key, name, allowed, v));
+      checkGroupAndWindow(cfg);
+      return;
+    }
+    case Backend::Kivi: {
+      const int nb = cfg.resolvedNbits();
+      if (nb != 2 && nb != 4) throw ConfigError("nbits", fmt::format("`nbits` for `kivi` has to be 2 or 4, got {}", nb));
+      for (auto [key, v] : {std::pair{"axis_key", cfg.axisKey}, std::pair{"axis_value", cfg.axisValue}})
+        if (v) throw ConfigError(key, fmt::format("`kivi` fixes the axes (keys per channel, values per token): `{}` "
+                                                  "does not apply", key));
+      checkGroupAndWindow(cfg);
+      return;
+    }
+  }
+}
+
+bool allFused(const CacheConfig& cfg) {
+  if (!cfg.mixed()) return cfg.attention == AttentionMode::Fused;
+  for (const auto& r : cfg.layers)
+    if (!allFused(r.keys) || !allFused(r.values)) return false;
+  return true;
+}
+
+}  // namespace kvscope::cache
