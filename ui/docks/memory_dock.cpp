@@ -1,0 +1,139 @@
+#include "docks/memory_dock.h"
+
+#include <QLabel>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+#include <qcustomplot.h>
+
+#include "docks/plot_style.h"
+
+namespace kvscope::ui {
+
+MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
+  auto* l = new QVBoxLayout(this);
+  totals_ = new QLabel(tr("No run yet."), this);
+  totals_->setObjectName("memoryTotals");
+  totals_->setWordWrap(true);
+  plot_ = new QCustomPlot(this);
+  plot_->setMinimumSize(kPlotMin);
+  steps_ = new QCustomPlot(this);
+  steps_->setMinimumSize(kPlotMin.width(), kPlotMin.height() / 2);
+  const QStringList names{tr("payload"), tr("scales/zeros"), tr("residual"), tr("dequantized buffer")};
+  const QList<QColor> colours{QColor(52, 101, 164), QColor(245, 121, 0), QColor(115, 210, 22), QColor(186, 189, 182)};
+  // One key for both plots, a label that wraps to the dock's width (a plot legend covered the bars or, below the
+  // axes, cut its own entries on a narrow dock).
+  QStringList key;
+  for (int i = 0; i < names.size(); ++i)
+    key << QString("<span style='color:%1'>&#9632;</span>&nbsp;%2").arg(colours[i].name(), names[i].toHtmlEscaped());
+  key << tr("- - unquantized") << tr("<span style='color:%1'>&#9473;</span>&nbsp;stored (per step, below)")
+                                     .arg(colours[0].name());
+  auto* legend = new QLabel(key.join(" &nbsp; "), this);
+  legend->setObjectName("memoryLegend");
+  legend->setWordWrap(true);
+  legend->setFont(QFont(font().family(), 8));
+  l->addWidget(totals_);
+  l->addWidget(plot_, 3);
+  l->addWidget(legend);
+  l->addWidget(steps_, 1);
+  QCPBars* below = nullptr;
+  for (int i = 0; i < names.size(); ++i) {
+    auto* b = new QCPBars(plot_->xAxis, plot_->yAxis);
+    b->setName(names[i]);
+    b->setBrush(colours[i]);
+    b->setPen(Qt::NoPen);
+    b->setWidth(0.8);
+    if (below) b->moveAbove(below);
+    below = b;
+  }
+  auto* line = plot_->addGraph();
+  line->setName(tr("unquantized"));
+  line->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
+  plot_->xAxis->setLabel(tr("layer (click to select)"));
+  plot_->yAxis->setLabel(tr("KiB (K + V)"));
+  mark_ = new QCPItemRect(plot_);
+  mark_->setPen(QPen(QColor(204, 0, 0), 1.5));
+  mark_->setBrush(Qt::NoBrush);
+  mark_->setVisible(false);
+  auto* stored = steps_->addGraph();
+  stored->setName(tr("stored"));
+  stored->setPen(QPen(QColor(52, 101, 164), 2));
+  auto* full = steps_->addGraph();
+  full->setName(tr("unquantized"));
+  full->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
+  steps_->xAxis->setLabel(tr("generated step"));
+  steps_->yAxis->setLabel(tr("KV MiB"));
+  steps_->yAxis->ticker()->setTickCount(2);  // a short plot: few labels, none on top of another
+
+  connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+    const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
+    if (layer >= 0 && layer < layers_) sel_->setLayer(layer);
+  });
+  connect(sel_, &Selection::changed, this, [this] {
+    markLayer();
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+  });
+}
+
+void MemoryDock::markLayer() {
+  const int layer = sel_->layer();
+  mark_->setVisible(layer < layers_);
+  mark_->topLeft->setCoords(layer - 0.45, plot_->yAxis->range().upper);
+  mark_->bottomRight->setCoords(layer + 0.45, 0.0);
+}
+
+void MemoryDock::show(const RunSnapshotPtr& run) {
+  const auto& mem = run->cache.memory;
+  QVector<double> x, pay, meta, res, trans, full;
+  for (std::size_t i = 0; i < mem.size(); ++i) {
+    const auto t = mem[i].total();
+    x << double(i);
+    pay << t.payload / 1024.0;
+    meta << t.metadata / 1024.0;
+    res << t.residual / 1024.0;
+    trans << t.transient / 1024.0;
+    full << t.unquantized / 1024.0;
+  }
+  layers_ = static_cast<int>(mem.size());
+  const QVector<QVector<double>*> series{&pay, &meta, &res, &trans};
+  for (int i = 0; i < 4; ++i) qobject_cast<QCPBars*>(plot_->plottable(i))->setData(x, *series[i]);
+  plot_->graph(0)->setData(x, full);
+  plot_->rescaleAxes();
+  plot_->xAxis->setRange(-0.8, std::max<double>(1.0, double(mem.size()) - 0.2));
+  plot_->yAxis->setRangeLower(0);
+  markLayer();
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+  QVector<double> step, stored, unq;
+  for (int i = 0; i < run->tokens.size(); ++i) {
+    if (run->tokens[i].kvUnquantized == 0) continue;  // beam runs and old sessions carry no per-step bytes
+    step << i;
+    stored << mib(run->tokens[i].kvStored);
+    unq << mib(run->tokens[i].kvUnquantized);
+  }
+  steps_->graph(0)->setData(step, stored);
+  steps_->graph(1)->setData(step, unq);
+  steps_->rescaleAxes();
+  steps_->yAxis->setRangeLower(0);
+  steps_->replot(QCustomPlot::rpQueuedReplot);
+  const auto t = run->cache.total();
+  // What the run really holds against an unquantized cache of the same tokens: the realized saving. Reference mode
+  // keeps a dequantized copy of the history (transient) beside the codes; fused mode keeps none. Growth room
+  // (allocated, not yet written) is named apart: an unquantized cache reserves room as well.
+  const double inUse = mib(t.held() - t.reserved);
+  const double saved = mib(t.unquantized) - inUse;
+  const QString held =
+      t.transient > 0
+          ? tr("holds %1 MiB, with a %2 MiB dequantized copy (attention=reference)").arg(inUse, 0, 'f', 2).arg(mib(t.transient), 0, 'f', 2)
+          : tr("holds %1 MiB, no full-precision copy").arg(inUse, 0, 'f', 2);
+  const QString verdict = saved >= 0 ? tr("saves %1 MiB against an unquantized cache").arg(saved, 0, 'f', 2)
+                                     : tr("%1 MiB more than an unquantized cache").arg(-saved, 0, 'f', 2);
+  totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); %5: %6 (+%7 MiB growth room reserved)")
+                       .arg(run->spec)
+                       .arg(mib(t.stored()), 0, 'f', 2)
+                       .arg(mib(t.unquantized), 0, 'f', 2)
+                       .arg(t.stored() ? double(t.unquantized) / double(t.stored()) : 0.0, 0, 'f', 2)
+                       .arg(held, verdict)
+                       .arg(mib(t.reserved), 0, 'f', 2));
+}
+
+}  // namespace kvscope::ui

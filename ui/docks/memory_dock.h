@@ -1,0 +1,35 @@
+#pragma once
+
+#include <QWidget>
+
+#include "selection.h"
+#include "snapshots.h"
+
+class QCustomPlot;
+class QCPItemRect;
+class QLabel;
+
+namespace kvscope::ui {
+
+/// Per-layer stacked bars: quantized payload, scales/zero-points, residual, dequantized working buffer; the
+/// unquantized-equivalent bytes as a line; totals and compression ratio in the title.
+/// Below them, the stored bytes over the generated steps against the unquantized bytes. Clicking a layer selects it.
+class MemoryDock : public QWidget {
+  Q_OBJECT
+ public:
+  MemoryDock(Selection* selection, QWidget* parent = nullptr);
+  void show(const RunSnapshotPtr& run);
+  QCustomPlot* plot() const { return plot_; }
+  QCustomPlot* stepsPlot() const { return steps_; }
+
+ private:
+  void markLayer();
+  Selection* sel_;
+  QCustomPlot* plot_;
+  QCustomPlot* steps_;
+  QCPItemRect* mark_ = nullptr;
+  QLabel* totals_;
+  int layers_ = 0;
+};
+
+}  // namespace kvscope::ui

@@ -1,0 +1,141 @@
+#include "docks/scales_dock.h"
+
+#include <QLabel>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+#include <qcustomplot.h>
+
+#include "docks/plot_style.h"
+
+namespace kvscope::ui {
+
+ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
+  auto* l = new QVBoxLayout(this);
+  counters_ = new QLabel(tr("FP8 scales appear for fp8 caches."), this);
+  counters_->setObjectName("fp8Counters");
+  counters_->setWordWrap(true);
+  selected_ = new QLabel(this);
+  selected_->setObjectName("scalesSelected");
+  selected_->setWordWrap(true);
+  plot_ = new QCustomPlot(this);
+  plot_->setMinimumSize(kPlotMin);
+  l->addWidget(counters_);
+  l->addWidget(plot_, 1);
+  l->addWidget(selected_);
+  auto* k = plot_->addGraph();
+  k->setName(tr("K scale"));
+  k->setPen(QPen(QColor(52, 101, 164), 2));
+  k->setScatterStyle(QCPScatterStyle::ssCircle);
+  auto* v = plot_->addGraph();
+  v->setName(tr("V scale"));
+  v->setPen(QPen(QColor(204, 0, 0), 2));
+  v->setScatterStyle(QCPScatterStyle::ssDiamond);
+  // What the scale must at least be for the latest step's states to fit the format: amax / the format's max.
+  auto* amax = plot_->addGraph();
+  amax->setPen(QPen(QColor(52, 101, 164), 1.5, Qt::DashLine));
+  auto* vamax = plot_->addGraph();
+  vamax->setPen(QPen(QColor(204, 0, 0), 1.5, Qt::DashLine));
+  plot_->xAxis->setLabel(tr("layer (click to select)"));
+  plot_->yAxis->setLabel(tr("scale"));
+  plot_->yAxis->setScaleType(QCPAxis::stLogarithmic);
+  plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+  plot_->legend->setVisible(true);
+  plot_->legend->setFont(QFont(font().family(), 8));
+  legendBelow(plot_, 2);
+  mark_ = new QCPItemStraightLine(plot_);
+  mark_->setPen(QPen(QColor(204, 0, 0, 120), 1, Qt::DashLine));
+  mark_->setVisible(false);
+  connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+    if (!last_) return;
+    const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
+    if (layer >= 0 && layer < static_cast<int>(last_->cache.stats.size())) sel_->setLayer(layer);
+  });
+  connect(sel_, &Selection::changed, this, [this] {
+    markLayer();
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+  });
+}
+
+void ScalesDock::markLayer() {
+  const int layer = sel_->layer();
+  const bool has = last_ && layer < static_cast<int>(last_->cache.stats.size()) &&
+                   !last_->cache.stats[layer].keys.scales.empty();
+  mark_->setVisible(has);
+  mark_->point1->setCoords(layer, 1e-3);
+  mark_->point2->setCoords(layer, 1.0);
+  if (!has) {
+    selected_->clear();
+    return;
+  }
+  // The selected layer in full: per head (or per channel, summarised) K and V scales against what the step saw.
+  const auto& st = last_->cache.stats[layer];
+  auto list = [](const std::vector<float>& v, std::size_t n) {
+    QStringList out;
+    for (std::size_t i = 0; i < std::min(n, v.size()); ++i) out << QString::number(v[i], 'g', 3);
+    if (v.size() > n) out << QString("… (%1 values)").arg(v.size());
+    return out.join(", ");
+  };
+  selected_->setText(tr("layer %1 — K scales [%2], amax per head [%3]; V scales [%4]; overflows K %5 / V %6, "
+                        "NaN stored K %7 / V %8")
+                         .arg(layer)
+                         .arg(list(st.keys.scales, 8), list(st.keys.amaxPerHead, 8), list(st.values.scales, 8))
+                         .arg(st.keys.overflowTotal)
+                         .arg(st.values.overflowTotal)
+                         .arg(st.keys.nonFiniteTotal)
+                         .arg(st.values.nonFiniteTotal));
+}
+
+void ScalesDock::show(const RunSnapshotPtr& run) {
+  last_ = run;
+  QVector<double> x, ks, vs, ka, va;
+  std::int64_t overflow = 0, nan = 0, recal = 0;
+  QList<float> maxima;  // the fp8 formats' max seen (a per-layer config may mix e4m3fn and e5m2)
+  auto mean = [](const std::vector<float>& v) {
+    double s = 0;
+    for (float f : v) s += f;
+    return v.empty() ? 0.0 : s / double(v.size());
+  };
+  for (std::size_t i = 0; i < run->cache.stats.size(); ++i) {
+    const auto& st = run->cache.stats[i];
+    overflow += st.keys.overflowTotal + st.values.overflowTotal;
+    nan += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
+    recal += st.keys.recalibrations + st.values.recalibrations;
+    if (st.keys.scales.empty()) continue;
+    x << double(i);
+    ks << mean(st.keys.scales);
+    vs << mean(st.values.scales);
+    auto need = [&](const cache::TensorStats& t) {
+      double a = 0;
+      for (float f : t.amaxPerHead) a = std::max<double>(a, f);
+      if (t.formatMax > 0 && !maxima.contains(t.formatMax)) maxima << t.formatMax;
+      return t.formatMax > 0 ? a / t.formatMax : std::nan("");
+    };
+    ka << need(st.keys);
+    va << need(st.values);
+  }
+  const QString over = maxima.size() == 1
+                           ? (maxima.front() == 448.0f ? tr("448 (e4m3fn max)")
+                              : maxima.front() == 57344.0f ? tr("57344 (e5m2 max)")
+                                                           : QString::number(maxima.front()))
+                           : tr("format max");
+  plot_->graph(2)->setName(tr("K amax / %1, latest step").arg(over));
+  plot_->graph(3)->setName(tr("V amax / %1").arg(over));
+  plot_->graph(0)->setData(x, ks);
+  plot_->graph(1)->setData(x, vs);
+  plot_->graph(2)->setData(x, ka);
+  plot_->graph(3)->setData(x, va);
+  plot_->rescaleAxes();
+  wholeDecades(plot_->yAxis);
+  markLayer();
+  plot_->replot(QCustomPlot::rpQueuedReplot);
+  if (x.isEmpty()) {
+    counters_->setText(tr("%1 has no FP8 scales.").arg(run->spec));
+    counters_->setStyleSheet("");
+  } else {
+    counters_->setText(tr("overflows %1, NaN/inf stored %2, recalibrations %3").arg(overflow).arg(nan).arg(recal));
+    counters_->setStyleSheet(nan > 0 ? "color: white; background: #b00020; padding: 2px;" : "");
+  }
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <QTextBrowser>
+#include <QWidget>
+
+#include "selection.h"
+#include "snapshots.h"
+
+class QComboBox;
+class QLabel;
+
+namespace kvscope::ui {
+
+/// Streamed tokens, each coloured by a chosen metric (KL against the shadow reference, top-1 agreement, the
+/// quantization error of its K/V in the selected layer, or log-prob); hovering shows position, id and the top
+/// candidates; clicking a token selects its position.
+class TextView : public QWidget {
+  Q_OBJECT
+ public:
+  enum Metric { Kl, Top1, KvError, LogProb };
+  TextView(Selection* selection, QWidget* parent = nullptr);
+  void show(const RunSnapshotPtr& run);
+  /// The inspected layer's error (for the KvError colouring), from a snapshot or from the engine after a run.
+  void showErrors(const TokenErrorViewPtr& errors);
+  QString plainText() const;
+  void setMetric(Metric m);
+  QTextBrowser* browser() const { return browser_; }
+  /// What the colours mean for the latest run and metric (a run without a shadow reference has no KL or top-1:
+  /// it is coloured by log-prob, and the key says so).
+  QString colourKey() const;
+
+ private:
+  void redraw();
+  void updateKey();
+  QColor colour(const TokenView& t, qint64 pos) const;
+  QString tokenHtml(int i) const;  ///< token i of the latest run as an anchor (colour, hover text)
+  int shown_ = 0;                  ///< tokens of the latest run in the document
+  Selection* sel_;
+  QTextBrowser* browser_;
+  QComboBox* metric_;
+  QLabel* key_;
+  RunSnapshotPtr last_;
+  TokenErrorViewPtr errors_;
+  double errorScale_ = 0;  ///< the worst token's mean |error| in the inspected layer (colour scale)
+};
+
+}  // namespace kvscope::ui
