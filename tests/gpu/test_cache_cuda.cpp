@@ -9,20 +9,12 @@
 
 #include "cache/layer.h"
 #include "kernels/fp8_tensor.h"
+#include "tensor_helpers.h"
 
 using namespace kvscope;
+using testutil::sameBits;
 
 namespace {
-
-bool sameBits(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a.isnan(), b.isnan()) &&
-         at::equal(at::nan_to_num(a), at::nan_to_num(b));
-}
-
-#define KVS_NEED_CUDA()                                                                            \
-  do {                                                                                             \
-    if (!at::hasCUDA() || !kernels::cudaKernelsUsable()) GTEST_SKIP() << "no CUDA device";         \
-  } while (0)
 
 // A prompt, then decode steps; step 3 carries values far beyond the calibrated scale (overflow, NaN or saturation).
 std::vector<at::Tensor> steps(std::int64_t B, std::int64_t H, std::int64_t D, at::ScalarType dt) {

@@ -16,29 +16,17 @@
 #include "cache/layer.h"
 #include "kernels/fp8_attention.h"
 #include "kernels/fp8_tensor.h"
+#include "tensor_helpers.h"
 
 using namespace kvscope;
+using testutil::sameBits;
 
 namespace {
 
-#define KVS_NEED_CUDA()                                                                    \
-  do {                                                                                     \
-    if (!at::hasCUDA() || !kernels::cudaKernelsUsable()) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
-
 const at::Device kDev(at::kCUDA, 0);
 
-bool sameBits(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a.isnan(), b.isnan()) &&
-         at::equal(at::nan_to_num(a), at::nan_to_num(b));
-}
-
 at::Tensor states(at::ScalarType dt, std::int64_t S = 64) {
-  at::manual_seed(21);
-  at::Tensor x = at::randn({2, 3, S, 64});
-  x.select(1, 1).mul_(20);
-  x.select(2, 5).fill_(0.25f);  // a constant token: zero-range groups along the head dim
-  return x.to(dt);
+  return testutil::codecStates(21, dt, S);
 }
 
 }  // namespace

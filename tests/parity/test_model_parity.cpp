@@ -14,8 +14,10 @@
 #include "generate/generate.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
+#include "tensor_helpers.h"
 
 using namespace kvscope;
+using testutil::loadTensor;
 
 namespace {
 
@@ -24,12 +26,6 @@ const char* modelPath() {
   return p && std::filesystem::exists(p) ? p : nullptr;
 }
 const char* refPath() { return std::getenv("KVSCOPE_PARITY_REF"); }
-
-at::Tensor load(const model::SafetensorsFile& f, const std::string& name) {
-  const auto& e = f.at(name);
-  const at::ScalarType t = e.dtype == "I64" ? at::kLong : at::kFloat;
-  return at::from_blob(const_cast<std::uint8_t*>(e.data), e.shape, at::TensorOptions().dtype(t)).clone();
-}
 
 struct Fixture {
   std::unique_ptr<model::SafetensorsFile> ref;
@@ -52,10 +48,10 @@ TEST(ModelParity, PrefillLogits) {
   if (!modelPath()) GTEST_SKIP() << "KVSCOPE_PARITY_MODEL is not set to an existing model";
   at::set_num_threads(2);
   auto& f = fixture();
-  const at::Tensor ids = load(*f.ref, "prompt_ids");
+  const at::Tensor ids = loadTensor(*f.ref, "prompt_ids");
   auto cache = f.model->makeCache(cache::parseSpec("dynamic"));
   const at::Tensor logits = f.model->forward(ids, *cache)[0];
-  const at::Tensor ref = load(*f.ref, "prefill_logits");
+  const at::Tensor ref = loadTensor(*f.ref, "prefill_logits");
   ASSERT_EQ(logits.sizes(), ref.sizes());
   const double diff = (logits - ref).abs().max().item<double>();
   std::printf("[model-parity] prefill %ld tokens: max |logit diff| %.3g\n", static_cast<long>(ids.size(1)), diff);
@@ -67,9 +63,9 @@ TEST(ModelParity, BeamSearchMatchesTransformers) {
   auto& f = fixture();
   if (!f.ref->contains("beam.sequences")) GTEST_SKIP() << "no beam-search reference in this fixture";
   at::set_num_threads(2);
-  const at::Tensor ids = load(*f.ref, "prompt_ids");
-  const at::Tensor want = load(*f.ref, "beam.sequences");
-  const at::Tensor wantScores = load(*f.ref, "beam.scores");
+  const at::Tensor ids = loadTensor(*f.ref, "prompt_ids");
+  const at::Tensor want = loadTensor(*f.ref, "beam.sequences");
+  const at::Tensor wantScores = loadTensor(*f.ref, "beam.scores");
   std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel());
   auto cache = f.model->makeCache(cache::parseSpec("dynamic"));
   generate::BeamOptions o;
@@ -91,7 +87,7 @@ TEST(Generate, SamplingIsReproducibleAndShadowMeasuresTheCache) {
   if (!modelPath()) GTEST_SKIP() << "KVSCOPE_PARITY_MODEL is not set to an existing model";
   auto& f = fixture();
   at::set_num_threads(2);
-  const at::Tensor ids = load(*f.ref, "prompt_ids");
+  const at::Tensor ids = loadTensor(*f.ref, "prompt_ids");
   std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel());
   generate::GenerateOptions o;
   o.maxNew = 16;
@@ -122,7 +118,7 @@ TEST(Generate, SamplingIsReproducibleAndShadowMeasuresTheCache) {
   // Stop tokens end the run and stay in the output.
   o.sampling.greedy = true;
   o.shadow = false;
-  o.stopIds = {a.tokens.empty() ? 0 : load(*f.ref, "greedy.dynamic")[3].item<std::int64_t>()};
+  o.stopIds = {a.tokens.empty() ? 0 : loadTensor(*f.ref, "greedy.dynamic")[3].item<std::int64_t>()};
   auto cc = f.model->makeCache(cache::parseSpec("dynamic"));
   const auto s = generate::generate(*f.model, *cc, prompt, o);
   EXPECT_EQ(s.stopReason, "stop_token");
@@ -170,9 +166,9 @@ TEST_P(GreedyParity, SameTokensAsTransformers) {
   at::set_num_threads(2);
   auto& f = fixture();
   const auto [name, spec] = GetParam();
-  const at::Tensor ids = load(*f.ref, "prompt_ids");
-  const at::Tensor ref = load(*f.ref, std::string("greedy.") + name);
-  const at::Tensor margin = load(*f.ref, std::string("margin.") + name);
+  const at::Tensor ids = loadTensor(*f.ref, "prompt_ids");
+  const at::Tensor ref = loadTensor(*f.ref, std::string("greedy.") + name);
+  const at::Tensor margin = loadTensor(*f.ref, std::string("margin.") + name);
   std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel());
   auto cache = f.model->makeCache(cache::parseSpec(spec));
   generate::GenerateOptions o;
@@ -215,7 +211,7 @@ TEST_P(FusedParity, FusedAgreesWithReference) {
   at::set_num_threads(2);
   auto& f = fixture();
   const std::string spec = GetParam();
-  const at::Tensor ids = load(*f.ref, "prompt_ids");
+  const at::Tensor ids = loadTensor(*f.ref, "prompt_ids");
   auto mode = [&](cache::AttentionMode m) {
     cache::CacheConfig c = cache::parseSpec(spec);
     c.attention = m;

@@ -10,8 +10,10 @@
 
 #include "cache/layer.h"
 #include "model/safetensors.h"
+#include "tensor_helpers.h"
 
 using namespace kvscope;
+using testutil::loadTensor;
 
 namespace {
 
@@ -22,16 +24,6 @@ std::vector<std::string> fixtureFiles() {
     if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   return files;
-}
-
-at::Tensor load(const model::SafetensorsFile& f, const std::string& name) {
-  const auto& e = f.at(name);
-  at::ScalarType t = at::kFloat;
-  if (e.dtype == "BF16") t = at::kBFloat16;
-  else if (e.dtype == "F16") t = at::kHalf;
-  else if (e.dtype == "I64") t = at::kLong;
-  else if (e.dtype != "F32") throw std::runtime_error("unexpected dtype " + e.dtype);
-  return at::from_blob(const_cast<std::uint8_t*>(e.data), e.shape, at::TensorOptions().dtype(t)).clone();
 }
 
 class Parity : public ::testing::TestWithParam<std::string> {};
@@ -61,13 +53,14 @@ static void replay(const model::SafetensorsFile& f, cache::AttentionMode mode) {
     if (kind == "reset") {
       layer->reset();
     } else if (kind == "reorder") {
-      layer->reorder(load(f, "beam." + std::to_string(i)));
+      layer->reorder(loadTensor(f, "beam." + std::to_string(i)));
     } else {
-      const at::Tensor k = load(f, "in." + std::to_string(i) + ".k"), v = load(f, "in." + std::to_string(i) + ".v");
+      const at::Tensor k = loadTensor(f, "in." + std::to_string(i) + ".k"),
+                       v = loadTensor(f, "in." + std::to_string(i) + ".v");
       auto [ko, vo] = layer->update(k, v);
       ++updates;
       for (auto [ours, which] : {std::pair{ko, "k"}, std::pair{vo, "v"}}) {
-        const at::Tensor ref = load(f, "out." + std::to_string(i) + "." + which);
+        const at::Tensor ref = loadTensor(f, "out." + std::to_string(i) + "." + which);
         ASSERT_EQ(ours.sizes(), ref.sizes()) << spec << " op " << i << which;
         ASSERT_EQ(ours.scalar_type(), ref.scalar_type()) << spec << " op " << i << which;
         ASSERT_TRUE(at::equal(ours.isnan(), ref.isnan())) << spec << " op " << i << which << ": NaN positions differ";

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
@@ -19,15 +18,20 @@
 #include <vector>
 
 #include "cache/config.h"
+#include "gguf_writer.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
 #include "model/json_depth.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
+#include "test_helpers.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace kvscope;
 using model::FormatError;
+using testutil::GgufWriter;
+using testutil::safetensorsBytes;
+using testutil::writeFile;
 namespace fs = std::filesystem;
 
 namespace {
@@ -48,11 +52,6 @@ struct RemoveScratch : ::testing::Environment {
   }
 };
 [[maybe_unused]] ::testing::Environment* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
-
-void writeBytes(const fs::path& p, const std::string& bytes) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
-}
 
 // The message of what `f` throws (FormatError or TokenizerError or ConfigError); "" when it does not throw. Any other
 // exception type fails the test: bad input must be classified.
@@ -81,75 +80,6 @@ std::string errorOf(const std::function<void()>& f) {
   } while (0)
 
 // ---- GGUF ----------------------------------------------------------------------------------------------------------
-
-// A GGUF writer that remembers where each section starts (for cuts at every boundary).
-struct Gguf {
-  std::string bytes;
-  std::vector<std::size_t> boundaries;
-  void mark() { boundaries.push_back(bytes.size()); }
-  template <class T>
-  void put(T v) {
-    bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
-  }
-  void str(const std::string& s) {
-    put<std::uint64_t>(s.size());
-    mark();
-    bytes += s;
-  }
-  void header(std::uint64_t tensors, std::uint64_t kvs) {
-    bytes = "GGUF";
-    mark();
-    put<std::uint32_t>(3);
-    mark();
-    put<std::uint64_t>(tensors);
-    mark();
-    put<std::uint64_t>(kvs);
-    mark();
-  }
-  void kvStr(const std::string& k, const std::string& v) {
-    str(k);
-    mark();
-    put<std::uint32_t>(8);
-    mark();
-    str(v);
-    mark();
-  }
-  void kvU32(const std::string& k, std::uint32_t v) {
-    str(k);
-    mark();
-    put<std::uint32_t>(4);
-    mark();
-    put(v);
-    mark();
-  }
-  void kvF32(const std::string& k, float v) {
-    str(k);
-    mark();
-    put<std::uint32_t>(6);
-    mark();
-    put(v);
-    mark();
-  }
-  void tensorInfo(const std::string& name, const std::vector<std::uint64_t>& dims, std::uint32_t type,
-                  std::uint64_t off) {
-    str(name);
-    mark();
-    put<std::uint32_t>(static_cast<std::uint32_t>(dims.size()));
-    mark();
-    for (auto d : dims) {
-      put<std::uint64_t>(d);
-      mark();
-    }
-    put<std::uint32_t>(type);
-    mark();
-    put<std::uint64_t>(off);
-    mark();
-  }
-  void align() {
-    while (bytes.size() % 32) bytes.push_back('\0');
-    mark();
-  }
-};
 
 // A valid 1-layer llama (hidden 8, 2 heads of 4, 1 KV head, ffn 16, vocab 8), all F32. `edit` may change the
 // metadata, the tensor list or a tensor's values before the file is laid out.
@@ -190,8 +120,8 @@ struct TinyModel {
       if (t.name == n) return &t;
     return nullptr;
   }
-  Gguf build() const {
-    Gguf g;
+  GgufWriter build() const {
+    GgufWriter g;
     g.header(tensors.size(), 1 + ints.size());
     g.kvStr("general.architecture", arch);
     for (const auto& [k, v] : ints) g.kvU32(arch + "." + k, v);
@@ -209,7 +139,7 @@ struct TinyModel {
   }
   std::string write(const std::string& name) const {
     const fs::path p = scratch(name);
-    writeBytes(p, build().bytes);
+    writeFile(p, build().bytes);
     return p.string();
   }
 };
@@ -228,9 +158,9 @@ TEST(BadInputs, TheTinyGgufModelLoads) {
 }
 
 TEST(BadInputs, GgufFromMemoryMatchesTheFile) {
-  const Gguf g = TinyModel().build();
+  const GgufWriter g = TinyModel().build();
   const auto path = scratch("mem.gguf");
-  writeBytes(path, g.bytes);
+  writeFile(path, g.bytes);
   const model::GgufFile a(path.string());
   const model::GgufFile b(reinterpret_cast<const std::uint8_t*>(g.bytes.data()), g.bytes.size(), "in-memory.gguf");
   ASSERT_EQ(a.tensors().size(), b.tensors().size());
@@ -246,13 +176,13 @@ TEST(BadInputs, GgufFromMemoryMatchesTheFile) {
 }
 
 TEST(BadInputs, GgufTruncatedAtEverySectionBoundary) {
-  const Gguf g = TinyModel().build();
+  const GgufWriter g = TinyModel().build();
   ASSERT_GT(g.boundaries.size(), 60u);
   const auto path = scratch("cut.gguf").string();
   for (const std::size_t cut : g.boundaries) {
     if (cut >= g.bytes.size()) continue;
     for (const std::size_t at : {cut, cut + 1}) {  // on the boundary and one byte into the next section
-      writeBytes(path, g.bytes.substr(0, at));
+      writeFile(path, g.bytes.substr(0, at));
       const std::string err = loadError(path);
       EXPECT_MENTIONS(err, path);
       const bool explained = err.find("truncated while reading") != std::string::npos ||
@@ -267,13 +197,13 @@ TEST(BadInputs, GgufTruncatedAtEverySectionBoundary) {
 
 TEST(BadInputs, GgufHeadersThatLie) {
   auto oneTensor = [](std::vector<std::uint64_t> dims, std::uint32_t type, std::uint64_t off, std::size_t data) {
-    Gguf g;
+    GgufWriter g;
     g.header(1, 0);
     g.tensorInfo("blk.0.attn_q.weight", dims, type, off);
     g.align();
     g.bytes += std::string(data, '\0');
     const auto p = scratch("lie.gguf").string();
-    writeBytes(p, g.bytes);
+    writeFile(p, g.bytes);
     return errorOf([&] { model::GgufFile f(p); });
   };
   const std::string p = scratch("lie.gguf").string();
@@ -288,51 +218,51 @@ TEST(BadInputs, GgufHeadersThatLie) {
   EXPECT_MENTIONS(oneTensor({4}, 1234, 0, 64), p, "blk.0.attn_q.weight", "unknown tensor type 1234");
   EXPECT_MENTIONS(oneTensor({4}, 0, 4, 64), p, "blk.0.attn_q.weight", "not aligned");
   {
-    Gguf g;
+    GgufWriter g;
     g.header(2, 0);
     g.tensorInfo("a", {16}, 0, 0);
     g.tensorInfo("b", {16}, 0, 32);  // a's bytes [0, 64) and b's [32, 96) overlap
     g.align();
     g.bytes += std::string(128, '\0');
-    writeBytes(p, g.bytes);
+    writeFile(p, g.bytes);
     EXPECT_MENTIONS(errorOf([&] { model::GgufFile f(p); }), p, "`a`", "`b`", "overlap");
   }
   {  // counts: 2^63 tensors, 2^63 metadata entries
     for (const auto& [t, k] : {std::pair{k2p63, std::uint64_t{0}}, std::pair{std::uint64_t{0}, k2p63}}) {
-      Gguf g;
+      GgufWriter g;
       g.header(t, k);
       g.bytes += std::string(64, '\0');
-      writeBytes(p, g.bytes);
+      writeFile(p, g.bytes);
       EXPECT_MENTIONS(errorOf([&] { model::GgufFile f(p); }), p, "header claims");
     }
   }
   {  // a string of 2^63 bytes, an array of 2^63 elements, an unknown value type
-    Gguf g;
+    GgufWriter g;
     g.header(0, 1);
     g.str("general.name");
     g.put<std::uint32_t>(8);
     g.put<std::uint64_t>(k2p63);
-    writeBytes(p, g.bytes);
+    writeFile(p, g.bytes);
     EXPECT_MENTIONS(errorOf([&] { model::GgufFile f(p); }), p, "general.name", "-byte string");
     g.header(0, 1);
     g.str("tokenizer.ggml.scores");
     g.put<std::uint32_t>(9);
     g.put<std::uint32_t>(6);
     g.put<std::uint64_t>(k2p63);
-    writeBytes(p, g.bytes);
+    writeFile(p, g.bytes);
     EXPECT_MENTIONS(errorOf([&] { model::GgufFile f(p); }), p, "tokenizer.ggml.scores", "array claims");
     g.header(0, 1);
     g.str("x");
     g.put<std::uint32_t>(77);
     g.bytes += std::string(16, '\0');
-    writeBytes(p, g.bytes);
+    writeFile(p, g.bytes);
     EXPECT_MENTIONS(errorOf([&] { model::GgufFile f(p); }), p, "`x`", "unknown value type 77");
   }
   {  // alignment that is not a power of two
-    Gguf g;
+    GgufWriter g;
     g.header(0, 1);
     g.kvU32("general.alignment", 24);
-    writeBytes(p, g.bytes);
+    writeFile(p, g.bytes);
     EXPECT_MENTIONS(errorOf([&] { model::GgufFile f(p); }), p, "general.alignment", "power of two");
   }
 }
@@ -399,12 +329,12 @@ TEST(BadInputs, GgufModelsThatDoNotFitTheirArchitecture) {
     EXPECT_MENTIONS(loadError(p), p, "llama.embedding_length");
   }
   {  // a metadata key of the wrong type
-    Gguf h;
+    GgufWriter h;
     h.header(0, 2);
     h.kvStr("general.architecture", "llama");
     h.kvStr("llama.block_count", "one");
     const auto p = scratch("type.gguf").string();
-    writeBytes(p, h.bytes);
+    writeFile(p, h.bytes);
     EXPECT_MENTIONS(loadError(p), p, "llama.block_count", "not an integer");
   }
   {  // odd head dimension: hidden 9 over 3 heads
@@ -421,16 +351,9 @@ TEST(BadInputs, GgufModelsThatDoNotFitTheirArchitecture) {
 
 namespace {
 
-std::string safetensorsBytes(const std::string& header, const std::string& data, std::int64_t claimed = -1) {
-  std::string b;
-  const std::uint64_t n = claimed >= 0 ? static_cast<std::uint64_t>(claimed) : header.size();
-  for (int i = 0; i < 8; ++i) b.push_back(static_cast<char>((n >> (8 * i)) & 0xFF));
-  return b + header + data;
-}
-
 std::string stError(const std::string& bytes, const std::string& name = "bad.safetensors") {
   const auto p = scratch(name);
-  writeBytes(p, bytes);
+  writeFile(p, bytes);
   return errorOf([&] { model::SafetensorsFile f(p.string()); });
 }
 
@@ -487,8 +410,8 @@ struct TinyHf {
   std::string write(const std::string& name) const {
     const fs::path d = scratch(name);
     fs::remove_all(d);
-    writeBytes(d / "config.json", config.dump(2));
-    writeBytes(d / "model.safetensors", safetensors());
+    writeFile(d / "config.json", config.dump(2));
+    writeFile(d / "model.safetensors", safetensors());
     return d.string();
   }
 };
@@ -621,13 +544,13 @@ TEST(BadInputs, HfModelsThatDoNotFitTheirConfig) {
     TinyHf m;
     const auto d = m.write("hf_badindex");
     fs::remove(fs::path(d) / "model.safetensors");
-    writeBytes(fs::path(d) / "model.safetensors.index.json", R"({"weight_map": {"model.norm.weight": "/etc/passwd"}})");
+    writeFile(fs::path(d) / "model.safetensors.index.json", R"({"weight_map": {"model.norm.weight": "/etc/passwd"}})");
     EXPECT_MENTIONS(loadError(d), "model.safetensors.index.json", "model.norm.weight", "not a file in the directory");
   }
   {
     TinyHf m;
     const auto d = m.write("hf_badjson");
-    writeBytes(fs::path(d) / "config.json", "{\"hidden_size\": ");
+    writeFile(fs::path(d) / "config.json", "{\"hidden_size\": ");
     EXPECT_MENTIONS(loadError(d), "config.json", "not valid JSON");
   }
 }

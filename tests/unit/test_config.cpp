@@ -3,21 +3,16 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cache/config.h"
+#include "test_helpers.h"
 
 using namespace kvscope::cache;
 
 namespace {
 std::string errorOf(const std::string& spec) {
-  try {
-    parseSpec(spec);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return kvscope::testutil::errorOf<ConfigError>([&] { parseSpec(spec); });
 }
 std::string keyOf(const std::string& spec) {
   try {
@@ -137,12 +132,8 @@ TEST(Config, KvscopeJsonRoundTrips) {
 }
 
 TEST(Config, JsonFilesAndTheirErrors) {
-  const auto dir = std::filesystem::temp_directory_path() / "kvscope_test_config";
-  std::filesystem::create_directories(dir);
-  const auto write = [&](const char* name, const char* text) {
-    std::ofstream(dir / name) << text;
-    return (dir / name).string();
-  };
+  const auto dir = kvscope::testutil::tempPath("kvscope_test_config");
+  const auto write = [&](const char* name, const char* text) { return kvscope::testutil::writeFile(dir / name, text); };
   EXPECT_EQ(parseSpec(write("a.json", R"({"backend":"hqq","nbits":2,"axis_key":null})")).nbits, 2);
   // transformers' default backend when cache_config has none.
   EXPECT_EQ(configFromJson(R"({"nbits":2})").backend, Backend::Quanto);

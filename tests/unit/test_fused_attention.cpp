@@ -21,9 +21,11 @@
 #include "cache/layer.h"
 #include "kernels/cpu/segmented_attention.h"
 #include "kernels/cpu/simd.h"
+#include "tensor_helpers.h"
 
 using namespace kvscope;
 using namespace kvscope::cache;
+using testutil::sameBits;
 
 namespace {
 
@@ -41,10 +43,6 @@ CacheConfig configFor(const std::string& spec, AttentionMode mode) {
 
 float maxDiff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<float>();
-}
-
-bool sameBits(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && at::equal(a.isnan(), b.isnan()) && at::equal(at::nan_to_num(a), at::nan_to_num(b));
 }
 
 // One scripted run on two caches (2 layers, batch 3, 2 KV heads, 6 query heads, head_dim 32): a prompt, single

@@ -2,69 +2,27 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
+#include "gguf_writer.h"
 #include "model/dequant.h"
 #include "model/gguf.h"
+#include "test_helpers.h"
 
 using namespace kvscope::model;
 
 namespace {
 
-// A tiny GGUF writer for hand-made (and hand-broken) files.
-struct Builder {
-  std::string bytes;
-  template <class T>
-  void put(T v) {
-    bytes.append(reinterpret_cast<const char*>(&v), sizeof v);
-  }
-  void str(const std::string& s) {
-    put<std::uint64_t>(s.size());
-    bytes += s;
-  }
-  void header(std::uint64_t tensors, std::uint64_t kvs, std::uint32_t version = 3) {
-    bytes = "GGUF";
-    put<std::uint32_t>(version);
-    put<std::uint64_t>(tensors);
-    put<std::uint64_t>(kvs);
-  }
-  void kvString(const std::string& k, const std::string& v) {
-    str(k);
-    put<std::uint32_t>(8);
-    str(v);
-  }
-  void tensorInfo(const std::string& name, std::vector<std::uint64_t> dims, std::uint32_t type, std::uint64_t off) {
-    str(name);
-    put<std::uint32_t>(static_cast<std::uint32_t>(dims.size()));
-    for (auto d : dims) put<std::uint64_t>(d);
-    put<std::uint32_t>(type);
-    put<std::uint64_t>(off);
-  }
-  void align(std::size_t a = 32) {
-    while (bytes.size() % a) bytes.push_back('\0');
-  }
-  std::string write(const std::string& name) const {
-    const auto p = (std::filesystem::temp_directory_path() / name).string();
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-};
+using kvscope::testutil::GgufWriter;
 
 std::string errorOf(const std::string& path) {
-  try {
-    GgufFile f(path);
-  } catch (const FormatError& e) {
-    return e.what();
-  }
-  return "";
+  return kvscope::testutil::errorOf<FormatError>([&] { GgufFile f(path); });
 }
 
 // A valid file: one F32 tensor [4] = {1, 2, 3, 4} and one string key.
-Builder valid() {
-  Builder b;
+GgufWriter valid() {
+  GgufWriter b;
   b.header(1, 1);
-  b.kvString("general.architecture", "llama");
+  b.kvStr("general.architecture", "llama");
   b.tensorInfo("w", {4}, 0, 0);
   b.align();
   for (float v : {1.f, 2.f, 3.f, 4.f}) b.put(v);
@@ -85,7 +43,7 @@ TEST(Gguf, ReadsAValidFile) {
 TEST(Gguf, TruncatedAtEverySectionBoundaryIsAnError) {
   const std::string full = valid().bytes;
   for (std::size_t cut = 0; cut < full.size(); ++cut) {
-    Builder b;
+    GgufWriter b;
     b.bytes = full.substr(0, cut);
     const std::string err = errorOf(b.write("kv_trunc.gguf"));
     EXPECT_FALSE(err.empty()) << "truncated at " << cut << " was accepted";
@@ -94,24 +52,24 @@ TEST(Gguf, TruncatedAtEverySectionBoundaryIsAnError) {
 
 TEST(Gguf, LyingHeaders) {
   {
-    Builder b = valid();
+    GgufWriter b = valid();
     b.bytes[0] = 'X';
     EXPECT_NE(errorOf(b.write("kv_magic.gguf")).find("not a GGUF file"), std::string::npos);
   }
   {
-    Builder b;
+    GgufWriter b;
     b.header(1, 1, 7);
     b.bytes += std::string(64, '\0');
     EXPECT_NE(errorOf(b.write("kv_ver.gguf")).find("version 7"), std::string::npos);
   }
   {
-    Builder b;
+    GgufWriter b;
     b.header(std::uint64_t{1} << 62, 1);
     b.bytes += std::string(64, '\0');
     EXPECT_NE(errorOf(b.write("kv_count.gguf")).find("header claims"), std::string::npos);
   }
   {
-    Builder b;
+    GgufWriter b;
     b.header(0, 1);
     b.str("k");
     b.put<std::uint32_t>(8);
@@ -119,7 +77,7 @@ TEST(Gguf, LyingHeaders) {
     EXPECT_NE(errorOf(b.write("kv_str.gguf")).find("-byte string"), std::string::npos);
   }
   {
-    Builder b;
+    GgufWriter b;
     b.header(0, 1);
     b.str("k");
     b.put<std::uint32_t>(9);  // array
@@ -128,7 +86,7 @@ TEST(Gguf, LyingHeaders) {
     EXPECT_NE(errorOf(b.write("kv_arr.gguf")).find("array claims"), std::string::npos);
   }
   auto oneTensor = [](std::vector<std::uint64_t> dims, std::uint32_t type, std::uint64_t off, std::size_t dataBytes) {
-    Builder b;
+    GgufWriter b;
     b.header(1, 0);
     b.tensorInfo("w", std::move(dims), type, off);
     b.align();
@@ -144,7 +102,7 @@ TEST(Gguf, LyingHeaders) {
             std::string::npos);
   EXPECT_NE(errorOf(oneTensor({0}, 0, 0, 64).write("kv_zero.gguf")).find("impossible"), std::string::npos);
   {
-    Builder b;
+    GgufWriter b;
     b.header(2, 0);
     b.tensorInfo("a", {16}, 0, 0);
     b.tensorInfo("b", {16}, 0, 32);  // overlaps a's last 32 bytes
@@ -153,7 +111,7 @@ TEST(Gguf, LyingHeaders) {
     EXPECT_NE(errorOf(b.write("kv_overlap.gguf")).find("overlap"), std::string::npos);
   }
   {
-    Builder b;
+    GgufWriter b;
     b.header(2, 0);
     b.tensorInfo("a", {4}, 0, 0);
     b.tensorInfo("a", {4}, 0, 32);
@@ -165,7 +123,7 @@ TEST(Gguf, LyingHeaders) {
 }
 
 TEST(Gguf, UnsupportedTensorTypeNamesTheTensor) {
-  Builder b;
+  GgufWriter b;
   b.header(1, 0);
   b.tensorInfo("blk.0.attn_q.weight", {256}, 12, 0);  // Q4_K: known size, not dequantized by kvscope yet
   b.align();

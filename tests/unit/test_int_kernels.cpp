@@ -9,23 +9,16 @@
 #include "cache/detail/group_codec.h"
 #include "kernels/cpu/bitpack.h"
 #include "kernels/int_tensor.h"
+#include "tensor_helpers.h"
 
 using namespace kvscope;
 using kernels::IntScheme;
+using testutil::sameBits;
 
 namespace {
 
 at::Tensor states(at::ScalarType dt, std::int64_t S = 64) {
-  at::manual_seed(11);
-  at::Tensor x = at::randn({2, 3, S, 64});
-  x.select(1, 1).mul_(20);
-  x.select(2, 5).fill_(0.25f);  // constant rows: zero-range groups
-  return x.to(dt);
-}
-
-bool sameBits(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() && at::equal(a.isnan(), b.isnan()) &&
-         at::equal(at::nan_to_num(a), at::nan_to_num(b));
+  return testutil::codecStates(11, dt, S);
 }
 
 // Packed codes equal except in zero-range quanto groups, whose codes are 0/0 (any code decodes to the minimum).

@@ -10,16 +10,17 @@
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
 #include "kernels/cpu/bitpack.h"
+#include "tensor_helpers.h"
 
 using namespace kvscope::cache;
+using kvscope::testutil::randn;
+using kvscope::testutil::sameBits;
 
 namespace {
 
 std::string withOption(const std::string& spec, const std::string& opt) {
   return spec + (spec.find(':') == std::string::npos ? ":" : ",") + opt;
 }
-
-at::Tensor randn(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D) { return at::randn({B, H, T, D}); }
 
 // Reference KIVI over the whole history `x` [B, H, S, D] (float32, every token ever stored, in full precision):
 // the first `q` tokens dequantized from groups quantized once each, the rest as they are.
@@ -68,10 +69,6 @@ at::Tensor kiviReference(const at::Tensor& x, std::int64_t q, int bits, std::int
 std::int64_t quantizedBefore(std::int64_t stored, std::int64_t q, std::int64_t R, std::int64_t G) {
   while (stored - q >= R + G) q += G;
   return q;
-}
-
-bool sameBits(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && at::equal(a.isnan(), b.isnan()) && at::equal(at::nan_to_num(a), at::nan_to_num(b));
 }
 
 void expectClose(const at::Tensor& a, const at::Tensor& b, const std::string& what) {

@@ -6,20 +6,15 @@
 
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
+#include "tensor_helpers.h"
+#include "test_helpers.h"
 
 using namespace kvscope::cache;
+using kvscope::testutil::sameBits;
 
 namespace {
 std::string errorOf(const std::string& spec) {
-  try {
-    parseSpec(spec);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-bool sameBits(const at::Tensor& a, const at::Tensor& b) {  // fp8's frozen scale turns overflows into NaN
-  return a.sizes() == b.sizes() && at::equal(a.isnan(), b.isnan()) && at::equal(at::nan_to_num(a), at::nan_to_num(b));
+  return kvscope::testutil::errorOf<ConfigError>([&] { parseSpec(spec); });
 }
 const char* kMixed = "layers=0-1:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=16";
 }  // namespace

@@ -7,23 +7,17 @@
 
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
+#include "tensor_helpers.h"
 
 using namespace kvscope::cache;
+using kvscope::testutil::randn;
+using kvscope::testutil::sameBits;
 
 namespace {
-
-at::Tensor randn(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D, at::ScalarType dt = at::kFloat) {
-  return at::randn({B, H, T, D}).to(dt);
-}
 
 // transformers' fp8 reference: (x.float() / scale).to(e4m3fn) then (q.float() * scale).to(dtype).
 at::Tensor fp8RoundTrip(const at::Tensor& x, const at::Tensor& scale) {
   return ((x.to(at::kFloat) / scale).to(at::kFloat8_e4m3fn).to(at::kFloat) * scale).to(x.scalar_type());
-}
-
-bool sameBits(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
-         at::equal(a.isnan(), b.isnan()) && at::equal(at::nan_to_num(a), at::nan_to_num(b));
 }
 
 }  // namespace

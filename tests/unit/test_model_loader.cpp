@@ -4,12 +4,11 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <unistd.h>
 #include <string>
 
 #include "runtime/model_loader.h"
+#include "test_helpers.h"
 
 using namespace kvscope;
 namespace fs = std::filesystem;
@@ -32,17 +31,10 @@ class ScopedEnv {
   const char* name_;
   std::optional<std::string> old_;
 };
-
-fs::path scratch(const char* name) {
-  const fs::path d = fs::temp_directory_path() / (std::string("kvscope_loader_") + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 }  // namespace
 
 TEST(ModelLoader, LooksInTheEnvironmentThenTheCacheThenTheShippedFolder) {
-  const fs::path home = scratch("home");
+  const fs::path home = testutil::freshDir("loader_home");
   const ScopedEnv noModel("KVSCOPE_MODEL", std::nullopt), noCache("KVSCOPE_CACHE", std::nullopt),
       h("HOME", home.string());
   const auto places = runtime::modelSearchPlaces();
@@ -51,8 +43,7 @@ TEST(ModelLoader, LooksInTheEnvironmentThenTheCacheThenTheShippedFolder) {
   EXPECT_NE(places.back().find("share/kvscope/models"), std::string::npos) << places.back();
   EXPECT_EQ(runtime::defaultModelPath(), "");  // nothing fetched, nothing shipped beside the test program
   // The fetched model, once there.
-  fs::create_directories(home / ".cache/kvscope/model");
-  std::ofstream(home / ".cache/kvscope/model/SmolLM2-135M-Instruct.Q4_1.gguf") << "x";
+  testutil::writeFile(home / ".cache/kvscope/model/SmolLM2-135M-Instruct.Q4_1.gguf", "x");
   EXPECT_EQ(runtime::defaultModelPath(), places[0]);
   {
     // KVSCOPE_CACHE moves the cache; KVSCOPE_MODEL wins over both, taken as given.
@@ -66,7 +57,7 @@ TEST(ModelLoader, LooksInTheEnvironmentThenTheCacheThenTheShippedFolder) {
 }
 
 TEST(ModelLoader, NoModelSaysWhereItLooked) {
-  const fs::path home = scratch("empty");
+  const fs::path home = testutil::freshDir("loader_empty");
   const ScopedEnv noModel("KVSCOPE_MODEL", std::nullopt), noCache("KVSCOPE_CACHE", std::nullopt),
       h("HOME", home.string());
   try {

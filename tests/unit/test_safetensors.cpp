@@ -1,33 +1,23 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 #include "model/safetensors.h"
+#include "test_helpers.h"
 
 using kvscope::model::FormatError;
 using kvscope::model::SafetensorsFile;
+namespace testutil = kvscope::testutil;
 
 namespace {
 
 std::string writeFile(const std::string& name, const std::string& header, const std::string& data,
                       std::int64_t claimed = -1) {
-  const auto path = (std::filesystem::temp_directory_path() / name).string();
-  std::ofstream out(path, std::ios::binary);
-  std::uint64_t n = claimed >= 0 ? static_cast<std::uint64_t>(claimed) : header.size();
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
-  out << header << data;
-  return path;
+  return testutil::writeFile(testutil::tempPath(name), testutil::safetensorsBytes(header, data, claimed));
 }
 
 std::string errorOf(const std::string& path) {
-  try {
-    SafetensorsFile f(path);
-  } catch (const FormatError& e) {
-    return e.what();
-  }
-  return "";
+  return testutil::errorOf<FormatError>([&] { SafetensorsFile f(path); });
 }
 
 }  // namespace
@@ -76,7 +66,6 @@ TEST(Safetensors, LyingHeadersAreErrorsNeverWildReads) {
                 .find("non-negative"),
             std::string::npos);
   EXPECT_NE(errorOf("/nonexistent/x.safetensors").find("cannot open"), std::string::npos);
-  const auto tiny = (std::filesystem::temp_directory_path() / "kv_tiny.safetensors").string();
-  std::ofstream(tiny) << "abc";
+  const auto tiny = testutil::writeFile(testutil::tempPath("kv_tiny.safetensors"), "abc");
   EXPECT_NE(errorOf(tiny).find("too short"), std::string::npos);
 }

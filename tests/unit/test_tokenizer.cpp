@@ -1,13 +1,10 @@
 // Unit tests of the tokenizer (byte-level and SentencePiece-style BPE) on tiny hand-built vocabularies (real and
 // trained vocabularies are checked against Hugging Face tokenizers in tests/parity/test_tokenizer_parity.cpp).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -57,6 +54,7 @@ std::string concatTokenText(const Tokenizer& t, const std::vector<std::int32_t>&
   return s;
 }
 
+using kvscope::testutil::mentions;
 using kvscope::tokenizer::testutil::errorOf;
 using kvscope::tokenizer::testutil::writeTemp;
 
@@ -343,93 +341,83 @@ TEST(TokenizerJson, LoadsBothMergeFormsAndTemplate) {
 }
 
 TEST(TokenizerErrors, MessagesNameTheSourceAndTheProblem) {
-  const auto has = [](const std::string& msg, std::initializer_list<const char*> parts) {
-    for (const char* p : parts)
-      if (msg.find(p) == std::string::npos)
-        return ::testing::AssertionFailure() << "'" << msg << "' lacks '" << p << "'";
-    return ::testing::AssertionSuccess();
-  };
   {
     TinyVocab v;
     v.merges.push_back("x zz");
     EXPECT_TRUE(
-        has(errorOf([&] { v.build(); }), {"tokenizer parts", "merge 0", "'x zz'", "second part", "vocabulary"}));
+        mentions(errorOf([&] { v.build(); }), {"tokenizer parts", "merge 0", "'x zz'", "second part", "vocabulary"}));
   }
   {
     TinyVocab v;
     v.merges.push_back("a b");  // "ab" itself is not a token
-    EXPECT_TRUE(has(errorOf([&] { v.build(); }), {"merge 0", "merged token"}));
+    EXPECT_TRUE(mentions(errorOf([&] { v.build(); }), {"merge 0", "merged token"}));
   }
   {
     TinyVocab v;
     v.merges.push_back("ab");
-    EXPECT_TRUE(has(errorOf([&] { v.build(); }), {"merge 0", "'ab'", "one space"}));
+    EXPECT_TRUE(mentions(errorOf([&] { v.build(); }), {"merge 0", "'ab'", "one space"}));
   }
   {
     TinyVocab v;
     v.types[65] = 9;
-    EXPECT_TRUE(has(errorOf([&] { v.build(); }), {"token 65", "'A'", "type 9"}));
+    EXPECT_TRUE(mentions(errorOf([&] { v.build(); }), {"token 65", "'A'", "type 9"}));
     v.types.pop_back();
-    EXPECT_TRUE(has(errorOf([&] { v.build(); }), {"255 token types for 256 tokens"}));
+    EXPECT_TRUE(mentions(errorOf([&] { v.build(); }), {"255 token types for 256 tokens"}));
   }
   const TinyVocab v;
-  EXPECT_TRUE(has(errorOf([&] { v.build("gpt5"); }), {"unknown pre-tokenizer 'gpt5'"}));
-  EXPECT_TRUE(has(errorOf([&] { v.build("gpt2", {}, true); }), {"add_bos", "no BOS"}));
-  EXPECT_TRUE(has(errorOf([&] { v.build("gpt2", {7, 300, -1, -1}); }), {"EOS id 300", "256 tokens"}));
+  EXPECT_TRUE(mentions(errorOf([&] { v.build("gpt5"); }), {"unknown pre-tokenizer 'gpt5'"}));
+  EXPECT_TRUE(mentions(errorOf([&] { v.build("gpt2", {}, true); }), {"add_bos", "no BOS"}));
+  EXPECT_TRUE(mentions(errorOf([&] { v.build("gpt2", {7, 300, -1, -1}); }), {"EOS id 300", "256 tokens"}));
   const auto tok = v.build();
-  EXPECT_TRUE(has(errorOf([&] { tok.tokenString(256); }), {"token id 256"}));
+  EXPECT_TRUE(mentions(errorOf([&] { tok.tokenString(256); }), {"token id 256"}));
   EXPECT_EQ(tok.encode("valid after errors"), tok.encode("valid after errors"));
 
   // tokenizer.json
-  EXPECT_TRUE(has(errorOf([] { fromTokenizerJson("/nonexistent/tokenizer.json"); }),
-                  {"/nonexistent/tokenizer.json", "cannot open"}));
-  EXPECT_TRUE(has(errorOf([] { fromTokenizerJson(writeTemp("badjson", "{\"model\": [")); }), {"not valid JSON"}));
+  EXPECT_TRUE(mentions(errorOf([] { fromTokenizerJson("/nonexistent/tokenizer.json"); }),
+                       {"/nonexistent/tokenizer.json", "cannot open"}));
+  EXPECT_TRUE(mentions(errorOf([] { fromTokenizerJson(writeTemp("badjson", "{\"model\": [")); }), {"not valid JSON"}));
   const nlohmann::json good = {
       {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}}},
       {"pre_tokenizer", {{"type", "ByteLevel"}}},
       {"decoder", {{"type", "ByteLevel"}}}};
   EXPECT_NO_THROW(fromTokenizerJson(writeTemp("good", good.dump())));
   const auto broken = [&](const char* name, const std::function<void(nlohmann::json&)>& edit) {
-    nlohmann::json j = good;
-    edit(j);
-    const auto path = writeTemp(name, j.dump());
-    const auto msg = errorOf([&] { fromTokenizerJson(path); });
-    EXPECT_NE(msg.find(path), std::string::npos) << msg;
-    return msg;
+    return kvscope::tokenizer::testutil::broken(name, good, edit);
   };
-  EXPECT_TRUE(has(broken("unigram", [](auto& j) { j["model"]["type"] = "Unigram"; }), {"model.type", "'Unigram'"}));
-  EXPECT_TRUE(has(broken("nfc", [](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }), {"normalizer", "'NFC'"}));
-  EXPECT_TRUE(has(broken("merge",
-                         [](auto& j) {
-                           j["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"a", "b", "c"})});
-                         }),
-                  {"model.merges[0]"}));
-  EXPECT_TRUE(has(broken("mergeoov", [](auto& j) { j["model"]["merges"] = {"b a"}; }), {"merge 0", "'b a'"}));
-  EXPECT_TRUE(has(broken("vocabid", [](auto& j) { j["model"]["vocab"]["x"] = -3; }), {"model.vocab['x']", "-3"}));
-  EXPECT_TRUE(has(broken("decoder",
-                         [](auto& j) {
-                           j["decoder"] = {{"type", "Metaspace"}};
-                         }),
-                  {"decoder", "Metaspace"}));
-  EXPECT_TRUE(has(broken("wordpiece",
-                         [](auto& j) {
-                           j["pre_tokenizer"] = {{"type", "Whitespace"}};
-                         }),
-                  {"pre_tokenizer", "[Whitespace]"}));
-  EXPECT_TRUE(has(broken("split",
-                         [](auto& j) {
-                           j["pre_tokenizer"] = {
-                               {"type", "Sequence"},
-                               {"pretokenizers",
-                                {{{"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}, {"behavior", "Isolated"}},
-                                 {{"type", "ByteLevel"}, {"use_regex", false}}}}};
-                         }),
-                  {"pre_tokenizer.Split.pattern.Regex", "/\\w+/", "not a known preset"}));
   EXPECT_TRUE(
-      has(broken("prefix", [](auto& j) { j["pre_tokenizer"]["add_prefix_space"] = true; }), {"add_prefix_space"}));
-  EXPECT_TRUE(has(broken("single",
-                         [](auto& j) {
-                           j["added_tokens"] = {{{"id", 3}, {"content", "<x>"}, {"single_word", true}}};
-                         }),
-                  {"added_tokens[0].single_word", "'<x>'"}));
+      mentions(broken("unigram", [](auto& j) { j["model"]["type"] = "Unigram"; }), {"model.type", "'Unigram'"}));
+  EXPECT_TRUE(mentions(broken("nfc", [](auto& j) { j["normalizer"] = {{"type", "NFC"}}; }), {"normalizer", "'NFC'"}));
+  EXPECT_TRUE(mentions(broken("merge",
+                              [](auto& j) {
+                                j["model"]["merges"] = nlohmann::json::array({nlohmann::json::array({"a", "b", "c"})});
+                              }),
+                       {"model.merges[0]"}));
+  EXPECT_TRUE(mentions(broken("mergeoov", [](auto& j) { j["model"]["merges"] = {"b a"}; }), {"merge 0", "'b a'"}));
+  EXPECT_TRUE(mentions(broken("vocabid", [](auto& j) { j["model"]["vocab"]["x"] = -3; }), {"model.vocab['x']", "-3"}));
+  EXPECT_TRUE(mentions(broken("decoder",
+                              [](auto& j) {
+                                j["decoder"] = {{"type", "Metaspace"}};
+                              }),
+                       {"decoder", "Metaspace"}));
+  EXPECT_TRUE(mentions(broken("wordpiece",
+                              [](auto& j) {
+                                j["pre_tokenizer"] = {{"type", "Whitespace"}};
+                              }),
+                       {"pre_tokenizer", "[Whitespace]"}));
+  EXPECT_TRUE(mentions(broken("split",
+                              [](auto& j) {
+                                j["pre_tokenizer"] = {
+                                    {"type", "Sequence"},
+                                    {"pretokenizers",
+                                     {{{"type", "Split"}, {"pattern", {{"Regex", "\\w+"}}}, {"behavior", "Isolated"}},
+                                      {{"type", "ByteLevel"}, {"use_regex", false}}}}};
+                              }),
+                       {"pre_tokenizer.Split.pattern.Regex", "/\\w+/", "not a known preset"}));
+  EXPECT_TRUE(
+      mentions(broken("prefix", [](auto& j) { j["pre_tokenizer"]["add_prefix_space"] = true; }), {"add_prefix_space"}));
+  EXPECT_TRUE(mentions(broken("single",
+                              [](auto& j) {
+                                j["added_tokens"] = {{{"id", 3}, {"content", "<x>"}, {"single_word", true}}};
+                              }),
+                       {"added_tokens[0].single_word", "'<x>'"}));
 }

@@ -3,11 +3,8 @@
 // the errors for what is not supported. The trained vocabularies are checked against Hugging Face tokenizers in
 // tests/parity/test_tokenizer_parity.cpp.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <array>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -21,6 +18,8 @@ namespace detail = kvscope::tokenizer::detail;
 
 namespace {
 
+using kvscope::testutil::mentions;
+using kvscope::tokenizer::testutil::broken;
 using kvscope::tokenizer::testutil::errorOf;
 using kvscope::tokenizer::testutil::writeTemp;
 
@@ -262,49 +261,35 @@ TEST(TokenizerSentencePiece, FromTokenizerJsonBothLayoutsAndErrors) {
   EXPECT_EQ(m.decode(m.encode("a \xC3\xA9"), true), "a \xC3\xA9");
   EXPECT_EQ(m.encode("\xC3\xA9", false), (Ids{spA - 1, SpVocab::byte(0xC3), SpVocab::byte(0xA9)}));
 
-  const auto has = [](const std::string& msg, std::initializer_list<const char*> parts) {
-    for (const char* p : parts)
-      if (msg.find(p) == std::string::npos)
-        return ::testing::AssertionFailure() << "'" << msg << "' lacks '" << p << "'";
-    return ::testing::AssertionSuccess();
-  };
-  const auto broken = [&](const char* name, const nlohmann::json& base,
-                          const std::function<void(nlohmann::json&)>& edit) {
-    nlohmann::json j = base;
-    edit(j);
-    const auto path = writeTemp(name, j.dump());
-    const auto msg = errorOf([&] { fromTokenizerJson(path); });
-    EXPECT_NE(msg.find(path), std::string::npos) << msg;
-    return msg;
-  };
-  EXPECT_TRUE(has(broken("sp_nfkc", legacy,
-                         [](auto& j) {
-                           j["normalizer"]["normalizers"][1] = {{"type", "NFKC"}};
-                         }),
-                  {"normalizer.normalizers[1]", "'NFKC'"}));
-  EXPECT_TRUE(has(broken("sp_regex", legacy,
-                         [](auto& j) {
-                           j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
-                         }),
-                  {"normalizer.normalizers[1].pattern", "String"}));
-  EXPECT_TRUE(has(broken("sp_both", metaspace, [&](auto& j) { j["normalizer"] = legacy["normalizer"]; }),
-                  {"normalizer", "Metaspace"}));
-  EXPECT_TRUE(has(broken("sp_bytelevel_dec", legacy,
-                         [](auto& j) {
-                           j["decoder"] = {{"type", "ByteLevel"}};
-                         }),
-                  {"decoder", "'ByteLevel'", "SentencePiece"}));
-  EXPECT_TRUE(has(broken("sp_nodec", legacy, [](auto& j) { j["decoder"] = nullptr; }), {"decoder", "missing"}));
-  EXPECT_TRUE(has(broken("sp_scheme", metaspace, [](auto& j) { j["pre_tokenizer"]["prepend_scheme"] = "sometimes"; }),
-                  {"pre_tokenizer.prepend_scheme", "'sometimes'"}));
-  EXPECT_TRUE(has(broken("sp_repl", metaspace, [](auto& j) { j["pre_tokenizer"]["replacement"] = "ab"; }),
-                  {"pre_tokenizer.replacement", "one character"}));
-  EXPECT_TRUE(has(broken("sp_strip", legacy, [](auto& j) { j["decoder"]["decoders"][3]["start"] = -1; }),
-                  {"decoder.decoders[3].start"}));
-  EXPECT_TRUE(has(broken("sp_bl_fallback", legacy,
-                         [](auto& j) {
-                           j["normalizer"] = nullptr;
-                           j["pre_tokenizer"] = {{"type", "ByteLevel"}};
-                         }),
-                  {"model.byte_fallback", "byte-level"}));
+  EXPECT_TRUE(mentions(broken("sp_nfkc", legacy,
+                              [](auto& j) {
+                                j["normalizer"]["normalizers"][1] = {{"type", "NFKC"}};
+                              }),
+                       {"normalizer.normalizers[1]", "'NFKC'"}));
+  EXPECT_TRUE(mentions(broken("sp_regex", legacy,
+                              [](auto& j) {
+                                j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+                              }),
+                       {"normalizer.normalizers[1].pattern", "String"}));
+  EXPECT_TRUE(mentions(broken("sp_both", metaspace, [&](auto& j) { j["normalizer"] = legacy["normalizer"]; }),
+                       {"normalizer", "Metaspace"}));
+  EXPECT_TRUE(mentions(broken("sp_bytelevel_dec", legacy,
+                              [](auto& j) {
+                                j["decoder"] = {{"type", "ByteLevel"}};
+                              }),
+                       {"decoder", "'ByteLevel'", "SentencePiece"}));
+  EXPECT_TRUE(mentions(broken("sp_nodec", legacy, [](auto& j) { j["decoder"] = nullptr; }), {"decoder", "missing"}));
+  EXPECT_TRUE(
+      mentions(broken("sp_scheme", metaspace, [](auto& j) { j["pre_tokenizer"]["prepend_scheme"] = "sometimes"; }),
+               {"pre_tokenizer.prepend_scheme", "'sometimes'"}));
+  EXPECT_TRUE(mentions(broken("sp_repl", metaspace, [](auto& j) { j["pre_tokenizer"]["replacement"] = "ab"; }),
+                       {"pre_tokenizer.replacement", "one character"}));
+  EXPECT_TRUE(mentions(broken("sp_strip", legacy, [](auto& j) { j["decoder"]["decoders"][3]["start"] = -1; }),
+                       {"decoder.decoders[3].start"}));
+  EXPECT_TRUE(mentions(broken("sp_bl_fallback", legacy,
+                              [](auto& j) {
+                                j["normalizer"] = nullptr;
+                                j["pre_tokenizer"] = {{"type", "ByteLevel"}};
+                              }),
+                       {"model.byte_fallback", "byte-level"}));
 }

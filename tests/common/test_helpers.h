@@ -1,0 +1,63 @@
+// Helpers shared by the C++ tests (std and GoogleTest only; no LibTorch, no Qt): the message of an expected
+// exception, "does this message name all of these", and files and folders in the temporary directory.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+namespace kvscope::testutil {
+
+/// The message of the `E` that `f` throws, or `none` when it throws nothing (any other exception goes through).
+template <class E>
+std::string errorOf(const std::function<void()>& f, const std::string& none = "") {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return none;
+}
+
+/// Success when `msg` holds every one of `parts`; otherwise a failure naming the first part it lacks.
+inline ::testing::AssertionResult mentions(const std::string& msg, std::initializer_list<const char*> parts) {
+  for (const char* p : parts)
+    if (msg.find(p) == std::string::npos) return ::testing::AssertionFailure() << "'" << msg << "' lacks '" << p << "'";
+  return ::testing::AssertionSuccess();
+}
+
+/// Writes `bytes` to `path` (binary, replacing what was there), creating its folder first; returns the path.
+inline std::string writeFile(const std::filesystem::path& path, std::string_view bytes) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  return path.string();
+}
+
+/// A safetensors file's bytes: the 8-byte little-endian header length (`claimed` when not negative, else the
+/// header's true size), the JSON header, then the data.
+inline std::string safetensorsBytes(const std::string& header, const std::string& data, std::int64_t claimed = -1) {
+  std::string b;
+  const std::uint64_t n = claimed >= 0 ? static_cast<std::uint64_t>(claimed) : header.size();
+  for (int i = 0; i < 8; ++i) b.push_back(static_cast<char>((n >> (8 * i)) & 0xFF));
+  return b + header + data;
+}
+
+/// `name` in the system's temporary folder (nothing is created).
+inline std::filesystem::path tempPath(const std::string& name) { return std::filesystem::temp_directory_path() / name; }
+
+/// A fresh, empty folder `kvscope_<name>_<pid>` in the temporary folder (what was there before is removed).
+inline std::filesystem::path freshDir(const std::string& name) {
+  const auto d = tempPath("kvscope_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace kvscope::testutil
