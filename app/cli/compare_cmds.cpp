@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cache/sweep.h"
 #include "cli/commands.h"
 #include "cli/runtime.h"
 #include "util/process_memory.h"
@@ -142,9 +143,7 @@ Runner addSweep(CLI::App& app) {
                   "atomically after every run, so a crash of a later run keeps the earlier ones)");
   return [o, grids, maxKl, maxBytes, out, cmd]() {
     if (!*cmd) return -1;
-    std::vector<cache::CacheConfig> cfgs;
-    for (const auto& g : *grids)
-      for (const auto& s : cache::expandGrid(g)) cfgs.push_back(cache::parseSpec(s));  // every grid point valid up front
+    const std::vector<cache::CacheConfig> cfgs = cache::planSweep(*grids);  // every grid point valid up front
     if (o->threads > 0) at::set_num_threads(o->threads);
     const std::string text = promptText(o->prompt, o->promptFile);
     // The results file: what it already holds is kept (appended to); it is written once now, so that an unwritable
@@ -180,12 +179,15 @@ Runner addSweep(CLI::App& app) {
         writeOutput(*out, results);
       }
     }
-    const RunFigures* best = nullptr;
-    for (const auto& f : all) {
-      if (*maxKl >= 0 && f.meanKl <= *maxKl && (!best || f.memory.stored() < best->memory.stored())) best = &f;
-      if (*maxBytes >= 0 && f.memory.stored() <= *maxBytes && (!best || f.meanKl < best->meanKl)) best = &f;
-    }
     if (*maxKl >= 0 || *maxBytes >= 0) {
+      std::vector<cache::SweepOutcome> outcomes;
+      for (const auto& f : all) outcomes.push_back({f.memory.stored(), f.meanKl});
+      const cache::SweepBudget b = *maxKl >= 0
+                                       ? cache::SweepBudget{cache::SweepBudget::Kind::MaxMeanKl, *maxKl}
+                                       : cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes,
+                                                            static_cast<double>(*maxBytes)};
+      const auto at = cache::bestUnderBudget(outcomes, b);
+      const RunFigures* best = at ? &all[*at] : nullptr;
       const std::string budget = *maxKl >= 0 ? fmt::format("mean KL <= {}", *maxKl) : fmt::format("stored KV <= {} bytes", *maxBytes);
       if (!best) {
         std::cerr << "kvscope-cli: no config meets the budget (" << budget << ")\n";
