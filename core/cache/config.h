@@ -115,6 +115,9 @@ const std::vector<OptionInfo>& backendOptions(Backend b);
 
 /// Sets one option from its text form (as in a SPEC); validates the key and the value's type, not the combination.
 void setOption(CacheConfig& cfg, std::string_view key, std::string_view value);
+/// One option's resolved value in its text form (as a SPEC writes it), for forms. Throws ConfigError when `cfg`'s
+/// backend does not take `key`.
+std::string optionValue(const CacheConfig& cfg, std::string_view key);
 
 /// `fp8`, `quanto:nbits=2,q_group_size=32`, `hqq:nbits=3,axis_key=1`, `dynamic`, a per-layer config
 /// `layers=RANGE:BODY;...` (RANGE `*`, `N` or `N-M`; BODY a SPEC for keys and values, or `K=SPEC,V=SPEC`), or a path

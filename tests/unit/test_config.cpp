@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/config.h"
+#include "cache/sweep.h"
 #include "test_helpers.h"
 
 using namespace kvscope::cache;
@@ -213,4 +214,28 @@ TEST(Config, SinkOption) {
   EXPECT_NE(toVllmFlags(parseSpec("fp8:sink=1")).notes.back().find("sink=1"), std::string::npos);
   const auto ll = toLlamaCppFlags(parseSpec("hqq:sink=1")).notes;
   EXPECT_EQ(std::count_if(ll.begin(), ll.end(), [](const std::string& n) { return n.find("sink=1") == 0; }), 1);
+}
+
+TEST(Sweep, PlanValidatesEveryPointAndBudgetPicksTheBest) {
+  const auto plan = kvscope::cache::planSweep({"quanto:nbits=2,4", "fp8"});
+  ASSERT_EQ(plan.size(), 3u);
+  EXPECT_EQ(toSpec(plan[0]), "quanto:nbits=2");
+  EXPECT_EQ(plan[2].backend, Backend::Fp8);
+  EXPECT_THROW(kvscope::cache::planSweep({"quanto:nbits=2,3"}), ConfigError);  // nbits=3: not quanto's
+  using kvscope::cache::SweepBudget;
+  const std::vector<kvscope::cache::SweepOutcome> runs{
+      {1000, 0.02}, {500, 0.04}, {250, 0.30}, {100, 0.01, /*hasKl=*/false}, {50, 0.001, true, /*finished=*/false}};
+  EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxMeanKl, 0.05}), 1u);   // smallest within KL 0.05
+  EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxMeanKl, 0.5}), 2u);
+  EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxStoredBytes, 600}), 1u);  // lowest KL within 600 bytes
+  EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxStoredBytes, 1000}), 0u);
+  EXPECT_FALSE(bestUnderBudget(runs, {SweepBudget::Kind::MaxMeanKl, 0.001}).has_value());
+}
+
+TEST(Config, OptionValueIsTheResolvedValue) {
+  EXPECT_EQ(optionValue(parseSpec("quanto"), "nbits"), "4");
+  EXPECT_EQ(optionValue(parseSpec("kivi"), "nbits"), "2");
+  EXPECT_EQ(optionValue(parseSpec("fp8:headroom=1.25"), "headroom"), "1.25");
+  EXPECT_EQ(optionValue(parseSpec("hqq"), "optimize"), "true");
+  EXPECT_THROW(optionValue(parseSpec("fp8"), "nbits"), ConfigError);
 }

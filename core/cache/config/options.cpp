@@ -282,4 +282,10 @@ void setOption(CacheConfig& cfg, std::string_view key, std::string_view value) {
   detail::applyOption(cfg, key, detail::specValue(value));
 }
 
+std::string optionValue(const CacheConfig& cfg, std::string_view key) {
+  if (!detail::findOption(cfg.backend, key))
+    throw ConfigError(std::string(key), fmt::format("the `{}` backend has no option `{}`", backendName(cfg.backend), key));
+  return detail::valueText(detail::findField(key)->value(cfg));
+}
+
 }  // namespace kvscope::cache
