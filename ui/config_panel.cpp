@@ -4,10 +4,9 @@
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QLabel>
+#include <QPushButton>
 #include <QSpinBox>
 #include <QVBoxLayout>
-
-#include "cache/config.h"
 
 namespace kvscope::ui {
 
@@ -28,7 +27,22 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
   message_->setWordWrap(true);
   message_->setStyleSheet("color: #b00020;");
   layout->addWidget(message_);
+  kept_ = new QLabel(this);
+  kept_->setObjectName("configKept");
+  kept_->setWordWrap(true);
+  kept_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  layout->addWidget(kept_);
+  dropKept_ = new QPushButton(tr("Use the form's config instead"), this);
+  dropKept_->setObjectName("configDropKept");
+  dropKept_->setToolTip(tr("Forget the per-layer rules or calibrated scales and run the config the form shows"));
+  connect(dropKept_, &QPushButton::clicked, this, [this] {
+    showKept(false);
+    revalidate();
+  });
+  layout->addWidget(dropKept_);
+  showKept(false);
   connect(backend_, &QComboBox::currentTextChanged, this, [this] {
+    showKept(false);
     rebuildForm();
     revalidate();
   });
@@ -47,13 +61,13 @@ void ConfigPanel::rebuildForm() {
       auto* c = new QComboBox(this);
       for (const auto& ch : opt.choices) c->addItem(QString::fromStdString(ch));
       c->setCurrentText(QString::fromStdString(opt.defaultValue));
-      connect(c, &QComboBox::currentTextChanged, this, &ConfigPanel::revalidate);
+      connect(c, &QComboBox::currentTextChanged, this, [this] { showKept(false), revalidate(); });
       w = c;
     } else if (opt.kind == "int") {
       auto* s = new QSpinBox(this);
       s->setRange(-1, 1 << 20);
       s->setValue(QString::fromStdString(opt.defaultValue).toInt());
-      connect(s, &QSpinBox::valueChanged, this, &ConfigPanel::revalidate);
+      connect(s, &QSpinBox::valueChanged, this, [this] { showKept(false), revalidate(); });
       w = s;
     } else {
       auto* d = new QDoubleSpinBox(this);
@@ -61,7 +75,7 @@ void ConfigPanel::rebuildForm() {
       d->setDecimals(3);
       d->setSingleStep(0.05);
       d->setValue(QString::fromStdString(opt.defaultValue).toDouble());
-      connect(d, &QDoubleSpinBox::valueChanged, this, &ConfigPanel::revalidate);
+      connect(d, &QDoubleSpinBox::valueChanged, this, [this] { showKept(false), revalidate(); });
       w = d;
     }
     w->setObjectName("opt_" + name);
@@ -71,7 +85,17 @@ void ConfigPanel::rebuildForm() {
   }
 }
 
-QString ConfigPanel::spec() const { return spec_; }
+QString ConfigPanel::spec() const { return QString::fromStdString(cache::toSpec(config_)); }
+
+void ConfigPanel::showKept(bool kept) {
+  keeping_ = kept;
+  kept_->setVisible(kept);
+  dropKept_->setVisible(kept);
+  if (!kept) return;
+  kept_->setText(config_.mixed() ? tr("Per-layer config (the form shows one side of it):\n%1").arg(spec())
+                                 : tr("Calibrated scales for %1 layers (from a config file) are kept with this config")
+                                       .arg(config_.keyScales.size()));
+}
 
 void ConfigPanel::revalidate() {
   const auto b = cache::parseBackend(backend_->currentText().toStdString());
@@ -101,45 +125,61 @@ void ConfigPanel::revalidate() {
       error = QString::fromStdString(e.what());
     }
   }
+  if (keeping_) {
+    cfg = config_;  // the form shows part of it; validated whole
+    error.clear();
+    try {
+      cache::validate(cfg);
+    } catch (const cache::ConfigError& e) {
+      error = QString::fromStdString(e.what());
+    }
+  }
   valid_ = error.isEmpty();
-  spec_ = QString::fromStdString(cache::toSpec(cfg));
+  config_ = cfg;
   message_->setText(error);
   message_->setVisible(!valid_);
-  Q_EMIT changed(spec_, valid_);
+  Q_EMIT changed(spec(), valid_);
 }
 
 bool ConfigPanel::setSpec(const QString& spec) {
-  cache::CacheConfig cfg;
   try {
-    cfg = cache::parseSpec(spec.toStdString());
+    return setConfig(cache::parseSpec(spec.toStdString()));
   } catch (const cache::ConfigError& e) {
     message_->setText(QString::fromStdString(e.what()));
     message_->setVisible(true);
     return false;
   }
+}
+
+bool ConfigPanel::setConfig(const cache::CacheConfig& cfg) {
+  // A per-layer config shows its mirror (one quantizing side) in the form: its fields say which backend it centres on.
+  cache::CacheConfig shown = cfg;
+  shown.layers.clear();
+  shown.keyScales.clear();
+  shown.valueScales.clear();
   {
     const QSignalBlocker block(backend_);
-    backend_->setCurrentText(QString::fromStdString(std::string(cache::backendName(cfg.backend))));
+    backend_->setCurrentText(QString::fromStdString(std::string(cache::backendName(shown.backend))));
   }
-  // Every option back at its default first: the canonical spec leaves defaults out, and the form may hold another
-  // config of the same backend (fp8:format=e5m2 before `fp8` would otherwise stay e5m2).
+  // Every option back at its default first (the form may hold another config of the same backend), then each
+  // option's value from the config itself.
   rebuildForm();
-  // Read each option's value back from the canonical spec of the parsed config.
-  const QString canon = QString::fromStdString(cache::toSpec(cfg));
-  const int colon = canon.indexOf(':');
-  if (colon >= 0) {
-    for (const QString& kv : canon.mid(colon + 1).split(',')) {
-      const int eq = kv.indexOf('=');
-      const auto it = fields_.find(kv.left(eq));
-      if (it == fields_.end()) continue;
-      const QString v = kv.mid(eq + 1);
-      if (auto* c = qobject_cast<QComboBox*>(it->second)) c->setCurrentText(v);
-      else if (auto* s = qobject_cast<QSpinBox*>(it->second)) s->setValue(v.toInt());
-      else if (auto* d = qobject_cast<QDoubleSpinBox*>(it->second)) d->setValue(v.toDouble());
-    }
-  }
+  fillForm(shown);
+  config_ = cfg;
+  showKept(cfg.mixed() || !cfg.keyScales.empty());
   revalidate();
   return valid_;
+}
+
+void ConfigPanel::fillForm(const cache::CacheConfig& cfg) {
+  for (const auto& opt : cache::backendOptions(cfg.backend)) {
+    QWidget* w = fields_.at(QString::fromStdString(opt.name));
+    const QString v = QString::fromStdString(cache::optionValue(cfg, opt.name));
+    const QSignalBlocker block(w);
+    if (auto* c = qobject_cast<QComboBox*>(w)) c->setCurrentText(v);
+    else if (auto* s = qobject_cast<QSpinBox*>(w)) s->setValue(v.toInt());
+    else if (auto* d = qobject_cast<QDoubleSpinBox*>(w)) d->setValue(v.toDouble());
+  }
 }
 
 }  // namespace kvscope::ui

@@ -1,33 +1,30 @@
-// The workbench window: composes the panels and docks, posts commands to the engine thread and shows the
-// snapshots it sends back. It never waits on the engine.
+// The workbench window: composes the run panel, the views and the compare dock, posts commands to the engine thread
+// and hands the snapshots it sends back to the views. It never waits on the engine.
 #pragma once
 
 #include <QMainWindow>
 #include <functional>
 
+#include "exports.h"
 #include "snapshots.h"
 
-class QCheckBox;
-class QComboBox;
-class QDoubleSpinBox;
 class QLabel;
-class QLineEdit;
-class QMenu;
 class QPlainTextEdit;
-class QProgressBar;
-class QPushButton;
 class QSpinBox;
-class QTableWidget;
+class QTableView;
 
 namespace kvscope::ui {
 
-class ConfigPanel;
 class BeamDock;
+class CompareDock;
+class ConfigPanel;
 class ElidedLabel;
 class ErrorDock;
 class MemoryDock;
 class MessageBar;
 class OverlayPlot;
+class RunPanel;
+class RunsModel;
 class ScalesDock;
 class Selection;
 class TextView;
@@ -36,8 +33,7 @@ class TokenErrorDock;
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
-  /// Where File > Export cache config writes for: the flags and files each deployment target reads.
-  enum class ExportTarget { Transformers, Kvscope, Vllm, LlamaCpp };
+  using ExportTarget = ui::ExportTarget;
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
@@ -49,27 +45,32 @@ class MainWindow : public QMainWindow {
   /// Devices the engine can run on ("cpu", "cuda:0", ...); the first is the default.
   void setDevices(const QStringList& devices);
 
-  ConfigPanel* configPanel() const { return config_; }
+  RunPanel* runPanel() const { return runPanel_; }
+  ConfigPanel* configPanel() const;
+  QPlainTextEdit* promptEdit() const;
+  QSpinBox* maxNewBox() const;
+  void setShadow(bool on);
   TextView* textView() const { return text_; }
-  QPlainTextEdit* promptEdit() const { return prompt_; }
-  QSpinBox* maxNewBox() const { return maxNew_; }
-  QTableWidget* runsTable() const { return runs_; }
+  CompareDock* compareDock() const { return compare_; }
+  QTableView* runsTable() const;
+  RunsModel* runsModel() const;
+  OverlayPlot* overlay() const;
   MemoryDock* memoryDock() const { return memory_; }
   ScalesDock* scalesDock() const { return scales_; }
   ErrorDock* errorDock() const { return errors_; }
   TokenErrorDock* tokenErrorDock() const { return tokenErrors_; }
   BeamDock* beamDock() const { return beamDock_; }
-  OverlayPlot* overlay() const { return overlay_; }
   Selection* selection() const { return selection_; }
   /// Errors and run advice, above the generated text.
   MessageBar* messageBar() const { return messageBar_; }
   bool isRunning() const { return running_; }
-  void setShadow(bool on);
   bool hasModel() const { return !model_.path.isEmpty(); }
   RunSnapshotPtr lastRun() const { return last_; }
 
  public Q_SLOTS:
   void run();
+  /// Loads `cfg` into the form and runs it.
+  void runConfig(const kvscope::cache::CacheConfig& cfg);
   void stop();
   void openModel(const QString& path);
   /// No model yet: says so in the model card and opens the file dialog.
@@ -81,23 +82,21 @@ class MainWindow : public QMainWindow {
   void onFailed(const QString& message);
   /// Back to the dock arrangement the window was built with (View > Reset layout): every dock shown and docked.
   void resetLayout();
-  void exportConfig();
   /// Writes the form's config for `target` to `path` (atomically); what the target cannot express is said in the
   /// message bar (and, for flag files, as comments in the file). False, with the error in the bar, on failure.
   bool exportConfigTo(const QString& path, ExportTarget target);
-  void exportRuns();
-  void exportPlots();
   /// Every plot (KV memory and per step, FP8 scales, layer x head error, token x channel error, the runs overlay) as
-  /// PNG and PDF in `dir`; false (and one line in the status bar) when a file cannot be written.
+  /// PNG and PDF in `dir`; false (and the error in the bar) when a file cannot be written.
   bool exportPlotsTo(const QString& dir);
+  bool exportRunsTo(const QString& path);
   void saveSessionTo(const QString& path);
+  void openSession(const QString& path);
   /// Runs every config of a grid (`quanto:nbits=2,4;q_group_size=32,64`) on the current prompt, then names the best
   /// under the budget. Stop cancels the running config and the rest of the grid.
   void startSweep(const QString& grid);
-  void openSession(const QString& path);
-  /// Evaluates `specs` on a text file (perplexity, KL and top-1 against the unquantized cache); results go to the
+  /// Evaluates `configs` on a text file (perplexity, KL and top-1 against the unquantized cache); results go to the
   /// "Text evaluation" tab. Stop cancels it.
-  void startEval(const QString& textPath, const QStringList& specs);
+  void startEval(const QString& textPath, const std::vector<cache::CacheConfig>& configs);
   void onEvalProgress(int done, int total);
   void onEvalFinished(const kvscope::ui::EvalResultView& result);
   /// Where every finished run is saved as it finishes (a session file).
@@ -122,77 +121,36 @@ class MainWindow : public QMainWindow {
   void dropEvent(QDropEvent* e) override;
 
  private:
-  void buildMenus();
-  /// Dock sizes for the window's current size: run panel left, plots right, runs and token map below.
-  void sizeDocks();
+  void buildDocks();
   void offerOverflowFix(const RunSnapshot& run);
+  void showRun(const RunSnapshotPtr& run);
   void updateActions();
-  void addRunRow(const RunSnapshotPtr& run);
+  void updateStatus();
+  void autosave();
+  /// An export's result in the status bar, its notes in the message bar, or its error; its `ok`.
+  bool report(const ExportResult& r);
 
-  ConfigPanel* config_;
-  QPlainTextEdit* prompt_;
-  QCheckBox* chat_;
-  QCheckBox* shadow_;
-  QSpinBox* maxNew_;
-  QSpinBox* prefillChunk_;
-  QComboBox* decoding_;
-  QComboBox* dtype_;
-  QMenu* recent_ = nullptr;
-  void rememberModel(const QString& path);
-  void rebuildRecent();
-  QDoubleSpinBox* temperature_;
-  QDoubleSpinBox* topP_;
-  QSpinBox* topK_;
-  QSpinBox* seed_;
-  QSpinBox* beams_;
-  BeamDock* beamDock_;
-  QPushButton* runButton_;
-  QPushButton* stopButton_;
+  RunPanel* runPanel_;
   TextView* text_;
   MemoryDock* memory_;
   ScalesDock* scales_;
   ErrorDock* errors_;
   TokenErrorDock* tokenErrors_;
-  OverlayPlot* overlay_;
+  BeamDock* beamDock_;
+  CompareDock* compare_;
   Selection* selection_;
-  QComboBox* device_;
-  std::function<void(int)> inspect_;
-  void updateOverlay();
-  QStringList evalSpecs() const;
-  QLineEdit* evalText_ = nullptr;
-  QSpinBox* evalCtx_ = nullptr;
-  QSpinBox* evalWindows_ = nullptr;
-  QTableWidget* evalTable_ = nullptr;
-  QLabel* evalSummary_ = nullptr;
-  bool evaluating_ = false;
-  void autosave();
-  void updateStatus();
-  QTableWidget* runs_;
-  QLabel* modelCard_;
+  MessageBar* messageBar_;
   ElidedLabel* status_;
   ElidedLabel* message_;
-  MessageBar* messageBar_;
   QByteArray defaultLayout_;  ///< saveState() of the arrangement built in the constructor
-  QProgressBar* progress_;
   std::function<void(quint64)> stop_;
+  std::function<void(int)> inspect_;
   quint64 runSerial_ = 0;
   ModelInfo model_;
   RunSnapshotPtr last_;
-  QVector<RunSnapshotPtr> finished_;  ///< every finished run, in order (session files)
-  // Sweep
-  void runNextInSweep();
-  void finishSweep();
-  QLineEdit* sweepGrid_ = nullptr;
-  QComboBox* budgetKind_ = nullptr;
-  QDoubleSpinBox* budget_ = nullptr;
-  QLabel* best_ = nullptr;
-  QProgressBar* sweepProgress_ = nullptr;
-  QStringList sweepQueue_;
-  QVector<RunSnapshotPtr> sweepRuns_;
-  int sweepTotal_ = 0;
-  bool sweeping_ = false;
   bool running_ = false;
   bool loading_ = false;
+  bool evaluating_ = false;
 };
 
 }  // namespace kvscope::ui

@@ -13,6 +13,24 @@ namespace kvscope::ui {
 
 namespace {
 
+QJsonArray floatsJson(const QVector<float>& v) {
+  QJsonArray a;
+  for (float f : v) a.append(double(f));  // NaN is written as null and reads back as NaN
+  return a;
+}
+
+QJsonArray floatsJson(const std::vector<float>& v) { return floatsJson(QVector<float>(v.begin(), v.end())); }
+
+// What the scales plot and the overflow advice read of a side's latest statistics.
+QJsonObject scaleStatsJson(const cache::TensorStats& t) {
+  return {{"scales", floatsJson(t.scales)},
+          {"amax", floatsJson(t.amaxPerHead)},
+          {"format_max", double(t.formatMax)},
+          {"overflow_total", double(t.overflowTotal)},
+          {"non_finite_total", double(t.nonFiniteTotal)},
+          {"recalibrations", double(t.recalibrations)}};
+}
+
 QJsonObject memoryJson(const cache::TensorMemory& m) {
   return {{"payload", double(m.payload)},     {"metadata", double(m.metadata)},   {"residual", double(m.residual)},
           {"transient", double(m.transient)}, {"reserved", double(m.reserved)}, {"unquantized", double(m.unquantized)}};
@@ -25,6 +43,7 @@ QJsonObject memoryJson(const cache::TensorMemory& m) {
 constexpr qint64 kMaxBytes = qint64{1} << 48;  // per field: 256 TiB; 4096 layers x 5 fields stay below 2^63
 constexpr int kMaxLayers = 4096;
 constexpr qint64 kMaxFileBytes = qint64{1} << 30;
+constexpr qsizetype kMaxValues = 1 << 20;  // per layer and side: scales per channel of 1024 heads x 1024 dims
 
 class Reader {
  public:
@@ -85,6 +104,32 @@ class Reader {
     m.unquantized = integer(o, "unquantized", 0, kMaxBytes, 0);
     return m;
   }
+  /// An array of at most `max` numbers (null: NaN).
+  QVector<float> floats(const QJsonObject& o, const char* key, qsizetype max) const {
+    const QJsonArray a = array(o, key);
+    if (a.size() > max) fail(QString("`%1` holds %2 values (at most %3)").arg(key).arg(a.size()).arg(max));
+    QVector<float> out;
+    for (const auto& v : a) {
+      if (!v.isDouble() && !v.isNull()) fail(QString("`%1` must hold numbers or null").arg(key));
+      const double d = v.isNull() ? std::nan("") : v.toDouble();
+      if (std::abs(d) > double(std::numeric_limits<float>::max()))
+        fail(QString("`%1` holds %2, out of the float range").arg(key).arg(d));
+      out << static_cast<float>(d);
+    }
+    return out;
+  }
+  cache::TensorStats scaleStats(const QJsonObject& o) const {
+    cache::TensorStats t;
+    const auto toStd = [](const QVector<float>& v) { return std::vector<float>(v.begin(), v.end()); };
+    t.scales = toStd(floats(o, "scales", kMaxValues));
+    if (!t.scales.empty()) t.scaleShape = {static_cast<std::int64_t>(t.scales.size())};
+    t.amaxPerHead = toStd(floats(o, "amax", kMaxValues));
+    t.formatMax = static_cast<float>(number(o, "format_max", 0.0, true));
+    t.overflowTotal = integer(o, "overflow_total", 0, kMaxBytes, 0);
+    t.nonFiniteTotal = integer(o, "non_finite_total", 0, kMaxBytes, 0);
+    t.recalibrations = integer(o, "recalibrations", 0, kMaxBytes, 0);
+    return t;
+  }
 
  private:
   static QString shown(const QJsonValue& v) {
@@ -111,10 +156,15 @@ QByteArray sessionJson(const Session& s) {
                                 {"top1", t.top1Agrees}, {"kv_stored", double(t.kvStored)},
                                 {"kv_unquantized", double(t.kvUnquantized)}});
     for (const auto& m : r->cache.memory) memory.append(QJsonObject{{"k", memoryJson(m.keys)}, {"v", memoryJson(m.values)}});
+    QJsonArray scales, headError;
+    for (const auto& st : r->cache.stats)
+      scales.append(QJsonObject{{"k", scaleStatsJson(st.keys)}, {"v", scaleStatsJson(st.values)}});
+    for (qsizetype l = 0; l < r->headErrorK.size(); ++l)
+      headError.append(QJsonObject{{"k", floatsJson(r->headErrorK[l])}, {"v", floatsJson(r->headErrorV.value(l))}});
     QJsonArray beams;
     for (int i = 0; i < r->beamTexts.size(); ++i)
       beams.append(QJsonObject{{"text", r->beamTexts[i]}, {"score", r->beamScores.value(i)}});
-    runs.append(QJsonObject{{"run", r->runId},
+    QJsonObject run{{"run", r->runId},
                             {"config", r->spec},
                             {"shadow", r->shadow},
                             {"prompt_tokens", r->promptTokens},
@@ -127,7 +177,22 @@ QByteArray sessionJson(const Session& s) {
                             {"top1_agreement", r->top1Agreement},
                             {"first_divergence", r->firstDivergence},
                             {"stop_reason", r->stopReason},
-                            {"beams", beams}});
+                            {"beams", beams},
+                            {"scales", scales},
+                            {"head_error", headError}};
+    // The inspected layer's token x channel error, within reason (the map of a reopened run).
+    if (const auto& te = r->tokenErrors; te && qsizetype(te->keys.size()) <= kMaxValues && qsizetype(te->values.size()) <= kMaxValues)
+      run["token_errors"] = QJsonObject{{"layer", te->layer},   {"tokens", double(te->tokens)},
+                                        {"heads", te->heads},   {"channels", te->channels},
+                                        {"k", floatsJson(te->keys)}, {"v", floatsJson(te->values)}};
+    // The whole config: its SPEC (which parses back to the same config), or, where offline-calibrated scales make it
+    // more than a SPEC holds, kvscope's config file.
+    if (r->config) {
+      const std::string spec = cache::toSpec(*r->config);
+      if (spec.find(" [calibrated]") == std::string::npos) run["cache"] = QString::fromStdString(spec);
+      else run["cache"] = QJsonDocument::fromJson(QByteArray::fromStdString(cache::toKvscopeJson(*r->config))).object();
+    }
+    runs.append(run);
   }
   const QJsonObject doc{{"format", "kvscope-session"}, {"version", 1}, {"model", s.modelPath}, {"runs", runs}};
   return QJsonDocument(doc).toJson();
@@ -214,6 +279,62 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
       const QJsonObject b = rd.object(beams[j], "the beam");
       r->beamTexts << rd.string(b, "text");
       r->beamScores << static_cast<float>(rd.number(b, "score", 0.0, true));
+    }
+    rd.where = QString("run #%1: ").arg(i);
+    const QJsonArray scales = rd.array(o, "scales"), headError = rd.array(o, "head_error");
+    if (scales.size() > kMaxLayers || headError.size() > kMaxLayers)
+      rd.fail(QString("`scales` or `head_error` lists more than %1 layers").arg(kMaxLayers));
+    for (qsizetype j = 0; j < scales.size(); ++j) {
+      rd.where = QString("run #%1 scales layer %2: ").arg(i).arg(j);
+      const QJsonObject m = rd.object(scales[j], "the layer");
+      cache::LayerStats st;
+      st.keys = rd.scaleStats(rd.object(m["k"], "`k`"));
+      st.values = rd.scaleStats(rd.object(m["v"], "`v`"));
+      r->cache.stats.push_back(st);
+    }
+    for (qsizetype j = 0; j < headError.size(); ++j) {
+      rd.where = QString("run #%1 head_error layer %2: ").arg(i).arg(j);
+      const QJsonObject m = rd.object(headError[j], "the layer");
+      r->headErrorK << rd.floats(m, "k", kMaxLayers);
+      r->headErrorV << rd.floats(m, "v", kMaxLayers);
+    }
+    if (o.contains("token_errors")) {
+      rd.where = QString("run #%1 token_errors: ").arg(i);
+      const QJsonObject t = rd.object(o["token_errors"], "`token_errors`");
+      auto te = std::make_shared<TokenErrorView>();
+      te->runId = r->runId;
+      te->layer = static_cast<int>(rd.integer(t, "layer", 0, kMaxLayers, 0));
+      te->tokens = rd.integer(t, "tokens", 0, kMaxValues, 0);
+      te->heads = static_cast<int>(rd.integer(t, "heads", 0, kMaxValues, 0));
+      te->channels = static_cast<int>(rd.integer(t, "channels", 0, kMaxValues, 0));
+      const qint64 cells = te->tokens * te->heads * te->channels;
+      for (auto [key, side] : {std::pair{"k", &te->keys}, std::pair{"v", &te->values}}) {
+        const QVector<float> v = rd.floats(t, key, kMaxValues);
+        if (!v.isEmpty() && v.size() != cells)
+          rd.fail(QString("`%1` holds %2 values, not tokens x heads x channels = %3").arg(key).arg(v.size()).arg(cells));
+        side->assign(v.begin(), v.end());
+      }
+      r->tokenErrors = te;
+    }
+    rd.where = QString("run #%1: ").arg(i);
+    if (o.contains("cache")) {
+      const QJsonValue c = o["cache"];
+      if (!c.isString() && !c.isObject()) rd.fail("`cache` must be a SPEC string or a config object");
+      const QString spec = c.toString();
+      if (c.isString() && (spec.contains('/') || spec.contains(".json")))
+        rd.fail("`cache` must be a SPEC, not a path");  // a session never makes kvscope read another file
+      try {
+        r->config = c.isString() ? cache::parseSpec(spec.toStdString())
+                                 : cache::configFromJson(QJsonDocument(c.toObject()).toJson().toStdString(), "`cache`");
+      } catch (const cache::ConfigError& e) {
+        rd.fail(QString("`cache`: %1").arg(QString::fromStdString(e.what())));
+      }
+    } else if (const RunLabel label = parseRunLabel(r->spec);
+               !label.calibrated && !label.spec.contains('/') && !label.spec.contains(".json")) {
+      try {  // a session written before configs were recorded: the label is the SPEC
+        r->config = cache::parseSpec(label.spec.toStdString());
+      } catch (const cache::ConfigError&) {
+      }
     }
     r->finished = true;
     s.runs.append(r);

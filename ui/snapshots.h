@@ -7,8 +7,10 @@
 #include <QStringList>
 #include <QVector>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "cache/config.h"
 #include "cache/stats.h"
 
 namespace kvscope::ui {
@@ -21,7 +23,7 @@ struct ModelInfo {
 };
 
 struct RunRequest {
-  QString spec = "dynamic";
+  cache::CacheConfig config;  ///< validated by the form; the engine validates it again
   QString prompt;
   bool chat = true;
   int maxNew = 64;
@@ -38,7 +40,7 @@ struct RunRequest {
 /// Evaluate cache configs on a text file (generate::evaluate): perplexity, KL and top-1 against the unquantized cache.
 struct EvalRequest {
   QString textPath;
-  QStringList specs;
+  std::vector<cache::CacheConfig> configs;
   int ctx = 256, windows = 2, prompt = 64, step = 16;
   quint64 serial = 0;  ///< shares the runs' numbering: Stop names it
 };
@@ -94,12 +96,18 @@ struct BeamStepView {
 
 struct RunSnapshot {
   int runId = 0;
-  QString spec;
+  QString spec;  ///< the run's label: its SPEC (cache::toSpec), " (N beams)" for beam search
+  /// The run's config, calibrated scales included; absent only for a run reopened from a session that did not record
+  /// it and whose label is no SPEC.
+  std::optional<cache::CacheConfig> config;
   bool shadow = false;
   int promptTokens = 0;
   QVector<TokenView> tokens;   ///< all generated so far
   cache::CacheSnapshot cache;  ///< per-layer memory and statistics after the latest step
   TokenErrorViewPtr tokenErrors;  ///< the inspected layer's token x channel error (see Selection)
+  /// Per layer, per KV head: ||x̂ - x|| / ||x|| of the latest update that quantized anything (keys, values); empty for
+  /// a layer nothing quantized yet. Kept in sessions (the layer x head map of a reopened run).
+  QVector<QVector<float>> headErrorK, headErrorV;
   double prefillTokS = 0.0, decodeTokS = 0.0;
   double meanKl = 0.0, maxKl = 0.0, top1Agreement = 1.0;
   int firstDivergence = -1;

@@ -48,6 +48,8 @@ struct Engine::Impl {
   int runs = 0;
   // Token x channel quantization error of the current (or latest) run, per layer, keys and values.
   std::vector<std::array<cache::ErrorHistory, 2>> errors;
+  /// Per layer: the keys' and values' per-head error of the latest update that quantized anything.
+  std::vector<std::array<std::vector<float>, 2>> headErrors;
   int errorsRun = 0;
 };
 
@@ -57,6 +59,21 @@ void Engine::recordErrors(const cache::KvCache& kv) {
     const auto& st = kv.layer(l).stats();
     d_->errors[l][0].add(st.keys);
     d_->errors[l][1].add(st.values);
+  }
+  d_->headErrors.resize(d_->errors.size());
+  for (int l = 0; l < kv.numLayers(); ++l) {
+    const auto& st = kv.layer(l).stats();
+    if (!st.keys.error.empty()) d_->headErrors[l][0] = st.keys.error.headRelL2;
+    if (!st.values.error.empty()) d_->headErrors[l][1] = st.values.error.headRelL2;
+  }
+}
+
+void Engine::fillHeadErrors(ui::RunSnapshot& snap) const {
+  snap.headErrorK.clear();
+  snap.headErrorV.clear();
+  for (const auto& [k, v] : d_->headErrors) {
+    snap.headErrorK.append(QVector<float>(k.begin(), k.end()));
+    snap.headErrorV.append(QVector<float>(v.begin(), v.end()));
   }
 }
 
@@ -92,6 +109,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   auto snap = std::make_shared<ui::RunSnapshot>();
   snap->runId = ++d_->runs;
   snap->spec = QString::fromStdString(cache::toSpec(cfg)) + QString(" (%1 beams)").arg(r.beams);
+  snap->config = cfg;
   snap->promptTokens = static_cast<int>(prompt.size());
   generate::BeamOptions bo;
   bo.numBeams = r.beams;
@@ -115,6 +133,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
         recordErrors(kv);
         if (sinceEmit.elapsed() >= kEmitMs) {
           snap->tokenErrors = inspectionIfDue(sinceInspection);
+          fillHeadErrors(*snap);
           Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
           sinceEmit.restart();
         }
@@ -141,6 +160,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   snap->stopReason = QString::fromStdString(result.stopReason);
   snap->cache = kv.snapshot();
   snap->tokenErrors = inspection();
+  fillHeadErrors(*snap);
   Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
 }
 
@@ -214,8 +234,8 @@ void Engine::evaluate(const ui::EvalRequest& r) {
   beginRun(r.serial);
   try {
     if (!d_->model) throw std::runtime_error("no model is loaded");
-    std::vector<cache::CacheConfig> cfgs;
-    for (const auto& s : r.specs) cfgs.push_back(cache::parseSpec(s.toStdString()));
+    const std::vector<cache::CacheConfig>& cfgs = r.configs;
+    for (const auto& c : cfgs) cache::validate(c);
     QFile f(r.textPath);
     if (!f.open(QIODevice::ReadOnly))
       throw std::runtime_error("cannot read text file `" + r.textPath.toStdString() + "`: " + f.errorString().toStdString());
@@ -264,7 +284,8 @@ void Engine::run(const ui::RunRequest& r) {
   beginRun(r.serial);
   try {
     if (!d_->model) throw std::runtime_error("no model is loaded");
-    const cache::CacheConfig cfg = cache::parseSpec(r.spec.toStdString());
+    const cache::CacheConfig& cfg = r.config;
+    cache::validate(cfg);
     const std::string text = r.chat ? tokenizer::applyChatML({{"user", r.prompt.toStdString()}}, true)
                                     : r.prompt.toStdString();
     const auto ids32 = d_->tok->encode(text, true, r.chat);
@@ -274,6 +295,7 @@ void Engine::run(const ui::RunRequest& r) {
     stats.tokenBin = 1;  // the token x channel map needs every token's own error
     auto kv = d_->model->makeCache(cfg, stats);
     d_->errors.clear();
+    d_->headErrors.clear();
     d_->errorsRun = d_->runs + 1;
     if (r.beams > 0) {
       runBeams(r, cfg, prompt, *kv);
@@ -295,6 +317,7 @@ void Engine::run(const ui::RunRequest& r) {
     auto snap = std::make_shared<ui::RunSnapshot>();
     snap->runId = ++d_->runs;
     snap->spec = QString::fromStdString(cache::toSpec(cfg));
+    snap->config = cfg;
     snap->shadow = r.shadow;
     snap->promptTokens = static_cast<int>(prompt.size());
     QElapsedTimer sinceEmit, sinceInspection;
@@ -325,6 +348,7 @@ void Engine::run(const ui::RunRequest& r) {
           if (sinceEmit.elapsed() >= kEmitMs) {
             snap->cache = kv->snapshot();
             snap->tokenErrors = inspectionIfDue(sinceInspection);
+            fillHeadErrors(*snap);
             Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
             sinceEmit.restart();
           }
@@ -339,6 +363,7 @@ void Engine::run(const ui::RunRequest& r) {
     snap->firstDivergence = result.firstDivergence;
     snap->cache = kv->snapshot();
     snap->tokenErrors = inspection();
+    fillHeadErrors(*snap);
     Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
   } catch (const std::exception& e) {
     Q_EMIT failed(describe(e, "the run", d_->model != nullptr));

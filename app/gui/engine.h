@@ -60,6 +60,7 @@ class Engine : public QObject {
   struct Impl;
   std::unique_ptr<Impl> d_;
   void recordErrors(const cache::KvCache& kv);
+  void fillHeadErrors(ui::RunSnapshot& snap) const;
   ui::TokenErrorViewPtr inspection() const;
   ui::TokenErrorViewPtr inspectionIfDue(QElapsedTimer& since) const;
   void beginRun(quint64 serial);

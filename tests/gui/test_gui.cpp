@@ -19,6 +19,7 @@
 #include <QScreen>
 #include <QScrollArea>
 #include <QSpinBox>
+#include <QTabWidget>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -33,6 +34,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "compare_dock.h"
 #include "config_panel.h"
 #include "selection.h"
 #include "docks/beam_dock.h"
@@ -45,6 +47,7 @@
 #include "engine.h"
 #include "main_window.h"
 #include "message_bar.h"
+#include "runs_model.h"
 #include "session.h"
 #include "thread_handoff.h"
 #include "wiring.h"
@@ -236,11 +239,9 @@ class WindowTest : public QObject {
     r->cache.stats.resize(3);
     const float nan = std::nanf("");
     const std::vector<std::vector<float>> rel{{0.05f, 0.06f, 0.07f}, {nan, 0.1f, 0.2f}};
-    for (std::size_t l = 0; l < rel.size(); ++l)
-      for (auto* side : {&r->cache.stats[l].keys, &r->cache.stats[l].values}) {
-        side->error.heads = 3;
-        side->error.headRelL2 = rel[l];
-      }
+    for (const auto& l : rel) r->headErrorK << QVector<float>(l.begin(), l.end());
+    r->headErrorK << QVector<float>();  // layer 2: nothing quantized yet
+    r->headErrorV = r->headErrorK;
     for (int s = 0; s < 6; ++s) {
       ui::TokenView t;
       t.kl = s < 2 ? 0.01f * (s + 1) : (s == 4 ? INFINITY : nan);  // steps 2..5 have no finite KL
@@ -369,7 +370,7 @@ class WindowTest : public QObject {
     QVERIFY2(barText().contains(path), qPrintable(barText()));
     QTest::mouseClick(bar()->findChild<QPushButton*>("reopenAutosave"), Qt::LeftButton);
     QVERIFY(bar()->isHidden());
-    QCOMPARE(w_->findChild<QTableWidget*>("runsTable")->rowCount(), 1);
+    QCOMPARE(w_->runsModel()->rowCount(), 1);
     // The form shows the reopened run's config, not the one it held before.
     QCOMPARE(w_->configPanel()->spec(), QString("quanto:nbits=2,q_group_size=32"));
     QFile::remove(path);
@@ -399,6 +400,98 @@ class WindowTest : public QObject {
     QVERIFY(text->colourKey().contains("same top-1"));
   }
 
+  void runsAreNamedByWhatTellsThemApart() {
+    auto mk = [](const char* spec) {
+      auto r = std::make_shared<ui::RunSnapshot>();
+      r->config = cache::parseSpec(spec);
+      r->spec = QString::fromStdString(cache::toSpec(*r->config));
+      return ui::RunSnapshotPtr(r);
+    };
+    QString common;
+    const auto names = ui::configNames({mk("quanto"), mk("quanto:nbits=2"), mk("quanto:nbits=2,q_group_size=32")}, &common);
+    QCOMPARE(names, QStringList({"quanto: nbits=4, q_group_size=64", "quanto: nbits=2, q_group_size=64",
+                                 "quanto: nbits=2, q_group_size=32"}));
+    QCOMPARE(common, QString("quanto: axis_key=0, axis_value=0, residual_length=128, sink=0, attention=fused"));
+    // One run: all of it; a per-layer config: its rules.
+    QCOMPARE(ui::configNames({mk("kivi")}), QStringList({"kivi: nbits=2, q_group_size=32, residual_length=128, sink=0, attention=fused"}));
+    QCOMPARE(ui::configNames({mk("fp8"), mk("layers=0:dynamic;*:fp8")}).back(), QString("layers=0:dynamic;*:fp8"));
+    ui::RunsModel model;
+    new QAbstractItemModelTester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest, &model);
+    model.append(mk("fp8"));
+    model.append(mk("fp8:overflow=saturate"));
+    QCOMPARE(model.index(0, ui::RunsModel::Config).data().toString(), QString("fp8: overflow=nan"));
+    QVERIFY(model.csv().startsWith("run,config,kv_mib,"));
+    QVERIFY(model.csv().contains("\"fp8:overflow=saturate\""));  // the CSV keeps each run's own label
+  }
+
+  void compareDockPutsTheOverlayBesideOnlyWhenThereIsRoom() {
+    ui::CompareDock dock;
+    auto* tabs = dock.findChild<QTabWidget*>("compareTabs");
+    dock.resize(1300, 400);
+    dock.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dock));
+    QCOMPARE(tabs->count(), 2);  // Runs (with the overlay beside the table), Text evaluation
+    QVERIFY(dock.overlay()->isVisible());
+    dock.resize(640, 400);
+    QTRY_COMPARE(tabs->count(), 3);
+    QCOMPARE(tabs->tabText(1), QString("Overlay"));
+    QVERIFY(!dock.overlay()->isVisible());  // a tab page, not over the table
+    tabs->setCurrentIndex(1);
+    QVERIFY(dock.overlay()->isVisible());
+    dock.resize(1300, 400);
+    QTRY_COMPARE(tabs->count(), 2);
+    QVERIFY(dock.overlay()->isVisible());
+  }
+
+  void configPanelKeepsPerLayerRulesUntilEdited() {
+    ui::ConfigPanel p;
+    QVERIFY(p.setSpec("layers=0-1:dynamic;*:quanto:nbits=2"));
+    QCOMPARE(p.spec(), QString("layers=0-1:dynamic;*:quanto:nbits=2"));
+    QVERIFY(p.isValid() && p.config().mixed());
+    QVERIFY(p.findChild<QLabel*>("configKept")->isVisibleTo(&p));
+    QCOMPARE(p.findChild<QComboBox*>("opt_nbits")->currentText(), QString("2"));  // the form shows the `*` rule
+    p.findChild<QSpinBox*>("opt_q_group_size")->setValue(32);  // an edit: the form's config from now on
+    QCOMPARE(p.spec(), QString("quanto:nbits=2,q_group_size=32"));
+    QVERIFY(!p.config().mixed());
+    QVERIFY(!p.findChild<QLabel*>("configKept")->isVisibleTo(&p));
+  }
+
+  void sessionKeepsConfigsScalesAndErrorMaps() {
+    auto run = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8 [calibrated]", 3));
+    cache::CacheConfig cfg = cache::parseSpec("fp8:overflow=saturate");
+    cfg.keyScales = cfg.valueScales = {{0.5f}, {0.25f}};
+    run->config = cfg;
+    run->headErrorK = {{0.1f, 0.2f, std::nanf("")}, {}};
+    run->headErrorV = {{0.3f, 0.4f, 0.5f}, {0.6f, 0.7f, 0.8f}};
+    auto te = std::make_shared<ui::TokenErrorView>();
+    te->layer = 1;
+    te->tokens = 2;
+    te->heads = 1;
+    te->channels = 2;
+    te->keys = {0.1f, 0.2f, 0.3f, std::nanf("")};
+    run->tokenErrors = te;
+    const ui::Session back = ui::parseSession(ui::sessionJson(ui::Session{"m.gguf", {run}}), "s.json");
+    const auto& r = *back.runs.front();
+    QVERIFY(r.config && *r.config == cfg);  // calibrated scales too, which no SPEC holds
+    QCOMPARE(r.headErrorK.size(), 2);
+    QCOMPARE(r.headErrorK[0][1], 0.2f);
+    QVERIFY(std::isnan(r.headErrorK[0][2]));
+    QCOMPARE(r.headErrorV[1], QVector<float>({0.6f, 0.7f, 0.8f}));
+    QCOMPARE(r.cache.stats.size(), std::size_t{2});
+    QCOMPARE(r.cache.stats[1].values.nonFiniteTotal, 3);
+    QCOMPARE(r.cache.stats[0].keys.scales, std::vector<float>({0.01f}));
+    QVERIFY(r.tokenErrors && r.tokenErrors->layer == 1 && r.tokenErrors->keys.size() == 4 && r.tokenErrors->values.empty());
+    // A map whose size is not tokens x heads x channels is refused, naming the key.
+    QByteArray bad = ui::sessionJson(ui::Session{"m.gguf", {run}});
+    bad.replace("\"tokens\": 2", "\"tokens\": 3");
+    try {
+      ui::parseSession(bad, "s.json");
+      QFAIL("a token map of the wrong size was accepted");
+    } catch (const ui::SessionError& e) {
+      QVERIFY2(QString(e.what()).contains("token_errors"), e.what());
+    }
+  }
+
  private:
   /// Within 1366x768 less a 40 px panel and a window manager's title bar and borders.
   static bool fits1366(const QSize& s) { return s.width() <= 1366 - 16 && s.height() <= 768 - 40 - 40; }
@@ -412,6 +505,7 @@ class GuiTest : public QObject {
   ui::MainWindow* w_ = nullptr;
   QString model_;
 
+  QString runsCell(int row, int column) const { return w_->runsModel()->index(row, column).data().toString(); }
   ui::RunSnapshotPtr runAndWait(const QString& spec, int maxNew) {
     QSignalSpy done(w_, &ui::MainWindow::runFinished);
     w_->configPanel()->setSpec(spec);
@@ -461,10 +555,15 @@ class GuiTest : public QObject {
     QVERIFY(quanto->shadow && quanto->meanKl > 0);
     QCOMPARE(quanto->tokens.front().refTop.size(), 5);  // the hover shows the reference's top-5 beside ours
     QCOMPARE(quanto->tokens.front().top.size(), 5);
-    QCOMPARE(w_->runsTable()->rowCount(), 2);
-    QCOMPARE(w_->runsTable()->item(1, 1)->text(), QString("quanto:nbits=2,residual_length=8"));
+    QCOMPARE(w_->runsModel()->rowCount(), 2);
+    // Runs are named by what tells them apart, every option resolved (no default hides the 4-bit width); the
+    // tooltip holds the run's own label.
+    QCOMPARE(runsCell(1, 1), QString("quanto: nbits=2, axis_key=0, axis_value=0, q_group_size=64, residual_length=8"));
+    QCOMPARE(runsCell(0, 1), QString("fp8: format=e4m3fn, granularity=tensor, headroom=1, overflow=saturate"));
+    QVERIFY(w_->runsModel()->index(1, 1).data(Qt::ToolTipRole).toString().startsWith("quanto:nbits=2,residual_length=8"));
+    QCOMPARE(w_->runsModel()->commonConfig(), QString("sink=0, attention=fused"));
     // Double-clicking a run puts its config back into the form.
-    Q_EMIT w_->runsTable()->cellDoubleClicked(0, 1);
+    Q_EMIT w_->runsTable()->doubleClicked(w_->runsModel()->index(0, 1));
     QCOMPARE(w_->configPanel()->spec(), QString("fp8:overflow=saturate"));
   }
 
@@ -514,7 +613,7 @@ class GuiTest : public QObject {
     // No row selected: every finished run (up to 8) is one curve; selecting rows narrows it.
     auto* overlay = w_->overlay();
     overlay->metricBox()->setCurrentIndex(2);  // stored KV MiB per step
-    QCOMPARE(overlay->plot()->graphCount(), w_->runsTable()->rowCount());
+    QCOMPARE(overlay->plot()->graphCount(), w_->runsModel()->rowCount());
     w_->runsTable()->selectRow(0);
     QCOMPARE(overlay->plot()->graphCount(), 1);
     QVERIFY(overlay->plot()->graph(0)->name().contains("fp8"));
@@ -523,8 +622,9 @@ class GuiTest : public QObject {
     QCOMPARE(overlay->plot()->graphCount(), 1);
     w_->runsTable()->clearSelection();
     // The table's own figures: max KL and perplexity columns.
-    QCOMPARE(w_->runsTable()->horizontalHeaderItem(9)->text(), QString("perplexity"));
-    QVERIFY(w_->runsTable()->item(1, 9)->text().toDouble() >= 1.0);
+    QCOMPARE(w_->runsModel()->headerData(9, Qt::Horizontal).toString(), QString("ppl"));
+    QVERIFY(w_->runsModel()->headerData(9, Qt::Horizontal, Qt::ToolTipRole).toString().contains("perplexity"));
+    QVERIFY(runsCell(1, 9).toDouble() >= 1.0);
   }
 
   void unavailableDeviceIsRefused() {
@@ -711,7 +811,7 @@ class GuiTest : public QObject {
     QVERIFY2(text.endsWith("resources/eval/coriolanus.txt"), qPrintable(text));
     w_->findChild<QSpinBox*>("evalCtx")->setValue(96);
     w_->findChild<QSpinBox*>("evalWindows")->setValue(1);
-    w_->startEval(text, {"fp8:overflow=saturate", "quanto:nbits=2,q_group_size=32,residual_length=0"});
+    w_->startEval(text, {cache::parseSpec("fp8:overflow=saturate"), cache::parseSpec("quanto:nbits=2,q_group_size=32,residual_length=0")});
     QVERIFY(!w_->findChild<QPushButton*>("runButton")->isEnabled());  // the engine is busy
     QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 180000);
     auto* t = w_->findChild<QTableWidget*>("evalTable");
@@ -726,23 +826,23 @@ class GuiTest : public QObject {
     QVERIFY(w_->findChild<QLabel*>("evalSummary")->text().contains("scored tokens"));
     QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
     // A missing text is refused before the engine is asked.
-    w_->startEval("/nonexistent/text.txt", {"fp8"});
+    w_->startEval("/nonexistent/text.txt", {cache::parseSpec("fp8")});
     QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("/nonexistent/text.txt"));
   }
 
   void finishedRunsAreAutosaved() {
     // Each finished run is written as it finishes: the autosave holds every row of the table.
     const ui::Session s = ui::loadSession(ui::MainWindow::autosavePath());
-    QCOMPARE(s.runs.size(), w_->runsTable()->rowCount());
-    QCOMPARE(s.runs.back()->spec, w_->runsTable()->item(w_->runsTable()->rowCount() - 1, 1)->text());
+    QCOMPARE(s.runs.size(), w_->runsModel()->rowCount());
+    QCOMPARE(s.runs.back()->spec, w_->runsModel()->run(w_->runsModel()->rowCount() - 1)->spec);
   }
 
   void sessionRoundTrip() {
     QTemporaryDir dir;
     const QString path = dir.filePath("s.kvscope.json");
-    const int rows = w_->runsTable()->rowCount();
+    const int rows = w_->runsModel()->rowCount();
     QVERIFY(rows >= 2);
-    const QString firstConfig = w_->runsTable()->item(0, 1)->text();
+    const QString firstConfig = runsCell(0, 1);
     w_->saveSessionTo(path);
     QVERIFY(QFile::exists(path));
     // A broken session file is refused and nothing changes.
@@ -753,11 +853,26 @@ class GuiTest : public QObject {
     b.close();
     w_->openSession(bad);
     QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("not a kvscope session file"));
-    QCOMPARE(w_->runsTable()->rowCount(), rows);
-    w_->runsTable()->setRowCount(0);
+    QCOMPARE(w_->runsModel()->rowCount(), rows);
+    const auto before = w_->runsModel()->runs();
+    w_->runsModel()->setRuns({});
     w_->openSession(path);
-    QCOMPARE(w_->runsTable()->rowCount(), rows);
-    QCOMPARE(w_->runsTable()->item(0, 1)->text(), firstConfig);
+    QCOMPARE(w_->runsModel()->rowCount(), rows);
+    QCOMPARE(runsCell(0, 1), firstConfig);
+    // Each run's whole config comes back, and what the layer x head map and the token map show.
+    for (int r = 0; r < rows; ++r) {
+      QVERIFY(w_->runsModel()->run(r)->config.has_value());
+      QVERIFY(*w_->runsModel()->run(r)->config == *before[r]->config);
+    }
+    QCOMPARE(w_->lastRun()->headErrorK, before.back()->headErrorK);
+    QVERIFY(!w_->lastRun()->headErrorK.isEmpty());
+    auto* map = qobject_cast<QCPColorMap*>(w_->errorDock()->plot()->plottable(0));
+    QVERIFY(map);
+    bool finite = false;
+    for (int l = 0; l < map->data()->keySize(); ++l) finite = finite || std::isfinite(map->data()->cell(l, 0));
+    QVERIFY(finite);
+    QVERIFY(w_->lastRun()->tokenErrors && w_->tokenErrorDock()->view() == w_->lastRun()->tokenErrors);
+    QCOMPARE(w_->configPanel()->config(), *before.back()->config);
     QVERIFY(!w_->textView()->plainText().isEmpty());
     // Per-step bytes come back too: the overlay can draw reopened runs.
     w_->overlay()->metricBox()->setCurrentIndex(2);
@@ -801,24 +916,24 @@ class GuiTest : public QObject {
 
   void sweepFindsTheBestUnderABudget() {
     QSignalSpy done(w_, &ui::MainWindow::runFinished);
-    const int before = w_->runsTable()->rowCount();
+    const int before = w_->runsModel()->rowCount();
     w_->maxNewBox()->setValue(4);
     w_->findChild<QDoubleSpinBox*>("budget")->setValue(1000.0);  // every config meets it: the smallest KV wins
     w_->startSweep("quanto:nbits=2,4;residual_length=4");
     QTRY_VERIFY_WITH_TIMEOUT(done.count() == 2, 120000);
-    QCOMPARE(w_->runsTable()->rowCount(), before + 2);
+    QCOMPARE(w_->runsModel()->rowCount(), before + 2);
     QTRY_VERIFY(w_->findChild<QLabel*>("bestLabel")->text().contains("quanto:nbits=2,residual_length=4"));
     // A malformed grid is refused before anything runs.
     w_->startSweep("quanto:nbits");
     QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("bad grid axis"));
-    QCOMPARE(w_->runsTable()->rowCount(), before + 2);
+    QCOMPARE(w_->runsModel()->rowCount(), before + 2);
   }
 
   void stopDuringASweepKeepsTheFinishedRuns() {
     // Stop while the sweep's second config runs: the sweep ends there, the first run is kept, counted for the best
     // config and autosaved; the cancelled one is listed but never chosen.
     QSignalSpy done(w_, &ui::MainWindow::runFinished);
-    const int before = w_->runsTable()->rowCount();
+    const int before = w_->runsModel()->rowCount();
     w_->maxNewBox()->setValue(48);
     w_->findChild<QDoubleSpinBox*>("budget")->setValue(1000.0);
     w_->startSweep("hqq:nbits=4,8,2");
@@ -837,7 +952,7 @@ class GuiTest : public QObject {
     QCOMPARE(done.count(), 2);
     QCOMPARE(w_->lastRun()->runId, done.at(1).at(0).value<ui::RunSnapshotPtr>()->runId);
     QVERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
-    QCOMPARE(w_->runsTable()->rowCount(), before + 2);
+    QCOMPARE(w_->runsModel()->rowCount(), before + 2);
     QVERIFY(w_->findChild<QLabel*>("bestLabel")->text().contains(first->spec));
     const ui::Session saved = ui::loadSession(ui::MainWindow::autosavePath());
     QVERIFY(saved.runs.size() >= 2);

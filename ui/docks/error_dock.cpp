@@ -46,16 +46,14 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
 }
 
 void ErrorDock::show(const RunSnapshotPtr& run) {
-  const auto& stats = run->cache.stats;
-  if (relK_.size() != stats.size() || !last_ || last_->runId != run->runId)
-    relK_.assign(stats.size(), {}), relV_.assign(stats.size(), {});
-  for (std::size_t l = 0; l < stats.size(); ++l) {
-    for (auto [src, dst] : {std::pair{&stats[l].keys.error, &relK_[l]}, std::pair{&stats[l].values.error, &relV_[l]}}) {
-      if (src->empty()) continue;
-      // ||x̂ - x|| / ||x|| over the whole head: a mean of per-cell ratios would be ruled by values near 0.
-      dst->assign(src->headRelL2.begin(), src->headRelL2.end());
-    }
-  }
+  // ||x̂ - x|| / ||x|| over each whole head (a mean of per-cell ratios would be ruled by values near 0), of the latest
+  // update that quantized the layer: the engine keeps it between snapshots, and sessions keep it with the run.
+  relK_.assign(run->headErrorK.size(), {});
+  relV_.assign(run->headErrorV.size(), {});
+  for (qsizetype l = 0; l < run->headErrorK.size(); ++l)
+    relK_[l].assign(run->headErrorK[l].begin(), run->headErrorK[l].end());
+  for (qsizetype l = 0; l < run->headErrorV.size(); ++l)
+    relV_[l].assign(run->headErrorV[l].begin(), run->headErrorV[l].end());
   last_ = run;
   redraw();
 }

@@ -30,8 +30,9 @@ OverlayPlot::OverlayPlot(QWidget* parent) : QWidget(parent) {
   connect(metric_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
 }
 
-void OverlayPlot::show(const QVector<RunSnapshotPtr>& runs) {
+void OverlayPlot::show(const QVector<RunSnapshotPtr>& runs, const QStringList& names) {
   runs_ = runs;
+  names_ = names;
   redraw();
 }
 
@@ -69,7 +70,8 @@ void OverlayPlot::redraw() {
     if (x.isEmpty() && bad.isEmpty()) continue;  // nothing to draw (a run stopped before its first token; beams carry no bytes)
     const QColor colour = palette[i++ % palette.size()];
     // Elided to fit two legend columns (the table beside it names the run in full).
-    const QString name = tr("#%1 %2").arg(run->runId).arg(QFontMetrics(plot_->legend->font()).elidedText(run->spec, Qt::ElideMiddle, 90));
+    const QString label = names_.size() == runs_.size() ? names_[runs_.indexOf(run)] : run->spec;
+    const QString name = tr("#%1 %2").arg(run->runId).arg(QFontMetrics(plot_->legend->font()).elidedText(label, Qt::ElideMiddle, 130));
     auto* g = plot_->addGraph();
     g->setName(name);
     g->setPen(QPen(colour, 1.5));

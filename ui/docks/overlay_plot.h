@@ -15,7 +15,8 @@ class OverlayPlot : public QWidget {
   Q_OBJECT
  public:
   explicit OverlayPlot(QWidget* parent = nullptr);
-  void show(const QVector<RunSnapshotPtr>& runs);
+  /// `names`: how the runs table names them (RunsModel), one per run; empty: their labels.
+  void show(const QVector<RunSnapshotPtr>& runs, const QStringList& names = {});
   QCustomPlot* plot() const { return plot_; }
   QComboBox* metricBox() const { return metric_; }
 
@@ -24,6 +25,7 @@ class OverlayPlot : public QWidget {
   QCustomPlot* plot_;
   QComboBox* metric_;
   QVector<RunSnapshotPtr> runs_;
+  QStringList names_;
 };
 
 }  // namespace kvscope::ui

@@ -1,0 +1,84 @@
+// The compare dock: the finished runs (a RunsModel in a table beside their overlay), a sweep of a config grid judged
+// under a budget (cache::planSweep / bestUnderBudget, as the CLI's sweep), and the text evaluation of the runs'
+// configs. It asks the window to run configs and to evaluate; it never talks to the engine.
+#pragma once
+
+#include <QWidget>
+#include <vector>
+
+#include "snapshots.h"
+
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QSplitter;
+class QTabWidget;
+class QTableView;
+
+namespace kvscope::ui {
+
+class EvalPage;
+class OverlayPlot;
+class RunsModel;
+
+class CompareDock : public QWidget {
+  Q_OBJECT
+ public:
+  explicit CompareDock(QWidget* parent = nullptr);
+
+  RunsModel* runs() const { return model_; }
+  QTableView* table() const { return table_; }
+  OverlayPlot* overlay() const { return overlay_; }
+  EvalPage* evalPage() const { return eval_; }
+  bool sweeping() const { return sweeping_; }
+
+  /// A finished run joins the table (and, during a sweep, the sweep's results; the next config follows).
+  void addRun(const RunSnapshotPtr& run);
+  void setRuns(const QVector<RunSnapshotPtr>& runs);
+  /// Runs every config of `grid` in turn (runRequested for each); false, with failed(), for a bad grid.
+  bool startSweep(const QString& grid);
+  /// Ends a sweep after the running config (Stop, a failed run): the best so far is named.
+  void stopSweep();
+  /// The configs the text evaluation takes: the selected runs' (every run's when none is selected), without repeats
+  /// or the unquantized `dynamic` (always the reference); empty when no run has one.
+  std::vector<cache::CacheConfig> evalConfigs() const;
+  /// A busy indicator for an evaluation (total 0: unknown; done < 0 hides it).
+  void showProgress(int done, int total);
+
+ Q_SIGNALS:
+  /// Run this config next (a sweep's next point).
+  void runRequested(const kvscope::cache::CacheConfig& config);
+  /// A run's config was chosen (double-click): load it into the form.
+  void configChosen(const kvscope::cache::CacheConfig& config);
+  void evaluateRequested();
+  void failed(const QString& message);
+
+ protected:
+  void resizeEvent(QResizeEvent* e) override;
+
+ private:
+  void arrange();
+  void updateOverlay();
+  void nextInSweep();
+  void finishSweep();
+
+  RunsModel* model_;
+  QTableView* table_;
+  OverlayPlot* overlay_;
+  EvalPage* eval_;
+  QSplitter* split_;
+  QTabWidget* tabs_;
+  QLabel* common_;
+  QLineEdit* grid_;
+  QComboBox* budgetKind_;
+  QDoubleSpinBox* budget_;
+  QLabel* best_;
+  QProgressBar* progress_;
+  std::vector<cache::CacheConfig> queue_;
+  QVector<RunSnapshotPtr> sweepRuns_;
+  bool sweeping_ = false;
+};
+
+}  // namespace kvscope::ui

@@ -1,0 +1,38 @@
+// The compare dock's "Text evaluation" tab: a text file, its window size and count, and the table of perplexity, KL
+// and top-1 of each config against the unquantized cache (generate::evaluate on the engine thread).
+#pragma once
+
+#include <QWidget>
+
+#include "snapshots.h"
+
+class QLabel;
+class QLineEdit;
+class QSpinBox;
+class QTableWidget;
+
+namespace kvscope::ui {
+
+class EvalPage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit EvalPage(QWidget* parent = nullptr);
+  /// A request for `configs` with the page's text and windows (the serial is the caller's).
+  EvalRequest request(const std::vector<cache::CacheConfig>& configs) const;
+  QString textPath() const;
+  void showStarted(const EvalRequest& r);
+  void showResult(const EvalResultView& result);
+  void showFailed(const QString& message);
+
+ Q_SIGNALS:
+  void evaluateClicked();
+
+ private:
+  QLineEdit* text_;
+  QSpinBox* ctx_;
+  QSpinBox* windows_;
+  QTableWidget* table_;
+  QLabel* summary_;
+};
+
+}  // namespace kvscope::ui

@@ -1,0 +1,175 @@
+#include "runs_model.h"
+
+#include <QMap>
+#include <cmath>
+
+#include "cache/config.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+/// exp(-mean log-prob) of the generated tokens under the run's own cache.
+QString perplexity(const RunSnapshot& run) {
+  if (!run.beamSteps.isEmpty() || !run.beamTexts.isEmpty()) return "-";  // beam hypotheses carry scores, not log-probs
+  double s = 0;
+  int n = 0;
+  for (const auto& t : run.tokens)
+    if (std::isfinite(t.logprob)) s += t.logprob, ++n;
+  return n ? QString::number(std::exp(-s / n), 'f', 3) : QString("-");
+}
+
+// A run's config as ordered (key, value) pairs: the backend, then every option resolved. A per-layer config is its
+// SPEC whole (its rules are what tell it apart); a run without a recorded config is its label.
+QVector<QPair<QString, QString>> facets(const RunSnapshot& run) {
+  QVector<QPair<QString, QString>> out;
+  if (!run.config || run.config->mixed()) return {qMakePair(QString("config"), parseRunLabel(run.spec).spec)};
+  const cache::CacheConfig& c = *run.config;
+  out.append(qMakePair(QString("backend"), QString::fromStdString(std::string(cache::backendName(c.backend)))));
+  for (const auto& o : cache::backendOptions(c.backend))
+    out.append(qMakePair(QString::fromStdString(o.name), QString::fromStdString(cache::optionValue(c, o.name))));
+  if (!c.keyScales.empty()) out.append(qMakePair(QString("scales"), QString("calibrated")));
+  return out;
+}
+
+// " (4 beams)" of a beam-search run's label.
+QString decodingSuffix(const QString& label) {
+  const int at = label.indexOf(" (");
+  return at < 0 ? QString() : label.mid(at);
+}
+
+}  // namespace
+
+QStringList configNames(const QVector<RunSnapshotPtr>& runs, QString* common) {
+  QVector<QVector<QPair<QString, QString>>> all;
+  for (const auto& r : runs) all.append(facets(*r));
+  // A key is common when every run has it with one value (and there are two runs to compare).
+  QMap<QString, QString> shared;
+  QStringList sharedOrder;
+  if (runs.size() > 1) {
+    for (const auto& [k, v] : all.front()) {
+      bool same = true;
+      for (const auto& f : all) {
+        const auto it = std::find_if(f.begin(), f.end(), [&](const auto& p) { return p.first == k; });
+        same = same && it != f.end() && it->second == v;
+      }
+      if (same) shared.insert(k, v), sharedOrder << k;
+    }
+  }
+  QStringList names;
+  for (int i = 0; i < all.size(); ++i) {
+    QString backend;
+    QStringList parts;
+    for (const auto& [k, v] : all[i]) {
+      if (k == "backend" || k == "config") backend = v;
+      else if (!shared.contains(k)) parts << (k == "scales" ? QString("[calibrated]") : k + "=" + v);
+    }
+    names << backend + (parts.isEmpty() ? QString() : ": " + parts.join(", ")) + decodingSuffix(runs[i]->spec);
+  }
+  if (common) {
+    QStringList said;
+    for (const QString& k : sharedOrder)
+      if (k != "backend" && k != "config") said << k + "=" + shared[k];
+    const QString backend = shared.value("backend", shared.value("config"));
+    *common = sharedOrder.isEmpty() ? QString()
+                                    : (backend.isEmpty() ? QString() : backend + (said.isEmpty() ? "" : ": ")) +
+                                          said.join(", ");
+  }
+  return names;
+}
+
+RunsModel::RunsModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+void RunsModel::append(const RunSnapshotPtr& run) {
+  beginInsertRows({}, static_cast<int>(runs_.size()), static_cast<int>(runs_.size()));
+  runs_.append(run);
+  endInsertRows();
+  rename();
+}
+
+void RunsModel::setRuns(const QVector<RunSnapshotPtr>& runs) {
+  beginResetModel();
+  runs_ = runs;
+  endResetModel();
+  rename();
+}
+
+void RunsModel::rename() {
+  // A new run can change every name (what differs between the runs): the whole column is redrawn.
+  names_ = configNames(runs_, &common_);
+  if (!runs_.isEmpty()) Q_EMIT dataChanged(index(0, Config), index(static_cast<int>(runs_.size()) - 1, Config));
+  Q_EMIT headerDataChanged(Qt::Horizontal, Config, Config);
+}
+
+int RunsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(runs_.size()); }
+int RunsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+
+QString RunsModel::cell(int row, int column, bool fullLabel) const {
+  const RunSnapshot& r = *runs_[row];
+  const auto t = r.cache.total();
+  switch (column) {
+    case Run: return QString::number(r.runId);
+    case Config: return fullLabel ? r.spec : names_.value(row);
+    case KvMiB: return QString::number(t.stored() / 1048576.0, 'f', 3);
+    case Ratio: return QString::number(t.stored() ? double(t.unquantized) / double(t.stored()) : 0.0, 'f', 2);
+    case DecodeTokS: return QString::number(r.decodeTokS, 'f', 1);
+    case MeanKl: return r.shadow ? QString::number(r.meanKl, 'g', 3) : "-";
+    case Top1: return r.shadow ? QString::number(100.0 * r.top1Agreement, 'f', 1) + "%" : "-";
+    case FirstDivergence: return r.shadow && r.firstDivergence >= 0 ? QString::number(r.firstDivergence) : "-";
+    case MaxKl: return r.shadow ? QString::number(r.maxKl, 'g', 3) : "-";
+    case Perplexity: return perplexity(r);
+    default: return {};
+  }
+}
+
+QVariant RunsModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= runs_.size()) return {};
+  if (role == Qt::DisplayRole) return cell(index.row(), index.column(), false);
+  if (role == Qt::ToolTipRole && index.column() == Config) {
+    const RunSnapshot& r = *runs_[index.row()];
+    return tr("%1\nDouble-click: load this config into the form").arg(r.spec);
+  }
+  if (role == Qt::TextAlignmentRole && index.column() != Config)
+    return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
+  return {};
+}
+
+QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
+  if (o != Qt::Horizontal) return {};
+  if (section < 0 || section >= ColumnCount) return {};
+  // Short headers, so that every figure fits beside the config without scrolling; the tooltips say them in full.
+  static const char* kNames[] = {"run", "config", "KV MiB", "ratio", "tok/s", "mean KL", "top-1", "1st div.",
+                                 "max KL", "ppl"};
+  static const char* kTips[] = {
+      "the run's number (the overlay's legend and the session use it)",
+      nullptr,
+      "stored KV bytes (payload, scales/zeros and residual), MiB",
+      "compression: the same tokens unquantized ÷ stored",
+      "decode tokens per second",
+      "mean KL divergence of each step's next-token distribution from the unquantized reference (nats)",
+      "share of steps whose top-1 token is the reference's",
+      "first generated step whose token differs from the reference's",
+      "largest per-step KL (nats)",
+      "perplexity: exp(-mean log-prob) of the generated tokens under the run's cache"};
+  if (role == Qt::DisplayRole) return tr(kNames[section]);
+  if (role != Qt::ToolTipRole) return {};
+  if (section == Config)
+    return common_.isEmpty() ? tr("Each run's config") : tr("What tells the runs apart; every run has %1").arg(common_);
+  return tr(kTips[section]);
+}
+
+QString RunsModel::csv() const {
+  auto quoted = [](QString s) { return QString("\"%1\"").arg(s.replace('"', "\"\"")); };
+  QString out;
+  static const char* kCsvNames[] = {"run",    "config", "kv_mib",           "ratio",  "decode_tok_s",
+                                    "mean_kl", "top1",   "first_divergence", "max_kl", "perplexity"};
+  for (int c = 0; c < ColumnCount; ++c) out += QString(c ? "," : "") + kCsvNames[c];
+  out += "\n";
+  for (int r = 0; r < runs_.size(); ++r) {
+    for (int c = 0; c < ColumnCount; ++c) out += (c ? "," : "") + quoted(cell(r, c, true));
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace kvscope::ui

@@ -1,0 +1,52 @@
+// The finished runs of a session as a table model: one row a run, its config named by what tells it apart from the
+// other runs, and its figures. The compare dock's table, the overlay's selection, the text evaluation's configs, the
+// CSV export and the session file all read it.
+#pragma once
+
+#include <QAbstractTableModel>
+#include <QStringList>
+#include <QVector>
+
+#include "snapshots.h"
+
+namespace kvscope::ui {
+
+/// Short names for a set of configs: the backend and the options whose values differ between the runs (every
+/// option's resolved value, defaults included: an omitted default does not hide a 4-bit config behind "quanto").
+/// `common` receives what every run shares, "" when there is one run or none. Names read "quanto: nbits=2,
+/// q_group_size=32" (spaces, so that a narrow column wraps them); the runs' tooltips keep their SPECs.
+QStringList configNames(const QVector<RunSnapshotPtr>& runs, QString* common = nullptr);
+
+class RunsModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { Run, Config, KvMiB, Ratio, DecodeTokS, MeanKl, Top1, FirstDivergence, MaxKl, Perplexity, ColumnCount };
+
+  explicit RunsModel(QObject* parent = nullptr);
+
+  void append(const RunSnapshotPtr& run);
+  void setRuns(const QVector<RunSnapshotPtr>& runs);
+  const QVector<RunSnapshotPtr>& runs() const { return runs_; }
+  RunSnapshotPtr run(int row) const { return runs_.value(row); }
+  /// The config column's text of `row` (configNames).
+  QString name(int row) const { return names_.value(row); }
+  /// What every run shares ("" for fewer than two runs), shown above the table.
+  QString commonConfig() const { return common_; }
+  /// The table as CSV: the header, then a row per run (full labels in the config column).
+  QString csv() const;
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
+  QVariant headerData(int section, Qt::Orientation o, int role = Qt::DisplayRole) const override;
+
+ private:
+  QString cell(int row, int column, bool fullLabel) const;
+  void rename();
+
+  QVector<RunSnapshotPtr> runs_;
+  QStringList names_;
+  QString common_;
+};
+
+}  // namespace kvscope::ui
