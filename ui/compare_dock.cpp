@@ -134,7 +134,7 @@ void CompareDock::addRun(const RunSnapshotPtr& run) {
   if (!sweeping_) return;
   sweepRuns_.append(run);
   progress_->setValue(static_cast<int>(sweepRuns_.size()));
-  if (run->stopReason == "cancelled") queue_.clear();
+  if (run->cancelled) queue_.clear();
   QTimer::singleShot(0, this, &CompareDock::nextInSweep);
 }
 
@@ -177,7 +177,7 @@ void CompareDock::finishSweep() {
   const double limit = budget_->value();
   std::vector<cache::SweepOutcome> outcomes;
   for (const auto& r : sweepRuns_)
-    outcomes.push_back({r->cache.total().stored(), r->meanKl, r->shadow, r->stopReason != "cancelled"});
+    outcomes.push_back({r->cache.total().stored(), r->meanKl, r->shadow, !r->cancelled});
   const auto at = cache::bestUnderBudget(
       outcomes, byKl ? cache::SweepBudget{cache::SweepBudget::Kind::MaxMeanKl, limit}
                      : cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes, limit * 1048576.0});

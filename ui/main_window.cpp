@@ -219,20 +219,11 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
   updateActions();
   compare_->addRun(run);
   autosave();
-  offerOverflowFix(*run);
-  Q_EMIT runFinished(run);
-}
-
-void MainWindow::offerOverflowFix(const RunSnapshot& run) {
-  const auto advice = overflowAdvice(run);
-  if (!advice) return;
-  QVector<MessageBar::Action> fix;
   // A sweep goes on with its own configs: the fix is offered once it has ended.
-  if (!advice->saturatedSpec.isEmpty() && !compare_->sweeping())
-    fix.push_back({tr("Rerun with overflow=saturate"), "rerunSaturate", [this, spec = advice->saturatedSpec] {
-                     if (configPanel()->setSpec(spec)) this->run();
-                   }});
-  messageBar_->showMessage(MessageBar::Kind::Warning, advice->text, fix);
+  showOverflowAdvice(messageBar_, *run, !compare_->sweeping(), [this](const QString& spec) {
+    if (configPanel()->setSpec(spec)) this->run();
+  });
+  Q_EMIT runFinished(run);
 }
 
 void MainWindow::onInspection(const TokenErrorViewPtr& view) {
@@ -269,6 +260,12 @@ void MainWindow::onEvalFinished(const EvalResultView& result) {
 
 void MainWindow::updateStatus() {
   status_->setText(statusLine(model_.device.isEmpty() ? runPanel_->device() : model_.device, last_));
+}
+
+void MainWindow::onRequestFailed(quint64 serial, const QString& message) {
+  if (serial == runSerial_) return onFailed(message);
+  message_->setError(message);
+  messageBar_->showError(message);
 }
 
 void MainWindow::onFailed(const QString& message) {

@@ -80,6 +80,9 @@ class MainWindow : public QMainWindow {
   void onRunUpdated(const kvscope::ui::RunSnapshotPtr& run);
   void onInspection(const kvscope::ui::TokenErrorViewPtr& view);
   void onFailed(const QString& message);
+  /// Request `serial` failed (the engine's `failed`): a failure of an earlier request than the latest is shown but
+  /// leaves the latest one's state alone.
+  void onRequestFailed(quint64 serial, const QString& message);
   /// Back to the dock arrangement the window was built with (View > Reset layout): every dock shown and docked.
   void resetLayout();
   /// Writes the form's config for `target` to `path` (atomically); what the target cannot express is said in the
@@ -122,7 +125,6 @@ class MainWindow : public QMainWindow {
 
  private:
   void buildDocks();
-  void offerOverflowFix(const RunSnapshot& run);
   void showRun(const RunSnapshotPtr& run);
   void updateActions();
   void updateStatus();

@@ -1,6 +1,9 @@
 #include "overflow_advice.h"
 
 #include <QCoreApplication>
+
+#include "message_bar.h"
+
 #include <QStringList>
 #include <vector>
 
@@ -65,6 +68,17 @@ std::optional<OverflowAdvice> overflowAdvice(const RunSnapshot& run) {
     a.saturatedSpec = QString::fromStdString(cache::toSpec(fixed));
   }
   return a;
+}
+
+void showOverflowAdvice(MessageBar* bar, const RunSnapshot& run, bool offerRerun,
+                        const std::function<void(const QString& spec)>& rerun) {
+  const auto advice = overflowAdvice(run);
+  if (!advice) return;
+  QVector<MessageBar::Action> fix;
+  if (!advice->saturatedSpec.isEmpty() && offerRerun)
+    fix.push_back({QCoreApplication::translate("MainWindow", "Rerun with overflow=saturate"), "rerunSaturate",
+                   [rerun, spec = advice->saturatedSpec] { rerun(spec); }});
+  bar->showMessage(MessageBar::Kind::Warning, advice->text, fix);
 }
 
 }  // namespace kvscope::ui

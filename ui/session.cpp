@@ -273,6 +273,7 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
     r->top1Agreement = rd.number(o, "top1_agreement", 1.0);
     r->firstDivergence = static_cast<int>(rd.integer(o, "first_divergence", -1, std::numeric_limits<int>::max(), -1));
     r->stopReason = rd.string(o, "stop_reason");
+    r->cancelled = r->stopReason == QLatin1String("cancelled");  // the file's word for it
     const QJsonArray beams = rd.array(o, "beams");
     for (qsizetype j = 0; j < beams.size(); ++j) {
       rd.where = QString("run #%1 beam #%2: ").arg(i).arg(j);

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "snapshots.h"
+#include "util/error.h"
 
 namespace kvscope::ui {
 
@@ -16,9 +17,10 @@ struct Session {
   QVector<RunSnapshotPtr> runs;
 };
 
-class SessionError : public std::runtime_error {
+/// A session file that cannot be read or written (ErrorCode::BadFile); the message names the file and the key.
+class SessionError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit SessionError(const std::string& what) : Error(ErrorCode::BadFile, what) {}
 };
 
 /// Writes atomically (QSaveFile). Throws SessionError naming the file.

@@ -112,7 +112,8 @@ struct RunSnapshot {
   double meanKl = 0.0, maxKl = 0.0, top1Agreement = 1.0;
   int firstDivergence = -1;
   bool finished = false;
-  QString stopReason;
+  QString stopReason;      ///< generate::stopReasonName(): "max_new", "stop_token", "callback", "cancelled"
+  bool cancelled = false;  ///< stopped on request (its stopReason says so in words)
   // Beam search runs:
   QVector<BeamStepView> beamSteps;
   QStringList beamTexts;  ///< finished hypotheses, best first

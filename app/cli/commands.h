@@ -8,11 +8,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "util/error.h"
+
 namespace kvscope::cli {
 
-class UsageError : public std::runtime_error {
+/// A bad combination of the command line's options (ErrorCode::BadInput).
+class UsageError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit UsageError(const std::string& what) : Error(ErrorCode::BadInput, what) {}
 };
 
 /// Registers a subcommand; the returned function runs it after parsing.

@@ -115,7 +115,7 @@ Runner addGenerate(CLI::App& app) {
         std::cerr << fmt::format("[{}] {} beams, {:.2f}s; best score {:.4f}; KV stored {:.2f} MiB ({:.2f}x)\n",
                                  cache::toSpec(cfg), o->beams, br.seconds, br.scores.empty() ? 0.0f : br.scores[0],
                                  mem.stored() / 1048576.0, mem.stored() ? double(mem.unquantized) / mem.stored() : 0.0);
-      return br.stopReason == "cancelled" ? 130 : 0;
+      return br.stopReason == generate::StopReason::Cancelled ? 130 : 0;
     }
     generate::GenerateOptions go;
     go.maxNew = o->maxNew;
@@ -172,7 +172,7 @@ Runner addGenerate(CLI::App& app) {
                                   {"cache", cache::toSpec(cfg)},
                                   {"prompt_tokens", r.promptTokens},
                                   {"new_tokens", r.tokens.size()},
-                                  {"stop_reason", r.stopReason},
+                                  {"stop_reason", generate::stopReasonName(r.stopReason)},
                                   {"prefill_tok_s", prefillTps},
                                   {"decode_tok_s", decodeTps},
                                   {"kv_bytes", {{"payload", mem.payload}, {"metadata", mem.metadata},
@@ -192,7 +192,7 @@ Runner addGenerate(CLI::App& app) {
       std::cerr << fmt::format(
           "[{}] {} prompt + {} new tokens ({}); prefill {:.1f} tok/s, decode {:.1f} tok/s; KV stored {:.2f} MiB vs "
           "{:.2f} MiB unquantized ({:.2f}x), held {:.2f} MiB; overflow {}, NaN/inf {}\n",
-          cache::toSpec(cfg), r.promptTokens, r.tokens.size(), r.stopReason, prefillTps, decodeTps,
+          cache::toSpec(cfg), r.promptTokens, r.tokens.size(), generate::stopReasonName(r.stopReason), prefillTps, decodeTps,
           mem.stored() / 1048576.0, mem.unquantized / 1048576.0, mem.stored() ? double(mem.unquantized) / mem.stored() : 0.0,
           mem.held() / 1048576.0, overflow, nonFinite);
       if (o->shadow)
@@ -200,7 +200,7 @@ Runner addGenerate(CLI::App& app) {
                                  r.meanKl, r.maxKl, 100.0 * r.top1Agreement,
                                  r.firstDivergence < 0 ? std::string("none") : fmt::format("at step {}", r.firstDivergence));
     }
-    return r.stopReason == "cancelled" ? 130 : 0;
+    return r.stopReason == generate::StopReason::Cancelled ? 130 : 0;
   };
 }
 

@@ -5,15 +5,13 @@
 #include <stdexcept>
 #include <vector>
 
-#include "util/process_memory.h"
-#include "cache/config.h"
-#include "cache/layer.h"
 #include "cli/commands.h"
-#include "model/safetensors.h"
-#include "tokenizer/tokenizer.h"
+#include "runtime/errors.h"
+#include "util/process_memory.h"
 
 int main(int argc, char** argv) {
   kvscope::util::setAllocatorPolicy();  // resident memory follows what the cache holds (util/process_memory.h)
+  kvscope::runtime::installOutOfMemoryType();
   CLI::App app{"kvscope-cli: quantized KV-cache workbench, headless", "kvscope-cli"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kvscope-cli 0.1.0");
@@ -31,15 +29,13 @@ int main(int argc, char** argv) {
   try {
     for (auto& run : runners)
       if (const int rc = run(); rc >= 0) return rc;
-  } catch (const std::exception& e) {
+  } catch (...) {
     // Bad input (a SPEC, a file, an option) is exit 2 with one line; anything else is kvscope's own failure.
-    const bool badInput = dynamic_cast<const std::invalid_argument*>(&e) ||  // ConfigError, option checks
-                          dynamic_cast<const kvscope::cache::CacheError*>(&e) ||
-                          dynamic_cast<const kvscope::model::FormatError*>(&e) ||
-                          dynamic_cast<const kvscope::tokenizer::TokenizerError*>(&e) ||
-                          dynamic_cast<const kvscope::cli::UsageError*>(&e);
-    std::cerr << "kvscope-cli: " << (badInput ? "error: " : "internal error: ") << e.what() << "\n";
-    return badInput ? 2 : 1;
+    const auto f = kvscope::runtime::currentFailure();
+    const int rc = kvscope::exitStatus(f.code);
+    std::cerr << "kvscope-cli: " << (rc == 2 ? "error: " : f.code == kvscope::ErrorCode::Internal ? "internal error: " : "")
+              << (f.code == kvscope::ErrorCode::OutOfMemory ? "out of memory: " : "") << f.message << "\n";
+    return rc;
   }
   return 0;
 }

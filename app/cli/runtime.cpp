@@ -18,26 +18,16 @@ namespace kvscope::cli {
 
 std::string defaultModelPath() { return runtime::defaultModelPath(); }
 
-at::ScalarType parseDtype(const std::string& s) {
-  try {
-    return runtime::parseDtype(s);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
-}
+at::ScalarType parseDtype(const std::string& s) { return runtime::parseDtype(s); }
 
 Loaded loadModel(const std::string& path, const std::string& dtype) {
   parseDtype(dtype);  // a usage error before anything is read
-  try {
-    runtime::LoadedModel r = runtime::loadModel(path, dtype);
-    Loaded m;
-    m.path = std::move(r.path);
-    m.model = std::move(r.model);
-    m.tok = std::move(r.tokenizer);
-    return m;
-  } catch (const runtime::ModelNotFound& e) {
-    throw UsageError(e.what());
-  }
+  runtime::LoadedModel r = runtime::loadModel(path, dtype);
+  Loaded m;
+  m.path = std::move(r.path);
+  m.model = std::move(r.model);
+  m.tok = std::move(r.tokenizer);
+  return m;
 }
 
 std::string promptText(const std::string& prompt, const std::string& file) {

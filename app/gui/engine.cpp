@@ -14,24 +14,21 @@
 #include "generate/generate.h"
 #include "model/gguf.h"
 #include "model/llama.h"
+#include "runtime/errors.h"
 #include "runtime/model_loader.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvscope::app {
 
 namespace {
-// One line for the user: LibTorch's errors carry a C++ backtrace after the message; an allocation that fails (a
-// memory cap, or the machine's memory) says so and what is kept.
-QString describe(const std::exception& e, const QString& during, bool modelKept) {
-  const auto* c10e = dynamic_cast<const c10::Error*>(&e);
-  QString what = QString::fromUtf8(c10e ? c10e->what_without_backtrace() : e.what()).section('\n', 0, 0);
-  const bool oom = dynamic_cast<const std::bad_alloc*>(&e) != nullptr || what.contains("not enough memory") ||
-                   what.contains("can't allocate memory") || what.contains("out of memory", Qt::CaseInsensitive);
-  if (!oom) return what;
-  if (const auto at = what.indexOf("DefaultCPUAllocator: "); at > 0) what = what.mid(at);  // not the enforce prefix
-  if (what.isEmpty() || what == "std::bad_alloc") what = "an allocation failed";
-  return QString("out of memory during %1 (%2)%3")
-      .arg(during, what, modelKept ? "; the loaded model is kept" : QString());
+// One line for the user, for the exception in flight (runtime::currentFailure: LibTorch's backtrace dropped); out
+// of memory says during what and what is kept.
+QString describeCurrent(const QString& during, bool modelKept) {
+  const runtime::Failure f = runtime::currentFailure();
+  const QString what = QString::fromStdString(f.message);
+  if (f.code == ErrorCode::Cancelled) return QString("%1 cancelled%2").arg(during, modelKept ? "; the loaded model is kept" : "");
+  if (f.code != ErrorCode::OutOfMemory) return what;
+  return QString("out of memory during %1 (%2)%3").arg(during, what, modelKept ? "; the loaded model is kept" : QString());
 }
 
 // Snapshots at most every 100 ms (10 Hz): smooth enough to watch, and on a 2-core machine the GUI's redraws then take
@@ -157,7 +154,8 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   snap->prefillTokS = result.prefillSeconds > 0 ? snap->promptTokens / result.prefillSeconds : 0.0;
   snap->decodeTokS = decodeSeconds > 0 && snap->beamSteps.size() > 1 ? (snap->beamSteps.size() - 1) / decodeSeconds : 0.0;
   snap->finished = true;
-  snap->stopReason = QString::fromStdString(result.stopReason);
+  snap->stopReason = QString::fromUtf8(generate::stopReasonName(result.stopReason));
+  snap->cancelled = result.stopReason == generate::StopReason::Cancelled;
   snap->cache = kv.snapshot();
   snap->tokenErrors = inspection();
   fillHeadErrors(*snap);
@@ -173,7 +171,7 @@ void registerMetaTypes() {
   qRegisterMetaType<kvscope::ui::EvalResultView>();
 }
 
-Engine::Engine() : d_(std::make_unique<Impl>()) {}
+Engine::Engine() : d_(std::make_unique<Impl>()) { runtime::installOutOfMemoryType(); }
 Engine::~Engine() = default;
 
 QString defaultModelPath() { return QString::fromStdString(runtime::defaultModelPath()); }
@@ -188,7 +186,7 @@ void Engine::load(const QString& path, const QString& dtype, const QString& devi
   beginRun(serial);
   try {
     if (!availableDevices().contains(device))
-      throw std::runtime_error("device `" + device.toStdString() + "` is not available here (" +
+      throw Error(ErrorCode::Unavailable, "device `" + device.toStdString() + "` is not available here (" +
                                availableDevices().join(", ").toStdString() + ")");
     // The CLI's loader: the same lookup, readers and messages.
     runtime::LoadedModel m = runtime::loadModel(path.toStdString(), dtype.toStdString(),
@@ -215,10 +213,8 @@ void Engine::load(const QString& path, const QString& dtype, const QString& devi
     info.contextLength = c.contextLength;
     for (const auto& w : c.weightTypes) info.weightTypes << QString::fromStdString(w);
     Q_EMIT modelLoaded(info);
-  } catch (const model::LoadCancelled&) {
-    Q_EMIT failed(QString("loading `%1` cancelled%2").arg(path, d_->model ? "; the loaded model is kept" : ""));
-  } catch (const std::exception& e) {
-    Q_EMIT failed(describe(e, QString("loading `%1`").arg(path), d_->model != nullptr));
+  } catch (...) {
+    Q_EMIT failed(serial, describeCurrent(QString("loading `%1`").arg(path), d_->model != nullptr));
   }
 }
 
@@ -233,15 +229,15 @@ void Engine::beginRun(quint64 serial) {
 void Engine::evaluate(const ui::EvalRequest& r) {
   beginRun(r.serial);
   try {
-    if (!d_->model) throw std::runtime_error("no model is loaded");
+    if (!d_->model) throw Error(ErrorCode::BadInput, "no model is loaded");
     const std::vector<cache::CacheConfig>& cfgs = r.configs;
     for (const auto& c : cfgs) cache::validate(c);
     QFile f(r.textPath);
     if (!f.open(QIODevice::ReadOnly))
-      throw std::runtime_error("cannot read text file `" + r.textPath.toStdString() + "`: " + f.errorString().toStdString());
+      throw Error(ErrorCode::BadFile, "cannot read text file `" + r.textPath.toStdString() + "`: " + f.errorString().toStdString());
     const QByteArray text = f.readAll();
     const auto ids32 = d_->tok->encode(text.toStdString(), true, false);
-    if (ids32.size() < 2) throw std::runtime_error("`" + r.textPath.toStdString() + "` encodes to fewer than 2 tokens");
+    if (ids32.size() < 2) throw Error(ErrorCode::BadInput, "`" + r.textPath.toStdString() + "` encodes to fewer than 2 tokens");
     const std::vector<std::int64_t> ids(ids32.begin(), ids32.end());
     const auto windows = generate::textWindows(ids, r.ctx, r.windows);
     generate::EvalOptions o;
@@ -273,23 +269,21 @@ void Engine::evaluate(const ui::EvalRequest& r) {
     }
     Q_EMIT evalProgress(total, total);
     Q_EMIT evalFinished(out);
-  } catch (const generate::EvalCancelled&) {
-    Q_EMIT failed("evaluation cancelled");
-  } catch (const std::exception& e) {
-    Q_EMIT failed(describe(e, "the evaluation", d_->model != nullptr));
+  } catch (...) {
+    Q_EMIT failed(r.serial, describeCurrent("the evaluation", false));
   }
 }
 
 void Engine::run(const ui::RunRequest& r) {
   beginRun(r.serial);
   try {
-    if (!d_->model) throw std::runtime_error("no model is loaded");
+    if (!d_->model) throw Error(ErrorCode::BadInput, "no model is loaded");
     const cache::CacheConfig& cfg = r.config;
     cache::validate(cfg);
     const std::string text = r.chat ? tokenizer::applyChatML({{"user", r.prompt.toStdString()}}, true)
                                     : r.prompt.toStdString();
     const auto ids32 = d_->tok->encode(text, true, r.chat);
-    if (ids32.empty()) throw std::runtime_error("the prompt is empty");
+    if (ids32.empty()) throw Error(ErrorCode::BadInput, "the prompt is empty");
     const std::vector<std::int64_t> prompt(ids32.begin(), ids32.end());
     cache::StatsOptions stats;
     stats.tokenBin = 1;  // the token x channel map needs every token's own error
@@ -356,7 +350,8 @@ void Engine::run(const ui::RunRequest& r) {
         },
         &cancel_);
     snap->finished = true;
-    snap->stopReason = QString::fromStdString(result.stopReason);
+    snap->stopReason = QString::fromUtf8(generate::stopReasonName(result.stopReason));
+    snap->cancelled = result.stopReason == generate::StopReason::Cancelled;
     snap->meanKl = result.meanKl;
     snap->maxKl = result.maxKl;
     snap->top1Agreement = result.top1Agreement;
@@ -365,8 +360,8 @@ void Engine::run(const ui::RunRequest& r) {
     snap->tokenErrors = inspection();
     fillHeadErrors(*snap);
     Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
-  } catch (const std::exception& e) {
-    Q_EMIT failed(describe(e, "the run", d_->model != nullptr));
+  } catch (...) {
+    Q_EMIT failed(r.serial, describeCurrent("the run", d_->model != nullptr));
   }
 }
 

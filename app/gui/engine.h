@@ -52,7 +52,8 @@ class Engine : public QObject {
   void inspectionUpdated(const kvscope::ui::TokenErrorViewPtr& view);
   void evalProgress(int done, int total);
   void evalFinished(const kvscope::ui::EvalResultView& result);
-  void failed(const QString& message);
+  /// Request `serial` (a load, a run or an evaluation) failed or was cancelled: one line for the user.
+  void failed(quint64 serial, const QString& message);
 
  private:
   void runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt,

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
       next();
     });
     QObject::connect(engine, &kvscope::app::Engine::modelLoaded, &w, [&] { QTimer::singleShot(0, &w, next); });
-    QObject::connect(engine, &kvscope::app::Engine::failed, &w, [&](const QString& m) {
+    QObject::connect(engine, &kvscope::app::Engine::failed, &w, [&](quint64, const QString& m) {
       qCritical("kvscope: %s", qPrintable(m));
       if (!shot.isEmpty()) QApplication::exit(2);
     });

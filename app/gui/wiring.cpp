@@ -40,7 +40,7 @@ void wire(Engine* engine, ui::MainWindow* w) {
   link(engine, &Engine::inspectionUpdated, w, &ui::MainWindow::onInspection);
   link(engine, &Engine::evalProgress, w, &ui::MainWindow::onEvalProgress);
   link(engine, &Engine::evalFinished, w, &ui::MainWindow::onEvalFinished);
-  link(engine, &Engine::failed, w, &ui::MainWindow::onFailed);
+  link(engine, &Engine::failed, w, &ui::MainWindow::onRequestFailed);
 }
 
 void startEngine(Engine* engine, QThread* thread) {

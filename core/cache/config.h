@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "util/error.h"
+
 namespace kvscope::cache {
 
 enum class Backend { Dynamic, Fp8, Quanto, Hqq, Kivi };
@@ -27,10 +29,11 @@ enum class OverflowPolicy {
 /// dequantized history beside the codes and LibTorch's scaled_dot_product_attention reads it.
 enum class AttentionMode { Fused, Reference };
 
-/// A bad option, key, value or combination. `key()` names the offending key (empty for the backend itself).
-class ConfigError : public std::invalid_argument {
+/// A bad option, key, value or combination (ErrorCode::BadInput). `key()` names the offending key (empty for the
+/// backend itself).
+class ConfigError : public Error {
  public:
-  ConfigError(std::string key, const std::string& message) : std::invalid_argument(message), key_(std::move(key)) {}
+  ConfigError(std::string key, const std::string& message) : Error(ErrorCode::BadInput, message), key_(std::move(key)) {}
   const std::string& key() const { return key_; }
 
  private:

@@ -17,9 +17,9 @@
 namespace kvscope::cache {
 
 /// A call the layer cannot honour (shape change mid-sequence, group size that does not divide, bad beam index).
-class CacheError : public std::runtime_error {
+class CacheError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CacheError(const std::string& what) : Error(ErrorCode::BadInput, what) {}
 };
 
 /// What fused attention reads after a layer stored new states: its keys and values in their stored form, and the

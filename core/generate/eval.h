@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdint>
+
+#include "util/error.h"
 #include <functional>
 #include <string>
 #include <vector>
@@ -44,8 +46,9 @@ struct EvalFigures {
 using EvalProgress = std::function<bool(std::size_t window, std::size_t windows, std::size_t config,
                                         std::size_t configs)>;
 
-struct EvalCancelled : std::runtime_error {
-  EvalCancelled() : std::runtime_error("evaluation cancelled") {}
+/// What a cancelled evaluation throws: a kvscope::Cancelled (callers catch that, as for every cancel).
+struct EvalCancelled : Cancelled {
+  EvalCancelled() : Cancelled("evaluation cancelled") {}
 };
 
 /// Figures for the unquantized reference (first, spec "dynamic (reference)") and then each config.

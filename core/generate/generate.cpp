@@ -37,13 +37,13 @@ std::int64_t pick(const at::Tensor& logits, const SamplingOptions& s, at::Genera
 }
 
 // Thrown by cancelTap's function to leave a forward pass between two layers.
-struct Cancelled {};
+
 
 // A tap that ends a forward pass at the next layer once `cancel` is set (no tap without a flag).
 model::TapFn cancelTap(const std::atomic<bool>* cancel) {
   if (!cancel) return {};
   return [cancel](int, const char* name, const at::Tensor&) {
-    if (std::strcmp(name, "attn_in") == 0 && cancel->load()) throw Cancelled{};
+    if (std::strcmp(name, "attn_in") == 0 && cancel->load()) throw kvscope::Cancelled("cancelled during the forward pass");
   };
 }
 
@@ -95,17 +95,17 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
       shadow = model.makeCache(cache::parseSpec("dynamic"), quiet);
       refLogits = model.forward(ids, *shadow, forwardOptions(chunk, stop)).select(0, 0).select(0, -1);
     }
-  } catch (const Cancelled&) {
-    r.stopReason = "cancelled";  // during the prefill: no token, and the cache is not to be used further
+  } catch (const kvscope::Cancelled&) {
+    r.stopReason = StopReason::Cancelled;  // during the prefill: no token, and the cache is not to be used further
     r.prefillSeconds = since(t0);
     return r;
   }
   double klSum = 0.0;
   int agree = 0;
-  r.stopReason = "max_new";
+  r.stopReason = StopReason::MaxNew;
   for (int step = 0; step < o.maxNew; ++step) {
     if (cancel && cancel->load()) {
-      r.stopReason = "cancelled";
+      r.stopReason = StopReason::Cancelled;
       break;
     }
     const auto ts = Clock::now();
@@ -149,11 +149,11 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
     ids = at::full({1, 1}, token, at::kLong);
     const bool more = onStep ? onStep(ev) : true;
     if (std::find(o.stopIds.begin(), o.stopIds.end(), token) != o.stopIds.end()) {
-      r.stopReason = "stop_token";
+      r.stopReason = StopReason::StopToken;
       break;
     }
     if (!more) {
-      r.stopReason = "callback";
+      r.stopReason = StopReason::Callback;
       break;
     }
   }
@@ -189,12 +189,12 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
   std::vector<Hyp> finished;  // at most B, best first
   bool unsatisfied = true;
   BeamResult r;
-  r.stopReason = "max_new";
+  r.stopReason = StopReason::MaxNew;
 
   at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1}).expand({B, -1}).contiguous();
   for (int t = 0; t < maxNew; ++t) {
     if (cancel && cancel->load()) {
-      r.stopReason = "cancelled";
+      r.stopReason = StopReason::Cancelled;
       break;
     }
     at::Tensor logits;
@@ -203,8 +203,8 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
       logits = model.forward(ids, cache, forwardOptions(t == 0 ? prefillChunkFor(cache, o.prefillChunk) : 0,
                                                         t == 0 ? cancelTap(cancel) : model::TapFn{}))
                    .select(1, -1);  // [B, V] f32
-    } catch (const Cancelled&) {
-      r.stopReason = "cancelled";
+    } catch (const kvscope::Cancelled&) {
+      r.stopReason = StopReason::Cancelled;
       break;
     }
     if (t == 0) r.prefillSeconds = since(t0);
@@ -274,13 +274,13 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
       ev.memory = cache.totalMemory();
       ev.snapshot = std::make_shared<const cache::CacheSnapshot>(cache.snapshot());
       if (!onStep(ev)) {
-        r.stopReason = "callback";
+        r.stopReason = StopReason::Callback;
         break;
       }
     }
     const bool more = unsatisfied && !(nowFull && o.earlyStopping == "true") && !allHit;
     if (!more) {
-      r.stopReason = lastStep ? "max_new" : "stop_token";
+      r.stopReason = lastStep ? StopReason::MaxNew : StopReason::StopToken;
       break;
     }
   }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -63,12 +64,24 @@ struct StepEvent {
 /// Return false to stop after this step.
 using StepFn = std::function<bool(const StepEvent&)>;
 
+/// Why a generation ended; stopReasonName() is its text in outputs and session files.
+enum class StopReason { MaxNew, StopToken, Callback, Cancelled };
+constexpr std::string_view stopReasonName(StopReason r) {
+  switch (r) {
+    case StopReason::MaxNew: return "max_new";
+    case StopReason::StopToken: return "stop_token";
+    case StopReason::Callback: return "callback";
+    case StopReason::Cancelled: return "cancelled";
+  }
+  return "max_new";
+}
+
 struct GenerateResult {
   std::vector<std::int64_t> tokens;
   std::vector<float> logprobs;
   double prefillSeconds = 0.0, decodeSeconds = 0.0;
   int promptTokens = 0;
-  std::string stopReason;  ///< "max_new", "stop_token", "callback", "cancelled"
+  StopReason stopReason = StopReason::MaxNew;
   // With GenerateOptions::shadow:
   double meanKl = 0.0, maxKl = 0.0;
   double top1Agreement = 1.0;  ///< fraction of steps whose argmax agrees
@@ -107,7 +120,7 @@ struct BeamResult {
   std::vector<float> scores;                         ///< length-normalized, as transformers' sequences_scores
   double seconds = 0.0;                              ///< the whole search
   double prefillSeconds = 0.0;                       ///< its first step: the prompt, once per beam
-  std::string stopReason;
+  StopReason stopReason = StopReason::MaxNew;
 };
 
 /// transformers' beam search (its v5 vectorized algorithm: 2 x beams candidates per step, finished hypotheses

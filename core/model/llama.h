@@ -18,9 +18,10 @@ namespace kvscope::model {
 /// Called with (done, total) units while loading; return false to cancel (the load throws LoadCancelled).
 using ProgressFn = std::function<bool(std::int64_t done, std::int64_t total)>;
 
-class LoadCancelled : public std::runtime_error {
+/// What a cancelled load throws: a kvscope::Cancelled (callers catch that, as for every cancel).
+class LoadCancelled : public Cancelled {
  public:
-  LoadCancelled() : std::runtime_error("model load cancelled") {}
+  LoadCancelled() : Cancelled("model load cancelled") {}
 };
 
 /// Observes named intermediate tensors of a forward pass (like llama.cpp's eval callback):

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "model/mapped_file.h"
+#include "util/error.h"
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -13,9 +14,10 @@
 
 namespace kvscope::model {
 
-class FormatError : public std::runtime_error {
+/// A model file that is unreadable, malformed or unsupported (ErrorCode::BadFile); the message names the file.
+class FormatError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit FormatError(const std::string& what) : Error(ErrorCode::BadFile, what) {}
 };
 
 class SafetensorsFile {

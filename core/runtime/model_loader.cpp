@@ -62,7 +62,7 @@ at::ScalarType parseDtype(const std::string& name) {
   if (name == "fp32" || name == "float32") return at::kFloat;
   if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
   if (name == "fp16" || name == "float16") return at::kHalf;
-  throw std::invalid_argument(fmt::format("unknown dtype `{}` (fp32, bf16 or fp16)", name));
+  throw Error(ErrorCode::BadInput, fmt::format("unknown dtype `{}` (fp32, bf16 or fp16)", name));
 }
 
 LoadedModel loadModel(const std::string& pathIn, const std::string& dtype, const model::ProgressFn& progress) {

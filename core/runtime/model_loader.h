@@ -5,6 +5,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+
+#include "util/error.h"
 #include <vector>
 
 #include "model/llama.h"
@@ -13,9 +15,9 @@
 namespace kvscope::runtime {
 
 /// The named model path does not exist, or no model was named and none is where one is looked for.
-class ModelNotFound : public std::runtime_error {
+class ModelNotFound : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ModelNotFound(const std::string& what) : Error(ErrorCode::BadInput, what) {}
 };
 
 struct LoadedModel {
@@ -32,7 +34,7 @@ std::vector<std::string> modelSearchPlaces();
 /// load then names it); empty when there is none.
 std::string defaultModelPath();
 
-/// "fp32", "bf16" or "fp16"; std::invalid_argument naming the value otherwise.
+/// "fp32", "bf16" or "fp16"; an Error (BadInput) naming the value otherwise.
 at::ScalarType parseDtype(const std::string& name);
 
 /// A GGUF file (tokenizer from its metadata) or a Hugging Face directory (config.json, safetensors, tokenizer.json).

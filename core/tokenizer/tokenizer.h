@@ -20,6 +20,8 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+
+#include "util/error.h"
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,9 +34,9 @@ class GgufFile;
 namespace kvscope::tokenizer {
 
 /// Bad or unsupported tokenizer data; the message names the source (file, key) and the problem.
-class TokenizerError : public std::runtime_error {
+class TokenizerError : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit TokenizerError(const std::string& what) : Error(ErrorCode::BadFile, what) {}
 };
 
 /// GGUF token types (tokenizer.ggml.token_type).

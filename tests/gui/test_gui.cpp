@@ -60,7 +60,7 @@ using namespace kvscope;
 class EngineSpy : public QObject {
  public:
   explicit EngineSpy(app::Engine* engine) {
-    connect(engine, &app::Engine::failed, this, [this](const QString& m) {
+    connect(engine, &app::Engine::failed, this, [this](quint64, const QString& m) {
       ui::handoff::acquire();  // the engine's release comes from wire()'s connections (ui/thread_handoff.h)
       failures << m;
     });

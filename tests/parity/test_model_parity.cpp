@@ -121,7 +121,7 @@ TEST(Generate, SamplingIsReproducibleAndShadowMeasuresTheCache) {
   o.stopIds = {a.tokens.empty() ? 0 : loadTensor(*f.ref, "greedy.dynamic")[3].item<std::int64_t>()};
   auto cc = f.model->makeCache(cache::parseSpec("dynamic"));
   const auto s = generate::generate(*f.model, *cc, prompt, o);
-  EXPECT_EQ(s.stopReason, "stop_token");
+  EXPECT_EQ(s.stopReason, generate::StopReason::StopToken);
   EXPECT_EQ(s.tokens.back(), o.stopIds[0]);
   // Bad options are errors, not crashes.
   generate::GenerateOptions bad;

@@ -93,9 +93,15 @@ TEST(ModelLoader, DtypesAreNamedOrRefused) {
   try {
     runtime::parseDtype("fp64");
     FAIL();
-  } catch (const std::invalid_argument& e) {
+  } catch (const kvscope::Error& e) {
+    EXPECT_EQ(e.code(), kvscope::ErrorCode::BadInput);
     EXPECT_NE(std::string(e.what()).find("unknown dtype `fp64`"), std::string::npos) << e.what();
   }
   // The dtype is checked before the file is looked for.
-  EXPECT_THROW(runtime::loadModel("/no/such/model.gguf", "int8"), std::invalid_argument);
+  try {
+    runtime::loadModel("/no/such/model.gguf", "int8");
+    FAIL();
+  } catch (const kvscope::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown dtype `int8`"), std::string::npos) << e.what();
+  }
 }

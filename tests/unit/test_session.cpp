@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "cache/config.h"
 #include "session.h"
 
 namespace ui = kvscope::ui;
@@ -44,6 +45,7 @@ ui::Session sample() {
   r->beamTexts = {"a", "b"};
   r->beamScores = {-1.0f, -2.5f};
   r->finished = true;
+  r->config = kvscope::cache::parseSpec("quanto:nbits=4");
   return ui::Session{"/models/m.gguf", {r}};
 }
 
@@ -86,7 +88,27 @@ TEST(Session, RoundTripKeepsEverythingWrittenIncludingNaN) {
   EXPECT_TRUE(std::isnan(r.maxKl));
   EXPECT_EQ(r.firstDivergence, 2);
   EXPECT_EQ(r.beamTexts, QStringList({"a", "b"}));
+  ASSERT_TRUE(r.config.has_value());
+  EXPECT_EQ(*r.config, kvscope::cache::parseSpec("quanto:nbits=4"));
   EXPECT_EQ(ui::sessionJson(back), json);
+}
+
+TEST(Session, AnOlderFileWithoutConfigsTakesTheConfigFromTheLabel) {
+  const auto s = ui::parseSession(R"J({"format":"kvscope-session","version":1,"runs":[
+      {"config":"fp8:overflow=saturate (4 beams)","tokens":[]}, {"config":"fp8 [calibrated]","tokens":[]},
+      {"config":"/etc/passwd","tokens":[]}]})J",
+                                  "old.json");
+  ASSERT_EQ(s.runs.size(), 3);
+  ASSERT_TRUE(s.runs[0]->config.has_value());
+  EXPECT_EQ(*s.runs[0]->config, kvscope::cache::parseSpec("fp8:overflow=saturate"));
+  EXPECT_FALSE(s.runs[1]->config.has_value());  // its scales were never in the file
+  EXPECT_FALSE(s.runs[2]->config.has_value());  // a session never makes kvscope read another file
+  EXPECT_NE(error(R"({"format":"kvscope-session","version":1,"runs":[{"config":"x","tokens":[],"cache":"quanto:nbits=3"}]})")
+                .find("`cache`: `nbits` for `quanto`"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"format":"kvscope-session","version":1,"runs":[{"config":"x","tokens":[],"cache":"/tmp/c.json"}]})")
+                .find("not a path"),
+            std::string::npos);
 }
 
 TEST(Session, SaveAndLoadThroughAFile) {
