@@ -209,6 +209,9 @@ void MainWindow::showRun(const RunSnapshotPtr& run) {
   // The engine attaches the token x channel errors at most twice a second (and always to the final snapshot).
   if (run->tokenErrors) tokenErrors_->show(run->tokenErrors);
   beamDock_->show(run);
+  // A beam search's reorder is its primary view: the Beams tab comes to the front as the run starts.
+  if (!run->beamSteps.isEmpty() && std::exchange(beamsRaisedFor_, run->runId) != run->runId)
+    findChild<QDockWidget*>("beamDock")->raise();
 }
 
 void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {

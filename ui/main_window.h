@@ -150,6 +150,7 @@ class MainWindow : public QMainWindow {
   quint64 runSerial_ = 0;
   ModelInfo model_;
   RunSnapshotPtr last_;
+  int beamsRaisedFor_ = 0;  ///< the beam-search run whose Beams tab was brought to the front
   bool running_ = false;
   bool loading_ = false;
   bool evaluating_ = false;

@@ -89,7 +89,8 @@ using TokenErrorViewPtr = std::shared_ptr<const TokenErrorView>;
 struct BeamStepView {
   int step = 0;
   QVector<qint64> parents;
-  QStringList tokens;
+  QVector<qint64> ids;  ///< the token each beam appended
+  QStringList tokens;   ///< their text
   QVector<float> scores;
   QVector<qint64> storeRows;
 };
@@ -120,6 +121,24 @@ struct RunSnapshot {
   QVector<float> beamScores;
 };
 using RunSnapshotPtr = std::shared_ptr<const RunSnapshot>;
+
+/// The tokens beam `beam` holds after the run's latest step, traced back through each step's parents (the cache
+/// reorder): what that beam's cache rows hold. Empty for a run without beam steps or a beam it does not have.
+inline QVector<TokenView> beamSequence(const RunSnapshot& run, int beam) {
+  QVector<TokenView> out;
+  if (run.beamSteps.isEmpty() || beam < 0 || beam >= run.beamSteps.back().parents.size()) return out;
+  qint64 b = beam;
+  for (auto s = run.beamSteps.size() - 1; s >= 0 && b >= 0; --s) {
+    const BeamStepView& st = run.beamSteps[s];
+    if (b >= st.parents.size()) break;
+    TokenView t;
+    t.id = st.ids.value(b);
+    t.text = st.tokens.value(b);
+    out.prepend(t);
+    b = st.parents[b];
+  }
+  return out;
+}
 
 /// What a run's label (RunSnapshot::spec) says of its config: the label is the SPEC, then " [calibrated]" when the
 /// scales were calibrated offline (cache::toSpec writes it; no SPEC holds such scales) and " (N beams)" for beam search.

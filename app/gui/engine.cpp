@@ -115,18 +115,22 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   if (const auto e = d_->tok->tokenId("<|im_end|>")) stops.push_back(*e);
   QElapsedTimer sinceEmit, sinceInspection;
   sinceEmit.start();
+  std::vector<cache::TensorMemory> stepMemory;  // the whole cache (every beam) after each step
   const auto result = generate::beamSearch(
       *d_->model, kv, prompt, r.maxNew, bo, stops,
       [&](const generate::BeamStepEvent& ev) {
         ui::BeamStepView v;
         v.step = ev.step;
         for (auto p : ev.parents) v.parents << p;
-        for (auto t : ev.tokens) v.tokens << QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(t)));
+        for (auto t : ev.tokens) {
+          v.ids << t;
+          v.tokens << QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(t)));
+        }
         for (auto sc : ev.scores) v.scores << sc;
         if (ev.snapshot && !ev.snapshot->stats.empty())
           for (auto row : ev.snapshot->stats[0].storeRows) v.storeRows << row;
         snap->beamSteps.append(v);
-        if (ev.snapshot) snap->cache = *ev.snapshot;
+        if (ev.snapshot) snap->cache = *ev.snapshot, stepMemory.push_back(ev.snapshot->total());
         recordErrors(kv);
         if (sinceEmit.elapsed() >= kEmitMs) {
           snap->tokenErrors = inspectionIfDue(sinceInspection);
@@ -147,6 +151,11 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
       ui::TokenView t;
       t.id = id;
       t.text = QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id)));
+      // Step i's bytes: every beam's rows, as the cache holds them (the KV-per-step plot and the overlay).
+      if (const auto i = static_cast<std::size_t>(snap->tokens.size()); i < stepMemory.size()) {
+        t.kvStored = stepMemory[i].stored();
+        t.kvUnquantized = stepMemory[i].unquantized;
+      }
       snap->tokens.append(t);
     }
   // The first step runs the prompt (once per beam, as transformers does); the steps after it decode.

@@ -1,13 +1,14 @@
 // kvscope: the workbench. Starts on the embedded model (or the one given), ready to press Run.
-//   kvscope [--model PATH] [--autorun SPEC ...] [--max-new N] [--no-shadow] [--screenshot FILE | --quit]
+//   kvscope [--model PATH] [--autorun SPEC ...] [--max-new N] [--no-shadow] [--beams N] [--screenshot FILE | --quit]
 //           [--memory-cap MIB]
 // --autorun runs each SPEC in turn on the default prompt (greedy, --max-new tokens, with a shadow reference unless
 // --no-shadow) and prints one line per finished run; --screenshot saves the window after the last run and quits;
 // --quit quits after the last run.
 #include <QApplication>
+#include <QComboBox>
+#include <QSpinBox>
 #include <QCommandLineParser>
 #include <QScreen>
-#include <QSpinBox>
 #include <QThread>
 #include <QTimer>
 #include <cstdio>
@@ -41,12 +42,13 @@ int main(int argc, char** argv) {
   QCommandLineOption shotOpt("screenshot", "Save the window to this PNG after the autoruns, then quit.", "file");
   QCommandLineOption newOpt("max-new", "New tokens per run.", "n", "64");
   QCommandLineOption noShadowOpt("no-shadow", "Run without the shadow reference.");
+  QCommandLineOption beamsOpt("beams", "Run the autoruns as beam search with this many beams.", "n");
   QCommandLineOption quitOpt("quit", "Quit after the autoruns.");
   QCommandLineOption capOpt("memory-cap",
                             "Cap the process's address space at this many MiB (setrlimit RLIMIT_AS): loads and runs "
                             "that need more fail with an out-of-memory message and the window keeps what it had.",
                             "mib");
-  cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, quitOpt, capOpt});
+  cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, beamsOpt, quitOpt, capOpt});
   cli.process(app);
   if (cli.isSet(capOpt)) {
     bool ok = false;
@@ -69,6 +71,16 @@ int main(int argc, char** argv) {
   kvscope::ui::MainWindow w;
   kvscope::app::wire(engine, &w);
 
+  if (cli.isSet(beamsOpt)) {
+    bool ok = false;
+    const int beams = cli.value(beamsOpt).toInt(&ok);
+    if (!ok || beams < 1 || beams > 16) {
+      std::fprintf(stderr, "kvscope: --beams takes 1 to 16, got `%s`\n", qPrintable(cli.value(beamsOpt)));
+      return 2;
+    }
+    w.findChild<QComboBox*>("decoding")->setCurrentIndex(2);
+    w.findChild<QSpinBox*>("beams")->setValue(beams);
+  }
   QStringList autoruns = cli.values(autorunOpt);
   const QString shot = cli.value(shotOpt);
   auto next = [&] {

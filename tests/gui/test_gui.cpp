@@ -424,6 +424,28 @@ class WindowTest : public QObject {
     QVERIFY(model.csv().contains("\"fp8:overflow=saturate\""));  // the CSV keeps each run's own label
   }
 
+  void beamSequenceFollowsTheReorders() {
+    ui::RunSnapshot r;
+    // Step 0: both beams from the prompt; step 1: beam 1 takes beam 0's rows; step 2: beam 0 takes beam 1's.
+    for (const auto& [parents, tokens] : std::vector<std::pair<QVector<qint64>, QStringList>>{
+             {{0, 0}, {"a", "b"}}, {{0, 0}, {"c", "d"}}, {{1, 0}, {"e", "f"}}}) {
+      ui::BeamStepView st;
+      st.step = static_cast<int>(r.beamSteps.size());
+      st.parents = parents;
+      st.tokens = tokens;
+      st.ids = {1, 2};
+      r.beamSteps << st;
+    }
+    auto text = [&](int beam) {
+      QString s;
+      for (const auto& t : ui::beamSequence(r, beam)) s += t.text;
+      return s;
+    };
+    QCOMPARE(text(0), QString("ade"));  // beam 0 at step 2 continues beam 1, which continued beam 0 at step 1
+    QCOMPARE(text(1), QString("acf"));
+    QVERIFY(ui::beamSequence(r, 2).isEmpty());
+  }
+
   void compareDockPutsTheOverlayBesideOnlyWhenThereIsRoom() {
     ui::CompareDock dock;
     auto* tabs = dock.findChild<QTabWidget*>("compareTabs");
@@ -802,6 +824,17 @@ class GuiTest : public QObject {
     QCOMPARE(w_->selection()->beam(), 2);
     QCOMPARE(w_->selection()->token(), r->promptTokens + r->beamSteps[1].step);
     QVERIFY(w_->beamDock()->table()->horizontalHeaderItem(2)->text().contains("▶"));
+    // The text view follows the selected beam: its sequence traced back through the reorders.
+    const auto seq = ui::beamSequence(*r, 2);
+    QCOMPARE(seq.size(), r->beamSteps.size());
+    QString beamText;
+    for (const auto& t : seq) beamText += t.text;
+    QVERIFY2(w_->textView()->plainText().startsWith("beam 2") && w_->textView()->plainText().endsWith(beamText),
+             qPrintable(w_->textView()->plainText()));
+    // The finished hypotheses are a compact list under the reorder table; the KV-per-step plot has every step.
+    QCOMPARE(w_->beamDock()->hypotheses()->rowCount(), 3);
+    QCOMPARE(w_->memoryDock()->stepsPlot()->graph(0)->data()->size(), r->tokens.size());
+    QVERIFY(r->tokens.back().kvStored > r->tokens.front().kvStored);
   }
 
   void evaluatesConfigsOnTheShippedText() {

@@ -12,13 +12,17 @@ namespace kvscope::ui {
 
 MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
   auto* l = new QVBoxLayout(this);
+  // Everything within the height a 768 px screen leaves this tab group (below it, Qt would lay the widgets over one
+  // another): tight margins, and plots that may shrink to a readable minimum.
+  l->setContentsMargins(2, 2, 2, 2);
+  l->setSpacing(2);
   totals_ = new QLabel(tr("No run yet."), this);
   totals_->setObjectName("memoryTotals");
   totals_->setWordWrap(true);
   plot_ = new QCustomPlot(this);
-  plot_->setMinimumSize(kPlotMin);
+  plot_->setMinimumSize(kPlotMin.width(), kPlotMin.height() * 3 / 4);
   steps_ = new QCustomPlot(this);
-  steps_->setMinimumSize(kPlotMin.width(), kPlotMin.height() / 2);
+  steps_->setMinimumSize(kPlotMin.width(), kPlotMin.height() * 2 / 5);
   const QStringList names{tr("payload"), tr("scales/zeros"), tr("residual"), tr("dequantized buffer")};
   const QList<QColor> colours{QColor(52, 101, 164), QColor(245, 121, 0), QColor(115, 210, 22), QColor(186, 189, 182)};
   // One key for both plots, a label that wraps to the dock's width (a plot legend covered the bars or, below the
@@ -105,7 +109,7 @@ void MemoryDock::show(const RunSnapshotPtr& run) {
   plot_->replot(QCustomPlot::rpQueuedReplot);
   QVector<double> step, stored, unq;
   for (int i = 0; i < run->tokens.size(); ++i) {
-    if (run->tokens[i].kvUnquantized == 0) continue;  // beam runs and old sessions carry no per-step bytes
+    if (run->tokens[i].kvUnquantized == 0) continue;  // old sessions carry no per-step bytes
     step << i;
     stored << mib(run->tokens[i].kvStored);
     unq << mib(run->tokens[i].kvUnquantized);

@@ -67,7 +67,7 @@ void OverlayPlot::redraw() {
       x << s;
       y << v;
     }
-    if (x.isEmpty() && bad.isEmpty()) continue;  // nothing to draw (a run stopped before its first token; beams carry no bytes)
+    if (x.isEmpty() && bad.isEmpty()) continue;  // nothing to draw (a run stopped before its first token)
     const QColor colour = palette[i++ % palette.size()];
     // Elided to fit two legend columns (the table beside it names the run in full).
     const QString label = names_.size() == runs_.size() ? names_[runs_.indexOf(run)] : run->spec;

@@ -98,6 +98,10 @@ void TextView::show(const RunSnapshotPtr& run) {
   const bool sameRun = last_ && last_->runId == run->runId;
   const int before = sameRun ? shown_ : 0;
   last_ = run;
+  if (!run->beamSteps.isEmpty()) {  // the beams reorder at every step: the sequence is traced again, whole
+    if (run->tokenErrors) errors_ = run->tokenErrors;
+    return redraw();
+  }
   if (run->tokenErrors) errors_ = run->tokenErrors;
   else if (!sameRun) errors_.reset();
   // While a run streams, the tokens already shown keep their colour (KL, top-1, log-prob are per token): only the
@@ -119,7 +123,7 @@ void TextView::show(const RunSnapshotPtr& run) {
 }
 
 QString TextView::tokenHtml(int i) const {
-  const TokenView& t = last_->tokens[i];
+  const TokenView& t = tokens()[i];
   const qint64 pos = last_->promptTokens + i;
   QString tip = tr("position %1, id %2, log-prob %3").arg(pos).arg(t.id).arg(t.logprob, 0, 'f', 3);
   if (last_->shadow)
@@ -174,9 +178,15 @@ void TextView::redraw() {
   const auto* bar = browser_->verticalScrollBar();
   const int scroll = bar ? bar->value() : 0;
   QString html;
-  for (int i = 0; i < last_->tokens.size(); ++i) html += tokenHtml(i);
+  if (!last_->beamSteps.isEmpty()) {
+    beam_ = beamSequence(*last_, sel_->beam());
+    html = tr("<b>beam %1</b> (what its cache rows hold after step %2; click another beam in Beams): ")
+               .arg(sel_->beam())
+               .arg(last_->beamSteps.back().step);
+  }
+  for (int i = 0; i < tokens().size(); ++i) html += tokenHtml(i);
   browser_->setHtml(html);
-  shown_ = static_cast<int>(last_->tokens.size());
+  shown_ = static_cast<int>(tokens().size());
   if (auto* b = browser_->verticalScrollBar()) b->setValue(scroll);
 }
 

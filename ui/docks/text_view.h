@@ -13,7 +13,7 @@ namespace kvscope::ui {
 
 /// Streamed tokens, each coloured by a chosen metric (KL against the shadow reference, top-1 agreement, the
 /// quantization error of its K/V in the selected layer, or log-prob); hovering shows position, id and the top
-/// candidates; clicking a token selects its position.
+/// candidates; clicking a token selects its position. A beam-search run shows the selected beam's sequence.
 class TextView : public QWidget {
   Q_OBJECT
  public:
@@ -33,7 +33,10 @@ class TextView : public QWidget {
   void redraw();
   void updateKey();
   QColor colour(const TokenView& t, qint64 pos) const;
-  QString tokenHtml(int i) const;  ///< token i of the latest run as an anchor (colour, hover text)
+  QString tokenHtml(int i) const;  ///< token i of what is shown as an anchor (colour, hover text)
+  /// What the view shows: the run's tokens, or for beam search the selected beam's sequence.
+  const QVector<TokenView>& tokens() const { return last_ && !last_->beamSteps.isEmpty() ? beam_ : last_->tokens; }
+  QVector<TokenView> beam_;  ///< the selected beam's tokens (beamSequence)
   int shown_ = 0;                  ///< tokens of the latest run in the document
   Selection* sel_;
   QTextBrowser* browser_;
