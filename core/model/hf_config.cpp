@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "model/json_depth.h"
+#include "util/json.h"
 #include "model/safetensors.h"  // FormatError
 
 namespace kvscope::model {
@@ -70,14 +70,9 @@ class Keys {
 }  // namespace
 
 ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
-  if (jsonNestingDepth(text) > kMaxJsonDepth)
-    throw FormatError(fmt::format("{}: JSON nested deeper than {} levels", where, kMaxJsonDepth));
-  json top;
-  try {
-    top = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    throw FormatError(fmt::format("{}: not valid JSON ({})", where, e.what()));
-  }
+  JsonParse parsed = parseBoundedJson(text);
+  if (!parsed.problem.empty()) throw FormatError(fmt::format("{}: {}", where, parsed.problem));
+  json top = std::move(parsed.value);
   if (!top.is_object()) throw FormatError(fmt::format("{}: expected a JSON object, found {}", where, top.type_name()));
   const json* jp = &top;
   if (const auto it = top.find("text_config"); it != top.end() && !it->is_null()) {

@@ -1,6 +1,6 @@
 #include "model/safetensors.h"
 
-#include "model/json_depth.h"
+#include "util/json.h"
 
 
 #include <fmt/format.h>
@@ -40,14 +40,9 @@ void SafetensorsFile::parse() {
     if (n > size - 8)
       throw FormatError(fmt::format("{}: header claims {} bytes but only {} follow", path, n, size - 8));
     const char* hb = reinterpret_cast<const char*>(base + 8);
-    if (jsonNestingDepth(std::string_view(hb, n)) > kMaxJsonDepth)
-      throw FormatError(fmt::format("{}: header JSON nested deeper than {} levels", path, kMaxJsonDepth));
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(hb, hb + n);
-    } catch (const nlohmann::json::exception& e) {
-      throw FormatError(fmt::format("{}: header is not valid JSON ({})", path, e.what()));
-    }
+    JsonParse parsed = parseBoundedJson(std::string_view(hb, n));
+    if (!parsed.problem.empty()) throw FormatError(fmt::format("{}: header: {}", path, parsed.problem));
+    nlohmann::json header = std::move(parsed.value);
     if (!header.is_object()) throw FormatError(fmt::format("{}: header is not a JSON object", path));
     const std::uint8_t* data = base + 8 + n;
     const std::uint64_t dataSize = size - 8 - n;
@@ -122,14 +117,9 @@ const SafetensorsFile::Entry& SafetensorsFile::at(const std::string& name) const
 }
 
 std::map<std::string, std::string> readSafetensorsIndex(std::string_view text, const std::string& where) {
-  if (jsonNestingDepth(text) > kMaxJsonDepth)
-    throw FormatError(fmt::format("{}: JSON nested deeper than {} levels", where, kMaxJsonDepth));
-  nlohmann::json idx;
-  try {
-    idx = nlohmann::json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("{}: not valid JSON ({})", where, e.what()));
-  }
+  JsonParse parsed = parseBoundedJson(text);
+  if (!parsed.problem.empty()) throw FormatError(fmt::format("{}: {}", where, parsed.problem));
+  nlohmann::json idx = std::move(parsed.value);
   if (!idx.is_object() || !idx.contains("weight_map") || !idx["weight_map"].is_object())
     throw FormatError(fmt::format("{}: no weight_map object", where));
   std::map<std::string, std::string> map;

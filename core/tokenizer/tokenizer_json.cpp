@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "model/json_depth.h"
+#include "util/json.h"
 #include "tokenizer/detail.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,13 +27,9 @@ class Reader {
   }
 
   json parse(std::string_view text) const {
-    if (jsonNestingDepth(text) > kMaxJsonDepth)
-      throw TokenizerError(path_ + ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    try {
-      return json::parse(text.begin(), text.end());
-    } catch (const json::exception& e) {
-      throw TokenizerError(path_ + ": not valid JSON (" + e.what() + ")");
-    }
+    JsonParse parsed = parseBoundedJson(text);
+    if (!parsed.problem.empty()) throw TokenizerError(path_ + ": " + parsed.problem);
+    return std::move(parsed.value);
   }
 
   std::string str(const json& j, const std::string& key) const {

@@ -21,7 +21,7 @@
 #include "gguf_writer.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
-#include "model/json_depth.h"
+#include "util/json.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
 #include "test_helpers.h"

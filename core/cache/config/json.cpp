@@ -1,6 +1,6 @@
 // kvscope's config file (transformers' cache_config plus a `kvscope` section), and a bare transformers cache_config.
 #include "cache/config/detail.h"
-#include "model/json_depth.h"
+#include "util/json.h"
 
 #include <fmt/format.h>
 
@@ -58,14 +58,9 @@ json hfDict(const CacheConfig& cfg) {
 
 CacheConfig configFromJson(std::string_view text, std::string_view origin) {
   using detail::json;
-  if (jsonNestingDepth(text) > kMaxJsonDepth)
-    throw ConfigError("", fmt::format("{}: JSON nested deeper than {} levels", origin, kMaxJsonDepth));
-  json doc;
-  try {
-    doc = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number that overflows a double
-    throw ConfigError("", fmt::format("{}: not valid JSON ({})", origin, e.what()));
-  }
+  JsonParse parsed = parseBoundedJson(text);
+  if (!parsed.problem.empty()) throw ConfigError("", fmt::format("{}: {}", origin, parsed.problem));
+  json doc = std::move(parsed.value);
   if (!doc.is_object()) throw ConfigError("", fmt::format("{}: expected a JSON object", origin));
   if (doc.contains("layers")) return detail::layersFromJson(doc, origin);
   const bool kvscopeFile = doc.contains("cache_config");
