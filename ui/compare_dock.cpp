@@ -194,7 +194,7 @@ void CompareDock::finishSweep() {
   best_->setText(tr("Best under %1: <b>%2</b> (%3 MiB, %4x, mean KL %5)")
                      .arg(budget, best->spec.toHtmlEscaped())
                      .arg(t.stored() / 1048576.0, 0, 'f', 3)
-                     .arg(t.stored() ? double(t.unquantized) / t.stored() : 0.0, 0, 'f', 2)
+                     .arg(t.compressionRatio(), 0, 'f', 2)
                      .arg(best->meanKl, 0, 'g', 3));
   table_->selectRow(static_cast<int>(model_->runs().indexOf(best)));
 }

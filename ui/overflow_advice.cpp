@@ -21,8 +21,7 @@ float formatMax(cache::Fp8Format f) {
 }  // namespace
 
 std::optional<OverflowAdvice> overflowAdvice(const RunSnapshot& run) {
-  std::int64_t stored = 0;
-  for (const auto& st : run.cache.stats) stored += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
+  const std::int64_t stored = run.cache.overflowTotals().nonFinite;
   if (stored == 0) return std::nullopt;
   const auto [label, calibrated] = parseRunLabel(run.spec);
   cache::CacheConfig cfg;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cache/config.h"
+#include "util/metrics.h"
 
 namespace kvscope::ui {
 
@@ -16,7 +17,7 @@ QString perplexity(const RunSnapshot& run) {
   int n = 0;
   for (const auto& t : run.tokens)
     if (std::isfinite(t.logprob)) s += t.logprob, ++n;
-  return n ? QString::number(std::exp(-s / n), 'f', 3) : QString("-");
+  return n ? QString::number(kvscope::perplexity(-s, n), 'f', 3) : QString("-");
 }
 
 // A run's config as ordered (key, value) pairs: the backend, then every option resolved. A per-layer config is its
@@ -111,7 +112,7 @@ QString RunsModel::cell(int row, int column, bool fullLabel) const {
     case Run: return QString::number(r.runId);
     case Config: return fullLabel ? r.spec : names_.value(row);
     case KvMiB: return QString::number(t.stored() / 1048576.0, 'f', 3);
-    case Ratio: return QString::number(t.stored() ? double(t.unquantized) / double(t.stored()) : 0.0, 'f', 2);
+    case Ratio: return QString::number(t.compressionRatio(), 'f', 2);
     case DecodeTokS: return QString::number(r.decodeTokS, 'f', 1);
     case MeanKl: return r.shadow ? QString::number(r.meanKl, 'g', 3) : "-";
     case Top1: return r.shadow ? QString::number(100.0 * r.top1Agreement, 'f', 1) + "%" : "-";

@@ -12,6 +12,7 @@
 
 #include "cache/kv_cache.h"
 #include "cli/commands.h"
+#include "runtime/model_loader.h"
 
 namespace kvscope::cli {
 
@@ -41,7 +42,7 @@ SimResult simulate(const SimOpts& o, const std::string& spec) {
   cache::StatsOptions so;
   so.enabled = false;  // the simulation measures error against the exact states itself
   cache::KvCache kv(cfg, o.layers, so);
-  const at::ScalarType dt = o.dtype == "bf16" ? at::kBFloat16 : o.dtype == "fp16" ? at::kHalf : at::kFloat;
+  const at::ScalarType dt = runtime::parseDtype(o.dtype);
   at::manual_seed(o.seed);
   const at::Tensor kAmp = at::exp(at::randn({1, o.heads, 1, o.dim}) * 0.8);  // outlier channels in the keys
   const at::Tensor vAmp = at::exp(at::randn({1, o.heads, 1, o.dim}) * 0.3);
@@ -93,8 +94,8 @@ SimResult simulate(const SimOpts& o, const std::string& spec) {
     r.maxAbsK = std::max(r.maxAbsK, at::nan_to_num(dK.abs(), 0.0, 0.0, 0.0).max().item<double>());
     r.maxAbsV = std::max(r.maxAbsV, at::nan_to_num(dV.abs(), 0.0, 0.0, 0.0).max().item<double>());
     const auto& st = kv.layer(l).stats();
-    r.overflow += st.keys.overflowTotal + st.values.overflowTotal;
-    r.nonFinite += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
+    r.overflow += st.overflowTotal();
+    r.nonFinite += st.nonFiniteTotal();
   }
   r.relK = std::sqrt(ek / xk);
   r.relV = std::sqrt(ev / xv);
@@ -114,7 +115,7 @@ Runner addCacheSim(CLI::App& app) {
   cmd->add_option("--kv-heads", o->heads, "KV heads (SmolLM2-135M: 3)")->check(CLI::Range(1, 1024));
   cmd->add_option("--head-dim", o->dim, "head dimension (SmolLM2-135M: 64)")->check(CLI::Range(1, 4096));
   cmd->add_option("--batch", o->batch, "batch rows")->check(CLI::Range(1, 1024));
-  cmd->add_option("--dtype", o->dtype, "states dtype")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--dtype", o->dtype, "states dtype")->check(CLI::IsMember(runtime::dtypeNames()));
   cmd->add_option("--seed", o->seed, "random seed");
   cmd->add_flag("--json", o->json, "one JSON object per config");
   return [o, cmd]() {
@@ -132,7 +133,7 @@ Runner addCacheSim(CLI::App& app) {
     }
     for (const auto& spec : o->specs) {
       const SimResult r = simulate(*o, spec);
-      const double ratio = r.mem.stored() ? static_cast<double>(r.mem.unquantized) / r.mem.stored() : 0.0;
+      const double ratio = r.mem.compressionRatio();
       if (o->json) {
         nlohmann::json j{{"config", r.spec},
                          {"bytes", {{"payload", r.mem.payload}, {"metadata", r.mem.metadata},

@@ -13,6 +13,7 @@
 
 #include "cache/sweep.h"
 #include "cli/commands.h"
+#include "runtime/model_loader.h"
 #include "cli/runtime.h"
 #include "util/process_memory.h"
 
@@ -34,7 +35,7 @@ void addCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--max-new", o.maxNew, "greedy tokens generated per config")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--ppl-chunk", o.pplChunk, "tokens per forward when measuring the prompt's perplexity")
       ->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--dtype", o.dtype, "weights and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--dtype", o.dtype, "weights and activations")->check(CLI::IsMember(runtime::dtypeNames()));
   cmd->add_option("--threads", o.threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   auto* j = cmd->add_flag("--json", o.json, "one JSON object per config");
   cmd->add_flag("--csv", o.csv, "CSV with a header line")->excludes(j);
@@ -257,7 +258,7 @@ Runner addBench(CLI::App& app) {
   cmd->add_option("--cache", o->specs, "cache SPEC (repeat for several)")->required();
   cmd->add_option("--context", o->contexts, "prompt lengths (repeat or list)")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--new", o->newTokens, "decode steps timed at each context")->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--dtype", o->dtype, "weights and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--dtype", o->dtype, "weights and activations")->check(CLI::IsMember(runtime::dtypeNames()));
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "seed of the random prompt tokens");
   cmd->add_option("--repeat", o->repeat, "rounds; configs run interleaved in each round, medians reported")

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "runtime/model_loader.h"
 #include "generate/generate.h"
 #include "model/gguf.h"
 #include "model/llama.h"
@@ -58,7 +59,7 @@ Runner addGenerate(CLI::App& app) {
   cmd->add_option("--top-k", o->topK, "sampling: keep the k best tokens (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->topP, "sampling: nucleus mass (0, 1]");
   cmd->add_option("--seed", o->seed, "sampling seed (same seed, same text)");
-  cmd->add_option("--dtype", o->dtype, "weights and activations")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  cmd->add_option("--dtype", o->dtype, "weights and activations")->check(CLI::IsMember(runtime::dtypeNames()));
   cmd->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--prefill-chunk", o->prefillChunk,
@@ -114,7 +115,7 @@ Runner addGenerate(CLI::App& app) {
       if (!o->json)
         std::cerr << fmt::format("[{}] {} beams, {:.2f}s; best score {:.4f}; KV stored {:.2f} MiB ({:.2f}x)\n",
                                  cache::toSpec(cfg), o->beams, br.seconds, br.scores.empty() ? 0.0f : br.scores[0],
-                                 mem.stored() / 1048576.0, mem.stored() ? double(mem.unquantized) / mem.stored() : 0.0);
+                                 mem.stored() / 1048576.0, mem.compressionRatio());
       return br.stopReason == generate::StopReason::Cancelled ? 130 : 0;
     }
     generate::GenerateOptions go;
@@ -158,12 +159,7 @@ Runner addGenerate(CLI::App& app) {
         },
         &gInterrupted);
 
-    std::int64_t overflow = 0, nonFinite = 0;
-    for (int l = 0; l < kv->numLayers(); ++l) {
-      const auto& st = kv->layer(l).stats();
-      overflow += st.keys.overflowTotal + st.values.overflowTotal;
-      nonFinite += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
-    }
+    const auto [overflow, nonFinite] = kv->overflowTotals();
     const cache::TensorMemory mem = kv->totalMemory();
     const double decodeTps = r.tokens.size() > 1 ? (r.tokens.size() - 1) / r.decodeSeconds : 0.0;
     const double prefillTps = r.prefillSeconds > 0 ? r.promptTokens / r.prefillSeconds : 0.0;
@@ -193,7 +189,7 @@ Runner addGenerate(CLI::App& app) {
           "[{}] {} prompt + {} new tokens ({}); prefill {:.1f} tok/s, decode {:.1f} tok/s; KV stored {:.2f} MiB vs "
           "{:.2f} MiB unquantized ({:.2f}x), held {:.2f} MiB; overflow {}, NaN/inf {}\n",
           cache::toSpec(cfg), r.promptTokens, r.tokens.size(), generate::stopReasonName(r.stopReason), prefillTps, decodeTps,
-          mem.stored() / 1048576.0, mem.unquantized / 1048576.0, mem.stored() ? double(mem.unquantized) / mem.stored() : 0.0,
+          mem.stored() / 1048576.0, mem.unquantized / 1048576.0, mem.compressionRatio(),
           mem.held() / 1048576.0, overflow, nonFinite);
       if (o->shadow)
         std::cerr << fmt::format("[shadow] mean KL {:.4g}, max KL {:.4g}, top-1 agreement {:.1f}%, first divergence {}\n",

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "model/gguf.h"
 #include "runtime/model_loader.h"
+#include "util/metrics.h"
 
 namespace kvscope::cli {
 
@@ -82,7 +83,7 @@ double perplexity(const model::LlamaModel& model, const cache::CacheConfig& cfg,
     nll -= logp.gather(1, next.view({-1, 1})).sum().item<double>();
     counted += len;
   }
-  return std::exp(nll / static_cast<double>(counted));
+  return kvscope::perplexity(nll, counted);
 }
 
 RunFigures measure(const Loaded& m, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt, int maxNew,
@@ -107,11 +108,9 @@ RunFigures measure(const Loaded& m, const cache::CacheConfig& cfg, const std::ve
   f.maxKl = r.maxKl;
   f.top1 = r.top1Agreement;
   f.firstDivergence = r.firstDivergence;
-  for (int l = 0; l < kv->numLayers(); ++l) {
-    const auto& st = kv->layer(l).stats();
-    f.overflow += st.keys.overflowTotal + st.values.overflowTotal;
-    f.nonFinite += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
-  }
+  const cache::OverflowTotals totals = kv->overflowTotals();
+  f.overflow = totals.overflow;
+  f.nonFinite = totals.nonFinite;
   f.perplexity = perplexity(*m.model, cfg, prompt, pplChunk);
   return f;
 }

@@ -55,7 +55,7 @@ struct RunFigures {
   double perplexity = 0;
   std::int64_t overflow = 0, nonFinite = 0;
   int newTokens = 0;
-  double ratio() const { return memory.stored() ? double(memory.unquantized) / double(memory.stored()) : 0.0; }
+  double ratio() const { return memory.compressionRatio(); }
 };
 
 RunFigures measure(const Loaded& m, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt, int maxNew,

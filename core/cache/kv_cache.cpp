@@ -87,6 +87,12 @@ CacheSnapshot KvCache::snapshot() const {
   return s;
 }
 
+OverflowTotals KvCache::overflowTotals() const {
+  OverflowTotals o;
+  for (int l = 0; l < numLayers(); ++l) o += layer(l).stats();
+  return o;
+}
+
 TensorMemory KvCache::totalMemory() const {
   TensorMemory t;
   for (const auto& l : layers_) t += l->memory().total();

@@ -31,6 +31,8 @@ class KvCache {
   /// Memory and statistics of every layer, copied (for views on another thread).
   CacheSnapshot snapshot() const;
   TensorMemory totalMemory() const;
+  /// Every layer's overflow counters, summed.
+  OverflowTotals overflowTotals() const;
 
  private:
   CacheConfig config_;

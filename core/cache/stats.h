@@ -18,6 +18,8 @@ struct TensorMemory {
   std::int64_t held() const { return payload + metadata + residual + transient + reserved; }
   /// The cache proper, without the working buffer and growth room: what the quantization saves against.
   std::int64_t stored() const { return payload + metadata + residual; }
+  /// The same tokens unquantized ÷ stored: what the quantization saves (0 when nothing is stored).
+  double compressionRatio() const { return stored() ? double(unquantized) / double(stored()) : 0.0; }
   TensorMemory& operator+=(const TensorMemory& o) {
     payload += o.payload;
     metadata += o.metadata;
@@ -72,9 +74,26 @@ struct LayerStats {
   /// For each current batch row, the row of the quantized store it reads (identity unless a beam reorder is pending
   /// on the quantized states; see ResidualQuantizedLayer).
   std::vector<std::int64_t> storeRows;
+  std::int64_t overflowTotal() const { return keys.overflowTotal + values.overflowTotal; }
+  std::int64_t nonFiniteTotal() const { return keys.nonFiniteTotal + values.nonFiniteTotal; }
 };
 
 /// Everything a view needs about a whole cache at one moment: copied out, immutable, no tensors.
+/// Overflow counters summed over layers (LayerStats' totals).
+struct OverflowTotals {
+  std::int64_t overflow = 0, nonFinite = 0;
+  OverflowTotals& operator+=(const LayerStats& st) {
+    overflow += st.overflowTotal();
+    nonFinite += st.nonFiniteTotal();
+    return *this;
+  }
+  OverflowTotals& operator+=(const OverflowTotals& o) {
+    overflow += o.overflow;
+    nonFinite += o.nonFinite;
+    return *this;
+  }
+};
+
 struct CacheSnapshot {
   std::int64_t seqLength = 0;
   std::vector<LayerMemory> memory;  ///< per layer
@@ -83,6 +102,12 @@ struct CacheSnapshot {
     TensorMemory t;
     for (const auto& m : memory) t += m.total();
     return t;
+  }
+  /// Values beyond the fp8 scale and NaN/inf codes stored, over every layer since the last reset.
+  OverflowTotals overflowTotals() const {
+    OverflowTotals o;
+    for (const auto& st : stats) o += st;
+    return o;
   }
 };
 

@@ -75,11 +75,9 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
       f.nll -= lp.gather(1, targets.view({-1, 1})).sum().item<double>();
       f.scored += targets.size(0);
       if (wi == 0) f.memory = kv->totalMemory();
-      for (int l = 0; l < kv->numLayers(); ++l) {
-        const auto& st = kv->layer(l).stats();
-        f.overflow += st.keys.overflowTotal + st.values.overflowTotal;
-        f.nonFinite += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
-      }
+      const cache::OverflowTotals o = kv->overflowTotals();
+      f.overflow += o.overflow;
+      f.nonFinite += o.nonFinite;
       if (ci == 0) {
         ref = lp;
         continue;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "util/error.h"
+#include "util/metrics.h"
 #include <functional>
 #include <string>
 #include <vector>
@@ -35,8 +36,8 @@ struct EvalFigures {
   std::int64_t scored = 0, agree = 0, nonFinitePositions = 0, overflow = 0, nonFinite = 0;
   cache::TensorMemory memory;  ///< at the end of the first window
   double seconds = 0;
-  double ppl() const { return std::exp(nll / static_cast<double>(std::max<std::int64_t>(scored, 1))); }
-  double ratio() const { return memory.stored() ? double(memory.unquantized) / double(memory.stored()) : 0.0; }
+  double ppl() const { return perplexity(nll, std::max<std::int64_t>(scored, 1)); }
+  double ratio() const { return memory.compressionRatio(); }
   double meanKl() const { return klSum / static_cast<double>(std::max<std::int64_t>(scored, 1)); }
   double top1() const { return static_cast<double>(agree) / static_cast<double>(std::max<std::int64_t>(scored, 1)); }
 };

@@ -36,6 +36,8 @@ std::string defaultModelPath();
 
 /// "fp32", "bf16" or "fp16"; an Error (BadInput) naming the value otherwise.
 at::ScalarType parseDtype(const std::string& name);
+/// The dtype names parseDtype() takes, for option checks and help.
+const std::vector<std::string>& dtypeNames();
 
 /// A GGUF file (tokenizer from its metadata) or a Hugging Face directory (config.json, safetensors, tokenizer.json).
 /// An empty path loads defaultModelPath(). Throws ModelNotFound (saying where it looked), or the readers' errors

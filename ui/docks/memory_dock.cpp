@@ -135,7 +135,7 @@ void MemoryDock::show(const RunSnapshotPtr& run) {
                        .arg(run->spec)
                        .arg(mib(t.stored()), 0, 'f', 2)
                        .arg(mib(t.unquantized), 0, 'f', 2)
-                       .arg(t.stored() ? double(t.unquantized) / double(t.stored()) : 0.0, 0, 'f', 2)
+                       .arg(t.compressionRatio(), 0, 'f', 2)
                        .arg(held, verdict)
                        .arg(mib(t.reserved), 0, 'f', 2));
 }

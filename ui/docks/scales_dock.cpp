@@ -98,8 +98,8 @@ void ScalesDock::show(const RunSnapshotPtr& run) {
   };
   for (std::size_t i = 0; i < run->cache.stats.size(); ++i) {
     const auto& st = run->cache.stats[i];
-    overflow += st.keys.overflowTotal + st.values.overflowTotal;
-    nan += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
+    overflow += st.overflowTotal();
+    nan += st.nonFiniteTotal();
     recal += st.keys.recalibrations + st.values.recalibrations;
     if (st.keys.scales.empty()) continue;
     x << double(i);
