@@ -104,6 +104,18 @@ class Reader {
     m.unquantized = integer(o, "unquantized", 0, kMaxBytes, 0);
     return m;
   }
+  /// Each layer object of `o[key]` (at most kMaxLayers), with `where` naming run `run` and the layer.
+  template <typename F>
+  void layers(const QJsonObject& o, const char* key, qsizetype run, F&& each) {
+    const QJsonArray a = array(o, key);
+    where = QString("run #%1: ").arg(run);
+    if (a.size() > kMaxLayers) fail(QString("`%1` lists %2 layers (at most %3)").arg(key).arg(a.size()).arg(kMaxLayers));
+    for (qsizetype j = 0; j < a.size(); ++j) {
+      where = QString("run #%1 %2 layer %3: ").arg(run).arg(key).arg(j);
+      each(object(a[j], "the layer"));
+    }
+    where = QString("run #%1: ").arg(run);
+  }
   /// An array of at most `max` numbers (null: NaN).
   QVector<float> floats(const QJsonObject& o, const char* key, qsizetype max) const {
     const QJsonArray a = array(o, key);
@@ -252,19 +264,12 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
       tok.kvUnquantized = rd.integer(t, "kv_unquantized", 0, kMaxBytes, 0);
       r->tokens.append(tok);
     }
-    const QJsonArray memory = rd.array(o, "memory");
-    if (memory.size() > kMaxLayers) {
-      rd.where = QString("run #%1: ").arg(i);
-      rd.fail(QString("`memory` lists %1 layers (at most %2)").arg(memory.size()).arg(kMaxLayers));
-    }
-    for (qsizetype j = 0; j < memory.size(); ++j) {
-      rd.where = QString("run #%1 memory layer %2: ").arg(i).arg(j);
-      const QJsonObject m = rd.object(memory[j], "the layer");
+    rd.layers(o, "memory", i, [&](const QJsonObject& m) {
       cache::LayerMemory lm;
       lm.keys = rd.memory(rd.object(m["k"], "`k`"));
       lm.values = rd.memory(rd.object(m["v"], "`v`"));
       r->cache.memory.push_back(lm);
-    }
+    });
     rd.where = QString("run #%1: ").arg(i);
     r->prefillTokS = rd.number(o, "prefill_tok_s", 0.0);
     r->decodeTokS = rd.number(o, "decode_tok_s", 0.0);
@@ -281,24 +286,16 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
       r->beamTexts << rd.string(b, "text");
       r->beamScores << static_cast<float>(rd.number(b, "score", 0.0, true));
     }
-    rd.where = QString("run #%1: ").arg(i);
-    const QJsonArray scales = rd.array(o, "scales"), headError = rd.array(o, "head_error");
-    if (scales.size() > kMaxLayers || headError.size() > kMaxLayers)
-      rd.fail(QString("`scales` or `head_error` lists more than %1 layers").arg(kMaxLayers));
-    for (qsizetype j = 0; j < scales.size(); ++j) {
-      rd.where = QString("run #%1 scales layer %2: ").arg(i).arg(j);
-      const QJsonObject m = rd.object(scales[j], "the layer");
+    rd.layers(o, "scales", i, [&](const QJsonObject& m) {
       cache::LayerStats st;
       st.keys = rd.scaleStats(rd.object(m["k"], "`k`"));
       st.values = rd.scaleStats(rd.object(m["v"], "`v`"));
       r->cache.stats.push_back(st);
-    }
-    for (qsizetype j = 0; j < headError.size(); ++j) {
-      rd.where = QString("run #%1 head_error layer %2: ").arg(i).arg(j);
-      const QJsonObject m = rd.object(headError[j], "the layer");
+    });
+    rd.layers(o, "head_error", i, [&](const QJsonObject& m) {
       r->headErrorK << rd.floats(m, "k", kMaxLayers);
       r->headErrorV << rd.floats(m, "v", kMaxLayers);
-    }
+    });
     if (o.contains("token_errors")) {
       rd.where = QString("run #%1 token_errors: ").arg(i);
       const QJsonObject t = rd.object(o["token_errors"], "`token_errors`");
