@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <array>
 #include <string>
 #include <string_view>
 
@@ -28,6 +30,13 @@ struct OptionField {
   /// "NAME=VALUE has no transformers equivalent: WHY" and "NAME=VALUE: WHY" (vLLM, llama.cpp).
   std::string_view hfWhy, vllmWhy, llamaCppWhy;
 };
+
+/// transformers' group-wise keys (CacheConfig's std::optional<int> fields), in the order SPECs and messages list them.
+inline constexpr std::array<std::string_view, 5> kGroupWiseKeys{"nbits", "axis_key", "axis_value", "q_group_size",
+                                                               "residual_length"};
+inline bool isGroupWiseKey(std::string_view key) {
+  return std::find(kGroupWiseKeys.begin(), kGroupWiseKeys.end(), key) != kGroupWiseKeys.end();
+}
 
 /// The field behind an option name; nullptr for an unknown name.
 const OptionField* findField(std::string_view name);

@@ -124,11 +124,6 @@ const std::array<OptionField, 12> kFields{{
 }};
 #undef KVS_INT_FIELD
 
-bool isGroupWiseKey(std::string_view key) {
-  return key == "nbits" || key == "axis_key" || key == "axis_value" || key == "q_group_size" ||
-         key == "residual_length";
-}
-
 std::string joinNames(const std::vector<OptionInfo>& opts) {
   std::string s;
   for (const auto& o : opts) s += (s.empty() ? "" : ", ") + o.name;

@@ -57,14 +57,13 @@ std::string toSpec(const CacheConfig& cfg) {
   std::vector<std::string> parts;
   // transformers' keys first, whichever backend (an unvalidated config's label shows them all), then the
   // backend's own options in display order.
-  constexpr std::string_view kGroupWise[] = {"nbits", "axis_key", "axis_value", "q_group_size", "residual_length"};
   const auto add = [&](std::string_view key) {
     if (const auto* f = detail::findField(key); f->isSet(cfg))
       parts.push_back(fmt::format("{}={}", key, detail::valueText(f->value(cfg))));
   };
-  for (std::string_view key : kGroupWise) add(key);
+  for (std::string_view key : detail::kGroupWiseKeys) add(key);
   for (const auto& o : backendOptions(cfg.backend))
-    if (std::find(std::begin(kGroupWise), std::end(kGroupWise), o.name) == std::end(kGroupWise)) add(o.name);
+    if (!detail::isGroupWiseKey(o.name)) add(o.name);
   std::string s(backendName(cfg.backend));
   if (!parts.empty()) s += ":" + fmt::format("{}", fmt::join(parts, ","));
   // Calibrated scales live in JSON files only: the label says so (it is not a SPEC that parses back).

@@ -10,8 +10,6 @@ namespace kvscope::cache {
 
 namespace {
 
-constexpr const char* kGroupWiseKeys[] = {"nbits", "axis_key", "axis_value", "q_group_size", "residual_length"};
-
 // Group-wise backends: a positive group size and a residual window of 0 or more tokens.
 void checkGroupAndWindow(const CacheConfig& cfg) {
   if (cfg.resolvedGroupSize() <= 0)
@@ -58,15 +56,15 @@ void validate(const CacheConfig& cfg) {
     case Backend::Dynamic: {
       for (int i = 0; i < 5; ++i)
         if (groupWise[i]->has_value())
-          throw ConfigError(kGroupWiseKeys[i],
-                            fmt::format("the `dynamic` backend takes no options (got `{}`)", kGroupWiseKeys[i]));
+          throw ConfigError(std::string(detail::kGroupWiseKeys[i]),
+                            fmt::format("the `dynamic` backend takes no options (got `{}`)", detail::kGroupWiseKeys[i]));
       return;
     }
     case Backend::Fp8: {
       // transformers' own message, word for word (QuantizedCache.__init__).
       std::vector<std::string> unsupported;
       for (int i = 0; i < 5; ++i)
-        if (groupWise[i]->has_value()) unsupported.push_back(fmt::format("'{}'", kGroupWiseKeys[i]));
+        if (groupWise[i]->has_value()) unsupported.push_back(fmt::format("'{}'", detail::kGroupWiseKeys[i]));
       if (!unsupported.empty()) {
         throw ConfigError(unsupported.front().substr(1, unsupported.front().size() - 2),
                           fmt::format("The `fp8` backend quantizes per-tensor and does not support [{}]. Use the "
