@@ -98,10 +98,27 @@ void ConfigPanel::showKept(bool kept) {
 }
 
 void ConfigPanel::revalidate() {
+  QString error;
+  // While a config the form cannot show is kept, that config is the one validated; otherwise the form's.
+  cache::CacheConfig cfg = keeping_ ? config_ : formConfig(error);
+  if (error.isEmpty()) {
+    try {
+      cache::validate(cfg);
+    } catch (const cache::ConfigError& e) {
+      error = QString::fromStdString(e.what());
+    }
+  }
+  valid_ = error.isEmpty();
+  config_ = cfg;
+  message_->setText(error);
+  message_->setVisible(!valid_);
+  Q_EMIT changed(spec(), valid_);
+}
+
+cache::CacheConfig ConfigPanel::formConfig(QString& error) const {
   const auto b = cache::parseBackend(backend_->currentText().toStdString());
   cache::CacheConfig cfg;
   cfg.backend = b;
-  QString error;
   for (const auto& opt : cache::backendOptions(b)) {
     QWidget* w = fields_.at(QString::fromStdString(opt.name));
     QString value;
@@ -118,27 +135,7 @@ void ConfigPanel::revalidate() {
       error = QString::fromStdString(e.what());
     }
   }
-  if (error.isEmpty()) {
-    try {
-      cache::validate(cfg);
-    } catch (const cache::ConfigError& e) {
-      error = QString::fromStdString(e.what());
-    }
-  }
-  if (keeping_) {
-    cfg = config_;  // the form shows part of it; validated whole
-    error.clear();
-    try {
-      cache::validate(cfg);
-    } catch (const cache::ConfigError& e) {
-      error = QString::fromStdString(e.what());
-    }
-  }
-  valid_ = error.isEmpty();
-  config_ = cfg;
-  message_->setText(error);
-  message_->setVisible(!valid_);
-  Q_EMIT changed(spec(), valid_);
+  return cfg;
 }
 
 bool ConfigPanel::setSpec(const QString& spec) {

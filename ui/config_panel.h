@@ -36,6 +36,8 @@ class ConfigPanel : public QWidget {
   void rebuildForm();
   void fillForm(const cache::CacheConfig& cfg);
   void revalidate();
+  /// The config the form's fields say (defaults left unset); the last option error, if any, in `error`.
+  cache::CacheConfig formConfig(QString& error) const;
   void showKept(bool kept);
 
   QComboBox* backend_;

@@ -13,13 +13,13 @@ namespace kvscope::ui {
 
 namespace {
 
-QJsonArray floatsJson(const QVector<float>& v) {
+// A QVector or std::vector of floats; NaN is written as null and reads back as NaN.
+template <typename Floats>
+QJsonArray floatsJson(const Floats& v) {
   QJsonArray a;
-  for (float f : v) a.append(double(f));  // NaN is written as null and reads back as NaN
+  for (float f : v) a.append(double(f));
   return a;
 }
-
-QJsonArray floatsJson(const std::vector<float>& v) { return floatsJson(QVector<float>(v.begin(), v.end())); }
 
 // What the scales plot and the overflow advice read of a side's latest statistics.
 QJsonObject scaleStatsJson(const cache::TensorStats& t) {
@@ -44,6 +44,9 @@ constexpr qint64 kMaxBytes = qint64{1} << 48;  // per field: 256 TiB; 4096 layer
 constexpr int kMaxLayers = 4096;
 constexpr qint64 kMaxFileBytes = qint64{1} << 30;
 constexpr qsizetype kMaxValues = 1 << 20;  // per layer and side: scales per channel of 1024 heads x 1024 dims
+// The token x channel map is written up to this many values a side (SmolLM2: 341 tokens). Every finished run rewrites
+// the whole autosave on the GUI thread, so a long run's map is left out rather than megabytes per run each time.
+constexpr qsizetype kMaxSavedTokenMap = 1 << 16;
 
 class Reader {
  public:
@@ -193,7 +196,8 @@ QByteArray sessionJson(const Session& s) {
                             {"scales", scales},
                             {"head_error", headError}};
     // The inspected layer's token x channel error, within reason (the map of a reopened run).
-    if (const auto& te = r->tokenErrors; te && qsizetype(te->keys.size()) <= kMaxValues && qsizetype(te->values.size()) <= kMaxValues)
+    if (const auto& te = r->tokenErrors;
+        te && qsizetype(te->keys.size()) <= kMaxSavedTokenMap && qsizetype(te->values.size()) <= kMaxSavedTokenMap)
       run["token_errors"] = QJsonObject{{"layer", te->layer},   {"tokens", double(te->tokens)},
                                         {"heads", te->heads},   {"channels", te->channels},
                                         {"k", floatsJson(te->keys)}, {"v", floatsJson(te->values)}};

@@ -19,10 +19,9 @@ namespace kvscope::cli {
 
 std::string defaultModelPath() { return runtime::defaultModelPath(); }
 
-at::ScalarType parseDtype(const std::string& s) { return runtime::parseDtype(s); }
 
 Loaded loadModel(const std::string& path, const std::string& dtype) {
-  parseDtype(dtype);  // a usage error before anything is read
+  runtime::parseDtype(dtype);  // a usage error before anything is read
   runtime::LoadedModel r = runtime::loadModel(path, dtype);
   Loaded m;
   m.path = std::move(r.path);

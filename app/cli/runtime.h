@@ -28,8 +28,6 @@ std::string defaultModelPath();
 /// directory (tokenizer.json); an empty path loads defaultModelPath(). Throws UsageError (no such model, an unknown
 /// dtype) / FormatError / TokenizerError with the path and the problem.
 Loaded loadModel(const std::string& path, const std::string& dtype);
-/// fp32, bf16 or fp16; UsageError otherwise.
-at::ScalarType parseDtype(const std::string& s);
 /// The prompt's ids; with `chat`, wrapped as one user turn of the model's chat template.
 std::vector<std::int64_t> encodePrompt(const Loaded& m, const std::string& text, bool chat);
 /// --prompt or --prompt-file; UsageError when both are empty.

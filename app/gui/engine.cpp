@@ -52,14 +52,11 @@ struct Engine::Impl {
 
 void Engine::recordErrors(const cache::KvCache& kv) {
   d_->errors.resize(static_cast<std::size_t>(kv.numLayers()));
+  d_->headErrors.resize(d_->errors.size());
   for (int l = 0; l < kv.numLayers(); ++l) {
     const auto& st = kv.layer(l).stats();
     d_->errors[l][0].add(st.keys);
     d_->errors[l][1].add(st.values);
-  }
-  d_->headErrors.resize(d_->errors.size());
-  for (int l = 0; l < kv.numLayers(); ++l) {
-    const auto& st = kv.layer(l).stats();
     if (!st.keys.error.empty()) d_->headErrors[l][0] = st.keys.error.headRelL2;
     if (!st.values.error.empty()) d_->headErrors[l][1] = st.values.error.headRelL2;
   }

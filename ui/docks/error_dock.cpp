@@ -38,7 +38,7 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
   connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
     const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
     const int head = static_cast<int>(std::lround(plot_->yAxis->pixelToCoord(e->position().y())));
-    if (layer < 0 || layer >= static_cast<int>(relK_.size()) || head < 0 || head >= map_->data()->valueSize()) return;
+    if (layer < 0 || layer >= static_cast<int>(errors().size()) || head < 0 || head >= map_->data()->valueSize()) return;
     sel_->setLayer(layer);
     sel_->setHead(head);
   });
@@ -46,27 +46,27 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
 }
 
 void ErrorDock::show(const RunSnapshotPtr& run) {
-  // ||x̂ - x|| / ||x|| over each whole head (a mean of per-cell ratios would be ruled by values near 0), of the latest
-  // update that quantized the layer: the engine keeps it between snapshots, and sessions keep it with the run.
-  relK_.assign(run->headErrorK.size(), {});
-  relV_.assign(run->headErrorV.size(), {});
-  for (qsizetype l = 0; l < run->headErrorK.size(); ++l)
-    relK_[l].assign(run->headErrorK[l].begin(), run->headErrorK[l].end());
-  for (qsizetype l = 0; l < run->headErrorV.size(); ++l)
-    relV_[l].assign(run->headErrorV[l].begin(), run->headErrorV[l].end());
   last_ = run;
   redraw();
 }
 
+const QVector<QVector<float>>& ErrorDock::errors() const {
+  // ||x̂ - x|| / ||x|| over each whole head (a mean of per-cell ratios would be ruled by values near 0), of the latest
+  // update that quantized the layer: the engine keeps it between snapshots, and sessions keep it with the run.
+  static const QVector<QVector<float>> none;
+  if (!last_) return none;
+  return which_->currentIndex() == 0 ? last_->headErrorK : last_->headErrorV;
+}
+
 float ErrorDock::cell(int layer, int head) const {
-  const auto& rel = which_->currentIndex() == 0 ? relK_ : relV_;
+  const auto& rel = errors();
   if (layer < 0 || layer >= static_cast<int>(rel.size()) || head < 0 || head >= static_cast<int>(rel[layer].size()))
     return std::nanf("");
   return rel[layer][head];
 }
 
 void ErrorDock::redraw() {
-  const auto& rel = which_->currentIndex() == 0 ? relK_ : relV_;
+  const auto& rel = errors();
   const int layers = static_cast<int>(rel.size());
   int heads = 0;
   for (const auto& r : rel) heads = std::max<int>(heads, static_cast<int>(r.size()));

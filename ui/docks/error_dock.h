@@ -36,8 +36,8 @@ class ErrorDock : public QWidget {
   QComboBox* which_;
   QLabel* legend_;
   RunSnapshotPtr last_;
-  // Keeps the latest error seen per (layer, head), since a step quantizes only some layers' history.
-  std::vector<std::vector<float>> relK_, relV_;
+  /// The latest run's per-(layer, head) error of the side shown (RunSnapshot::headErrorK / V).
+  const QVector<QVector<float>>& errors() const;
 };
 
 }  // namespace kvscope::ui
