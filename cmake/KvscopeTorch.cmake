@@ -26,6 +26,14 @@ target_include_directories(kvscope_torch SYSTEM INTERFACE
 # everywhere torch is visible, so one fmt version is compiled and nothing links against a mismatched libfmt.
 target_compile_definitions(kvscope_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1 FMT_HEADER_ONLY=1)
 target_link_libraries(kvscope_torch INTERFACE ${KVSCOPE_TORCH_CPU_LIB} ${KVSCOPE_C10_LIB})
+# at::parallel_for is a header template over OpenMP (the wheel's ATen/Parallel): code compiled without -fopenmp runs
+# it on one thread. With GCC, kvscope's code is compiled with OpenMP and linked to libgomp.so.1, which resolves (by
+# soname, through the rpath below) to the copy the wheel loads: one thread pool, sized by at::set_num_threads. Clang
+# (the fuzz preset) would bring its own runtime, so its builds keep the one-thread loops.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  target_compile_options(kvscope_torch INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fopenmp>)
+  target_link_options(kvscope_torch INTERFACE -fopenmp)
+endif()
 # The wheel's libraries find their siblings through $ORIGIN; our binaries find them through this rpath.
 set(CMAKE_BUILD_RPATH ${CMAKE_BUILD_RPATH} ${KVSCOPE_TORCH_DIR}/lib)
 set(CMAKE_INSTALL_RPATH ${CMAKE_INSTALL_RPATH} ${KVSCOPE_TORCH_DIR}/lib)
