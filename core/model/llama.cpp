@@ -11,7 +11,7 @@
 #include <optional>
 #include <map>
 
-#include "model/dequant.h"
+#include "kernels/cpu/blocks.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
@@ -22,24 +22,32 @@ namespace kvscope::model {
 namespace {
 
 // llama.cpp's converter permutes the rows of Q and K so that its RoPE rotates adjacent pairs; undo it to get the
-// Hugging Face layout, whose RoPE rotates the two halves of each head (rotate_half).
-at::Tensor unpermuteQK(const at::Tensor& w, int heads) {
-  const auto rows = w.size(0);
-  std::vector<std::int64_t> shape{heads, rows / heads / 2, 2};
-  for (std::int64_t d = 1; d < w.dim(); ++d) shape.push_back(w.size(d));
-  return w.reshape(shape).transpose(1, 2).reshape(w.sizes()).contiguous();
+// Hugging Face layout, whose RoPE rotates the two halves of each head (rotate_half): new row (h, j, i) is old row
+// (h, i, j) of each head's [half, 2] rows.
+Weight unpermuteQK(const Weight& w, int heads) {
+  const std::int64_t per = w.rows() / heads, half = per / 2;
+  std::vector<std::int64_t> order(static_cast<std::size_t>(w.rows()));
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t j = 0; j < 2; ++j)
+      for (std::int64_t i = 0; i < half; ++i) order[static_cast<std::size_t>(h * per + j * half + i)] = h * per + 2 * i + j;
+  return w.permuteRows(order);
 }
 
 // Weights with NaN or infinity would only show up later as NaN logits: refused at load, with where they are.
-void checkFinite(const at::Tensor& x, const std::string& file, const std::string& name) {
-  const at::Tensor finite = at::isfinite(x);
-  if (finite.all().item<bool>()) return;
-  const at::Tensor bad = finite.logical_not().flatten();
+void checkFinite(const Weight& w, const std::string& file, const std::string& name) {
+  if (w.firstNonFinite() < 0) return;
+  const at::Tensor x = w.dense();
+  const at::Tensor bad = at::isfinite(x).logical_not().flatten();
   const auto count = bad.sum().item<std::int64_t>();
   const auto first = bad.nonzero().select(1, 0)[0].item<std::int64_t>();
   const float v = x.flatten()[first].item<float>();
   throw FormatError(fmt::format("{}: tensor `{}` holds NaN or infinite values ({} of {}; the first, {}, at flat index "
                                 "{})", file, name, count, x.numel(), v, first));
+}
+
+// A norm or bias vector as a tensor of the model's dtype.
+at::Tensor vec(const Weight& w, at::ScalarType dtype) {
+  return w.defined() ? w.dense().view({-1}).to(dtype) : at::Tensor();
 }
 
 }  // namespace
@@ -83,14 +91,14 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
                      kvDim = static_cast<std::int64_t>(c.kvHeads) * c.headDim;
   auto need = [&](const std::string& name, std::vector<std::int64_t> shape) { return get(name, shape, false); };
   auto maybe = [&](const std::string& name, std::vector<std::int64_t> shape) { return get(name, shape, true); };
-  embed_ = need(names.embed, {c.vocab, H}).to(dtype);
-  finalNorm_ = need(names.finalNorm, {H}).to(dtype);
+  embed_ = need(names.embed, {c.vocab, H});
+  finalNorm_ = vec(need(names.finalNorm, {H}), dtype);
   c.tiedEmbeddings = tiedEmbeddings;
-  lmHead_ = tiedEmbeddings ? embed_ : need(names.lmHead, {c.vocab, H}).to(dtype);
+  lmHead_ = tiedEmbeddings ? embed_ : need(names.lmHead, {c.vocab, H});
   for (int l = 0; l < c.layers; ++l) {
     auto n = [&](const char* kind) { return names.layer(l, kind); };
     Layer L;
-    L.attnNorm = need(n("attn_norm.weight"), {H});
+    L.attnNorm = vec(need(n("attn_norm.weight"), {H}), dtype);
     L.wq = need(n("attn_q.weight"), {qDim, H});
     L.wk = need(n("attn_k.weight"), {kvDim, H});
     L.wv = need(n("attn_v.weight"), {kvDim, H});
@@ -99,18 +107,15 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
       L.wq = unpermuteQK(L.wq, c.heads);
       L.wk = unpermuteQK(L.wk, c.kvHeads);
     }
-    L.bq = maybe(n("attn_q.bias"), {qDim});
-    L.bk = maybe(n("attn_k.bias"), {kvDim});
-    L.bv = maybe(n("attn_v.bias"), {kvDim});
-    L.qNorm = maybe(n("attn_q_norm.weight"), {c.headDim});
-    L.kNorm = maybe(n("attn_k_norm.weight"), {c.headDim});
-    L.mlpNorm = need(n("ffn_norm.weight"), {H});
+    L.bq = vec(maybe(n("attn_q.bias"), {qDim}), dtype);
+    L.bk = vec(maybe(n("attn_k.bias"), {kvDim}), dtype);
+    L.bv = vec(maybe(n("attn_v.bias"), {kvDim}), dtype);
+    L.qNorm = vec(maybe(n("attn_q_norm.weight"), {c.headDim}), dtype);
+    L.kNorm = vec(maybe(n("attn_k_norm.weight"), {c.headDim}), dtype);
+    L.mlpNorm = vec(need(n("ffn_norm.weight"), {H}), dtype);
     L.wGate = need(n("ffn_gate.weight"), {c.intermediate, H});
     L.wUp = need(n("ffn_up.weight"), {c.intermediate, H});
     L.wDown = need(n("ffn_down.weight"), {H, c.intermediate});
-    for (at::Tensor* t : {&L.attnNorm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm,
-                          &L.wGate, &L.wUp, &L.wDown})
-      if (t->defined()) *t = t->to(dtype);
     c.qkvBias = c.qkvBias || L.bq.defined();
     c.qkNorm = c.qkNorm || L.qNorm.defined();
     layers_.push_back(std::move(L));
@@ -130,7 +135,9 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
 
 std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::ScalarType dtype,
                                                  const ProgressFn& progress) {
-  GgufFile f(path);
+  // Shared with the weights, which point into its mapping.
+  const auto file = std::make_shared<const GgufFile>(path);
+  const GgufFile& f = *file;
   auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
   ModelConfig& c = m->cfg_;
   const auto arch = f.getString("general.architecture");
@@ -179,23 +186,23 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::Sc
   const TensorGetter get = [&](const std::string& name, const std::vector<std::int64_t>& shape, bool optional) {
     const GgufFile::Tensor* t = f.find(name);
     if (!t) {
-      if (optional) return at::Tensor();
+      if (optional) return Weight();
       throw FormatError(fmt::format("{}: missing tensor `{}`", path, name));
     }
-    // The shape is checked before anything is dequantized (ggml order: dims[0] is the row length).
+    // ggml order: dims[0] is the row length.
     const std::vector<std::int64_t> got(t->dims.rbegin(), t->dims.rend());
     if (got != shape)
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} architecture needs {}", path, name,
                                     fmt::join(got, "x"), c.arch, fmt::join(shape, "x")));
-    at::Tensor x;
-    try {
-      x = toTensor(*t, at::kFloat);
-    } catch (const FormatError& e) {  // names the tensor and the type; the file is added here
-      throw FormatError(fmt::format("{}: {}", path, e.what()));
-    }
-    checkFinite(x, path, name);
+    if (kernels::blockLayout(t->type).values == 0)
+      throw FormatError(fmt::format("{}: tensor `{}`: tensor type {} is not supported (kvscope reads F32, F16, BF16, "
+                                    "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+                                    path, name, ggmlTypeName(t->type)));
+    const std::int64_t cols = t->dims[0], rows = t->numel() / std::max<std::int64_t>(cols, 1);
+    Weight w(t->type, rows, cols, t->data, file);
+    checkFinite(w, path, name);
     if (progress && !progress(++done, total)) throw LoadCancelled();
-    return x;
+    return w;
   };
   // llama.cpp permutes Q/K of llama-architecture models only.
   m->assemble(get, ggufNames(), c.arch == "llama", f.find("output.weight") == nullptr, dtype);
@@ -216,24 +223,24 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, at::Sc
   c.name = root.filename().string();
 
   // Weights: one file or a sharded index.
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::map<std::string, const SafetensorsFile*> where_;
+  std::vector<std::shared_ptr<const SafetensorsFile>> files;  // shared with the weights, which point into them
+  std::map<std::string, std::shared_ptr<const SafetensorsFile>> where_;
   const fs::path single = root / "model.safetensors", index = root / "model.safetensors.index.json";
   if (fs::exists(index)) {
     std::ifstream ii(index, std::ios::binary);
     if (!ii) throw FormatError(fmt::format("{}: cannot open", index.string()));
     const std::string text((std::istreambuf_iterator<char>(ii)), std::istreambuf_iterator<char>());
-    std::map<std::string, const SafetensorsFile*> byShard;
+    std::map<std::string, std::shared_ptr<const SafetensorsFile>> byShard;
     for (const auto& [name, s] : readSafetensorsIndex(text, index.string())) {
       if (!byShard.count(s)) {
-        files.push_back(std::make_unique<SafetensorsFile>((root / s).string()));
-        byShard[s] = files.back().get();
+        files.push_back(std::make_shared<const SafetensorsFile>((root / s).string()));
+        byShard[s] = files.back();
       }
       where_[name] = byShard[s];
     }
   } else if (fs::exists(single)) {
-    files.push_back(std::make_unique<SafetensorsFile>(single.string()));
-    for (const auto& e : files.back()->entries()) where_[e.name] = files.back().get();
+    files.push_back(std::make_shared<const SafetensorsFile>(single.string()));
+    for (const auto& e : files.back()->entries()) where_[e.name] = files.back();
   } else {
     throw FormatError(fmt::format("{}: neither model.safetensors nor model.safetensors.index.json", dir));
   }
@@ -242,22 +249,23 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, at::Sc
   const TensorGetter get = [&](const std::string& name, const std::vector<std::int64_t>& shape, bool optional) {
     const auto it = where_.find(name);
     if (it == where_.end() || !it->second->contains(name)) {
-      if (optional) return at::Tensor();
+      if (optional) return Weight();
       throw FormatError(fmt::format("{}: missing tensor `{}`", dir, name));
     }
     const auto& e = it->second->at(name);
-    at::ScalarType st;
-    if (e.dtype == "F32") st = at::kFloat;
-    else if (e.dtype == "BF16") st = at::kBFloat16;
-    else if (e.dtype == "F16") st = at::kHalf;
+    GgmlType type;
+    if (e.dtype == "F32") type = GgmlType::F32;
+    else if (e.dtype == "BF16") type = GgmlType::BF16;
+    else if (e.dtype == "F16") type = GgmlType::F16;
     else throw FormatError(fmt::format("{}: tensor `{}` has dtype {} (fp32, bf16, fp16 only)", it->second->path(), name, e.dtype));
     if (e.shape != shape)
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} config needs {}", it->second->path(), name,
                                     fmt::join(e.shape, "x"), c.arch, fmt::join(shape, "x")));
-    at::Tensor x = at::from_blob(const_cast<std::uint8_t*>(e.data), e.shape, at::TensorOptions().dtype(st)).to(at::kFloat, false, true);
-    checkFinite(x, it->second->path(), name);
+    const std::int64_t cols = shape.back(), rows = shape.size() > 1 ? shape[0] : 1;
+    Weight w(static_cast<std::uint32_t>(type), rows, cols, e.data, it->second);
+    checkFinite(w, it->second->path(), name);
     if (progress && !progress(++done, total)) throw LoadCancelled();
-    return x;
+    return w;
   };
   std::map<std::string, int> types;
   for (const auto& f : files)
@@ -272,6 +280,19 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, at::Scalar
                                              const ProgressFn& progress) {
   if (std::filesystem::is_directory(path)) return fromHfDir(path, dtype, progress);
   return fromGguf(path, dtype, progress);
+}
+
+std::uint64_t LlamaModel::weightBytes() const {
+  std::uint64_t n = embed_.bytes() + (cfg_.tiedEmbeddings ? 0 : lmHead_.bytes());
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined()) n += static_cast<std::uint64_t>(t.nbytes());
+  };
+  add(finalNorm_);
+  for (const Layer& L : layers_) {
+    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) n += w->bytes();
+    for (const at::Tensor* t : {&L.attnNorm, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm}) add(*t);
+  }
+  return n;
 }
 
 std::unique_ptr<cache::KvCache> LlamaModel::makeCache(const cache::CacheConfig& cfg,
@@ -326,7 +347,7 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
                                     bool lastOnly) const {
   const std::int64_t B = ids.size(0), T = ids.size(1), past = cache.seqLength();
   const std::int64_t Dh = cfg_.headDim;
-  at::Tensor h = embed_.index_select(0, ids.reshape({-1})).reshape({B, T, cfg_.hidden});
+  at::Tensor h = embed_.gather(ids).to(dtype_);
   at::Tensor cos, sin;  // not a structured binding: clang 14 (the fuzz preset) cannot capture one in a lambda
   std::tie(cos, sin) = rope(past, T);
   cos = cos.view({1, 1, T, Dh});
@@ -339,7 +360,8 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     const at::Tensor x = rmsNorm(h, L.attnNorm);
     if (tap) tap(l, "attn_in", x);
-    at::Tensor q = at::linear(x, L.wq, L.bq), k = at::linear(x, L.wk, L.bk), v = at::linear(x, L.wv, L.bv);
+    auto qkv = Weight::linear({&L.wq, &L.wk, &L.wv}, x, {L.bq, L.bk, L.bv});
+    at::Tensor q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
     q = q.view({B, T, cfg_.heads, Dh}).transpose(1, 2);
     k = k.view({B, T, cfg_.kvHeads, Dh}).transpose(1, 2);
     v = v.view({B, T, cfg_.kvHeads, Dh}).transpose(1, 2);
@@ -355,17 +377,18 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
     // The layer stores K/V and answers attention from what it holds (cache/layer.h: reference or fused mode).
     at::Tensor o = cache.layer(l).attend(q, k.contiguous(), v.contiguous());
     o = o.transpose(1, 2).reshape({B, T, cfg_.heads * Dh});
-    o = at::linear(o, L.wo);
+    o = L.wo.linear(o);
     if (tap) tap(l, "attn_out", o);
     h = h + o;
     const at::Tensor y = rmsNorm(h, L.mlpNorm);
-    const at::Tensor mlp = at::linear(at::silu(at::linear(y, L.wGate)) * at::linear(y, L.wUp), L.wDown);
+    const auto gateUp = Weight::linear({&L.wGate, &L.wUp}, y);
+    const at::Tensor mlp = L.wDown.linear(at::silu(gateUp[0]) * gateUp[1]);
     if (tap) tap(l, "mlp_out", mlp);
     h = h + mlp;
   }
   if (lastOnly) h = h.narrow(1, T - 1, 1);
   h = rmsNorm(h, finalNorm_);
-  return at::linear(h, lmHead_).to(at::kFloat);
+  return lmHead_.linear(h).to(at::kFloat);
 }
 
 at::Tensor idsTensor(const std::vector<std::int64_t>& ids, std::size_t from, std::size_t n) {

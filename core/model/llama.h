@@ -1,5 +1,6 @@
 // Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3) in LibTorch, reading K/V through the cache
-// layers of core/cache. Weights come from a GGUF file (dequantized at load) or, later, a Hugging Face directory.
+// layers of core/cache. Weights come from a GGUF file or a Hugging Face directory and stay in the file's format,
+// memory-mapped (model/weight.h); norms and biases are small tensors of the model's dtype.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,6 +13,7 @@
 
 #include "cache/kv_cache.h"
 #include "model/model_config.h"
+#include "model/weight.h"
 
 namespace kvscope::model {
 
@@ -54,7 +56,10 @@ class LlamaModel {
                                           const ProgressFn& progress = {});
 
   const ModelConfig& config() const { return cfg_; }
+  /// The dtype of the activations (and of the norms and biases); the weight matrices keep their file's format.
   at::ScalarType dtype() const { return dtype_; }
+  /// Bytes the weights take in memory: the matrices in their stored form plus the norms and biases.
+  std::uint64_t weightBytes() const;
 
   /// ids [batch, T] (int64) at positions pastLength .. pastLength + T - 1; K/V go through `cache` (which holds
   /// pastLength tokens already). Returns logits [batch, T, vocab] in float32.
@@ -66,13 +71,15 @@ class LlamaModel {
   std::unique_ptr<cache::KvCache> makeCache(const cache::CacheConfig& cfg, const cache::StatsOptions& stats = {}) const;
 
  private:
+  /// The named tensor checked against `shape` (undefined when optional and absent), as it is stored.
   using TensorGetter =
-      std::function<at::Tensor(const std::string& name, const std::vector<std::int64_t>& shape, bool optional)>;
+      std::function<Weight(const std::string& name, const std::vector<std::int64_t>& shape, bool optional)>;
   void assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings,
                 at::ScalarType dtype);
 
   struct Layer {
-    at::Tensor attnNorm, wq, wk, wv, wo, bq, bk, bv, qNorm, kNorm, mlpNorm, wGate, wUp, wDown;
+    Weight wq, wk, wv, wo, wGate, wUp, wDown;
+    at::Tensor attnNorm, bq, bk, bv, qNorm, kNorm, mlpNorm;
   };
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(std::int64_t start, std::int64_t T) const;
@@ -80,7 +87,8 @@ class LlamaModel {
 
   ModelConfig cfg_;
   at::ScalarType dtype_ = at::kFloat;
-  at::Tensor embed_, finalNorm_, lmHead_, invFreq_;
+  Weight embed_, lmHead_;
+  at::Tensor finalNorm_, invFreq_;
   std::vector<Layer> layers_;
 };
 

@@ -1,5 +1,7 @@
 #include "model/mapped_file.h"
 
+#include "util/error.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
@@ -29,8 +31,12 @@ MappedFile::MappedFile(const std::string& path, std::size_t minSize, const char*
   map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (map_ == MAP_FAILED) {
+    const int err = errno;
     map_ = nullptr;
-    throw FormatError(fmt::format("{}: cannot map ({})", path, std::strerror(errno)));
+    // The weights are used where they are mapped: no room for the mapping is running out of memory.
+    if (err == ENOMEM)
+      throw Error(ErrorCode::OutOfMemory, fmt::format("{}: no room to map its {} MiB", path, size_ >> 20));
+    throw FormatError(fmt::format("{}: cannot map ({})", path, std::strerror(err)));
   }
   owned_ = true;
 }

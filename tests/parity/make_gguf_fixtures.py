@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a GGUF file with the `gguf` package (GGUFWriter): one tensor of every ggml type kvscope reads, quantized by
-the package (Q6_K, which it cannot quantize, gets random blocks with a finite fp16 scale), and metadata of every
+the package (the K-quants, which it cannot quantize, get random blocks with finite fp16 scales), and metadata of every
 value type; plus the package's own dequantization of each tensor as safetensors. test_gguf_parity.cpp reads both.
 """
 import argparse
@@ -15,7 +15,9 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf import quants  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
-TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+# K-quant block sizes and where their fp16 scales sit (d, and dmin where there is one).
+K_BLOCKS = {"Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]), "Q6_K": (210, [208])}
 
 
 def main():
@@ -41,10 +43,12 @@ def main():
             data = x
         elif t == "F16":
             data = x.astype(np.float16)
-        elif t == "Q6_K":
-            blocks = rng.integers(0, 256, size=(3 * 512 // 256, 210), dtype=np.uint8)
-            d = (rng.random(blocks.shape[0]) * 0.01 + 0.001).astype(np.float16)
-            blocks[:, 208:210] = d.view(np.uint8).reshape(-1, 2)
+        elif t in K_BLOCKS:
+            size, scales = K_BLOCKS[t]
+            blocks = rng.integers(0, 256, size=(3 * 512 // 256, size), dtype=np.uint8)
+            for at in scales:
+                d = (rng.random(blocks.shape[0]) * 0.01 + 0.001).astype(np.float16)
+                blocks[:, at:at + 2] = d.view(np.uint8).reshape(-1, 2)
             data = blocks.reshape(3, -1)
         else:
             data = quants.quantize(x, qt)

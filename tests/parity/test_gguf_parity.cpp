@@ -1,9 +1,10 @@
-// kvscope's GGUF reader and dequantization against the `gguf` package (make_gguf_fixtures.py).
+// kvscope's GGUF reader, dequantization and block-format matmul against the `gguf` package (make_gguf_fixtures.py).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "model/dequant.h"
 #include "model/gguf.h"
+#include "model/weight.h"
 
 using namespace kvscope::model;
 
@@ -35,7 +36,17 @@ TEST(GgufParity, DequantizationOfEveryType) {
     const double scale = want.abs().max().item<double>();
     std::printf("[gguf-parity] %-8s max |diff| %.3g (max |x| %.3g)\n", e.name.c_str(), diff, scale);
     EXPECT_LE(diff, 1e-6 * scale) << e.name;
+    // The weight in its stored form, multiplied through the block kernels (2 rows) and the GEMM path (20 rows),
+    // against the package's dequantization multiplied in double.
+    const GgufFile::Tensor& t = f.at(e.name);
+    const Weight w(t.type, t.dims[1], t.dims[0], t.data, std::shared_ptr<const void>(&f, [](const void*) {}));
+    for (std::int64_t n : {2, 20}) {
+      const at::Tensor x = at::randn({n, t.dims[0]});
+      const at::Tensor y = w.linear(x).to(at::kDouble), yr = at::mm(x.to(at::kDouble), want.to(at::kDouble).t());
+      const double tol = 1e-5 * x.abs().sum(1).max().item<double>() * scale;
+      EXPECT_LE((y - yr).abs().max().item<double>(), tol) << e.name << " rows " << n;
+    }
     ++checked;
   }
-  EXPECT_EQ(checked, 9);
+  EXPECT_EQ(checked, 11);
 }

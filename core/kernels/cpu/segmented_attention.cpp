@@ -8,10 +8,6 @@
 
 #include "kernels/cpu/simd.h"
 
-#if KVS_HAVE_AVX2_PATHS
-#include <immintrin.h>
-#endif
-
 // The inner loops are dot products and axpys over head_dim: KVS_CLONES (kernels/cpu/simd.h), or the AVX2 tile.
 // Their sums may be reassociated (core/CMakeLists: -fassociative-math on this file), which is why fused
 // attention agrees with the reference within a tolerance rather than bit for bit.
@@ -121,13 +117,6 @@ KVS_CLONES void attendTile(const float* q, std::int64_t rows, std::int64_t T, st
 // The same tile step by hand for AVX2 + FMA (head_dim a multiple of 8). Scores: eight keys at a time, each with its
 // own accumulator (eight independent FMA chains instead of one), reduced together by a transpose of horizontal adds.
 // Weighted values: the output row stays in registers (64 floats) across the tile's keys.
-
-KVS_AVX2 inline float hsum(__m256 v) {
-  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-  x = _mm_add_ss(x, _mm_movehdup_ps(x));
-  return _mm_cvtss_f32(x);
-}
 
 KVS_AVX2 inline float hmax(__m256 v) {
   __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

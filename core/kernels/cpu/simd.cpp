@@ -27,6 +27,21 @@ bool cpuHasAvx2() {
 #endif
 }
 
+bool cpuHasAvx512() {
+#if KVS_HAVE_AVX2_PATHS
+  // GCC's CPU model checks CPUID and that the OS saves the ZMM and mask registers (XCR0 bits 5..7).
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool>& enabled512() {
+  static std::atomic<bool> on{cpuHasAvx512()};
+  return on;
+}
+
 std::atomic<bool>& enabled() {
   static std::atomic<bool> on{cpuHasAvx2()};
   return on;
@@ -37,5 +52,9 @@ std::atomic<bool>& enabled() {
 bool avx2Paths() { return enabled().load(std::memory_order_relaxed); }
 
 void setAvx2Paths(bool on) { enabled().store(on && cpuHasAvx2(), std::memory_order_relaxed); }
+
+bool avx512Paths() { return avx2Paths() && enabled512().load(std::memory_order_relaxed); }
+
+void setAvx512Paths(bool on) { enabled512().store(on && cpuHasAvx512(), std::memory_order_relaxed); }
 
 }  // namespace kvscope::kernels

@@ -1,0 +1,474 @@
+#include "kernels/cpu/block_matmul.h"
+
+#include <c10/util/Half.h>
+
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/simd.h"
+
+namespace kvscope::kernels {
+
+namespace {
+
+// ---- portable twin ------------------------------------------------------------------------------------------------
+
+void densePortable(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, float* y, std::int64_t ldy,
+                   std::int64_t r0, std::int64_t r1) {
+  std::vector<float> row(static_cast<std::size_t>(w.cols));
+  for (std::int64_t r = r0; r < r1; ++r) {
+    dequantize(w.type, w.data + r * w.rowBytes, w.cols, row.data());
+    for (std::int64_t i = 0; i < m; ++i) {
+      const float* xr = x + i * ldx;
+      float s = 0;
+      for (std::int64_t k = 0; k < w.cols; ++k) s += row[static_cast<std::size_t>(k)] * xr[k];
+      y[i * ldy + r] = s;
+    }
+  }
+}
+
+void blocksPortable(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
+                    std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  const BlockLayout L = blockLayout(w.type);
+  const auto t = static_cast<BlockType>(w.type);
+  const std::int64_t groups = w.cols / 32, perBlock = L.values / 32, ldxs = w.cols / 16;
+  std::vector<float> acc(static_cast<std::size_t>(m));
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* row = w.data + r * w.rowBytes;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (std::int64_t gi = 0; gi < groups; ++gi) {
+      std::uint8_t q[32];
+      float D[2], M[2];
+      unpackGroup(t, row + (gi / perBlock) * L.bytes, static_cast<int>(gi % perBlock), q, D, M);
+      for (std::int64_t i = 0; i < m; ++i) {
+        const float* xr = x + i * ldx + gi * 32;
+        float s0 = 0, s1 = 0;
+        for (int l = 0; l < 16; ++l) {
+          s0 += static_cast<float>(q[l]) * xr[l];
+          s1 += static_cast<float>(q[l + 16]) * xr[l + 16];
+        }
+        const float* s = xs + i * ldxs + 2 * gi;
+        acc[static_cast<std::size_t>(i)] += D[0] * s0 + D[1] * s1 + M[0] * s[0] + M[1] * s[1];
+      }
+    }
+    for (std::int64_t i = 0; i < m; ++i) y[i * ldy + r] = acc[static_cast<std::size_t>(i)];
+  }
+}
+
+#if KVS_HAVE_AVX2_PATHS
+// ---- AVX2 + FMA + F16C (and AVX-512 below) --------------------------------------------------------------------------------------------
+
+KVS_AVX2 inline float halfAt(const std::uint8_t* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// 16 packed bytes -> 32 nibbles in value order (low nibbles are values 0..15, high nibbles 16..31).
+KVS_AVX2 inline __m256i nibbles16(const std::uint8_t* p) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i lo = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), lo), _mm_and_si128(x, lo));
+}
+
+// Bit j of qh -> 0x10 in byte j (Q5_0 / Q5_1's fifth bits).
+KVS_AVX2 inline __m256i fifthBits(std::uint32_t qh) {
+  const __m256i v = _mm256_set1_epi32(static_cast<int>(qh));
+  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
+                                        3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, pick), bit), bit);
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// Group g of one block as 32 unsigned bytes, with D and M of its two halves (blocks.h's affine view).
+template <BlockType T>
+KVS_AVX2 inline __m256i group(const std::uint8_t* b, int g, float D[2], float M[2]) {
+  if constexpr (T == BlockType::Q4_0 || T == BlockType::Q4_1) {
+    D[0] = D[1] = halfAt(b);
+    M[0] = M[1] = T == BlockType::Q4_0 ? -8.0f * D[0] : halfAt(b + 2);
+    return nibbles16(b + (T == BlockType::Q4_0 ? 2 : 4));
+  } else if constexpr (T == BlockType::Q5_0 || T == BlockType::Q5_1) {
+    constexpr bool one = T == BlockType::Q5_1;
+    std::uint32_t qh;
+    std::memcpy(&qh, b + (one ? 4 : 2), 4);
+    D[0] = D[1] = halfAt(b);
+    M[0] = M[1] = one ? halfAt(b + 2) : -16.0f * D[0];
+    return _mm256_or_si256(nibbles16(b + (one ? 8 : 6)), fifthBits(qh));
+  } else if constexpr (T == BlockType::Q8_0) {
+    D[0] = D[1] = halfAt(b);
+    M[0] = M[1] = -128.0f * D[0];
+    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), _mm256_set1_epi8(-128));
+  } else if constexpr (T == BlockType::Q4_K || T == BlockType::Q5_K) {
+    constexpr bool five = T == BlockType::Q5_K;
+    const std::uint8_t* s = b + 4;
+    int sc, mn;
+    if (g < 4) {
+      sc = s[g] & 63;
+      mn = s[g + 4] & 63;
+    } else {
+      sc = (s[g + 4] & 0xF) | ((s[g - 4] >> 6) << 4);
+      mn = (s[g + 4] >> 4) | ((s[g] >> 6) << 4);
+    }
+    D[0] = D[1] = halfAt(b) * static_cast<float>(sc);
+    M[0] = M[1] = -(halfAt(b + 2) * static_cast<float>(mn));
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (five ? 48 : 16) + 32 * (g / 2)));
+    const __m256i lo = _mm256_set1_epi8(0x0F);
+    __m256i q = g % 2 ? _mm256_and_si256(_mm256_srli_epi16(x, 4), lo) : _mm256_and_si256(x, lo);
+    if constexpr (five) {
+      const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << g));
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+      q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(0x10)));
+    }
+    return q;
+  } else {  // Q6_K
+    const int n = g / 4, k = g % 4;
+    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * n + (k & 1 ? 32 : 0)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * n));
+    const __m256i lo = _mm256_set1_epi8(0x0F);
+    const __m256i low = k >= 2 ? _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo) : _mm256_and_si256(ql, lo);
+    const __m256i high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
+    const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + 8 * n + 2 * k;
+    const float d = halfAt(b + 208);
+    for (int h = 0; h < 2; ++h) {
+      D[h] = d * static_cast<float>(sc[h]);
+      M[h] = -32.0f * D[h];
+    }
+    return _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+  }
+}
+
+template <BlockType T>
+constexpr BlockLayout layoutOf() {
+  switch (T) {
+    case BlockType::Q4_0: return {32, 18};
+    case BlockType::Q4_1: return {32, 20};
+    case BlockType::Q5_0: return {32, 22};
+    case BlockType::Q5_1: return {32, 24};
+    case BlockType::Q8_0: return {32, 34};
+    case BlockType::Q4_K: return {256, 144};
+    case BlockType::Q5_K: return {256, 176};
+    default: return {256, 210};
+  }
+}
+
+// MT activation rows at once: each weight group is widened to float once and used MT times.
+template <BlockType T, int MT>
+KVS_AVX2 void blocksAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx, const float* xs, float* y,
+                         std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  constexpr BlockLayout L = layoutOf<T>();
+  constexpr int perBlock = static_cast<int>(L.values / 32);
+  constexpr bool twoScales = T == BlockType::Q6_K;
+  const std::int64_t blocks = w.cols / L.values, ldxs = w.cols / 16;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* row = w.data + r * w.rowBytes;
+    __m256 acc[MT];
+    float macc[MT];
+    for (int i = 0; i < MT; ++i) {
+      acc[i] = _mm256_setzero_ps();
+      macc[i] = 0.0f;
+    }
+    for (std::int64_t bi = 0; bi < blocks; ++bi) {
+      const std::uint8_t* b = row + bi * L.bytes;
+      for (int g = 0; g < perBlock; ++g) {
+        float D[2], M[2];
+        const __m256i q = group<T>(b, g, D, M);
+        const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+        const __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+        const __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+        const __m256 f2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+        const __m256 f3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+        const std::int64_t col = (bi * perBlock + g) * 32;
+        for (int i = 0; i < MT; ++i) {
+          const float* xr = x + i * ldx + col;
+          const __m256 p0 = _mm256_fmadd_ps(f1, _mm256_loadu_ps(xr + 8), _mm256_mul_ps(f0, _mm256_loadu_ps(xr)));
+          const __m256 p1 = _mm256_fmadd_ps(f3, _mm256_loadu_ps(xr + 24), _mm256_mul_ps(f2, _mm256_loadu_ps(xr + 16)));
+          const float* s = xs + i * ldxs + col / 16;
+          if constexpr (twoScales) {
+            acc[i] = _mm256_fmadd_ps(p1, _mm256_set1_ps(D[1]), _mm256_fmadd_ps(p0, _mm256_set1_ps(D[0]), acc[i]));
+            macc[i] += M[0] * s[0] + M[1] * s[1];
+          } else {
+            acc[i] = _mm256_fmadd_ps(_mm256_add_ps(p0, p1), _mm256_set1_ps(D[0]), acc[i]);
+            macc[i] += M[0] * (s[0] + s[1]);
+          }
+        }
+      }
+    }
+    for (int i = 0; i < MT; ++i) y[i * ldy + r] = hsum(acc[i]) + macc[i];
+  }
+}
+
+template <BlockType T>
+KVS_AVX2 inline __m256 load8(const std::uint8_t* p) {
+  if constexpr (T == BlockType::F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (T == BlockType::F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {  // BF16: the upper half of a float32
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+}
+
+template <BlockType T, int MT>
+KVS_AVX2 void denseAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx, float* y, std::int64_t ldy,
+                        std::int64_t r0, std::int64_t r1) {
+  constexpr std::int64_t es = T == BlockType::F32 ? 4 : 2;
+  const std::int64_t body = w.cols / 8 * 8;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* row = w.data + r * w.rowBytes;
+    __m256 acc[MT];
+    for (int i = 0; i < MT; ++i) acc[i] = _mm256_setzero_ps();
+    for (std::int64_t k = 0; k < body; k += 8) {
+      const __m256 wv = load8<T>(row + k * es);
+      for (int i = 0; i < MT; ++i) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i * ldx + k), acc[i]);
+    }
+    float tail[8];
+    if (body < w.cols) dequantize(w.type, row + body * es, w.cols - body, tail);
+    for (int i = 0; i < MT; ++i) {
+      float s = hsum(acc[i]);
+      for (std::int64_t k = body; k < w.cols; ++k) s += tail[k - body] * x[i * ldx + k];
+      y[i * ldy + r] = s;
+    }
+  }
+}
+
+// Rows of activations in tiles of four, then the one to three left.
+template <BlockType T>
+KVS_AVX2 void tilesAvx2(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs,
+                        float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  constexpr bool dense = T == BlockType::F32 || T == BlockType::F16 || T == BlockType::BF16;
+  const std::int64_t ldxs = w.cols / 16;
+  auto run = [&]<int MT>(std::int64_t i) {
+    if constexpr (dense) denseAvx2<T, MT>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
+    else blocksAvx2<T, MT>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
+  };
+  std::int64_t i = 0;
+  for (; i + 4 <= m; i += 4) run.template operator()<4>(i);
+  switch (m - i) {
+    case 3: run.template operator()<3>(i); break;
+    case 2: run.template operator()<2>(i); break;
+    case 1: run.template operator()<1>(i); break;
+    default: break;
+  }
+}
+
+// ---- AVX-512 ------------------------------------------------------------------------------------------------------
+// A group's two halves are one 16-lane vector each: widened straight from 16 bytes, and Q8_0 sign-extended (M = 0).
+
+KVS_AVX512 inline __m512 widen(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
+KVS_AVX512 inline __m128i load(const std::uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+// 16 six-bit values of Q6_K (group k of a half: low nibbles from ql, two high bits from qh).
+KVS_AVX512 inline __m128i six16(const std::uint8_t* ql, const std::uint8_t* qh, int k) {
+  __m128i l = load(ql);
+  if (k >= 2) l = _mm_srli_epi16(l, 4);
+  const __m128i h = _mm_and_si128(_mm_srl_epi16(load(qh), _mm_cvtsi32_si128(2 * k)), _mm_set1_epi8(3));
+  return _mm_or_si128(_mm_and_si128(l, _mm_set1_epi8(0x0F)), _mm_slli_epi16(h, 4));
+}
+
+template <BlockType T>
+KVS_AVX512 inline void group512(const std::uint8_t* b, int g, float D[2], float M[2], __m512& lo, __m512& hi) {
+  const __m128i nib = _mm_set1_epi8(0x0F);
+  if constexpr (T == BlockType::Q8_0) {
+    D[0] = D[1] = halfAt(b);
+    M[0] = M[1] = 0.0f;
+    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load(b + 2)));
+    hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load(b + 18)));
+  } else if constexpr (T == BlockType::Q4_0 || T == BlockType::Q4_1 || T == BlockType::Q5_0 ||
+                       T == BlockType::Q5_1) {
+    constexpr bool minimum = T == BlockType::Q4_1 || T == BlockType::Q5_1;
+    constexpr bool five = T == BlockType::Q5_0 || T == BlockType::Q5_1;
+    constexpr int qs = (minimum ? 4 : 2) + (five ? 4 : 0);
+    D[0] = D[1] = halfAt(b);
+    M[0] = M[1] = minimum ? halfAt(b + 2) : (five ? -16.0f : -8.0f) * D[0];
+    const __m128i x = load(b + qs);
+    __m128i l = _mm_and_si128(x, nib), h = _mm_and_si128(_mm_srli_epi16(x, 4), nib);
+    if constexpr (five) {
+      std::uint32_t qh;
+      std::memcpy(&qh, b + (minimum ? 4 : 2), 4);
+      const __m128i bit = _mm_set1_epi8(0x10);
+      l = _mm_mask_add_epi8(l, static_cast<__mmask16>(qh & 0xFFFF), l, bit);
+      h = _mm_mask_add_epi8(h, static_cast<__mmask16>(qh >> 16), h, bit);
+    }
+    lo = widen(l);
+    hi = widen(h);
+  } else if constexpr (T == BlockType::Q4_K || T == BlockType::Q5_K) {
+    constexpr bool five = T == BlockType::Q5_K;
+    const std::uint8_t* s = b + 4;
+    int sc, mn;
+    if (g < 4) {
+      sc = s[g] & 63;
+      mn = s[g + 4] & 63;
+    } else {
+      sc = (s[g + 4] & 0xF) | ((s[g - 4] >> 6) << 4);
+      mn = (s[g + 4] >> 4) | ((s[g] >> 6) << 4);
+    }
+    D[0] = D[1] = halfAt(b) * static_cast<float>(sc);
+    M[0] = M[1] = -(halfAt(b + 2) * static_cast<float>(mn));
+    const std::uint8_t* q = b + (five ? 48 : 16) + 32 * (g / 2);
+    __m128i l = load(q), h = load(q + 16);
+    if (g % 2) {
+      l = _mm_srli_epi16(l, 4);
+      h = _mm_srli_epi16(h, 4);
+    }
+    l = _mm_and_si128(l, nib);
+    h = _mm_and_si128(h, nib);
+    if constexpr (five) {
+      const __m128i bit = _mm_set1_epi8(static_cast<char>(1 << g)), add = _mm_set1_epi8(0x10);
+      l = _mm_mask_add_epi8(l, _mm_test_epi8_mask(load(b + 16), bit), l, add);
+      h = _mm_mask_add_epi8(h, _mm_test_epi8_mask(load(b + 32), bit), h, add);
+    }
+    lo = widen(l);
+    hi = widen(h);
+  } else {  // Q6_K
+    const int n = g / 4, k = g % 4;
+    const std::uint8_t* ql = b + 64 * n + (k & 1 ? 32 : 0);
+    const std::uint8_t* qh = b + 128 + 32 * n;
+    lo = widen(six16(ql, qh, k));
+    hi = widen(six16(ql + 16, qh + 16, k));
+    const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + 8 * n + 2 * k;
+    const float d = halfAt(b + 208);
+    for (int j = 0; j < 2; ++j) {
+      D[j] = d * static_cast<float>(sc[j]);
+      M[j] = -32.0f * D[j];
+    }
+  }
+}
+
+template <BlockType T, int MT>
+KVS_AVX512 void blocksAvx512(const BlockMatrix& w, const float* x, std::int64_t ldx, const float* xs, float* y,
+                             std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  constexpr BlockLayout L = layoutOf<T>();
+  constexpr int perBlock = static_cast<int>(L.values / 32);
+  constexpr bool twoScales = T == BlockType::Q6_K, noMin = T == BlockType::Q8_0;
+  const std::int64_t blocks = w.cols / L.values, ldxs = w.cols / 16;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* row = w.data + r * w.rowBytes;
+    __m512 acc[MT];
+    float macc[MT];
+    for (int i = 0; i < MT; ++i) {
+      acc[i] = _mm512_setzero_ps();
+      macc[i] = 0.0f;
+    }
+    for (std::int64_t bi = 0; bi < blocks; ++bi) {
+      const std::uint8_t* b = row + bi * L.bytes;
+      for (int g = 0; g < perBlock; ++g) {
+        float D[2], M[2];
+        __m512 lo, hi;
+        group512<T>(b, g, D, M, lo, hi);
+        const std::int64_t col = (bi * perBlock + g) * 32;
+        for (int i = 0; i < MT; ++i) {
+          const float* xr = x + i * ldx + col;
+          if constexpr (twoScales) {
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(lo, _mm512_loadu_ps(xr)), _mm512_set1_ps(D[0]), acc[i]);
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(hi, _mm512_loadu_ps(xr + 16)), _mm512_set1_ps(D[1]), acc[i]);
+            const float* s = xs + i * ldxs + col / 16;
+            macc[i] += M[0] * s[0] + M[1] * s[1];
+          } else {
+            const __m512 p = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), _mm512_mul_ps(lo, _mm512_loadu_ps(xr)));
+            acc[i] = _mm512_fmadd_ps(p, _mm512_set1_ps(D[0]), acc[i]);
+            if constexpr (!noMin) {
+              const float* s = xs + i * ldxs + col / 16;
+              macc[i] += M[0] * (s[0] + s[1]);
+            }
+          }
+        }
+      }
+    }
+    for (int i = 0; i < MT; ++i) y[i * ldy + r] = _mm512_reduce_add_ps(acc[i]) + macc[i];
+  }
+}
+
+template <BlockType T, int MT>
+KVS_AVX512 void denseAvx512(const BlockMatrix& w, const float* x, std::int64_t ldx, float* y, std::int64_t ldy,
+                            std::int64_t r0, std::int64_t r1) {
+  constexpr std::int64_t es = T == BlockType::F32 ? 4 : 2;
+  const std::int64_t body = w.cols / 16 * 16;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* row = w.data + r * w.rowBytes;
+    __m512 acc[MT];
+    for (int i = 0; i < MT; ++i) acc[i] = _mm512_setzero_ps();
+    for (std::int64_t k = 0; k < body; k += 16) {
+      __m512 wv;
+      if constexpr (T == BlockType::F32) {
+        wv = _mm512_loadu_ps(reinterpret_cast<const float*>(row + k * es));
+      } else if constexpr (T == BlockType::F16) {
+        wv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * es)));
+      } else {
+        const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * es)));
+        wv = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      }
+      for (int i = 0; i < MT; ++i) acc[i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + i * ldx + k), acc[i]);
+    }
+    float tail[16];
+    if (body < w.cols) dequantize(w.type, row + body * es, w.cols - body, tail);
+    for (int i = 0; i < MT; ++i) {
+      float s = _mm512_reduce_add_ps(acc[i]);
+      for (std::int64_t k = body; k < w.cols; ++k) s += tail[k - body] * x[i * ldx + k];
+      y[i * ldy + r] = s;
+    }
+  }
+}
+
+template <BlockType T>
+KVS_AVX512 void tilesAvx512(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs,
+                            float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  constexpr bool dense = T == BlockType::F32 || T == BlockType::F16 || T == BlockType::BF16;
+  const std::int64_t ldxs = w.cols / 16;
+  auto run = [&]<int MT>(std::int64_t i) {
+    if constexpr (dense) denseAvx512<T, MT>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
+    else blocksAvx512<T, MT>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
+  };
+  std::int64_t i = 0;
+  for (; i + 4 <= m; i += 4) run.template operator()<4>(i);
+  switch (m - i) {
+    case 3: run.template operator()<3>(i); break;
+    case 2: run.template operator()<2>(i); break;
+    case 1: run.template operator()<1>(i); break;
+    default: break;
+  }
+}
+
+bool simdMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
+                std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  const bool wide = avx512Paths();
+  switch (static_cast<BlockType>(w.type)) {
+#define KVS_CASE(T)                                                      \
+  case BlockType::T:                                                     \
+    if (wide) tilesAvx512<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1); \
+    else tilesAvx2<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1);        \
+    return true;
+    KVS_CASE(F32) KVS_CASE(F16) KVS_CASE(BF16) KVS_CASE(Q4_0) KVS_CASE(Q4_1) KVS_CASE(Q5_0) KVS_CASE(Q5_1)
+    KVS_CASE(Q8_0) KVS_CASE(Q4_K) KVS_CASE(Q5_K) KVS_CASE(Q6_K)
+#undef KVS_CASE
+  }
+  return false;
+}
+#endif
+
+}  // namespace
+
+void rowSums16(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols, float* out) {
+  const std::int64_t n = cols / 16;
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float* p = x + i * ldx + 16 * j;
+      float s = 0;
+      for (int l = 0; l < 16; ++l) s += p[l];
+      out[i * n + j] = s;
+    }
+}
+
+void blockMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xsum, float* y,
+                 std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  if (m <= 0 || r0 >= r1) return;
+#if KVS_HAVE_AVX2_PATHS
+  if (avx2Paths() && simdMatmul(w, x, m, ldx, xsum, y, ldy, r0, r1)) return;
+#endif
+  if (blockLayout(w.type).quantized()) blocksPortable(w, x, m, ldx, xsum, y, ldy, r0, r1);
+  else densePortable(w, x, m, ldx, y, ldy, r0, r1);
+}
+
+}  // namespace kvscope::kernels

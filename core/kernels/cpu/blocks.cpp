@@ -1,0 +1,269 @@
+// Block layouts as ggml defines them (ggml-common.h): a block is its scale(s) in fp16 followed by packed quants.
+#include "kernels/cpu/blocks.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <cstring>
+
+namespace kvscope::kernels {
+
+namespace {
+
+inline std::uint16_t u16(const std::uint8_t* p) {
+  std::uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+inline float half(const std::uint8_t* p) { return static_cast<float>(c10::Half(u16(p), c10::Half::from_bits())); }
+inline std::uint32_t u32(const std::uint8_t* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Q4_K / Q5_K: the 6-bit scale and min of group j (ggml's get_scale_min_k4).
+inline void scaleMinK4(int j, const std::uint8_t* s, int& sc, int& mn) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+void q4_0(const std::uint8_t* b, float* y) {  // d, 16 bytes: low nibbles 0..15, high 16..31, offset 8
+  const float d = half(b);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>((b[2 + j] & 0x0F) - 8) * d;
+    y[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
+  }
+}
+void q4_1(const std::uint8_t* b, float* y) {  // d, m, 16 bytes
+  const float d = half(b), m = half(b + 2);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>(b[4 + j] & 0x0F) * d + m;
+    y[j + 16] = static_cast<float>(b[4 + j] >> 4) * d + m;
+  }
+}
+void q5_0(const std::uint8_t* b, float* y) {  // d, qh (32 fifth bits), 16 bytes, offset 16
+  const float d = half(b);
+  const std::uint32_t qh = u32(b + 2);
+  for (int j = 0; j < 16; ++j) {
+    const int x0 = ((b[6 + j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16;
+    const int x1 = ((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+    y[j] = static_cast<float>(x0) * d;
+    y[j + 16] = static_cast<float>(x1) * d;
+  }
+}
+void q5_1(const std::uint8_t* b, float* y) {  // d, m, qh, 16 bytes
+  const float d = half(b), m = half(b + 2);
+  const std::uint32_t qh = u32(b + 4);
+  for (int j = 0; j < 16; ++j) {
+    const int x0 = (b[8 + j] & 0x0F) | (((qh >> j) << 4) & 0x10);
+    const int x1 = (b[8 + j] >> 4) | ((qh >> (j + 12)) & 0x10);
+    y[j] = static_cast<float>(x0) * d + m;
+    y[j + 16] = static_cast<float>(x1) * d + m;
+  }
+}
+void q8_0(const std::uint8_t* b, float* y) {  // d, 32 int8
+  const float d = half(b);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<std::int8_t>(b[2 + j])) * d;
+}
+void q4_k(const std::uint8_t* b, float* y) {  // d, dmin, scales[12], qs[128]: 8 groups of 32 with 6-bit scale/min
+  const float d = half(b), dmin = half(b + 2);
+  const std::uint8_t* q = b + 16;
+  for (int j = 0; j < 8; j += 2, q += 32) {
+    int sc, mn;
+    scaleMinK4(j, b + 4, sc, mn);
+    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
+    scaleMinK4(j + 1, b + 4, sc, mn);
+    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
+    for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0xF) - m1;
+    for (int l = 0; l < 32; ++l) y[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
+    y += 64;
+  }
+}
+void q5_k(const std::uint8_t* b, float* y) {  // d, dmin, scales[12], qh[32], qs[128]
+  const float d = half(b), dmin = half(b + 2);
+  const std::uint8_t* qh = b + 16;
+  const std::uint8_t* q = b + 48;
+  for (int j = 0; j < 8; j += 2, q += 32) {
+    int sc, mn;
+    scaleMinK4(j, b + 4, sc, mn);
+    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
+    scaleMinK4(j + 1, b + 4, sc, mn);
+    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
+    const int u1 = 1 << j, u2 = 2 << j;
+    for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) y[l + 32] = d2 * static_cast<float>((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    y += 64;
+  }
+}
+void q6_k(const std::uint8_t* b, float* y) {  // ql[128], qh[64], scales[16] (int8), d: 256 values
+  const std::uint8_t* ql = b;
+  const std::uint8_t* qh = b + 128;
+  const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192);
+  const float d = half(b + 208);
+  for (int n = 0; n < 256; n += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+template <void (*F)(const std::uint8_t*, float*)>
+void blocks(const std::uint8_t* src, std::int64_t n, float* dst, std::int64_t values, std::int64_t bytes) {
+  for (std::int64_t b = 0; b < n / values; ++b) F(src + b * bytes, dst + b * values);
+}
+
+bool halfFinite(std::uint16_t h) { return (h & 0x7C00u) != 0x7C00u; }
+
+}  // namespace
+
+BlockLayout blockLayout(std::uint32_t type) {
+  switch (static_cast<BlockType>(type)) {
+    case BlockType::F32: return {1, 4};
+    case BlockType::F16:
+    case BlockType::BF16: return {1, 2};
+    case BlockType::Q4_0: return {32, 18};
+    case BlockType::Q4_1: return {32, 20};
+    case BlockType::Q5_0: return {32, 22};
+    case BlockType::Q5_1: return {32, 24};
+    case BlockType::Q8_0: return {32, 34};
+    case BlockType::Q4_K: return {256, 144};
+    case BlockType::Q5_K: return {256, 176};
+    case BlockType::Q6_K: return {256, 210};
+  }
+  return {};
+}
+
+void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
+  switch (static_cast<BlockType>(type)) {
+    case BlockType::F32: std::memcpy(dst, src, static_cast<std::size_t>(n) * 4); return;
+    case BlockType::F16:
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = half(src + 2 * i);
+      return;
+    case BlockType::BF16:
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(c10::BFloat16(u16(src + 2 * i), c10::BFloat16::from_bits()));
+      return;
+    case BlockType::Q4_0: return blocks<q4_0>(src, n, dst, 32, 18);
+    case BlockType::Q4_1: return blocks<q4_1>(src, n, dst, 32, 20);
+    case BlockType::Q5_0: return blocks<q5_0>(src, n, dst, 32, 22);
+    case BlockType::Q5_1: return blocks<q5_1>(src, n, dst, 32, 24);
+    case BlockType::Q8_0: return blocks<q8_0>(src, n, dst, 32, 34);
+    case BlockType::Q4_K: return blocks<q4_k>(src, n, dst, 256, 144);
+    case BlockType::Q5_K: return blocks<q5_k>(src, n, dst, 256, 176);
+    case BlockType::Q6_K: return blocks<q6_k>(src, n, dst, 256, 210);
+  }
+}
+
+std::int64_t firstNonFiniteBlock(std::uint32_t type, const std::uint8_t* src, std::int64_t blocks) {
+  const BlockLayout L = blockLayout(type);
+  // Where each block's fp16 scales sit.
+  int at0 = 0, at1 = -1;
+  switch (static_cast<BlockType>(type)) {
+    case BlockType::F32:
+      for (std::int64_t i = 0; i < blocks; ++i)
+        if ((u32(src + 4 * i) & 0x7F800000u) == 0x7F800000u) return i;
+      return -1;
+    case BlockType::F16:
+      for (std::int64_t i = 0; i < blocks; ++i)
+        if (!halfFinite(u16(src + 2 * i))) return i;
+      return -1;
+    case BlockType::BF16:
+      for (std::int64_t i = 0; i < blocks; ++i)
+        if ((u16(src + 2 * i) & 0x7F80u) == 0x7F80u) return i;
+      return -1;
+    case BlockType::Q4_1:
+    case BlockType::Q5_1:
+    case BlockType::Q4_K:
+    case BlockType::Q5_K: at1 = 2; break;
+    case BlockType::Q6_K: at0 = 208; break;
+    default: break;
+  }
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    const std::uint8_t* b = src + i * L.bytes;
+    if (!halfFinite(u16(b + at0)) || (at1 >= 0 && !halfFinite(u16(b + at1)))) return i;
+  }
+  return -1;
+}
+
+void unpackGroup(BlockType type, const std::uint8_t* b, int g, std::uint8_t q[32], float D[2], float M[2]) {
+  switch (type) {
+    case BlockType::Q4_0:
+    case BlockType::Q4_1: {
+      const std::uint8_t* qs = b + (type == BlockType::Q4_0 ? 2 : 4);
+      for (int j = 0; j < 16; ++j) {
+        q[j] = qs[j] & 0x0F;
+        q[j + 16] = qs[j] >> 4;
+      }
+      D[0] = D[1] = half(b);
+      M[0] = M[1] = type == BlockType::Q4_0 ? -8.0f * D[0] : half(b + 2);
+      return;
+    }
+    case BlockType::Q5_0:
+    case BlockType::Q5_1: {
+      const bool one = type == BlockType::Q5_1;
+      const std::uint32_t qh = u32(b + (one ? 4 : 2));
+      const std::uint8_t* qs = b + (one ? 8 : 6);
+      for (int j = 0; j < 16; ++j) {
+        q[j] = static_cast<std::uint8_t>((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4));
+        q[j + 16] = static_cast<std::uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
+      }
+      D[0] = D[1] = half(b);
+      M[0] = M[1] = one ? half(b + 2) : -16.0f * D[0];
+      return;
+    }
+    case BlockType::Q8_0:
+      for (int j = 0; j < 32; ++j) q[j] = static_cast<std::uint8_t>(b[2 + j] ^ 0x80);
+      D[0] = D[1] = half(b);
+      M[0] = M[1] = -128.0f * D[0];
+      return;
+    case BlockType::Q4_K:
+    case BlockType::Q5_K: {
+      const bool five = type == BlockType::Q5_K;
+      const std::uint8_t* qs = b + (five ? 48 : 16) + 32 * (g / 2);
+      for (int l = 0; l < 32; ++l) {
+        int v = g % 2 ? qs[l] >> 4 : qs[l] & 0xF;
+        if (five && (b[16 + l] >> g) & 1) v += 16;
+        q[l] = static_cast<std::uint8_t>(v);
+      }
+      int sc, mn;
+      scaleMinK4(g, b + 4, sc, mn);
+      D[0] = D[1] = half(b) * static_cast<float>(sc);
+      M[0] = M[1] = -(half(b + 2) * static_cast<float>(mn));
+      return;
+    }
+    case BlockType::Q6_K: {
+      const int n = g / 4, k = g % 4;
+      const std::uint8_t* ql = b + 64 * n + (k & 1 ? 32 : 0);
+      const std::uint8_t* qh = b + 128 + 32 * n;
+      const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + 8 * n + 2 * k;
+      for (int l = 0; l < 32; ++l)
+        q[l] = static_cast<std::uint8_t>((k >= 2 ? ql[l] >> 4 : ql[l] & 0xF) | (((qh[l] >> (2 * k)) & 3) << 4));
+      const float d = half(b + 208);
+      for (int h = 0; h < 2; ++h) {
+        D[h] = d * static_cast<float>(sc[h]);
+        M[h] = -32.0f * D[h];
+      }
+      return;
+    }
+    default: break;
+  }
+}
+
+}  // namespace kvscope::kernels

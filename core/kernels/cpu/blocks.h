@@ -1,0 +1,42 @@
+// ggml's weight formats (ggml-common.h) as kvscope reads them: each type's block layout, its dequantization to
+// float32 (the reference every kernel is tested against), and the affine view the block matmul kernels read.
+//
+// The affine view: every block splits into groups of 32 values, and each half (16 values) of a group is
+// D * q + M with q an unsigned byte (0..255). Q4_0 is d * q - 8d, Q4_1 d * q + m, Q8_0 d * (q ^ 0x80) - 128d, Q4_K
+// (d * sc) * q - dmin * mn per group of 32, Q6_K (d * sc) * q - 32 (d * sc) per half. A dot product with a
+// float32 row is then D * (q . x) + M * sum(x), and sum(x) is computed once per activation row.
+//
+// No torch here: the model layer (model/weight.h) turns these into LibTorch tensors and threads.
+#pragma once
+
+#include <cstdint>
+
+namespace kvscope::kernels {
+
+/// ggml's type numbers for the weight formats kvscope keeps in memory as they are stored.
+enum class BlockType : std::uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
+};
+
+struct BlockLayout {
+  std::int64_t values = 0;  ///< values per block (1 for F32/F16/BF16); 0 for a type kvscope does not read
+  std::int64_t bytes = 0;   ///< bytes per block
+  bool quantized() const { return values > 1; }
+};
+
+/// The layout of ggml type `type` (its number); values == 0 when kvscope does not read it.
+BlockLayout blockLayout(std::uint32_t type);
+
+/// `n` values (whole blocks) of `type` from `src` into `dst`, in ggml's reference arithmetic. Precondition:
+/// blockLayout(type).values > 0 and divides n.
+void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst);
+
+/// Index of the first of `blocks` blocks whose values are not all finite, or -1. For the quantized types a block's
+/// values are finite exactly when its fp16 scales are, so only the scales are read.
+std::int64_t firstNonFiniteBlock(std::uint32_t type, const std::uint8_t* src, std::int64_t blocks);
+
+/// The affine view of group `g` (0 .. values/32 - 1) of one block of a quantized type: q[32], and D, M for each
+/// half. Portable code: the reference the vector paths are tested against.
+void unpackGroup(BlockType type, const std::uint8_t* block, int g, std::uint8_t q[32], float D[2], float M[2]);
+
+}  // namespace kvscope::kernels

@@ -1,0 +1,55 @@
+// A weight matrix as the model holds it: the bytes of its file, in the file's format (GGUF block formats, or
+// F32/F16/BF16 from GGUF or safetensors), memory-mapped and never widened to a float32 copy. Small batches (a decode
+// step, beam search) go through the block matmul kernels (kernels/cpu/block_matmul.h) on LibTorch's threads; larger
+// ones (prefill) dequantize a tile of rows at a time and multiply it with a LibTorch GEMM.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/block_matmul.h"
+
+namespace kvscope::model {
+
+class Weight {
+ public:
+  /// Activation rows up to which linear() runs the block kernels; from here on it dequantizes tiles for a GEMM.
+  static constexpr std::int64_t kKernelRows = 16;
+
+  Weight() = default;
+  /// rows x cols values of ggml type `type` at `data`, row after row; `owner` keeps the bytes alive (a mapped file).
+  Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const std::uint8_t* data,
+         std::shared_ptr<const void> owner);
+
+  bool defined() const { return owner_ != nullptr; }
+  std::int64_t rows() const { return m_.rows; }
+  std::int64_t cols() const { return m_.cols; }
+  std::uint32_t type() const { return m_.type; }
+  /// Bytes the matrix takes in memory (its stored form).
+  std::uint64_t bytes() const { return static_cast<std::uint64_t>(m_.rows) * static_cast<std::uint64_t>(m_.rowBytes); }
+
+  /// x [..., cols] of any floating dtype -> x W^T (+ bias) [..., rows] in x's dtype, computed in float32.
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& bias = {}) const;
+  /// The same through several weights with the same cols (Q, K and V; gate and up) in one pass over the threads:
+  /// out[i] = x ws[i]^T (+ biases[i] where given and defined).
+  static std::vector<at::Tensor> linear(const std::vector<const Weight*>& ws, const at::Tensor& x,
+                                        const std::vector<at::Tensor>& biases = {});
+  /// The rows `ids` (int64, any shape) as float32 [ids..., cols]: an embedding lookup.
+  at::Tensor gather(const at::Tensor& ids) const;
+  /// The whole matrix as a float32 [rows, cols] tensor.
+  at::Tensor dense() const;
+  /// The same weight with new row i = old row order[i], in memory of its own (llama.cpp's Q/K row order undone).
+  Weight permuteRows(const std::vector<std::int64_t>& order) const;
+  /// Index of the first value that is NaN or infinite, or -1 (reads only the block scales when they are all finite).
+  std::int64_t firstNonFinite() const;
+
+ private:
+  kernels::BlockMatrix m_;
+  std::shared_ptr<const void> owner_;
+};
+
+}  // namespace kvscope::model

@@ -1,0 +1,238 @@
+// The block-format weight kernels (kernels/cpu/blocks.h, block_matmul.h, model/weight.h) against the dequantized
+// matrix multiplied in double: every type kvscope keeps in memory, activation rows 1..17 (the tiles of four and the
+// one to three left, and the GEMM path past Weight::kKernelRows), odd row counts, tails in the float types, the
+// AVX-512, AVX2 and portable paths (on a CPU without AVX-512 the first runs the AVX2 path again).
+//
+// Stated tolerance: |y - ref| <= 1e-5 * sum_k |x_k| * max_k |w_rk| per output. Float32 accumulation over these
+// lengths stays near 1e-6 of that; one wrong quant step (one weight off by its scale) is >= 2e-4 of it.
+#include <ATen/ATen.h>
+#include <c10/util/Half.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "kernels/cpu/block_matmul.h"
+#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/simd.h"
+#include "model/weight.h"
+
+using namespace kvscope;
+using kernels::BlockType;
+
+namespace {
+
+struct Case {
+  BlockType type;
+  std::int64_t cols;
+};
+
+const Case kCases[] = {{BlockType::F32, 45},  {BlockType::F16, 77},   {BlockType::BF16, 40},  {BlockType::Q4_0, 96},
+                       {BlockType::Q4_1, 64}, {BlockType::Q5_0, 160}, {BlockType::Q5_1, 96},  {BlockType::Q8_0, 128},
+                       {BlockType::Q4_K, 512}, {BlockType::Q5_K, 256}, {BlockType::Q6_K, 512}};
+
+void putHalf(std::uint8_t* p, float v) {
+  const std::uint16_t h = c10::Half(v).x;
+  std::memcpy(p, &h, 2);
+}
+
+// Random bytes with finite scales where the format has them (a random fp16 could be NaN).
+std::vector<std::uint8_t> randomMatrix(BlockType t, std::int64_t rows, std::int64_t cols, unsigned seed) {
+  const kernels::BlockLayout L = kernels::blockLayout(static_cast<std::uint32_t>(t));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.002f, 0.05f), sign(-1.0f, 1.0f);
+  const std::int64_t blocks = rows * cols / L.values;
+  std::vector<std::uint8_t> v(static_cast<std::size_t>(blocks * L.bytes));
+  for (auto& b : v) b = static_cast<std::uint8_t>(byte(rng));
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    std::uint8_t* b = v.data() + i * L.bytes;
+    switch (t) {
+      case BlockType::F32:
+        for (std::int64_t k = 0; k < L.values; ++k) {
+          const float x = sign(rng);
+          std::memcpy(b, &x, 4);
+        }
+        break;
+      case BlockType::F16: putHalf(b, sign(rng)); break;
+      case BlockType::BF16: {
+        const float x = sign(rng);
+        std::uint32_t bits;
+        std::memcpy(&bits, &x, 4);
+        const std::uint16_t h = static_cast<std::uint16_t>(bits >> 16);
+        std::memcpy(b, &h, 2);
+        break;
+      }
+      case BlockType::Q4_1:
+      case BlockType::Q5_1: putHalf(b + 2, sign(rng) * 0.3f); [[fallthrough]];
+      case BlockType::Q4_0:
+      case BlockType::Q5_0:
+      case BlockType::Q8_0: putHalf(b, scale(rng)); break;
+      case BlockType::Q4_K:
+      case BlockType::Q5_K:
+        putHalf(b, scale(rng) * 0.1f);
+        putHalf(b + 2, scale(rng) * 0.1f);
+        break;
+      case BlockType::Q6_K: putHalf(b + 208, scale(rng) * 0.05f); break;
+    }
+  }
+  return v;
+}
+
+std::vector<float> dequantized(BlockType t, const std::vector<std::uint8_t>& data, std::int64_t n) {
+  std::vector<float> w(static_cast<std::size_t>(n));
+  kernels::dequantize(static_cast<std::uint32_t>(t), data.data(), n, w.data());
+  return w;
+}
+
+// Checks y [m, rows] against the double product of x [m, cols] and w [rows, cols].
+void expectProduct(const std::vector<float>& w, const float* x, const float* y, std::int64_t m, std::int64_t rows,
+                   std::int64_t cols, const std::string& what) {
+  int bad = 0;
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double ref = 0, xa = 0, wmax = 0;
+      for (std::int64_t k = 0; k < cols; ++k) {
+        const double wk = w[static_cast<std::size_t>(r * cols + k)], xk = x[i * cols + k];
+        ref += wk * xk;
+        xa += std::abs(xk);
+        wmax = std::max(wmax, std::abs(wk));
+      }
+      const double got = y[i * rows + r];
+      if (std::abs(got - ref) > 1e-5 * xa * wmax + 1e-30 && bad++ < 3)
+        ADD_FAILURE() << what << ": row " << i << ", output " << r << ": " << got << " vs " << ref;
+    }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+enum class Path { Avx512, Avx2, Portable };
+struct Paths {
+  explicit Paths(Path p) {
+    kernels::setAvx2Paths(p != Path::Portable);
+    kernels::setAvx512Paths(p == Path::Avx512);
+  }
+  ~Paths() {
+    kernels::setAvx2Paths(true);
+    kernels::setAvx512Paths(true);
+  }
+};
+
+std::string name(BlockType t) {
+  switch (t) {
+    case BlockType::F32: return "F32";
+    case BlockType::F16: return "F16";
+    case BlockType::BF16: return "BF16";
+    case BlockType::Q4_0: return "Q4_0";
+    case BlockType::Q4_1: return "Q4_1";
+    case BlockType::Q5_0: return "Q5_0";
+    case BlockType::Q5_1: return "Q5_1";
+    case BlockType::Q8_0: return "Q8_0";
+    case BlockType::Q4_K: return "Q4_K";
+    case BlockType::Q5_K: return "Q5_K";
+    case BlockType::Q6_K: return "Q6_K";
+  }
+  return "?";
+}
+
+}  // namespace
+
+TEST(BlockFormats, TheAffineViewIsTheDequantization) {
+  for (const Case& c : kCases) {
+    const auto L = kernels::blockLayout(static_cast<std::uint32_t>(c.type));
+    if (!L.quantized()) continue;
+    const auto data = randomMatrix(c.type, 3, c.cols, 5);
+    const auto w = dequantized(c.type, data, 3 * c.cols);
+    for (std::int64_t gi = 0; gi < 3 * c.cols / 32; ++gi) {
+      std::uint8_t q[32];
+      float D[2], M[2];
+      kernels::unpackGroup(c.type, data.data() + (gi * 32 / L.values) * L.bytes,
+                           static_cast<int>(gi % (L.values / 32)), q, D, M);
+      for (int l = 0; l < 32; ++l) {
+        const float ref = w[static_cast<std::size_t>(gi * 32 + l)];
+        const float got = D[l / 16] * static_cast<float>(q[l]) + M[l / 16];
+        ASSERT_NEAR(got, ref, 1e-6f + 1e-5f * std::abs(ref)) << name(c.type) << " group " << gi << " value " << l;
+      }
+    }
+  }
+}
+
+TEST(BlockMatmul, EveryTypeEveryTileBothPaths) {
+  for (Path path : {Path::Avx512, Path::Avx2, Path::Portable}) {
+    Paths p(path);
+    const char* pathName = path == Path::Avx512 ? " avx512" : path == Path::Avx2 ? " avx2" : " portable";
+    for (const Case& c : kCases) {
+      const std::int64_t rows = 37;
+      const auto data = randomMatrix(c.type, rows, c.cols, 7);
+      const auto w = dequantized(c.type, data, rows * c.cols);
+      const auto L = kernels::blockLayout(static_cast<std::uint32_t>(c.type));
+      const kernels::BlockMatrix bm{static_cast<std::uint32_t>(c.type), rows, c.cols, data.data(),
+                                    c.cols / L.values * L.bytes};
+      for (std::int64_t m : {1, 2, 3, 4, 5, 7, 9}) {
+        at::manual_seed(static_cast<std::uint64_t>(m));
+        const at::Tensor x = at::randn({m, c.cols});
+        std::vector<float> sums(static_cast<std::size_t>(m * (c.cols / 16 + 1)));
+        if (L.quantized()) kernels::rowSums16(x.data_ptr<float>(), m, c.cols, c.cols, sums.data());
+        std::vector<float> y(static_cast<std::size_t>(m * rows), -1.0f);
+        // Two row ranges, as the threads split them.
+        kernels::blockMatmul(bm, x.data_ptr<float>(), m, c.cols, sums.data(), y.data(), rows, 0, 11);
+        kernels::blockMatmul(bm, x.data_ptr<float>(), m, c.cols, sums.data(), y.data(), rows, 11, rows);
+        expectProduct(w, x.data_ptr<float>(), y.data(), m, rows, c.cols,
+                      name(c.type) + pathName + " m=" + std::to_string(m));
+      }
+    }
+  }
+}
+
+TEST(Weight, KernelAndGemmPathsAndEmbeddingAgree) {
+  for (const Case& c : kCases) {
+    const std::int64_t rows = 70;
+    auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(c.type, rows, c.cols, 3));
+    const model::Weight W(static_cast<std::uint32_t>(c.type), rows, c.cols, data->data(), data);
+    const auto w = dequantized(c.type, *data, rows * c.cols);
+    EXPECT_EQ(W.bytes(), data->size());
+    EXPECT_EQ(W.firstNonFinite(), -1);
+    for (std::int64_t m : {std::int64_t{1}, model::Weight::kKernelRows, model::Weight::kKernelRows + 1}) {
+      const at::Tensor x = at::randn({1, m, c.cols});
+      const at::Tensor y = W.linear(x).contiguous();
+      ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{1, m, rows}));
+      expectProduct(w, x.data_ptr<float>(), y.data_ptr<float>(), m, rows, c.cols, name(c.type) + " linear m=" + std::to_string(m));
+    }
+    const at::Tensor bias = at::randn({rows});
+    const at::Tensor xb = at::randn({2, c.cols}).to(at::kBFloat16);
+    const at::Tensor yb = W.linear(xb, bias);
+    EXPECT_EQ(yb.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(at::allclose(yb.to(at::kFloat), at::linear(xb.to(at::kFloat), W.dense(), bias), 2e-2, 2e-2)) << name(c.type);
+    const at::Tensor rowsOf = W.gather(at::tensor(std::vector<std::int64_t>{5, 0, 69}, at::kLong).view({1, 3}));
+    EXPECT_TRUE(at::equal(rowsOf[0], W.dense().index_select(0, at::tensor(std::vector<std::int64_t>{5, 0, 69}, at::kLong))))
+        << name(c.type);
+    // Permuted rows: row i of the copy is row order[i].
+    std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
+    for (std::int64_t i = 0; i < rows; ++i) order[static_cast<std::size_t>(i)] = (i * 3) % rows;
+    const model::Weight P = W.permuteRows(order);
+    EXPECT_TRUE(at::equal(P.dense(), W.dense().index_select(0, at::tensor(order, at::kLong)))) << name(c.type);
+  }
+}
+
+TEST(Weight, NonFiniteScalesAreFoundWithoutDequantizingEverything) {
+  for (const Case& c : kCases) {
+    const std::int64_t rows = 4;
+    auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(c.type, rows, c.cols, 9));
+    const auto L = kernels::blockLayout(static_cast<std::uint32_t>(c.type));
+    // The scale (or, for the float types, the value) of the third block becomes infinite.
+    const std::int64_t at = c.type == BlockType::Q6_K ? 208 : 0;
+    std::uint8_t* b = data->data() + 2 * L.bytes + at;
+    if (c.type == BlockType::F32) {
+      const float inf = INFINITY;
+      std::memcpy(b, &inf, 4);
+    } else if (c.type == BlockType::BF16) {
+      b[0] = 0x80, b[1] = 0x7F;
+    } else {
+      putHalf(b, INFINITY);
+    }
+    const model::Weight W(static_cast<std::uint32_t>(c.type), rows, c.cols, data->data(), data);
+    const std::int64_t first = W.firstNonFinite();
+    ASSERT_GE(first, 2 * L.values) << name(c.type);
+    ASSERT_LT(first, 3 * L.values) << name(c.type);
+    EXPECT_FALSE(std::isfinite(W.dense().flatten()[first].item<float>())) << name(c.type);
+  }
+}
