@@ -89,9 +89,9 @@ at::Tensor CacheLayer::attend(const at::Tensor& q, const at::Tensor& keys, const
   Staged s = stage(keys, values);
   at::Tensor out;
   const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3), Hkv = keys.size(1);
-  if (s.denseKeys.defined()) {
-    out = sdpa(q, s.denseKeys, s.denseValues);
-  } else if (T <= kMaxSegmentedQueries && q.is_cpu()) {
+  // A decode step on the CPU reads the layer where it lies, unquantized layers too (LibTorch's sdpa would first copy a
+  // strided view of the buffer and repeat K/V for GQA); a prefill, or a device tensor, goes to sdpa.
+  if (T <= kMaxSegmentedQueries && q.is_cpu() && s.keys) {
     const at::Tensor qf = q.to(at::kFloat).contiguous();
     at::Tensor o = at::empty({B, Hq, T, D}, qf.options());
     kernels::SegmentedAttentionArgs a;
@@ -102,6 +102,8 @@ at::Tensor CacheLayer::attend(const at::Tensor& q, const at::Tensor& keys, const
     a.threads = at::get_num_threads();
     kernels::segmentedAttention(a, *s.keys, *s.values, torchParallel());
     out = o.to(q.scalar_type());
+  } else if (s.denseKeys.defined()) {
+    out = sdpa(q, s.denseKeys, s.denseValues);
   } else {
     out = sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type()),
                detail::materialize(*s.values, B, Hkv, q.scalar_type()));
