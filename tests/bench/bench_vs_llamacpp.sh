@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# kvscope against llama.cpp on the same GGUF files, CPU, same thread count, in one window per model (llama-bench
+# decode, kvscope-cli bench, llama-bench prefill, then the memory runs, model after model) so both see the same load.
+#
+#   tests/bench/bench_vs_llamacpp.sh [--threads N] [--repeat R] [--new T] [model.gguf ...]
+#
+# Default models: the embedded SmolLM2 and the random 1b Q4_0/Q4_K/Q8_0 models (made by make_bench_models.py when
+# missing). llama.cpp comes from build_llamacpp.sh (built when missing). Metrics:
+#   decode tok/s at an empty context: llama-bench tg T at depth 0 | kvscope-cli bench --context 16, T new tokens
+#   decode tok/s at 2048:             llama-bench tg T at depth 2048 | kvscope-cli bench --context 2048
+#   prefill tok/s of 256 tokens:      llama-bench pp256 | kvscope-cli bench --context 256 (prefill_tok_s)
+#   resident MiB / file MiB: max RSS (/usr/bin/time) of a 1-token generation ("hi") minus the max RSS of the same
+#     binary with its runtime loaded but no model (kvscope: `cache-sim` on a 1-layer toy cache, which initializes
+#     LibTorch; llama.cpp: `llama-completion --version`), over the file size. An upper bound of the weights' memory:
+#     it also holds the tokenizer, activations, logits and allocator slack. llama-completion runs with -c 64 (its
+#     default context is the model's 8192, a KV cache that would count) and -lm none: with mmap plus Q4_0
+#     repacking both the file's pages and the repacked copy stay resident (1.8x the file).
+# llama-bench reports mean tok/s over its repetitions, kvscope the median over its rounds. llama.cpp's threads
+# spin-wait for each other: with --threads = the cores and anything else running, its numbers swing by 10x (seen:
+# SmolLM2 tg32 from 6 to 130 tok/s). The 1-minute load average before each model is printed under the table.
+# Raw outputs stay in $KVSCOPE_BENCH_OUT (default: a new temporary directory, printed at the end).
+# Exit status: non-zero when a tool fails (e.g. a model kvscope cannot load), never for slow ratios.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+CACHE=${KVSCOPE_CACHE:-$HOME/.cache/kvscope}
+CLI=${KVSCOPE_CLI:-$REPO/build/app/kvscope-cli}
+PY=${KVSCOPE_PYTHON:-$CACHE/venv/bin/python}
+[[ -x $PY ]] || PY=python3
+THREADS=$(nproc) REPEAT=3 NEW=32 DEPTH=2048 MODELS=()
+while (($#)); do
+    case $1 in
+        --threads) THREADS=$2; shift 2 ;;
+        --repeat) REPEAT=$2; shift 2 ;;
+        --new) NEW=$2; shift 2 ;;
+        -h|--help) sed -n '2,24s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -*) echo "unknown option $1" >&2; exit 2 ;;
+        *) MODELS+=("$1"); shift ;;
+    esac
+done
+if ((${#MODELS[@]} == 0)); then
+    MODELS=("$CACHE/model/SmolLM2-135M-Instruct.Q4_1.gguf")
+    RANDOM_MODELS=$("$PY" "$HERE/make_bench_models.py" --size 1b --type Q4_0 --type Q4_K --type Q8_0)
+    mapfile -t -O 1 MODELS <<<"$RANDOM_MODELS"
+fi
+[[ -x $CLI ]] || { echo "no kvscope-cli at $CLI (build the project, or set KVSCOPE_CLI)" >&2; exit 1; }
+LLAMA=$("$HERE/build_llamacpp.sh" | tail -n 1)
+OUT=${KVSCOPE_BENCH_OUT:-$(mktemp -d /tmp/bench_vs_llamacpp.XXXXXX)}
+mkdir -p "$OUT"
+FAILED=0
+
+# run NAME CMD...: stdout to $OUT/NAME, stderr to $OUT/NAME.err; a failure is reported and counted, not fatal.
+run() {
+    local name=$1; shift
+    echo "   $name: $*" >&2
+    if ! "$@" >"$OUT/$name" 2>"$OUT/$name.err"; then
+        echo "   FAILED ($OUT/$name.err): $(grep -v '^\s*$' "$OUT/$name.err" | tail -n 1)" >&2
+        rm -f "$OUT/$name"; FAILED=1
+    fi
+}
+maxrss() { /usr/bin/time -f '%M' -o "$OUT/rss.tmp" "$@" </dev/null >/dev/null && cat "$OUT/rss.tmp"; }  # KiB
+
+run base.kvscope.rss maxrss "$CLI" cache-sim --cache dynamic --context 1 --steps 1 --layers 1 --kv-heads 1 --head-dim 8
+run base.llama.rss maxrss "$LLAMA/llama-completion" --version
+for i in "${!MODELS[@]}"; do
+    m=${MODELS[$i]}
+    [[ -f $m ]] || { echo "no model $m" >&2; exit 1; }
+    echo "== $m" >&2
+    echo "$m" >"$OUT/$i.model"
+    cut -d' ' -f1 /proc/loadavg >"$OUT/$i.load"
+    run "$i.llama.tg" "$LLAMA/llama-bench" -m "$m" -p 0 -n "$NEW" -d "0,$DEPTH" -t "$THREADS" -r "$REPEAT" -o json
+    run "$i.kvscope" "$CLI" bench --model "$m" --cache dynamic --no-baseline --context 16 --context 256 \
+        --context "$DEPTH" --new "$NEW" --threads "$THREADS" --repeat "$REPEAT" --json
+    run "$i.llama.pp" "$LLAMA/llama-bench" -m "$m" -p 256 -n 0 -t "$THREADS" -r "$REPEAT" -o json
+    run "$i.kvscope.rss" maxrss "$CLI" generate --model "$m" --prompt hi --max-new 1 --threads "$THREADS"
+    run "$i.llama.rss" maxrss "$LLAMA/llama-completion" -m "$m" -p hi -n 1 -t "$THREADS" -c 64 -lm none -no-cnv --no-warmup
+done
+
+"$PY" - "$OUT" "${#MODELS[@]}" "$NEW" "$DEPTH" <<'EOF'
+import json, os, statistics, sys
+out, n, new, depth = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+def load(name, lines=False):
+    p = os.path.join(out, name)
+    if not os.path.exists(p): return None
+    with open(p) as f:
+        return [json.loads(l) for l in f if l.startswith("{")] if lines else f.read()
+def llama(name, pp, depth):
+    rows = load(name)
+    rows = json.loads(rows) if rows else []
+    v = [r["avg_ts"] for r in rows if (r["n_prompt"] > 0) == pp and r.get("n_depth", 0) == depth]
+    return v[0] if v else None
+def kv(rows, ctx, key):
+    v = [r[key] for r in rows or [] if r["context"] == ctx]
+    return statistics.median(v) if v else None
+def rss(name, base):
+    t, b = load(name), load(base)
+    return (int(t) - int(b)) / 1024 if t and b else None
+def f(x): return "n/a" if x is None else f"{x:.2f}" if x < 100 else f"{x:.0f}"
+print(f"\n{'model':<34} {'metric':<28} {'llama.cpp':>10} {'kvscope':>10} {'ratio':>7}")
+for i in range(n):
+    m = load(f"{i}.model").strip()
+    size = os.path.getsize(m) / 2**20
+    k = load(f"{i}.kvscope", lines=True)
+    lr, kr = rss(f"{i}.llama.rss", "base.llama.rss"), rss(f"{i}.kvscope.rss", "base.kvscope.rss")
+    rows = [(f"decode tok/s, ctx 0 (kv: 16)", llama(f"{i}.llama.tg", False, 0), kv(k, 16, "decode_tok_s")),
+            (f"decode tok/s, ctx {depth}", llama(f"{i}.llama.tg", False, depth), kv(k, depth, "decode_tok_s")),
+            ("prefill tok/s, 256 tokens", llama(f"{i}.llama.pp", True, 0), kv(k, 256, "prefill_tok_s")),
+            (f"resident / file ({size:.0f} MiB)", lr and lr / size, kr and kr / size)]
+    for metric, a, b in rows:
+        print(f"{os.path.basename(m)[:34]:<34} {metric:<28} {f(a):>10} {f(b):>10} {f(b / a) if a and b else 'n/a':>7}")
+print("load average before each model:", ", ".join(load(f"{i}.load").strip() for i in range(n)))
+EOF
+echo "raw outputs: $OUT; $SECONDS s" >&2
+exit $FAILED

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Writes Llama-shaped GGUF models with random weights, for speed benchmarks (tests/bench/bench_vs_llamacpp.sh).
+
+    make_bench_models.py [--out DIR] [--size 1b|3b ...] [--type Q4_0|Q4_K|Q8_0 ...] [--seed N]
+
+Shapes: 1b = TinyLlama-1.1B (hidden 2048, 22 layers, 32 heads, 4 KV heads, head dim 64, FFN 5632),
+3b = Llama-3.2-3B (hidden 3072, 28 layers, 24 heads, 8 KV heads, head dim 128, FFN 8192).
+The tokenizer (all tokenizer.* keys, vocab 49152) is copied from the embedded SmolLM2 GGUF, so llama.cpp and kvscope
+can both tokenize. Norms are F32 ones; the matrices are Gaussian with std 0.02 (activations stay finite), quantized
+by gguf.quants for Q4_0/Q8_0. The gguf package cannot quantize Q4_K, so Q4_K blocks are written directly: random
+4-bit codes, per-sub-block scale = min (zero-mean blocks), d chosen so the values have std ~0.02. token_embd and
+output (untied) are Q8_0 in every file. Idempotent: a file that exists with the same name, tensor count and a
+complete data section is kept; files are written as NAME.part and renamed when complete.
+Output: DIR/random-<size>-<type>.gguf, one path per line on stdout.
+"""
+import argparse
+import functools
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as QT
+from gguf.quants import quantize, dequantize
+
+CACHE = Path(os.environ.get("KVSCOPE_CACHE", Path.home() / ".cache" / "kvscope"))
+TOKENIZER_FROM = CACHE / "model" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+SIZES = {  # hidden, layers, heads, kv heads, head dim, ffn
+    "1b": (2048, 22, 32, 4, 64, 5632),
+    "3b": (3072, 28, 24, 8, 128, 8192),
+}
+TYPES = {"Q4_0": QT.Q4_0, "Q4_K": QT.Q4_K, "Q8_0": QT.Q8_0}
+FILE_TYPE = {"Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+             "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+STD = 0.02
+VOCAB = 49152  # SmolLM2's, checked against the tokenizer file
+ROWS_PER_CHUNK = 1024
+
+
+def nbytes(shape, qtype):
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    n = int(np.prod(shape))
+    assert shape[-1] % block == 0, (shape, qtype)
+    return n // block * size
+
+
+def q4k_blocks(n_blocks, rng):
+    """Random valid Q4_K blocks (144 bytes per 256 values): value = d*sc*q - dmin*m, with m = sc and dmin = 7.5*d
+    so each 32-value sub-block has mean ~0 and std d*sc*4.6 (q uniform in 0..15)."""
+    sc = rng.integers(24, 41, size=(n_blocks, 8), dtype=np.uint8)  # 6-bit scales, mean 32
+    m = sc
+    d = (STD / (32 * 4.61) * (1 + 0.1 * rng.standard_normal(n_blocks))).astype(np.float16)
+    dmin = (d.astype(np.float32) * 7.5).astype(np.float16)
+    scales = np.empty((n_blocks, 12), np.uint8)  # packing of ggml's get_scale_min_k4
+    scales[:, 0:4] = sc[:, :4] | ((sc[:, 4:] >> 4) << 6)
+    scales[:, 4:8] = m[:, :4] | ((m[:, 4:] >> 4) << 6)
+    scales[:, 8:12] = (sc[:, 4:] & 0xF) | ((m[:, 4:] & 0xF) << 4)
+    qs = rng.integers(0, 256, size=(n_blocks, 128), dtype=np.uint8)
+    return np.concatenate([d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2), scales, qs], axis=1)
+
+
+def random_matrix(shape, qtype, rng):
+    """Quantized bytes of a (rows, cols) Gaussian matrix, generated ROWS_PER_CHUNK rows at a time."""
+    rows, cols = shape
+    out = np.empty(nbytes(shape, qtype), np.uint8).reshape(rows, -1)
+    for r in range(0, rows, ROWS_PER_CHUNK):
+        n = min(ROWS_PER_CHUNK, rows - r)
+        if qtype == QT.Q4_K:
+            out[r:r + n] = q4k_blocks(n * cols // 256, rng).reshape(n, -1)
+        else:
+            x = rng.standard_normal((n, cols), dtype=np.float32)
+            x *= STD
+            out[r:r + n] = quantize(x, qtype)
+    return out.reshape(-1)
+
+
+def check_q4k(rng):
+    x = dequantize(q4k_blocks(4096, rng), QT.Q4_K)
+    assert np.isfinite(x).all() and 0.015 < x.std() < 0.025 and abs(x.mean()) < 2e-3 and np.abs(x).max() < 0.2, \
+        (x.std(), x.mean(), np.abs(x).max())
+
+
+def tensor_plan(size, wtype):
+    hidden, layers, heads, kv, hd, ffn = SIZES[size]
+    plan = [("token_embd.weight", (VOCAB, hidden), QT.Q8_0)]
+    for i in range(layers):
+        p = f"blk.{i}."
+        plan += [(p + "attn_norm.weight", (hidden,), QT.F32),
+                 (p + "attn_q.weight", (heads * hd, hidden), wtype),
+                 (p + "attn_k.weight", (kv * hd, hidden), wtype),
+                 (p + "attn_v.weight", (kv * hd, hidden), wtype),
+                 (p + "attn_output.weight", (hidden, heads * hd), wtype),
+                 (p + "ffn_norm.weight", (hidden,), QT.F32),
+                 (p + "ffn_gate.weight", (ffn, hidden), wtype),
+                 (p + "ffn_up.weight", (ffn, hidden), wtype),
+                 (p + "ffn_down.weight", (hidden, ffn), wtype)]
+    plan += [("output_norm.weight", (hidden,), QT.F32), ("output.weight", (VOCAB, hidden), QT.Q8_0)]
+    return plan
+
+
+def is_complete(path, name, n_tensors):
+    try:
+        r = gguf.GGUFReader(path)
+        end = max(t.data_offset + t.n_bytes for t in r.tensors)
+        return (r.fields["general.name"].contents() == name and len(r.tensors) == n_tensors
+                and os.path.getsize(path) >= end)
+    except Exception:
+        return False
+
+
+def write_model(out_dir, size, tname, tokenizer_from, seed):
+    name = f"random-{size}-{tname}"
+    path = out_dir / f"{name}.gguf"
+    plan = tensor_plan(size, TYPES[tname])
+    if path.exists() and is_complete(path, name, len(plan)):
+        print(f"{path}: exists, kept", file=sys.stderr)
+        return path
+    tok = read_tokenizer(tokenizer_from)
+    hidden, layers, heads, kv, hd, ffn = SIZES[size]
+    part = path.with_name(path.name + ".part")
+    w = gguf.GGUFWriter(part, "llama")
+    w.add_name(name)
+    w.add_description(f"random weights (std {STD}, seed {seed}) in the shape of a {size} Llama; for benchmarks only")
+    w.add_context_length(8192)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(VOCAB)
+    w.add_file_type(FILE_TYPE[tname])
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for key, (value, vtype, sub) in tok.items():
+        w.add_key_value(key, value, vtype, sub_type=sub)
+    for tensor, shape, qtype in plan:
+        w.add_tensor_info(tensor, shape, np.dtype(np.float32), nbytes(shape, qtype) if qtype != QT.F32
+                          else 4 * int(np.prod(shape)), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    rng = np.random.default_rng(seed)
+    start, done, total = time.time(), 0, sum(nbytes(s, q) if q != QT.F32 else 4 * int(np.prod(s)) for _, s, q in plan)
+    for i, (tensor, shape, qtype) in enumerate(plan):
+        data = np.ones(shape, np.float32) if qtype == QT.F32 else random_matrix(shape, qtype, rng)
+        w.write_tensor_data(data)
+        done += data.nbytes
+        if i % 9 == 0 or i == len(plan) - 1:
+            print(f"\r{name}: {done / 2**20:7.0f} / {total / 2**20:.0f} MiB, {time.time() - start:5.1f} s",
+                  end="", file=sys.stderr, flush=True)
+    w.close()
+    os.replace(part, path)
+    print(f"\n{path}: written", file=sys.stderr)
+    return path
+
+
+@functools.cache
+def read_tokenizer(path):
+    r = gguf.GGUFReader(path)
+    assert int(r.fields["llama.vocab_size"].contents()) == VOCAB
+    tok = {}
+    for key, f in r.fields.items():
+        if key.startswith("tokenizer."):
+            sub = f.types[1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+            tok[key] = (f.contents(), f.types[0], sub)
+    assert len(tok["tokenizer.ggml.tokens"][0]) == VOCAB
+    return tok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=CACHE / "bench-models")
+    ap.add_argument("--size", action="append", choices=sorted(SIZES))
+    ap.add_argument("--type", action="append", choices=sorted(TYPES))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tokenizer-from", type=Path, default=TOKENIZER_FROM)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    check_q4k(np.random.default_rng(1))
+    for size in a.size or ["1b"]:
+        for tname in a.type or sorted(TYPES):
+            print(write_model(a.out, size, tname, a.tokenizer_from, a.seed))
+
+
+if __name__ == "__main__":
+    main()
