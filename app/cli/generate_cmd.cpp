@@ -27,7 +27,7 @@ namespace {
 std::atomic<bool> gInterrupted{false};
 
 struct GenOpts {
-  std::string model, spec = "dynamic", prompt, promptFile, dtype = "fp32", device = "cpu";
+  std::string model, spec = "dynamic", prompt, promptFile, dtype = "fp32", activations = "f32", device = "cpu";
   bool chat = false, sample = false, json = false, shadow = false;
   int maxNew = 64, topK = 0, threads = 0, beams = 0;
   std::int64_t prefillChunk = -1;
@@ -59,7 +59,7 @@ Runner addGenerate(CLI::App& app) {
   cmd->add_option("--top-k", o->topK, "sampling: keep the k best tokens (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->topP, "sampling: nucleus mass (0, 1]");
   cmd->add_option("--seed", o->seed, "sampling seed (same seed, same text)");
-  cmd->add_option("--dtype", o->dtype, "weights and activations")->check(CLI::IsMember(runtime::dtypeNames()));
+  addDtypeOptions(cmd, o->dtype, o->activations);
   cmd->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--prefill-chunk", o->prefillChunk,
@@ -75,7 +75,7 @@ Runner addGenerate(CLI::App& app) {
     const std::string text = promptText(o->prompt, o->promptFile);
     if (o->threads > 0) at::set_num_threads(o->threads);
     std::signal(SIGINT, [](int) { gInterrupted = true; });
-    const Loaded m = loadModel(o->model, o->dtype);
+    const Loaded m = loadModel(o->model, o->dtype, o->activations);
     const tokenizer::Tokenizer& tok = *m.tok;
     const std::vector<std::int64_t> prompt = encodePrompt(m, text, o->chat);
     auto kv = m.model->makeCache(cfg);

@@ -12,6 +12,8 @@
 #include "cache/kv_cache.h"
 #include "cli/commands.h"
 #include "model/gguf.h"
+#include <CLI/CLI.hpp>
+
 #include "runtime/model_loader.h"
 #include "util/metrics.h"
 
@@ -20,14 +22,30 @@ namespace kvscope::cli {
 std::string defaultModelPath() { return runtime::defaultModelPath(); }
 
 
-Loaded loadModel(const std::string& path, const std::string& dtype) {
-  runtime::parseDtype(dtype);  // a usage error before anything is read
+Loaded loadModel(const std::string& path, const std::string& dtype, const std::string& activations) {
+  runtime::parseDtype(dtype);  // usage errors before anything is read
+  model::Activations act;
+  try {
+    act = model::parseActivations(activations);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   runtime::LoadedModel r = runtime::loadModel(path, dtype);
   Loaded m;
   m.path = std::move(r.path);
   m.model = std::move(r.model);
+  m.model->setActivations(act);
   m.tok = std::move(r.tokenizer);
   return m;
+}
+
+void addDtypeOptions(CLI::App* cmd, std::string& dtype, std::string& activations) {
+  cmd->add_option("--dtype", dtype, "activations, norms and biases (weights keep their file's format)")
+      ->check(CLI::IsMember(runtime::dtypeNames()));
+  cmd->add_option("--activations", activations,
+                  "how decode steps multiply block-format weights: f32 (transformers' numbers) or q8 (8-bit "
+                  "activations per 32 values, as llama.cpp computes; faster with AVX-512 VNNI)")
+      ->check(CLI::IsMember({"f32", "q8"}));
 }
 
 std::string promptText(const std::string& prompt, const std::string& file) {

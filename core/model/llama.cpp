@@ -360,7 +360,8 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     const at::Tensor x = rmsNorm(h, L.attnNorm);
     if (tap) tap(l, "attn_in", x);
-    auto qkv = Weight::linear({&L.wq, &L.wk, &L.wv}, x, {L.bq, L.bk, L.bv});
+    const Activations act = activations_;
+    auto qkv = Weight::linear({&L.wq, &L.wk, &L.wv}, x, {L.bq, L.bk, L.bv}, act);
     at::Tensor q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
     q = q.view({B, T, cfg_.heads, Dh}).transpose(1, 2);
     k = k.view({B, T, cfg_.kvHeads, Dh}).transpose(1, 2);
@@ -377,18 +378,18 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
     // The layer stores K/V and answers attention from what it holds (cache/layer.h: reference or fused mode).
     at::Tensor o = cache.layer(l).attend(q, k.contiguous(), v.contiguous());
     o = o.transpose(1, 2).reshape({B, T, cfg_.heads * Dh});
-    o = L.wo.linear(o);
+    o = L.wo.linear(o, {}, act);
     if (tap) tap(l, "attn_out", o);
     h = h + o;
     const at::Tensor y = rmsNorm(h, L.mlpNorm);
-    const auto gateUp = Weight::linear({&L.wGate, &L.wUp}, y);
-    const at::Tensor mlp = L.wDown.linear(at::silu(gateUp[0]) * gateUp[1]);
+    const auto gateUp = Weight::linear({&L.wGate, &L.wUp}, y, {}, act);
+    const at::Tensor mlp = L.wDown.linear(at::silu(gateUp[0]) * gateUp[1], {}, act);
     if (tap) tap(l, "mlp_out", mlp);
     h = h + mlp;
   }
   if (lastOnly) h = h.narrow(1, T - 1, 1);
   h = rmsNorm(h, finalNorm_);
-  return lmHead_.linear(h).to(at::kFloat);
+  return lmHead_.linear(h, {}, activations_).to(at::kFloat);
 }
 
 at::Tensor idsTensor(const std::vector<std::int64_t>& ids, std::size_t from, std::size_t n) {

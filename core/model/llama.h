@@ -60,6 +60,9 @@ class LlamaModel {
   at::ScalarType dtype() const { return dtype_; }
   /// Bytes the weights take in memory: the matrices in their stored form plus the norms and biases.
   std::uint64_t weightBytes() const;
+  /// How decode steps multiply the block weights (model/weight.h); F32 unless set.
+  Activations activations() const { return activations_; }
+  void setActivations(Activations a) { activations_ = a; }
 
   /// ids [batch, T] (int64) at positions pastLength .. pastLength + T - 1; K/V go through `cache` (which holds
   /// pastLength tokens already). Returns logits [batch, T, vocab] in float32.
@@ -87,6 +90,7 @@ class LlamaModel {
 
   ModelConfig cfg_;
   at::ScalarType dtype_ = at::kFloat;
+  Activations activations_ = Activations::F32;
   Weight embed_, lmHead_;
   at::Tensor finalNorm_, invFreq_;
   std::vector<Layer> layers_;

@@ -21,12 +21,20 @@ Weight::Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const s
   m_ = {type, rows, cols, data, cols / L.values * L.bytes};
 }
 
-at::Tensor Weight::linear(const at::Tensor& x, const at::Tensor& bias) const {
-  return linear(std::vector<const Weight*>{this}, x, {bias})[0];
+const char* activationsName(Activations a) { return a == Activations::Q8 ? "q8" : "f32"; }
+
+Activations parseActivations(const std::string& name) {
+  if (name == "f32") return Activations::F32;
+  if (name == "q8") return Activations::Q8;
+  throw std::invalid_argument("activations must be f32 or q8, got `" + name + "`");
+}
+
+at::Tensor Weight::linear(const at::Tensor& x, const at::Tensor& bias, Activations a) const {
+  return linear(std::vector<const Weight*>{this}, x, {bias}, a)[0];
 }
 
 std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, const at::Tensor& x,
-                                       const std::vector<at::Tensor>& biases) {
+                                       const std::vector<at::Tensor>& biases, Activations a) {
   const std::int64_t cols = x.size(-1);
   for (const Weight* w : ws)
     TORCH_CHECK(w->defined() && w->cols() == cols, "Weight::linear: ", x.sizes(), " against a [", w->rows(), ", ",
@@ -37,12 +45,20 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
   for (const Weight* w : ws) ys.push_back(at::empty({n, w->rows()}, at::kFloat));
   if (n <= kKernelRows) {
     at::Tensor sums;
-    bool quantized = false;
-    for (const Weight* w : ws) quantized = quantized || kernels::blockLayout(w->type()).quantized();
-    if (quantized) {
+    kernels::Q8Rows q8;
+    std::vector<bool> viaQ8;
+    bool f32Sums = false;
+    for (const Weight* w : ws) {
+      const bool quantized = kernels::blockLayout(w->type()).quantized();
+      viaQ8.push_back(quantized && a == Activations::Q8);
+      f32Sums = f32Sums || (quantized && !viaQ8.back());
+    }
+    if (f32Sums) {
       sums = at::empty({n, cols / 16}, at::kFloat);
       kernels::rowSums16(xf.data_ptr<float>(), n, cols, cols, sums.data_ptr<float>());
     }
+    if (std::find(viaQ8.begin(), viaQ8.end(), true) != viaQ8.end())
+      kernels::quantizeRowsQ8(xf.data_ptr<float>(), n, cols, cols, q8);
     const float* xp = xf.data_ptr<float>();
     const float* sp = sums.defined() ? sums.data_ptr<float>() : nullptr;
     std::vector<std::int64_t> first{0};  // the weights' rows one after another
@@ -50,10 +66,10 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
     // All the rows over the threads at once: each thread reads its own share of the weight bytes, once.
     at::parallel_for(0, first.back(), 16, [&](std::int64_t r0, std::int64_t r1) {
       for (std::size_t i = 0; i < ws.size(); ++i) {
-        const std::int64_t a = std::max(r0, first[i]), b = std::min(r1, first[i + 1]);
-        if (a < b)
-          kernels::blockMatmul(ws[i]->m_, xp, n, cols, sp, ys[i].data_ptr<float>(), ws[i]->rows(), a - first[i],
-                               b - first[i]);
+        const std::int64_t lo = std::max(r0, first[i]), hi = std::min(r1, first[i + 1]);
+        if (lo >= hi) continue;
+        if (viaQ8[i]) kernels::blockMatmulQ8(ws[i]->m_, q8, ys[i].data_ptr<float>(), ws[i]->rows(), lo - first[i], hi - first[i]);
+        else kernels::blockMatmul(ws[i]->m_, xp, n, cols, sp, ys[i].data_ptr<float>(), ws[i]->rows(), lo - first[i], hi - first[i]);
       }
     });
   } else {

@@ -15,6 +15,16 @@
 
 namespace kvscope::model {
 
+/// How a decode step multiplies block weights: F32 keeps the activations in float32 (the dequantize-then-matmul
+/// product up to rounding: transformers' numbers); Q8 quantizes them per 32 values to 8 bits first, as llama.cpp's
+/// CPU dot products do (faster with AVX-512 VNNI; the numbers a llama.cpp deployment computes, not transformers').
+/// Float weights (F32/F16/BF16) and prefill-sized batches always use float32.
+enum class Activations { F32, Q8 };
+
+/// "f32" / "q8"; parseActivations throws std::invalid_argument naming the choices.
+const char* activationsName(Activations a);
+Activations parseActivations(const std::string& name);
+
 class Weight {
  public:
   /// Activation rows up to which linear() runs the block kernels; from here on it dequantizes tiles for a GEMM.
@@ -33,11 +43,12 @@ class Weight {
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(m_.rows) * static_cast<std::uint64_t>(m_.rowBytes); }
 
   /// x [..., cols] of any floating dtype -> x W^T (+ bias) [..., rows] in x's dtype, computed in float32.
-  at::Tensor linear(const at::Tensor& x, const at::Tensor& bias = {}) const;
+  at::Tensor linear(const at::Tensor& x, const at::Tensor& bias = {}, Activations a = Activations::F32) const;
   /// The same through several weights with the same cols (Q, K and V; gate and up) in one pass over the threads:
   /// out[i] = x ws[i]^T (+ biases[i] where given and defined).
   static std::vector<at::Tensor> linear(const std::vector<const Weight*>& ws, const at::Tensor& x,
-                                        const std::vector<at::Tensor>& biases = {});
+                                        const std::vector<at::Tensor>& biases = {},
+                                        Activations a = Activations::F32);
   /// The rows `ids` (int64, any shape) as float32 [ids..., cols]: an embedding lookup.
   at::Tensor gather(const at::Tensor& ids) const;
   /// The whole matrix as a float32 [rows, cols] tensor.

@@ -2,7 +2,7 @@
 # kvscope against llama.cpp on the same GGUF files, CPU, same thread count, in one window per model (llama-bench
 # decode, kvscope-cli bench, llama-bench prefill, then the memory runs, model after model) so both see the same load.
 #
-#   tests/bench/bench_vs_llamacpp.sh [--threads N] [--repeat R] [--new T] [model.gguf ...]
+#   tests/bench/bench_vs_llamacpp.sh [--threads N] [--repeat R] [--new T] [--activations f32|q8] [model.gguf ...]
 #
 # Default models: the embedded SmolLM2 and the random 1b Q4_0/Q4_K/Q8_0 models (made by make_bench_models.py when
 # missing). llama.cpp comes from build_llamacpp.sh (built when missing). Metrics:
@@ -28,12 +28,13 @@ CACHE=${KVSCOPE_CACHE:-$HOME/.cache/kvscope}
 CLI=${KVSCOPE_CLI:-$REPO/build/app/kvscope-cli}
 PY=${KVSCOPE_PYTHON:-$CACHE/venv/bin/python}
 [[ -x $PY ]] || PY=python3
-THREADS=$(nproc) REPEAT=3 NEW=32 DEPTH=2048 MODELS=()
+THREADS=$(nproc) REPEAT=3 NEW=32 DEPTH=2048 ACTIVATIONS=f32 MODELS=()
 while (($#)); do
     case $1 in
         --threads) THREADS=$2; shift 2 ;;
         --repeat) REPEAT=$2; shift 2 ;;
         --new) NEW=$2; shift 2 ;;
+        --activations) ACTIVATIONS=$2; shift 2 ;;  # kvscope's decode arithmetic (model/weight.h)
         -h|--help) sed -n '2,24s/^# \{0,1\}//p' "$0"; exit 0 ;;
         -*) echo "unknown option $1" >&2; exit 2 ;;
         *) MODELS+=("$1"); shift ;;
@@ -71,9 +72,10 @@ for i in "${!MODELS[@]}"; do
     cut -d' ' -f1 /proc/loadavg >"$OUT/$i.load"
     run "$i.llama.tg" "$LLAMA/llama-bench" -m "$m" -p 0 -n "$NEW" -d "0,$DEPTH" -t "$THREADS" -r "$REPEAT" -o json
     run "$i.kvscope" "$CLI" bench --model "$m" --cache dynamic --no-baseline --context 16 --context 256 \
-        --context "$DEPTH" --new "$NEW" --threads "$THREADS" --repeat "$REPEAT" --json
+        --context "$DEPTH" --new "$NEW" --threads "$THREADS" --repeat "$REPEAT" --activations "$ACTIVATIONS" --json
     run "$i.llama.pp" "$LLAMA/llama-bench" -m "$m" -p 256 -n 0 -t "$THREADS" -r "$REPEAT" -o json
-    run "$i.kvscope.rss" maxrss "$CLI" generate --model "$m" --prompt hi --max-new 1 --threads "$THREADS"
+    run "$i.kvscope.rss" maxrss "$CLI" generate --model "$m" --prompt hi --max-new 1 --threads "$THREADS" \
+        --activations "$ACTIVATIONS"
     run "$i.llama.rss" maxrss "$LLAMA/llama-completion" -m "$m" -p hi -n 1 -t "$THREADS" -c 64 -lm none -no-cnv --no-warmup
 done
 

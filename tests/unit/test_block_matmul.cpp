@@ -236,3 +236,52 @@ TEST(Weight, NonFiniteScalesAreFoundWithoutDequantizingEverything) {
     EXPECT_FALSE(std::isfinite(W.dense().flatten()[first].item<float>())) << name(c.type);
   }
 }
+
+// 8-bit activations (llama.cpp's arithmetic): the VNNI path equals the portable twin up to float rounding, and both
+// equal the product of the weights with the quantized activations (codes times scale) computed in double.
+TEST(BlockMatmul, EightBitActivationsEveryTypeBothPaths) {
+  for (const Case& c : kCases) {
+    const auto L = kernels::blockLayout(static_cast<std::uint32_t>(c.type));
+    if (!L.quantized()) continue;
+    const std::int64_t rows = 37;
+    const auto data = randomMatrix(c.type, rows, c.cols, 13);
+    const auto w = dequantized(c.type, data, rows * c.cols);
+    const kernels::BlockMatrix bm{static_cast<std::uint32_t>(c.type), rows, c.cols, data.data(),
+                                  c.cols / L.values * L.bytes};
+    for (std::int64_t m : {1, 3, 6}) {
+      const at::Tensor x = at::randn({m, c.cols});
+      kernels::Q8Rows q;
+      kernels::quantizeRowsQ8(x.data_ptr<float>(), m, c.cols, c.cols, q);
+      // The activations as the codes give them.
+      std::vector<float> xq(static_cast<std::size_t>(m * c.cols));
+      for (std::int64_t i = 0; i < m * c.cols; ++i)
+        xq[static_cast<std::size_t>(i)] = q.codes[static_cast<std::size_t>(i)] * q.scales[static_cast<std::size_t>(i / 32)];
+      for (Path path : {Path::Avx512, Path::Portable}) {
+        Paths p(path);
+        std::vector<float> y(static_cast<std::size_t>(m * rows));
+        kernels::blockMatmulQ8(bm, q, y.data(), rows, 0, 20);
+        kernels::blockMatmulQ8(bm, q, y.data(), rows, 20, rows);
+        expectProduct(w, xq.data(), y.data(), m, rows, c.cols,
+                      name(c.type) + (path == Path::Avx512 ? " q8 simd" : " q8 portable") + " m=" + std::to_string(m));
+      }
+      // And the rounding of the activations stays within half a code step of each group's scale.
+      for (std::int64_t i = 0; i < m * c.cols; ++i)
+        ASSERT_LE(std::abs(xq[static_cast<std::size_t>(i)] - x.data_ptr<float>()[i]),
+                  0.5f * q.scales[static_cast<std::size_t>(i / 32)] * 1.0001f);
+    }
+  }
+}
+
+TEST(Weight, EightBitActivationsThroughLinear) {
+  const Case c{BlockType::Q4_1, 128};
+  auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(c.type, 50, c.cols, 17));
+  const model::Weight W(static_cast<std::uint32_t>(c.type), 50, c.cols, data->data(), data);
+  const at::Tensor x = at::randn({2, c.cols});
+  const at::Tensor exact = W.linear(x), q8 = W.linear(x, {}, model::Activations::Q8);
+  const at::Tensor ref = at::linear(x, W.dense());
+  EXPECT_TRUE(at::allclose(exact, ref, 1e-4, 1e-4));
+  EXPECT_FALSE(at::equal(q8, exact));  // the activations were rounded
+  EXPECT_TRUE(at::allclose(q8, ref, 5e-2, 5e-2));
+  EXPECT_EQ(model::parseActivations("q8"), model::Activations::Q8);
+  EXPECT_THROW(model::parseActivations("q4"), std::invalid_argument);
+}

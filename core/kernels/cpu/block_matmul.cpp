@@ -2,7 +2,10 @@
 
 #include <c10/util/Half.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/blocks.h"
@@ -234,24 +237,29 @@ KVS_AVX2 void denseAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx, 
   }
 }
 
-// Rows of activations in tiles of four, then the one to three left.
-template <BlockType T>
-KVS_AVX2 void tilesAvx2(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs,
-                        float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
-  constexpr bool dense = T == BlockType::F32 || T == BlockType::F16 || T == BlockType::BF16;
-  const std::int64_t ldxs = w.cols / 16;
-  auto run = [&]<int MT>(std::int64_t i) {
-    if constexpr (dense) denseAvx2<T, MT>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
-    else blocksAvx2<T, MT>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
-  };
+// Rows of activations in tiles of four, then the one to three left: run(std::integral_constant<int, MT>, first row).
+template <class Run>
+inline void forTiles(std::int64_t m, Run&& run) {
   std::int64_t i = 0;
-  for (; i + 4 <= m; i += 4) run.template operator()<4>(i);
+  for (; i + 4 <= m; i += 4) run(std::integral_constant<int, 4>{}, i);
   switch (m - i) {
-    case 3: run.template operator()<3>(i); break;
-    case 2: run.template operator()<2>(i); break;
-    case 1: run.template operator()<1>(i); break;
+    case 3: run(std::integral_constant<int, 3>{}, i); break;
+    case 2: run(std::integral_constant<int, 2>{}, i); break;
+    case 1: run(std::integral_constant<int, 1>{}, i); break;
     default: break;
   }
+}
+
+constexpr bool isFloatType(BlockType T) { return T == BlockType::F32 || T == BlockType::F16 || T == BlockType::BF16; }
+
+template <BlockType T>
+void tilesAvx2(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
+               std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  const std::int64_t ldxs = w.cols / 16;
+  forTiles(m, [&](auto mt, std::int64_t i) {
+    if constexpr (isFloatType(T)) denseAvx2<T, mt()>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
+    else blocksAvx2<T, mt()>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
+  });
 }
 
 // ---- AVX-512 ------------------------------------------------------------------------------------------------------
@@ -413,23 +421,61 @@ KVS_AVX512 void denseAvx512(const BlockMatrix& w, const float* x, std::int64_t l
 }
 
 template <BlockType T>
-KVS_AVX512 void tilesAvx512(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs,
-                            float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
-  constexpr bool dense = T == BlockType::F32 || T == BlockType::F16 || T == BlockType::BF16;
+void tilesAvx512(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
+                 std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   const std::int64_t ldxs = w.cols / 16;
-  auto run = [&]<int MT>(std::int64_t i) {
-    if constexpr (dense) denseAvx512<T, MT>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
-    else blocksAvx512<T, MT>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
-  };
-  std::int64_t i = 0;
-  for (; i + 4 <= m; i += 4) run.template operator()<4>(i);
-  switch (m - i) {
-    case 3: run.template operator()<3>(i); break;
-    case 2: run.template operator()<2>(i); break;
-    case 1: run.template operator()<1>(i); break;
-    default: break;
+  forTiles(m, [&](auto mt, std::int64_t i) {
+    if constexpr (isFloatType(T)) denseAvx512<T, mt()>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
+    else blocksAvx512<T, mt()>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
+  });
+}
+
+// ---- 8-bit activations ---------------------------------------------------------------------------------------------
+// Per group: the 32 weight bytes (group<T>, the affine view) times the 32 activation codes as one integer dot product
+// (VNNI's vpdpbusd), scaled by D * d, plus M times the group's code sums. Without VNNI the portable twin runs.
+
+template <BlockType T, int MT>
+KVS_VNNI void q8Rows(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, float* y, std::int64_t ldy,
+                     std::int64_t r0, std::int64_t r1) {
+  constexpr BlockLayout L = layoutOf<T>();
+  constexpr int perBlock = static_cast<int>(L.values / 32);
+  const std::int64_t blocks = w.cols / L.values, groups = w.cols / 32;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* row = w.data + r * w.rowBytes;
+    __m256 acc[MT];
+    float macc[MT];
+    for (int i = 0; i < MT; ++i) {
+      acc[i] = _mm256_setzero_ps();
+      macc[i] = 0.0f;
+    }
+    for (std::int64_t bi = 0; bi < blocks; ++bi) {
+      for (int g = 0; g < perBlock; ++g) {
+        float D[2], M[2];
+        const __m256i q = group<T>(row + bi * L.bytes, g, D, M);
+        const std::int64_t gi = bi * perBlock + g;
+        for (int i = 0; i < MT; ++i) {
+          const std::int64_t xr = i0 + i;
+          const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes.data() + xr * w.cols + gi * 32));
+          const float d = x.scales[static_cast<std::size_t>(xr * groups + gi)];
+          // Lanes 0..3 hold values 0..15, lanes 4..7 values 16..31.
+          const __m256 scale = _mm256_set_m128(_mm_set1_ps(D[1] * d), _mm_set1_ps(D[0] * d));
+          const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, c);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[i]);
+          const float* s = x.sums.data() + xr * (w.cols / 16) + 2 * gi;
+          macc[i] += M[0] * s[0] + M[1] * s[1];
+        }
+      }
+    }
+    for (int i = 0; i < MT; ++i) y[(i0 + i) * ldy + r] = hsum(acc[i]) + macc[i];
   }
 }
+
+template <BlockType T>
+void tilesQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
+  forTiles(x.m, [&](auto mt, std::int64_t i) { q8Rows<T, mt()>(w, x, i, y, ldy, r0, r1); });
+}
+
+#define KVS_QUANTIZED_TYPES(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K)
 
 bool simdMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
                 std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
@@ -440,15 +486,84 @@ bool simdMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int64
     if (wide) tilesAvx512<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1); \
     else tilesAvx2<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1);        \
     return true;
-    KVS_CASE(F32) KVS_CASE(F16) KVS_CASE(BF16) KVS_CASE(Q4_0) KVS_CASE(Q4_1) KVS_CASE(Q5_0) KVS_CASE(Q5_1)
-    KVS_CASE(Q8_0) KVS_CASE(Q4_K) KVS_CASE(Q5_K) KVS_CASE(Q6_K)
+    KVS_CASE(F32) KVS_CASE(F16) KVS_CASE(BF16) KVS_QUANTIZED_TYPES(KVS_CASE)
 #undef KVS_CASE
+  }
+  return false;
+}
+
+bool simdMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0,
+                  std::int64_t r1) {
+  switch (static_cast<BlockType>(w.type)) {
+#define KVS_CASE(T)                                          \
+  case BlockType::T: tilesQ8<BlockType::T>(w, x, y, ldy, r0, r1); return true;
+    KVS_QUANTIZED_TYPES(KVS_CASE)
+#undef KVS_CASE
+    default: break;
   }
   return false;
 }
 #endif
 
 }  // namespace
+
+void quantizeRowsQ8(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols, Q8Rows& out) {
+  const std::int64_t groups = cols / 32;
+  out.m = m;
+  out.cols = cols;
+  out.codes.resize(static_cast<std::size_t>(m * cols));
+  out.scales.resize(static_cast<std::size_t>(m * groups));
+  out.sums.resize(static_cast<std::size_t>(m * groups * 2));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const float* p = x + i * ldx + 32 * g;
+      float amax = 0.0f;
+      for (int l = 0; l < 32; ++l) amax = std::max(amax, std::abs(p[l]));
+      const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+      std::int8_t* c = out.codes.data() + i * cols + 32 * g;
+      int s[2] = {0, 0};
+      for (int l = 0; l < 32; ++l) {
+        const int q = static_cast<int>(std::round(p[l] * id));
+        c[l] = static_cast<std::int8_t>(std::clamp(q, -127, 127));
+        s[l / 16] += c[l];
+      }
+      const std::size_t at = static_cast<std::size_t>(i * groups + g);
+      out.scales[at] = d;
+      out.sums[2 * at] = d * static_cast<float>(s[0]);
+      out.sums[2 * at + 1] = d * static_cast<float>(s[1]);
+    }
+}
+
+void blockMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0,
+                   std::int64_t r1) {
+  if (x.m <= 0 || r0 >= r1) return;
+#if KVS_HAVE_AVX2_PATHS
+  if (vnniPaths() && simdMatmulQ8(w, x, y, ldy, r0, r1)) return;
+#endif
+  const BlockLayout L = blockLayout(w.type);
+  const auto t = static_cast<BlockType>(w.type);
+  const std::int64_t groups = w.cols / 32, perBlock = L.values / 32;
+  std::vector<float> acc(static_cast<std::size_t>(x.m));
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* row = w.data + r * w.rowBytes;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (std::int64_t gi = 0; gi < groups; ++gi) {
+      std::uint8_t q[32];
+      float D[2], M[2];
+      unpackGroup(t, row + (gi / perBlock) * L.bytes, static_cast<int>(gi % perBlock), q, D, M);
+      for (std::int64_t i = 0; i < x.m; ++i) {
+        const std::int8_t* c = x.codes.data() + i * w.cols + gi * 32;
+        int s[2] = {0, 0};
+        for (int l = 0; l < 32; ++l) s[l / 16] += q[l] * c[l];
+        const std::size_t at = static_cast<std::size_t>(i * groups + gi);
+        const float d = x.scales[at];
+        acc[static_cast<std::size_t>(i)] += D[0] * d * static_cast<float>(s[0]) + D[1] * d * static_cast<float>(s[1]) +
+                                            M[0] * x.sums[2 * at] + M[1] * x.sums[2 * at + 1];
+      }
+    }
+    for (std::int64_t i = 0; i < x.m; ++i) y[i * ldy + r] = acc[static_cast<std::size_t>(i)];
+  }
+}
 
 void rowSums16(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols, float* out) {
   const std::int64_t n = cols / 16;

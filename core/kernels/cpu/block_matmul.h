@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace kvscope::kernels {
 
@@ -29,5 +30,21 @@ void rowSums16(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t co
 /// number of its blocks.
 void blockMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xsum, float* y,
                  std::int64_t ldy, std::int64_t r0, std::int64_t r1);
+
+/// Activation rows quantized as llama.cpp's dot products take them (its q8_0): every 32 values as 32 int8 codes and
+/// one float scale d = amax / 127, and the sum of every 16 values as the codes give them (d * sum of codes), for the
+/// M terms. Faster products at the cost of an activation rounding of up to 1/254 of each group's largest value.
+struct Q8Rows {
+  std::int64_t m = 0, cols = 0;
+  std::vector<std::int8_t> codes;  ///< m x cols
+  std::vector<float> scales;       ///< m x cols / 32
+  std::vector<float> sums;         ///< m x cols / 16
+};
+/// Quantizes `m` rows of x (stride ldx; cols a multiple of 32).
+void quantizeRowsQ8(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols, Q8Rows& out);
+
+/// y[i * ldy + r] = sum_k xq[i, k] * W[r, k] for r in [r0, r1), with the activation codes: integer dot products per
+/// group (AVX-512 VNNI, or the portable twin: slow, for CPUs without VNNI and for tests). W must be of a quantized type (blockLayout(type).quantized()).
+void blockMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1);
 
 }  // namespace kvscope::kernels

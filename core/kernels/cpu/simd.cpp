@@ -55,6 +55,15 @@ void setAvx2Paths(bool on) { enabled().store(on && cpuHasAvx2(), std::memory_ord
 
 bool avx512Paths() { return avx2Paths() && enabled512().load(std::memory_order_relaxed); }
 
+bool vnniPaths() {
+#if KVS_HAVE_AVX2_PATHS
+  static const bool has = cpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
+  return has && avx512Paths();
+#else
+  return false;
+#endif
+}
+
 void setAvx512Paths(bool on) { enabled512().store(on && cpuHasAvx512(), std::memory_order_relaxed); }
 
 }  // namespace kvscope::kernels

@@ -14,10 +14,12 @@
 #define KVS_HAVE_AVX2_PATHS 1
 #define KVS_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KVS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+#define KVS_VNNI __attribute__((target("avx512vnni,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #else
 #define KVS_HAVE_AVX2_PATHS 0
 #define KVS_AVX2
 #define KVS_AVX512
+#define KVS_VNNI
 #endif
 
 #if KVS_HAVE_AVX2_PATHS
@@ -44,5 +46,7 @@ void setAvx2Paths(bool on);
 bool avx512Paths();
 /// Switches the AVX-512 paths off (false; the AVX2 paths then run where they would) or back on.
 void setAvx512Paths(bool on);
+/// Whether the AVX-512 VNNI paths run: the CPU has VNNI and the AVX-512 paths are on.
+bool vnniPaths();
 
 }  // namespace kvscope::kernels
