@@ -10,12 +10,16 @@
 
 namespace kvscope::model {
 
-void dequantizeRow(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
-  const kernels::BlockLayout L = kernels::blockLayout(type);
-  if (L.values == 0)
+void checkReadable(std::uint32_t type) {
+  if (kernels::blockLayout(type).values == 0)
     throw FormatError(fmt::format("tensor type {} is not supported (kvscope reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
                                   "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
                                   ggmlTypeName(type)));
+}
+
+void dequantizeRow(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
+  checkReadable(type);
+  const kernels::BlockLayout L = kernels::blockLayout(type);
   // Chunks of whole blocks over LibTorch's threads.
   const std::int64_t per = L.values * 256;
   at::parallel_for(0, (n + per - 1) / per, 1, [&](std::int64_t c0, std::int64_t c1) {

@@ -9,6 +9,9 @@
 
 namespace kvscope::model {
 
+/// Throws FormatError ("tensor type X is not supported (kvscope reads ...)") for a ggml type kvscope does not read.
+void checkReadable(std::uint32_t type);
+
 /// Dequantizes n elements (a whole number of blocks) of ggml `type` from `src` into `dst`. Throws FormatError for
 /// types kvscope does not read.
 void dequantizeRow(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst);

@@ -11,7 +11,7 @@
 #include <optional>
 #include <map>
 
-#include "kernels/cpu/blocks.h"
+#include "model/dequant.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
@@ -194,10 +194,11 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::Sc
     if (got != shape)
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} architecture needs {}", path, name,
                                     fmt::join(got, "x"), c.arch, fmt::join(shape, "x")));
-    if (kernels::blockLayout(t->type).values == 0)
-      throw FormatError(fmt::format("{}: tensor `{}`: tensor type {} is not supported (kvscope reads F32, F16, BF16, "
-                                    "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
-                                    path, name, ggmlTypeName(t->type)));
+    try {
+      checkReadable(t->type);
+    } catch (const FormatError& e) {  // names the type; the file and the tensor are added here
+      throw FormatError(fmt::format("{}: tensor `{}`: {}", path, name, e.what()));
+    }
     const std::int64_t cols = t->dims[0], rows = t->numel() / std::max<std::int64_t>(cols, 1);
     Weight w(t->type, rows, cols, t->data, file);
     checkFinite(w, path, name);

@@ -62,6 +62,19 @@ void blocksPortable(const BlockMatrix& w, const float* x, std::int64_t m, std::i
 #if KVS_HAVE_AVX2_PATHS
 // ---- AVX2 + FMA + F16C (and AVX-512 below) --------------------------------------------------------------------------------------------
 
+// A dense row's last cols - body values (fewer than one vector) added to each activation row's vector sum, stored.
+void finishDenseRow(const BlockMatrix& w, const std::uint8_t* row, std::int64_t body, const float* x, std::int64_t ldx,
+                    int m, const float* sums, float* y, std::int64_t ldy) {
+  const std::int64_t es = blockLayout(w.type).bytes;
+  float tail[16];
+  if (body < w.cols) dequantize(w.type, row + body * es, w.cols - body, tail);
+  for (int i = 0; i < m; ++i) {
+    float s = sums[i];
+    for (std::int64_t k = body; k < w.cols; ++k) s += tail[k - body] * x[i * ldx + k];
+    y[i * ldy] = s;
+  }
+}
+
 KVS_AVX2 inline float halfAt(const std::uint8_t* p) {
   std::uint16_t h;
   std::memcpy(&h, p, 2);
@@ -105,15 +118,8 @@ KVS_AVX2 inline __m256i group(const std::uint8_t* b, int g, float D[2], float M[
     return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), _mm256_set1_epi8(-128));
   } else if constexpr (T == BlockType::Q4_K || T == BlockType::Q5_K) {
     constexpr bool five = T == BlockType::Q5_K;
-    const std::uint8_t* s = b + 4;
     int sc, mn;
-    if (g < 4) {
-      sc = s[g] & 63;
-      mn = s[g + 4] & 63;
-    } else {
-      sc = (s[g + 4] & 0xF) | ((s[g - 4] >> 6) << 4);
-      mn = (s[g + 4] >> 4) | ((s[g] >> 6) << 4);
-    }
+    scaleMinK4(g, b + 4, sc, mn);
     D[0] = D[1] = halfAt(b) * static_cast<float>(sc);
     M[0] = M[1] = -(halfAt(b + 2) * static_cast<float>(mn));
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (five ? 48 : 16) + 32 * (g / 2)));
@@ -142,25 +148,11 @@ KVS_AVX2 inline __m256i group(const std::uint8_t* b, int g, float D[2], float M[
   }
 }
 
-template <BlockType T>
-constexpr BlockLayout layoutOf() {
-  switch (T) {
-    case BlockType::Q4_0: return {32, 18};
-    case BlockType::Q4_1: return {32, 20};
-    case BlockType::Q5_0: return {32, 22};
-    case BlockType::Q5_1: return {32, 24};
-    case BlockType::Q8_0: return {32, 34};
-    case BlockType::Q4_K: return {256, 144};
-    case BlockType::Q5_K: return {256, 176};
-    default: return {256, 210};
-  }
-}
-
 // MT activation rows at once: each weight group is widened to float once and used MT times.
 template <BlockType T, int MT>
 KVS_AVX2 void blocksAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx, const float* xs, float* y,
                          std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
-  constexpr BlockLayout L = layoutOf<T>();
+  constexpr BlockLayout L = blockLayout(T);
   constexpr int perBlock = static_cast<int>(L.values / 32);
   constexpr bool twoScales = T == BlockType::Q6_K;
   const std::int64_t blocks = w.cols / L.values, ldxs = w.cols / 16;
@@ -227,13 +219,9 @@ KVS_AVX2 void denseAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx, 
       const __m256 wv = load8<T>(row + k * es);
       for (int i = 0; i < MT; ++i) acc[i] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i * ldx + k), acc[i]);
     }
-    float tail[8];
-    if (body < w.cols) dequantize(w.type, row + body * es, w.cols - body, tail);
-    for (int i = 0; i < MT; ++i) {
-      float s = hsum(acc[i]);
-      for (std::int64_t k = body; k < w.cols; ++k) s += tail[k - body] * x[i * ldx + k];
-      y[i * ldy + r] = s;
-    }
+    float sums[MT];
+    for (int i = 0; i < MT; ++i) sums[i] = hsum(acc[i]);
+    finishDenseRow(w, row, body, x, ldx, MT, sums, y + r, ldy);
   }
 }
 
@@ -304,15 +292,8 @@ KVS_AVX512 inline void group512(const std::uint8_t* b, int g, float D[2], float 
     hi = widen(h);
   } else if constexpr (T == BlockType::Q4_K || T == BlockType::Q5_K) {
     constexpr bool five = T == BlockType::Q5_K;
-    const std::uint8_t* s = b + 4;
     int sc, mn;
-    if (g < 4) {
-      sc = s[g] & 63;
-      mn = s[g + 4] & 63;
-    } else {
-      sc = (s[g + 4] & 0xF) | ((s[g - 4] >> 6) << 4);
-      mn = (s[g + 4] >> 4) | ((s[g] >> 6) << 4);
-    }
+    scaleMinK4(g, b + 4, sc, mn);
     D[0] = D[1] = halfAt(b) * static_cast<float>(sc);
     M[0] = M[1] = -(halfAt(b + 2) * static_cast<float>(mn));
     const std::uint8_t* q = b + (five ? 48 : 16) + 32 * (g / 2);
@@ -348,7 +329,7 @@ KVS_AVX512 inline void group512(const std::uint8_t* b, int g, float D[2], float 
 template <BlockType T, int MT>
 KVS_AVX512 void blocksAvx512(const BlockMatrix& w, const float* x, std::int64_t ldx, const float* xs, float* y,
                              std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
-  constexpr BlockLayout L = layoutOf<T>();
+  constexpr BlockLayout L = blockLayout(T);
   constexpr int perBlock = static_cast<int>(L.values / 32);
   constexpr bool twoScales = T == BlockType::Q6_K, noMin = T == BlockType::Q8_0;
   const std::int64_t blocks = w.cols / L.values, ldxs = w.cols / 16;
@@ -410,13 +391,9 @@ KVS_AVX512 void denseAvx512(const BlockMatrix& w, const float* x, std::int64_t l
       }
       for (int i = 0; i < MT; ++i) acc[i] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + i * ldx + k), acc[i]);
     }
-    float tail[16];
-    if (body < w.cols) dequantize(w.type, row + body * es, w.cols - body, tail);
-    for (int i = 0; i < MT; ++i) {
-      float s = _mm512_reduce_add_ps(acc[i]);
-      for (std::int64_t k = body; k < w.cols; ++k) s += tail[k - body] * x[i * ldx + k];
-      y[i * ldy + r] = s;
-    }
+    float sums[MT];
+    for (int i = 0; i < MT; ++i) sums[i] = _mm512_reduce_add_ps(acc[i]);
+    finishDenseRow(w, row, body, x, ldx, MT, sums, y + r, ldy);
   }
 }
 
@@ -437,7 +414,7 @@ void tilesAvx512(const BlockMatrix& w, const float* x, std::int64_t m, std::int6
 template <BlockType T, int MT>
 KVS_VNNI void q8Rows(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, float* y, std::int64_t ldy,
                      std::int64_t r0, std::int64_t r1) {
-  constexpr BlockLayout L = layoutOf<T>();
+  constexpr BlockLayout L = blockLayout(T);
   constexpr int perBlock = static_cast<int>(L.values / 32);
   const std::int64_t blocks = w.cols / L.values, groups = w.cols / 32;
   for (std::int64_t r = r0; r < r1; ++r) {

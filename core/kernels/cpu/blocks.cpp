@@ -22,17 +22,6 @@ inline std::uint32_t u32(const std::uint8_t* p) {
   return v;
 }
 
-// Q4_K / Q5_K: the 6-bit scale and min of group j (ggml's get_scale_min_k4).
-inline void scaleMinK4(int j, const std::uint8_t* s, int& sc, int& mn) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    mn = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 void q4_0(const std::uint8_t* b, float* y) {  // d, 16 bytes: low nibbles 0..15, high 16..31, offset 8
   const float d = half(b);
   for (int j = 0; j < 16; ++j) {
@@ -71,34 +60,22 @@ void q8_0(const std::uint8_t* b, float* y) {  // d, 32 int8
   const float d = half(b);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<std::int8_t>(b[2 + j])) * d;
 }
-void q4_k(const std::uint8_t* b, float* y) {  // d, dmin, scales[12], qs[128]: 8 groups of 32 with 6-bit scale/min
-  const float d = half(b), dmin = half(b + 2);
-  const std::uint8_t* q = b + 16;
-  for (int j = 0; j < 8; j += 2, q += 32) {
-    int sc, mn;
-    scaleMinK4(j, b + 4, sc, mn);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    scaleMinK4(j + 1, b + 4, sc, mn);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
-    for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0xF) - m1;
-    for (int l = 0; l < 32; ++l) y[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
-    y += 64;
-  }
-}
-void q5_k(const std::uint8_t* b, float* y) {  // d, dmin, scales[12], qh[32], qs[128]
+// Q4_K: d, dmin, scales[12], qs[128]; Q5_K adds qh[32] (the fifth bits) before qs. 8 groups of 32, each with a
+// 6-bit scale and min.
+template <bool Five>
+void qk(const std::uint8_t* b, float* y) {
   const float d = half(b), dmin = half(b + 2);
   const std::uint8_t* qh = b + 16;
-  const std::uint8_t* q = b + 48;
-  for (int j = 0; j < 8; j += 2, q += 32) {
+  const std::uint8_t* q = b + (Five ? 48 : 16);
+  for (int j = 0; j < 8; ++j, y += 32) {
     int sc, mn;
     scaleMinK4(j, b + 4, sc, mn);
-    const float d1 = d * static_cast<float>(sc), m1 = dmin * static_cast<float>(mn);
-    scaleMinK4(j + 1, b + 4, sc, mn);
-    const float d2 = d * static_cast<float>(sc), m2 = dmin * static_cast<float>(mn);
-    const int u1 = 1 << j, u2 = 2 << j;
-    for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-    for (int l = 0; l < 32; ++l) y[l + 32] = d2 * static_cast<float>((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-    y += 64;
+    const float dj = d * static_cast<float>(sc), mj = dmin * static_cast<float>(mn);
+    const std::uint8_t* qj = q + 32 * (j / 2);
+    for (int l = 0; l < 32; ++l) {
+      const int v = (j % 2 ? qj[l] >> 4 : qj[l] & 0xF) + (Five && (qh[l] >> j) & 1 ? 16 : 0);
+      y[l] = dj * static_cast<float>(v) - mj;
+    }
   }
 }
 void q6_k(const std::uint8_t* b, float* y) {  // ql[128], qh[64], scales[16] (int8), d: 256 values
@@ -134,23 +111,6 @@ bool halfFinite(std::uint16_t h) { return (h & 0x7C00u) != 0x7C00u; }
 
 }  // namespace
 
-BlockLayout blockLayout(std::uint32_t type) {
-  switch (static_cast<BlockType>(type)) {
-    case BlockType::F32: return {1, 4};
-    case BlockType::F16:
-    case BlockType::BF16: return {1, 2};
-    case BlockType::Q4_0: return {32, 18};
-    case BlockType::Q4_1: return {32, 20};
-    case BlockType::Q5_0: return {32, 22};
-    case BlockType::Q5_1: return {32, 24};
-    case BlockType::Q8_0: return {32, 34};
-    case BlockType::Q4_K: return {256, 144};
-    case BlockType::Q5_K: return {256, 176};
-    case BlockType::Q6_K: return {256, 210};
-  }
-  return {};
-}
-
 void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
   switch (static_cast<BlockType>(type)) {
     case BlockType::F32: std::memcpy(dst, src, static_cast<std::size_t>(n) * 4); return;
@@ -165,8 +125,8 @@ void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, flo
     case BlockType::Q5_0: return blocks<q5_0>(src, n, dst, 32, 22);
     case BlockType::Q5_1: return blocks<q5_1>(src, n, dst, 32, 24);
     case BlockType::Q8_0: return blocks<q8_0>(src, n, dst, 32, 34);
-    case BlockType::Q4_K: return blocks<q4_k>(src, n, dst, 256, 144);
-    case BlockType::Q5_K: return blocks<q5_k>(src, n, dst, 256, 176);
+    case BlockType::Q4_K: return blocks<qk<false>>(src, n, dst, 256, 144);
+    case BlockType::Q5_K: return blocks<qk<true>>(src, n, dst, 256, 176);
     case BlockType::Q6_K: return blocks<q6_k>(src, n, dst, 256, 210);
   }
 }

@@ -25,7 +25,35 @@ struct BlockLayout {
 };
 
 /// The layout of ggml type `type` (its number); values == 0 when kvscope does not read it.
-BlockLayout blockLayout(std::uint32_t type);
+constexpr BlockLayout blockLayout(std::uint32_t type) {
+  switch (static_cast<BlockType>(type)) {
+    case BlockType::F32: return {1, 4};
+    case BlockType::F16:
+    case BlockType::BF16: return {1, 2};
+    case BlockType::Q4_0: return {32, 18};
+    case BlockType::Q4_1: return {32, 20};
+    case BlockType::Q5_0: return {32, 22};
+    case BlockType::Q5_1: return {32, 24};
+    case BlockType::Q8_0: return {32, 34};
+    case BlockType::Q4_K: return {256, 144};
+    case BlockType::Q5_K: return {256, 176};
+    case BlockType::Q6_K: return {256, 210};
+  }
+  return {};
+}
+constexpr BlockLayout blockLayout(BlockType type) { return blockLayout(static_cast<std::uint32_t>(type)); }
+
+/// Q4_K / Q5_K: the 6-bit scale and min of group j (0..7) from the block's 12 scale bytes (ggml's
+/// get_scale_min_k4).
+inline void scaleMinK4(int j, const std::uint8_t* s, int& sc, int& mn) {
+  if (j < 4) {
+    sc = s[j] & 63;
+    mn = s[j + 4] & 63;
+  } else {
+    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
 
 /// `n` values (whole blocks) of `type` from `src` into `dst`, in ggml's reference arithmetic. Precondition:
 /// blockLayout(type).values > 0 and divides n.
