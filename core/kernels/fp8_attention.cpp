@@ -93,7 +93,7 @@ at::Tensor fp8DecodeAttention(const at::Tensor& q, const at::Tensor& kCodes, con
     a.format = format;
     a.out = out.mutable_data_ptr<float>();
     at::Tensor ws = at::empty({cuda::fp8AttentionWorkspace(B, Hq, L, D)}, qf.options());
-    cuda::fp8DecodeAttention(a, ws.mutable_data_ptr<float>(), nullptr);
+    cuda::fp8DecodeAttention(a, ws.mutable_data_ptr<float>(), cuda::currentStream(q.get_device()));
     cuda::checkLastError("fp8 decode attention kernel");
     return out.to(q.scalar_type());
   }

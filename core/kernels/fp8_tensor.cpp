@@ -71,7 +71,7 @@ std::optional<Fp8Counts> fp8EncodeOnDevice(const at::Tensor& x, const at::Tensor
   const std::int64_t launches = flat ? 1 : B, rows = flat ? B * H : H;
   for (std::int64_t b = 0; b < launches; ++b)
     cuda::fp8Encode(type, xp + b * x.stride(0) * esize, x.stride(1), s.const_data_ptr<float>(), H, D, rows, T * D,
-                    dp + b * dst.stride(0), dst.stride(1), format, saturate, cp, nullptr);
+                    dp + b * dst.stride(0), dst.stride(1), format, saturate, cp, cuda::currentStream(x.get_device()));
   cuda::checkLastError("fp8 encode kernel");
   const at::Tensor host = counts.cpu();
   total.overflow = host[0].item<std::int64_t>();
@@ -101,7 +101,7 @@ bool fp8DecodeOnDevice(const at::Tensor& q, const at::Tensor& dst, const at::Ten
   const std::int64_t launches = flat ? 1 : B, rows = flat ? B * H : H;
   for (std::int64_t b = 0; b < launches; ++b)
     cuda::fp8Decode(type, qp + b * q.stride(0), q.stride(1), s.const_data_ptr<float>(), H, D, rows, T * D,
-                    dp + b * dst.stride(0) * esize, dst.stride(1), format, nullptr);
+                    dp + b * dst.stride(0) * esize, dst.stride(1), format, cuda::currentStream(q.get_device()));
   cuda::checkLastError("fp8 decode kernel");
   return true;
 #else

@@ -59,7 +59,7 @@ std::pair<at::Tensor, at::Tensor> groupMinMax(const at::Tensor& g, int dim) {
   if (g.is_cuda()) {
     cuda::DeviceScope scope(g.get_device());
     cuda::groupMinMax(t, g.const_data_ptr(), R, C, dim, mn.mutable_data_ptr<float>(), mx.mutable_data_ptr<float>(),
-                      nullptr);
+                      cuda::currentStream(g.get_device()));
     cuda::checkLastError("group min/max kernel");
     return {mn, mx};
   }
@@ -86,7 +86,7 @@ at::Tensor quantizePack(const at::Tensor& g, int dim, const at::Tensor& scale, c
   if (g.is_cuda()) {
     cuda::DeviceScope scope(g.get_device());
     cuda::quantizePack(t, g.const_data_ptr(), R, C, dim, sc.const_data_ptr<float>(), ze.const_data_ptr<float>(), s,
-                       bits, out.mutable_data_ptr<std::uint8_t>(), nullptr);
+                       bits, out.mutable_data_ptr<std::uint8_t>(), cuda::currentStream(g.get_device()));
     cuda::checkLastError("quantize+pack kernel");
     return out;
   }
@@ -114,7 +114,7 @@ at::Tensor unpackDequantize(const at::Tensor& packed, std::int64_t R, std::int64
   if (packed.is_cuda()) {
     cuda::DeviceScope scope(packed.get_device());
     cuda::unpackDequantize(packed.const_data_ptr<std::uint8_t>(), R, C, dim, sc.const_data_ptr<float>(),
-                           ze.const_data_ptr<float>(), s, bits, t, out.mutable_data_ptr(), nullptr);
+                           ze.const_data_ptr<float>(), s, bits, t, out.mutable_data_ptr(), cuda::currentStream(packed.get_device()));
     cuda::checkLastError("unpack+dequantize kernel");
     return out;
   }

@@ -23,3 +23,34 @@ void checkLastError(const char* what) {
 }
 
 }  // namespace kvscope::kernels::cuda
+
+namespace kvscope::kernels::cuda {
+
+int deviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error to keep for the next launch check
+    return 0;
+  }
+  return n;
+}
+
+std::string deviceName(int device) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return p.name;
+}
+
+std::int64_t deviceTotalMemory(int device) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<std::int64_t>(p.totalGlobalMem);
+}
+
+}  // namespace kvscope::kernels::cuda
