@@ -8,6 +8,7 @@
 #include "cache/detail/attention_sources.h"
 #include "cache/detail/layers.h"
 #include "cache/layer.h"
+#include "kernels/fp8_attention.h"
 
 namespace kvscope::cache {
 
@@ -36,7 +37,10 @@ kernels::ParallelFor torchParallel() {
 
 }  // namespace
 
-at::Tensor detail::materialize(const kernels::TokenSource& s, std::int64_t B, std::int64_t H, at::ScalarType dtype) {
+at::Tensor detail::materialize(const kernels::TokenSource& s, std::int64_t B, std::int64_t H, at::ScalarType dtype,
+                               bool hostKernels) {
+  const auto* stored = dynamic_cast<const detail::StoredSource*>(&s);
+  if (stored && (!hostKernels || !stored->onHost())) return stored->dense(B, H, dtype);
   const std::int64_t L = s.length(), D = s.dim();
   at::Tensor out = at::empty({B, H, L, D}, at::kFloat);
   float* p = out.mutable_data_ptr<float>();
@@ -51,13 +55,11 @@ Staged detail::stagedAsIs(const at::Tensor& keys, const at::Tensor& values) {
   Staged s;
   s.denseKeys = keys;
   s.denseValues = values;
-  if (keys.is_cpu()) {
-    // Sources read strided rows: a view of a preallocated buffer (every decode step of an unquantized layer) is read
-    // where it lies, not copied whole.
-    auto rows = [](const at::Tensor& x) { return x.size(3) <= 1 || x.stride(3) == 1 ? x : x.contiguous(); };
-    s.keys = fpSource(rows(keys));
-    s.values = fpSource(rows(values));
-  }
+  // Sources read strided rows: a view of a preallocated buffer (every decode step of an unquantized layer) is read
+  // where it lies, not copied whole.
+  auto rows = [](const at::Tensor& x) { return x.size(3) <= 1 || x.stride(3) == 1 ? x : x.contiguous(); };
+  s.keys = fpSource(rows(keys));
+  s.values = fpSource(rows(values));
   return s;
 }
 
@@ -74,8 +76,8 @@ std::pair<at::Tensor, at::Tensor> CacheLayer::update(const at::Tensor& keys, con
   if (s.denseKeys.defined()) {
     out = {s.denseKeys, s.denseValues};
   } else {
-    out = {detail::materialize(*s.keys, keys.size(0), keys.size(1), keys.scalar_type()),
-           detail::materialize(*s.values, values.size(0), values.size(1), values.scalar_type())};
+    out = {detail::materialize(*s.keys, keys.size(0), keys.size(1), keys.scalar_type(), hostKernels_),
+           detail::materialize(*s.values, values.size(0), values.size(1), values.scalar_type(), hostKernels_)};
   }
   if (s.finish) s.finish();
   return out;
@@ -90,8 +92,11 @@ at::Tensor CacheLayer::attend(const at::Tensor& q, const at::Tensor& keys, const
   at::Tensor out;
   const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3), Hkv = keys.size(1);
   // A decode step on the CPU reads the layer where it lies, unquantized layers too (LibTorch's sdpa would first copy a
-  // strided view of the buffer and repeat K/V for GQA); a prefill, or a device tensor, goes to sdpa.
-  if (T <= kMaxSegmentedQueries && q.is_cpu() && s.keys) {
+  // strided view of the buffer and repeat K/V for GQA); a prefill goes to sdpa. The device path: an fp8 decode step
+  // reads the codes with the fused kernel, anything else is dequantized for this layer only and goes to sdpa.
+  const detail::Fp8View* fk = s.keys ? detail::fp8View(*s.keys) : nullptr;
+  const detail::Fp8View* fv = s.values ? detail::fp8View(*s.values) : nullptr;
+  if (T <= kMaxSegmentedQueries && hostKernels_ && q.is_cpu() && s.keys) {
     const at::Tensor qf = q.to(at::kFloat).contiguous();
     at::Tensor o = at::empty({B, Hq, T, D}, qf.options());
     kernels::SegmentedAttentionArgs a;
@@ -104,9 +109,11 @@ at::Tensor CacheLayer::attend(const at::Tensor& q, const at::Tensor& keys, const
     out = o.to(q.scalar_type());
   } else if (s.denseKeys.defined()) {
     out = sdpa(q, s.denseKeys, s.denseValues);
+  } else if (T == 1 && fk && fv && fk->format == fv->format) {
+    out = kernels::fp8DecodeAttention(q, fk->codes, fv->codes, fk->scale, fv->scale, fk->format);
   } else {
-    out = sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type()),
-               detail::materialize(*s.values, B, Hkv, q.scalar_type()));
+    out = sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), hostKernels_),
+               detail::materialize(*s.values, B, Hkv, q.scalar_type(), hostKernels_));
   }
   if (s.finish) s.finish();
   return out;

@@ -53,18 +53,26 @@ class HqqCodec final : public GroupCodec {
     at::Tensor zero = -mn * scale;
 
     if (optimize_) {
+      // hqq's loop: each iteration updates the zero, then stops once the error no longer improves. The CPU reads
+      // that test as it goes; a device would wait for it every iteration, so there every iteration runs and the
+      // updates after the stop are masked out (the same zero, no host round trip).
       at::Tensor best = at::full({}, INFINITY, W.options());
+      at::Tensor going = at::ones({}, W.options().dtype(at::kBool));
       for (int i = 0; i < kIters; ++i) {
         const at::Tensor wq = at::round(W * scale + zero).clamp_(0, maxv);
         const at::Tensor wr = (wq - zero) / scale;
         const at::Tensor we = shrinkLp(W - wr);
-        zero = at::mean(wq - (W - we) * scale, {axis}, true);
+        const at::Tensor next = at::mean(wq - (W - we) * scale, {axis}, true);
         const at::Tensor err = at::abs(W - wr).mean().to(at::kFloat);
-        if (err.lt(best).item<bool>()) {
+        if (W.is_cpu()) {
+          zero = next;
+          if (!err.lt(best).item<bool>()) break;
           best = err;
-        } else {
-          break;
+          continue;
         }
+        zero = at::where(going, next, zero);
+        going = going & err.lt(best);
+        best = at::where(going, err, best);
       }
     }
     QuantizedBlock q;

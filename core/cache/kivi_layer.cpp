@@ -29,36 +29,6 @@
 namespace kvscope::cache::detail {
 namespace {
 
-/// Packs each row (last dim) of uint8 codes [B, H, T, D] into [B, H, T, packedBytes(D, bits)] (CPU, contiguous).
-at::Tensor packRows(const at::Tensor& codes, int bits) {
-  const at::Tensor c = codes.contiguous().cpu();
-  const std::int64_t D = c.size(3), rows = c.numel() / D, pb = kernels::packedBytes(D, bits);
-  at::Tensor out = at::empty({c.size(0), c.size(1), c.size(2), pb}, c.options());
-  const auto* in = c.const_data_ptr<std::uint8_t>();
-  auto* o = out.mutable_data_ptr<std::uint8_t>();
-  if ((D * bits) % 8 == 0) {
-    kernels::packBits(in, rows * D, bits, o);
-  } else {
-    for (std::int64_t r = 0; r < rows; ++r) kernels::packBits(in + r * D, D, bits, o + r * pb);
-  }
-  return out;
-}
-
-/// Inverse of packRows: [B, H, T, pb] -> uint8 [B, H, T, D].
-at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits) {
-  const at::Tensor p = packed.contiguous().cpu();
-  const std::int64_t pb = p.size(3), rows = p.numel() / std::max<std::int64_t>(pb, 1);
-  at::Tensor out = at::empty({p.size(0), p.size(1), p.size(2), D}, p.options());
-  const auto* in = p.const_data_ptr<std::uint8_t>();
-  auto* o = out.mutable_data_ptr<std::uint8_t>();
-  if ((D * bits) % 8 == 0) {
-    kernels::unpackBits(in, rows * D, bits, o);
-  } else {
-    for (std::int64_t r = 0; r < rows; ++r) kernels::unpackBits(in + r * pb, D, bits, o + r * D);
-  }
-  return out;
-}
-
 class KiviLayer final : public CacheLayer {
  public:
   KiviLayer(const CacheConfig& cfg, const StatsOptions& s)
@@ -165,8 +135,8 @@ class KiviLayer final : public CacheLayer {
         const std::int64_t q = keep / group_ * group_;
         const at::Tensor like = k_.out.view();
         const std::int64_t B = like.size(0), H = like.size(1), D = like.size(3);
-        const at::Tensor backK = materialize(*quantizedSource(k_, true, D, keep), B, H, like.scalar_type());
-        const at::Tensor backV = materialize(*quantizedSource(v_, false, D, keep), B, H, like.scalar_type());
+        const at::Tensor backK = materialize(*quantizedSource(k_, true, D, keep), B, H, like.scalar_type(), hostKernels_);
+        const at::Tensor backV = materialize(*quantizedSource(v_, false, D, keep), B, H, like.scalar_type(), hostKernels_);
         k_.out.setLength(0);
         v_.out.setLength(0);
         k_.out.append(backK.narrow(2, q, keep - q));
@@ -260,10 +230,9 @@ class KiviLayer final : public CacheLayer {
 
   // Stores the packed codes and returns them as read back from storage (as uint8 [B, H, G, D] on x's device).
   at::Tensor storeCodes(Side& s, const at::Tensor& codes) {
-    const at::Tensor packed = packRows(codes, bits_).to(codes.device());
-    s.codes.append(packed);
+    s.codes.append(packRows(codes, bits_, hostKernels_));  // on the codes' device
     const std::int64_t n = codes.size(2);
-    return unpackRows(s.codes.view().narrow(2, s.codes.length() - n, n), codes.size(3), bits_).to(codes.device());
+    return unpackRows(s.codes.view().narrow(2, s.codes.length() - n, n), codes.size(3), bits_, hostKernels_);
   }
 
   void quantizeKeys(std::int64_t start) {

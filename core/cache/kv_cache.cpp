@@ -28,7 +28,8 @@ std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions
   return layer;
 }
 
-KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats) : config_(cfg) {
+KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats, bool hostKernels)
+    : config_(cfg), hostKernels_(hostKernels) {
   if (numLayers <= 0) throw ConfigError("num_layers", fmt::format("a cache needs at least one layer, got {}", numLayers));
   validate(cfg);
   layers_.reserve(static_cast<std::size_t>(numLayers));
@@ -47,6 +48,7 @@ KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stat
       layers_.push_back(makeLayer(keys, stats));
     else
       layers_.push_back(detail::makeSplitLayer(makeLayer(keys, stats), makeLayer(values, stats), stats));
+    layers_.back()->setHostKernels(hostKernels);
   }
 }
 

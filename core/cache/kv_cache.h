@@ -13,8 +13,9 @@ namespace kvscope::cache {
 
 class KvCache {
  public:
-  /// Validates cfg (throws ConfigError).
-  KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats = {});
+  /// Validates cfg (throws ConfigError). `hostKernels`: the execution context's (CacheLayer::setHostKernels); a model
+  /// makes its caches with its context's (LlamaModel::makeCache).
+  KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats = {}, bool hostKernels = true);
 
   std::pair<at::Tensor, at::Tensor> update(int layer, const at::Tensor& keys, const at::Tensor& values);
   void reorder(const at::Tensor& beamIdx);
@@ -26,6 +27,7 @@ class KvCache {
   CacheLayer& layer(int i);
   const CacheLayer& layer(int i) const;
   const CacheConfig& config() const { return config_; }
+  bool hostKernels() const { return hostKernels_; }
 
   std::vector<LayerMemory> memory() const;
   /// Memory and statistics of every layer, copied (for views on another thread).
@@ -36,6 +38,7 @@ class KvCache {
 
  private:
   CacheConfig config_;
+  bool hostKernels_ = true;
   std::vector<std::unique_ptr<CacheLayer>> layers_;
 };
 

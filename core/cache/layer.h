@@ -63,6 +63,11 @@ class CacheLayer {
 
   const LayerStats& stats() const { return stats_; }
 
+  /// Whether attention may use kvscope's CPU kernels on CPU states (the execution context's hostKernels(): on by
+  /// default); off, attention takes the device path (layers dequantized whole for LibTorch's attention, fp8 decode
+  /// steps through the fused kernel) on the CPU too. A wrapping layer passes it on to the layers it holds.
+  virtual void setHostKernels(bool on) { hostKernels_ = on; }
+
  protected:
   /// update() in reference mode: the layer's own storage, with its full-precision working copy.
   virtual std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& keys, const at::Tensor& values) = 0;
@@ -73,6 +78,7 @@ class CacheLayer {
   LayerStats stats_;
   StatsOptions statsOptions_;
   AttentionMode mode_;
+  bool hostKernels_ = true;
 };
 
 /// A layer for `cfg` (validated here; throws ConfigError).

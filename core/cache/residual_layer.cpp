@@ -245,7 +245,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
 
   // Fused mode: the store read in place, each batch row through storeRows.
   SourcePtr storeSource(const Side& s) const {
-    return groupSource(*s.store, backend_ == Backend::Quanto ? IntScheme::Quanto : IntScheme::Hqq, bits_,
+    return groupSource(*s.store, backend_ == Backend::Quanto ? IntScheme::Quanto : IntScheme::Hqq, bits_, *codec_,
                        stats_.storeRows);
   }
   static SourcePtr residualSource(const Side& s) {

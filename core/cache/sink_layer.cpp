@@ -89,6 +89,10 @@ class SinkLayer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return k_.length() + inner_->seqLength(); }
+  void setHostKernels(bool on) override {
+    CacheLayer::setHostKernels(on);
+    inner_->setHostKernels(on);
+  }
   Backend backend() const override { return inner_->backend(); }
 
   LayerMemory memory() const override {

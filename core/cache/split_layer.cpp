@@ -18,6 +18,12 @@ class SplitLayer final : public CacheLayer {
         k_(std::move(keys)),
         v_(std::move(values)) {}
 
+  void setHostKernels(bool on) override {
+    CacheLayer::setHostKernels(on);
+    k_->setHostKernels(on);
+    v_->setHostKernels(on);
+  }
+
   Staged stage(const at::Tensor& k, const at::Tensor& v) override {
     if (!fused()) return CacheLayer::stage(k, v);
     Staged rk = k_->stage(k, v), rv;

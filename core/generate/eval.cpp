@@ -63,7 +63,7 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
     const auto& w = windows[wi];
     if (w.size() <= prompt) continue;  // a short last window: nothing to score after the prompt
     const at::Tensor targets =
-        at::tensor(std::vector<std::int64_t>(w.begin() + static_cast<std::ptrdiff_t>(prompt), w.end()), at::kLong);
+        model.context().place(at::tensor(std::vector<std::int64_t>(w.begin() + static_cast<std::ptrdiff_t>(prompt), w.end()), at::kLong));
     at::Tensor ref;
     for (std::size_t ci = 0; ci <= configs.size(); ++ci) {
       if (progress && !progress(wi, windows.size(), ci, configs.size() + 1)) throw EvalCancelled();

@@ -1,7 +1,6 @@
 #include "generate/generate.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -18,9 +17,9 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Picks the next token from float32 logits [vocab]; returns (token, its log-prob under the unmodified model).
-std::int64_t pick(const at::Tensor& logits, const SamplingOptions& s, at::Generator& gen) {
-  if (s.greedy) return logits.argmax().item<std::int64_t>();
+// Picks the next token from float32 logits [vocab], where they are: a [1] int64 tensor on their device (no host copy).
+at::Tensor pick(const at::Tensor& logits, const SamplingOptions& s, at::Generator& gen) {
+  if (s.greedy) return logits.argmax().view({1});
   at::Tensor l = logits / s.temperature;
   if (s.topK > 0 && s.topK < l.size(0)) {
     const at::Tensor kth = std::get<0>(l.topk(s.topK)).select(0, s.topK - 1);
@@ -31,9 +30,9 @@ std::int64_t pick(const at::Tensor& logits, const SamplingOptions& s, at::Genera
     const at::Tensor cum = sorted.softmax(0).cumsum(0);
     // Keep the smallest prefix whose mass reaches top_p (the first token always stays).
     at::Tensor drop = (cum - sorted.softmax(0)) >= s.topP;
-    l = l.index_put({order.masked_select(drop)}, at::scalar_tensor(-INFINITY));
+    l = l.index_put({order.masked_select(drop)}, at::scalar_tensor(-INFINITY, l.options()));
   }
-  return at::multinomial(l.softmax(0), 1, false, gen).item<std::int64_t>();
+  return at::multinomial(l.softmax(0), 1, false, gen);
 }
 
 // Thrown by cancelTap's function to leave a forward pass between two layers.
@@ -79,7 +78,7 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
 
   GenerateResult r;
   r.promptTokens = static_cast<int>(prompt.size());
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.sampling.seed);
+  at::Generator gen = model.context().generator(o.sampling.seed);
   at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1});
   auto t0 = Clock::now();
   at::Tensor logits, refLogits;
@@ -88,6 +87,7 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
     const model::TapFn stop = cancelTap(cancel);
     const std::int64_t chunk = prefillChunkFor(cache, o.prefillChunk);
     logits = model.forward(ids, cache, forwardOptions(chunk, stop)).select(0, 0).select(0, -1);
+    model.context().synchronize();  // a device's work is queued: the time is the work's
     r.prefillSeconds = since(t0);
     if (o.shadow) {
       cache::StatsOptions quiet;
@@ -110,31 +110,54 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
     }
     const auto ts = Clock::now();
     if (step > 0) logits = model.forward(ids, cache, forwardOptions(0)).select(0, 0).select(0, -1);
+    model.context().synchronize();
     const double stepSeconds = since(ts);
     if (shadow && step > 0) refLogits = model.forward(ids, *shadow, forwardOptions(0)).select(0, 0).select(0, -1);
     const at::Tensor logp = logits.log_softmax(0);
-    const std::int64_t token = pick(logits, o.sampling, gen);
+    const at::Tensor tokenT = pick(logits, o.sampling, gen);
+    // Everything this step reports, computed where the logits are and copied to the host once (as float64, which
+    // holds every float32 and token id exactly): token, its log-prob, the top candidates, and with a shadow the KL,
+    // the reference's argmax and log-prob of the token, this run's argmax and the reference's top candidates.
+    const std::int64_t k = std::min<std::int64_t>(std::max(o.topCandidates, 0), logp.size(0));
+    std::vector<at::Tensor> parts{tokenT, logp.index_select(0, tokenT)};
+    auto addTop = [&](const at::Tensor& lp) {
+      if (k == 0) return;
+      auto [v, i] = lp.topk(k);
+      parts.push_back(v);
+      parts.push_back(i);
+    };
+    addTop(logp);
+    if (shadow) {
+      const at::Tensor refLogp = refLogits.log_softmax(0);
+      parts.push_back((refLogp.exp() * (refLogp - logp)).sum().view({1}));
+      parts.push_back(refLogits.argmax().view({1}));
+      parts.push_back(refLogp.index_select(0, tokenT));
+      parts.push_back(logits.argmax().view({1}));
+      addTop(refLogp);
+    }
+    for (at::Tensor& p : parts) p = p.to(at::kDouble);
+    const at::Tensor host = at::cat(parts).cpu();
+    const double* h = host.const_data_ptr<double>();
+    const std::int64_t token = static_cast<std::int64_t>(h[0]);
     StepEvent ev;
     ev.step = step;
     ev.token = token;
-    ev.logprob = logp[token].item<float>();
-    if (o.topCandidates > 0) {
-      auto [v, i] = logp.topk(std::min<std::int64_t>(o.topCandidates, logp.size(0)));
-      for (std::int64_t j = 0; j < v.size(0); ++j) ev.top.emplace_back(i[j].item<std::int64_t>(), v[j].item<float>());
-    }
+    ev.logprob = static_cast<float>(h[1]);
+    h += 2;
+    auto readTop = [&](std::vector<std::pair<std::int64_t, float>>& top) {
+      for (std::int64_t j = 0; j < k; ++j) top.emplace_back(static_cast<std::int64_t>(h[k + j]), static_cast<float>(h[j]));
+      h += 2 * k;
+    };
+    readTop(ev.top);
     if (shadow) {
-      const at::Tensor refLogp = refLogits.log_softmax(0);
       // NaN logits (the fp8 seed's overflow) make the KL infinite: the run has lost the reference entirely.
-      const double kl = (refLogp.exp() * (refLogp - logp)).sum().item<double>();
+      const double kl = h[0];
       ev.kl = static_cast<float>(std::isfinite(kl) ? std::max(kl, 0.0) : INFINITY);
-      ev.refToken = refLogits.argmax().item<std::int64_t>();
-      ev.refLogprob = refLogp[token].item<float>();
-      ev.top1Agrees = ev.refToken == logits.argmax().item<std::int64_t>();
-      if (o.topCandidates > 0) {
-        auto [rv, ri] = refLogp.topk(std::min<std::int64_t>(o.topCandidates, refLogp.size(0)));
-        for (std::int64_t j = 0; j < rv.size(0); ++j)
-          ev.refTop.emplace_back(ri[j].item<std::int64_t>(), rv[j].item<float>());
-      }
+      ev.refToken = static_cast<std::int64_t>(h[1]);
+      ev.refLogprob = static_cast<float>(h[2]);
+      ev.top1Agrees = ev.refToken == static_cast<std::int64_t>(h[3]);
+      h += 4;
+      readTop(ev.refTop);
       klSum += ev.kl;
       r.maxKl = std::max(r.maxKl, static_cast<double>(ev.kl));
       agree += ev.top1Agrees ? 1 : 0;
@@ -211,11 +234,20 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
     const std::int64_t V = logits.size(1);
     std::vector<float> runScores(static_cast<std::size_t>(B));
     for (int b = 0; b < B; ++b) runScores[b] = running[b].score;
-    const at::Tensor acc = (logits.log_softmax(-1) + at::tensor(runScores).view({B, 1})).reshape({-1});
-    auto [topV, topI] = acc.topk(std::min<std::int64_t>(K, acc.size(0)));
-    const auto* tv = topV.data_ptr<float>();
-    const auto* ti = topI.data_ptr<std::int64_t>();
-    const int k = static_cast<int>(topV.size(0));
+    const at::Tensor acc =
+        (logits.log_softmax(-1) + model.context().place(at::tensor(runScores)).view({B, 1})).reshape({-1});
+    auto [topVd, topId] = acc.topk(std::min<std::int64_t>(K, acc.size(0)));
+    // The candidates on the host in one copy (float64 holds every float32 score and every id exactly).
+    const at::Tensor host = at::cat({topVd.to(at::kDouble), topId.to(at::kDouble)}).cpu();
+    const int k = static_cast<int>(topVd.size(0));
+    std::vector<float> tvs(static_cast<std::size_t>(k));
+    std::vector<std::int64_t> tis(static_cast<std::size_t>(k));
+    for (int j = 0; j < k; ++j) {
+      tvs[static_cast<std::size_t>(j)] = static_cast<float>(host.const_data_ptr<double>()[j]);
+      tis[static_cast<std::size_t>(j)] = static_cast<std::int64_t>(host.const_data_ptr<double>()[k + j]);
+    }
+    const float* tv = tvs.data();
+    const std::int64_t* ti = tis.data();
     const bool lastStep = t + 1 == maxNew;
     std::vector<bool> hits(static_cast<std::size_t>(k));
     bool allHit = true;

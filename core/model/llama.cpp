@@ -83,10 +83,9 @@ const WeightNames& hfNames() {
 
 }  // namespace
 
-void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings,
-                          at::ScalarType dtype) {
+void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings) {
   ModelConfig& c = cfg_;
-  dtype_ = dtype;
+  const at::ScalarType dtype = ctx_.dtype();
   const std::int64_t H = c.hidden, qDim = static_cast<std::int64_t>(c.heads) * c.headDim,
                      kvDim = static_cast<std::int64_t>(c.kvHeads) * c.headDim;
   auto need = [&](const std::string& name, std::vector<std::int64_t> shape) { return get(name, shape, false); };
@@ -131,14 +130,28 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     inv = at::where((wave >= highWave) & (wave <= lowWave), mid, scaled);
   }
   invFreq_ = inv;
+  if (!ctx_.hostKernels()) placeOnDevice();
 }
 
-std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::ScalarType dtype,
+void LlamaModel::placeOnDevice() {
+  const at::TensorOptions wo = ctx_.options(ctx_.dtype());
+  embed_ = embed_.toDense(wo);
+  lmHead_ = cfg_.tiedEmbeddings ? embed_ : lmHead_.toDense(wo);
+  finalNorm_ = ctx_.place(finalNorm_);
+  invFreq_ = ctx_.place(invFreq_);
+  for (Layer& L : layers_) {
+    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) *w = w->toDense(wo);
+    for (at::Tensor* t : {&L.attnNorm, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm}) *t = ctx_.place(*t);
+  }
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const device::ExecutionContext& ctx,
                                                  const ProgressFn& progress) {
   // Shared with the weights, which point into its mapping.
   const auto file = std::make_shared<const GgufFile>(path);
   const GgufFile& f = *file;
   auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
+  m->ctx_ = ctx;
   ModelConfig& c = m->cfg_;
   const auto arch = f.getString("general.architecture");
   if (!arch) throw FormatError(fmt::format("{}: no general.architecture", path));
@@ -206,11 +219,11 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, at::Sc
     return w;
   };
   // llama.cpp permutes Q/K of llama-architecture models only.
-  m->assemble(get, ggufNames(), c.arch == "llama", f.find("output.weight") == nullptr, dtype);
+  m->assemble(get, ggufNames(), c.arch == "llama", f.find("output.weight") == nullptr);
   return m;
 }
 
-std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, at::ScalarType dtype,
+std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const device::ExecutionContext& ctx,
                                                   const ProgressFn& progress) {
   namespace fs = std::filesystem;
   const fs::path root(dir);
@@ -219,6 +232,7 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, at::Sc
   if (!in) throw FormatError(fmt::format("{}: no config.json", dir));
   const std::string cfgText((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
+  m->ctx_ = ctx;
   ModelConfig& c = m->cfg_;
   c = hfConfigFromJson(cfgText, cfgPath.string());
   c.name = root.filename().string();
@@ -273,14 +287,14 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, at::Sc
     for (const auto& e : f->entries()) ++types[e.dtype];
   for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
   const bool tied = c.tiedEmbeddings || !where_.count("lm_head.weight");
-  m->assemble(get, hfNames(), false, tied, dtype);
+  m->assemble(get, hfNames(), false, tied);
   return m;
 }
 
-std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, at::ScalarType dtype,
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const device::ExecutionContext& ctx,
                                              const ProgressFn& progress) {
-  if (std::filesystem::is_directory(path)) return fromHfDir(path, dtype, progress);
-  return fromGguf(path, dtype, progress);
+  if (std::filesystem::is_directory(path)) return fromHfDir(path, ctx, progress);
+  return fromGguf(path, ctx, progress);
 }
 
 std::uint64_t LlamaModel::weightBytes() const {
@@ -298,7 +312,7 @@ std::uint64_t LlamaModel::weightBytes() const {
 
 std::unique_ptr<cache::KvCache> LlamaModel::makeCache(const cache::CacheConfig& cfg,
                                                       const cache::StatsOptions& stats) const {
-  return std::make_unique<cache::KvCache>(cfg, cfg_.layers, stats);
+  return std::make_unique<cache::KvCache>(cfg, cfg_.layers, stats, ctx_.hostKernels());
 }
 
 at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& w) const {
@@ -309,10 +323,10 @@ at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& w) const {
 }
 
 std::pair<at::Tensor, at::Tensor> LlamaModel::rope(std::int64_t start, std::int64_t T) const {
-  const at::Tensor pos = at::arange(start, start + T, at::kLong).to(at::kFloat);
+  const at::Tensor pos = at::arange(start, start + T, ctx_.options(at::kLong)).to(at::kFloat);
   const at::Tensor freqs = at::outer(pos, invFreq_);
   const at::Tensor emb = at::cat({freqs, freqs}, -1);
-  return {emb.cos().to(dtype_), emb.sin().to(dtype_)};
+  return {emb.cos().to(ctx_.dtype()), emb.sin().to(ctx_.dtype())};
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap) const {
@@ -325,7 +339,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
   if (ids.dim() != 2) throw std::invalid_argument("forward: ids must be [batch, T]");
   if (cache.numLayers() != cfg_.layers)
     throw std::invalid_argument(fmt::format("forward: cache has {} layers, model {}", cache.numLayers(), cfg_.layers));
-  if (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= cfg_.vocab)
+  if (ids.numel() > 0 && (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= cfg_.vocab))
     throw std::invalid_argument(fmt::format("forward: token ids must lie in [0, {})", cfg_.vocab));
   if (o.chunk < 0) throw std::invalid_argument(fmt::format("forward: chunk must be >= 0, got {}", o.chunk));
   const std::int64_t T = ids.size(1);
@@ -348,7 +362,7 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
                                     bool lastOnly) const {
   const std::int64_t B = ids.size(0), T = ids.size(1), past = cache.seqLength();
   const std::int64_t Dh = cfg_.headDim;
-  at::Tensor h = embed_.gather(ids).to(dtype_);
+  at::Tensor h = embed_.gather(ids).to(ctx_.dtype());
   at::Tensor cos, sin;  // not a structured binding: clang 14 (the fuzz preset) cannot capture one in a lambda
   std::tie(cos, sin) = rope(past, T);
   cos = cos.view({1, 1, T, Dh});

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "device/context.h"
 #include "model/model_config.h"
 #include "model/weight.h"
 
@@ -43,42 +44,53 @@ struct ForwardOptions {
 
 class LlamaModel {
  public:
-  /// Loads a GGUF model (llama/qwen2/qwen3 architectures). Throws FormatError with the file and the problem.
-  static std::unique_ptr<LlamaModel> fromGguf(const std::string& path, at::ScalarType dtype = at::kFloat,
+  /// Loads a GGUF model (llama/qwen2/qwen3 architectures) into the context `ctx` (its device and dtype: with host
+  /// kernels the weight matrices stay in the file's format, memory-mapped; on the device path they become dense
+  /// tensors of the context's dtype on its device). Throws FormatError with the file and the problem.
+  static std::unique_ptr<LlamaModel> fromGguf(const std::string& path, const device::ExecutionContext& ctx,
                                               const ProgressFn& progress = {});
 
   /// Loads a Hugging Face model directory: config.json (transformers v4 or v5 keys), model.safetensors or a sharded
   /// model.safetensors.index.json; weights in fp32/bf16/fp16. Throws FormatError.
-  static std::unique_ptr<LlamaModel> fromHfDir(const std::string& dir, at::ScalarType dtype = at::kFloat,
+  static std::unique_ptr<LlamaModel> fromHfDir(const std::string& dir, const device::ExecutionContext& ctx,
                                                const ProgressFn& progress = {});
   /// A GGUF file or a Hugging Face directory, by what `path` is.
-  static std::unique_ptr<LlamaModel> load(const std::string& path, at::ScalarType dtype = at::kFloat,
+  static std::unique_ptr<LlamaModel> load(const std::string& path, const device::ExecutionContext& ctx,
                                           const ProgressFn& progress = {});
+  /// The same on the CPU with host kernels and activations of `dtype`.
+  static std::unique_ptr<LlamaModel> load(const std::string& path, at::ScalarType dtype = at::kFloat,
+                                          const ProgressFn& progress = {}) {
+    return load(path, device::ExecutionContext(c10::kCPU, dtype), progress);
+  }
 
   const ModelConfig& config() const { return cfg_; }
+  /// Where the model runs: its caches and generations run there too.
+  const device::ExecutionContext& context() const { return ctx_; }
   /// The dtype of the activations (and of the norms and biases); the weight matrices keep their file's format.
-  at::ScalarType dtype() const { return dtype_; }
+  at::ScalarType dtype() const { return ctx_.dtype(); }
   /// Bytes the weights take in memory: the matrices in their stored form plus the norms and biases.
   std::uint64_t weightBytes() const;
   /// How decode steps multiply the block weights (model/weight.h); F32 unless set.
   Activations activations() const { return activations_; }
   void setActivations(Activations a) { activations_ = a; }
 
-  /// ids [batch, T] (int64) at positions pastLength .. pastLength + T - 1; K/V go through `cache` (which holds
-  /// pastLength tokens already). Returns logits [batch, T, vocab] in float32.
+  /// ids [batch, T] (int64, best on the CPU: they are checked there) at positions pastLength .. pastLength + T - 1;
+  /// K/V go through `cache` (which holds pastLength tokens already). Returns logits [batch, T, vocab] in float32 on
+  /// the context's device.
   at::Tensor forward(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap = {}) const;
   /// The same with chunking and last-position logits ([batch, 1, vocab] with lastLogitsOnly).
   at::Tensor forward(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& options) const;
 
-  /// A cache for this model with `cfg`.
+  /// A cache for this model with `cfg`, for the model's context (its states live on the model's device).
   std::unique_ptr<cache::KvCache> makeCache(const cache::CacheConfig& cfg, const cache::StatsOptions& stats = {}) const;
 
  private:
   /// The named tensor checked against `shape` (undefined when optional and absent), as it is stored.
   using TensorGetter =
       std::function<Weight(const std::string& name, const std::vector<std::int64_t>& shape, bool optional)>;
-  void assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings,
-                at::ScalarType dtype);
+  void assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings);
+  /// The device path: every weight, norm and bias as a tensor on the context's device.
+  void placeOnDevice();
 
   struct Layer {
     Weight wq, wk, wv, wo, wGate, wUp, wDown;
@@ -89,7 +101,7 @@ class LlamaModel {
   at::Tensor forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap, bool lastOnly) const;
 
   ModelConfig cfg_;
-  at::ScalarType dtype_ = at::kFloat;
+  device::ExecutionContext ctx_;
   Activations activations_ = Activations::F32;
   Weight embed_, lmHead_;
   at::Tensor finalNorm_, invFreq_;

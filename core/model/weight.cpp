@@ -39,6 +39,16 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
   for (const Weight* w : ws)
     TORCH_CHECK(w->defined() && w->cols() == cols, "Weight::linear: ", x.sizes(), " against a [", w->rows(), ", ",
                 w->cols(), "] weight");
+  if (ws.front()->isDense()) {  // the device path: LibTorch's GEMM on the weights' device, in their dtype
+    std::vector<at::Tensor> ys;
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      const at::Tensor& w = ws[i]->dense_;
+      TORCH_CHECK(w.defined(), "Weight::linear: dense and block weights in one call");
+      const at::Tensor b = i < biases.size() && biases[i].defined() ? biases[i].to(w.scalar_type()) : at::Tensor();
+      ys.push_back(at::linear(x.to(w.scalar_type()), w, b).to(x.scalar_type()));
+    }
+    return ys;
+  }
   const at::Tensor xf = x.to(at::kFloat).contiguous().view({-1, cols});
   const std::int64_t n = xf.size(0);
   std::vector<at::Tensor> ys;
@@ -96,6 +106,11 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
 }
 
 at::Tensor Weight::gather(const at::Tensor& ids) const {
+  if (dense_.defined()) {  // ids are checked by the caller: an index out of range is a device-side assertion
+    std::vector<std::int64_t> shape(ids.sizes().begin(), ids.sizes().end());
+    shape.push_back(m_.cols);
+    return dense_.index_select(0, ids.to(dense_.device(), at::kLong).reshape({-1})).to(at::kFloat).view(shape);
+  }
   const at::Tensor flat = ids.to(at::kLong).contiguous().view({-1});
   const std::int64_t n = flat.numel();
   at::Tensor out = at::empty({n, m_.cols}, at::kFloat);
@@ -110,9 +125,18 @@ at::Tensor Weight::gather(const at::Tensor& ids) const {
 }
 
 at::Tensor Weight::dense() const {
+  if (dense_.defined()) return dense_.to(at::kFloat);
   at::Tensor out = at::empty({m_.rows, m_.cols}, at::kFloat);
   dequantizeRow(m_.type, m_.data, m_.rows * m_.cols, out.data_ptr<float>());
   return out;
+}
+
+Weight Weight::toDense(const at::TensorOptions& options) const {
+  TORCH_CHECK(defined(), "Weight::toDense: an undefined weight");
+  Weight w;
+  w.m_ = {m_.type, m_.rows, m_.cols, nullptr, m_.rowBytes};
+  w.dense_ = dense_.defined() ? dense_.to(options) : dense().to(options);
+  return w;
 }
 
 Weight Weight::permuteRows(const std::vector<std::int64_t>& order) const {

@@ -35,14 +35,23 @@ class Weight {
   Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const std::uint8_t* data,
          std::shared_ptr<const void> owner);
 
-  bool defined() const { return owner_ != nullptr; }
+  bool defined() const { return owner_ != nullptr || dense_.defined(); }
   std::int64_t rows() const { return m_.rows; }
   std::int64_t cols() const { return m_.cols; }
   std::uint32_t type() const { return m_.type; }
   /// Bytes the matrix takes in memory (its stored form).
-  std::uint64_t bytes() const { return static_cast<std::uint64_t>(m_.rows) * static_cast<std::uint64_t>(m_.rowBytes); }
+  std::uint64_t bytes() const {
+    return dense_.defined() ? static_cast<std::uint64_t>(dense_.nbytes())
+                            : static_cast<std::uint64_t>(m_.rows) * static_cast<std::uint64_t>(m_.rowBytes);
+  }
+  /// The device path (device/context.h): the same matrix as a dense tensor of `options`' dtype on its device, which
+  /// linear() and gather() then read with LibTorch's operators; the file's bytes are no longer referenced. Values
+  /// are dequantized in float32 first, then rounded once to the dtype.
+  Weight toDense(const at::TensorOptions& options) const;
+  bool isDense() const { return dense_.defined(); }
 
-  /// x [..., cols] of any floating dtype -> x W^T (+ bias) [..., rows] in x's dtype, computed in float32.
+  /// x [..., cols] of any floating dtype -> x W^T (+ bias) [..., rows] in x's dtype, computed in float32 (a dense
+  /// weight: in its own dtype, on its device).
   at::Tensor linear(const at::Tensor& x, const at::Tensor& bias = {}, Activations a = Activations::F32) const;
   /// The same through several weights with the same cols (Q, K and V; gate and up) in one pass over the threads:
   /// out[i] = x ws[i]^T (+ biases[i] where given and defined).
@@ -61,6 +70,7 @@ class Weight {
  private:
   kernels::BlockMatrix m_;
   std::shared_ptr<const void> owner_;
+  at::Tensor dense_;  // the device path's form (toDense); m_ then keeps only the shape
 };
 
 }  // namespace kvscope::model

@@ -70,8 +70,11 @@ at::ScalarType parseDtype(const std::string& name) {
   throw Error(ErrorCode::BadInput, fmt::format("unknown dtype `{}` (fp32, bf16 or fp16)", name));
 }
 
-LoadedModel loadModel(const std::string& pathIn, const std::string& dtype, const model::ProgressFn& progress) {
-  const at::ScalarType dt = parseDtype(dtype);
+LoadedModel loadModel(const std::string& path, const std::string& dtype, const model::ProgressFn& progress) {
+  return loadModel(path, device::ExecutionContext(c10::kCPU, parseDtype(dtype)), progress);
+}
+
+LoadedModel loadModel(const std::string& pathIn, const device::ExecutionContext& ctx, const model::ProgressFn& progress) {
   LoadedModel m;
   m.path = pathIn.empty() ? defaultModelPath() : pathIn;
   if (m.path.empty()) {
@@ -94,7 +97,7 @@ LoadedModel loadModel(const std::string& pathIn, const std::string& dtype, const
     model::GgufFile g(m.path);
     m.tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromGguf(g));
   }
-  m.model = model::LlamaModel::load(m.path, dt, progress);
+  m.model = model::LlamaModel::load(m.path, ctx, progress);
   return m;
 }
 

@@ -39,10 +39,14 @@ at::ScalarType parseDtype(const std::string& name);
 /// The dtype names parseDtype() takes, for option checks and help.
 const std::vector<std::string>& dtypeNames();
 
-/// A GGUF file (tokenizer from its metadata) or a Hugging Face directory (config.json, safetensors, tokenizer.json).
-/// An empty path loads defaultModelPath(). Throws ModelNotFound (saying where it looked), or the readers' errors
-/// (model::FormatError, tokenizer errors) naming the file and the problem; model::LoadCancelled when `progress`
-/// returns false.
+/// A GGUF file (tokenizer from its metadata) or a Hugging Face directory (config.json, safetensors, tokenizer.json),
+/// loaded into the execution context `ctx` (its device and dtype: device::makeContext). An empty path loads
+/// defaultModelPath(). Throws ModelNotFound (saying where it looked), or the readers' errors (model::FormatError,
+/// tokenizer errors) naming the file and the problem; model::LoadCancelled when `progress` returns false; out of
+/// memory (the host's or the device's) as LibTorch raises it.
+LoadedModel loadModel(const std::string& path, const device::ExecutionContext& ctx,
+                      const model::ProgressFn& progress = {});
+/// The same on the CPU, activations in `dtype` (parseDtype's names).
 LoadedModel loadModel(const std::string& path, const std::string& dtype, const model::ProgressFn& progress = {});
 
 }  // namespace kvscope::runtime

@@ -112,15 +112,25 @@ void widenAny(const at::Tensor& t, const void* p, std::int64_t n, float* out) {
 void checkDense(const at::Tensor& x, const char* what) {
   if (x.dim() != 4 || (x.size(3) > 1 && x.stride(3) != 1))
     throw std::invalid_argument(std::string("attention source: ") + what + " must be [B, H, S, D] with a dense D");
-  if (!x.is_cpu()) throw std::invalid_argument(std::string("attention source: ") + what + " must be on the CPU");
 }
 
-class FpSource final : public TokenSource {
+// read() is the CPU kernels' access: a source over device tensors is read whole (dense()) instead.
+void checkHost(const at::Tensor& x) {
+  if (!x.is_cpu())
+    throw std::invalid_argument("attention source: read() on " + x.device().str() + " states (use dense())");
+}
+
+using detail::StoredSource;
+
+class FpSource final : public StoredSource {
  public:
   explicit FpSource(at::Tensor x) : x_(std::move(x)) { checkDense(x_, "full-precision states"); }
   std::int64_t length() const override { return x_.size(2); }
   std::int64_t dim() const override { return x_.size(3); }
+  at::Tensor dense(std::int64_t, std::int64_t, at::ScalarType dtype) const override { return x_.to(dtype); }
+  bool onHost() const override { return x_.is_cpu(); }
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    checkHost(x_);
     const std::int64_t D = x_.size(3), es = static_cast<std::int64_t>(x_.element_size());
     const auto* base = static_cast<const std::uint8_t*>(x_.const_data_ptr()) +
                        (b * x_.stride(0) + h * x_.stride(1) + t0 * x_.stride(2)) * es;
@@ -132,25 +142,34 @@ class FpSource final : public TokenSource {
   at::Tensor x_;
 };
 
-class Fp8Source final : public TokenSource {
+class Fp8Source final : public StoredSource {
  public:
   Fp8Source(at::Tensor codes, at::Tensor scale, kernels::Fp8Format f)
-      : codes_(std::move(codes)), scale_(scale.to(at::kFloat).contiguous()), format_(f) {
-    checkDense(codes_, "fp8 codes");
+      : view_{std::move(codes), scale.to(at::kFloat).contiguous(), f} {
+    checkDense(view_.codes, "fp8 codes");
   }
-  std::int64_t length() const override { return codes_.size(2); }
-  std::int64_t dim() const override { return codes_.size(3); }
+  std::int64_t length() const override { return view_.codes.size(2); }
+  std::int64_t dim() const override { return view_.codes.size(3); }
+  const detail::Fp8View& view() const { return view_; }
+  bool onHost() const override { return view_.codes.is_cpu(); }
+  // LibTorch's float8 cast (the definition the codecs are bit-exact with) times the scale, in float32.
+  at::Tensor dense(std::int64_t, std::int64_t H, at::ScalarType dtype) const override {
+    const at::ScalarType f8 = view_.format == kernels::Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
+    const at::Tensor f = view_.codes.view(f8).to(at::kFloat);
+    return (f * view_.scale.view({1, H, 1, f.size(3)})).to(dtype);
+  }
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
-    const std::int64_t D = codes_.size(3);
-    const float* s = scale_.const_data_ptr<float>() + h * D;
-    const std::uint8_t* base = codes_.const_data_ptr<std::uint8_t>() + b * codes_.stride(0) + h * codes_.stride(1);
-    const std::uint8_t* rows = base + t0 * codes_.stride(2);
-    decodeFp8Rows(rows, codes_.stride(2), s, n, D, out, format_);
+    const at::Tensor& codes = view_.codes;
+    checkHost(codes);
+    const std::int64_t D = codes.size(3);
+    const float* s = view_.scale.const_data_ptr<float>() + h * D;
+    const std::uint8_t* base = codes.const_data_ptr<std::uint8_t>() + b * codes.stride(0) + h * codes.stride(1);
+    const std::uint8_t* rows = base + t0 * codes.stride(2);
+    decodeFp8Rows(rows, codes.stride(2), s, n, D, out, view_.format);
   }
 
  private:
-  at::Tensor codes_, scale_;
-  kernels::Fp8Format format_;
+  detail::Fp8View view_;
 };
 
 // n codes of `bits` bits from position p0 of an LSB-first packed stream of `bytes` bytes.
@@ -196,16 +215,18 @@ KVS_CLONES void affineEach(const std::uint8_t* c, std::int64_t n, const float* s
 //   dimension the codec reduced over;
 // - quanto axis=-1: the states were reshaped to [groups, gs, D] and permuted to [gs, D * groups]: i = (g * gs + j) *
 //   D + d sits at j * (D * groups) + d * groups + g and belongs to column d * groups + g.
-class GroupSource final : public TokenSource {
+class GroupSource final : public StoredSource {
  public:
-  GroupSource(const QuantizedBlock& q, IntScheme scheme, int bits, std::vector<std::int64_t> rows)
-      : packed_(q.packed.contiguous()),
+  GroupSource(const QuantizedBlock& q, IntScheme scheme, int bits, const GroupCodec& codec,
+              std::vector<std::int64_t> rows)
+      : block_(q),
+        codec_(codec),
+        packed_(q.packed.contiguous()),
         scale_(q.scale.to(at::kFloat).contiguous()),
         zero_(q.zero.to(at::kFloat).contiguous()),
         quanto_(scheme == IntScheme::Quanto),
         bits_(bits),
         rows_(std::move(rows)) {
-    if (!packed_.is_cpu()) throw std::invalid_argument("attention source: int codes must be on the CPU");
     H_ = q.shape[1], S_ = q.shape[2], D_ = q.shape[3];
     R_ = q.grouped[0], C_ = q.grouped[1];
     permuted_ = scheme == IntScheme::Quanto && q.axis != 0;
@@ -216,7 +237,18 @@ class GroupSource final : public TokenSource {
   std::int64_t length() const override { return S_; }
   std::int64_t dim() const override { return D_; }
 
+  bool onHost() const override { return packed_.is_cpu(); }
+  // The codec's own dequantization (its device kernels), batch rows in the order attention reads them.
+  at::Tensor dense(std::int64_t, std::int64_t, at::ScalarType dtype) const override {
+    at::Tensor d = at::empty(block_.shape, packed_.options().dtype(dtype));
+    codec_.dequantizeInto(block_, d);
+    bool identity = true;
+    for (std::size_t i = 0; i < rows_.size(); ++i) identity = identity && rows_[i] == static_cast<std::int64_t>(i);
+    return identity ? d : d.index_select(0, at::tensor(rows_, at::kLong).to(d.device()));
+  }
+
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    checkHost(packed_);
     const std::int64_t row = rows_.empty() ? b : rows_[static_cast<std::size_t>(b)];
     const std::uint8_t* pk = packed_.const_data_ptr<std::uint8_t>();
     const float* s = scale_.const_data_ptr<float>();
@@ -264,6 +296,8 @@ class GroupSource final : public TokenSource {
   }
 
  private:
+  QuantizedBlock block_;
+  const GroupCodec& codec_;
   at::Tensor packed_, scale_, zero_;
   bool quanto_;
   int bits_;
@@ -282,7 +316,7 @@ KVS_CLONES void mulAddOne(const std::uint8_t* c, std::int64_t n, float s, float 
   for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(c[i]) * s + z;
 }
 
-class KiviSource final : public TokenSource {
+class KiviSource final : public StoredSource {
  public:
   KiviSource(at::Tensor codes, at::Tensor scale, at::Tensor zero, int bits, std::int64_t group, bool keys,
              std::int64_t D, std::int64_t length)
@@ -296,7 +330,23 @@ class KiviSource final : public TokenSource {
         length_(length) {}
   std::int64_t length() const override { return length_; }
   std::int64_t dim() const override { return D_; }
+  bool onHost() const override { return codes_.is_cpu(); }
+  // code * scale + zero in float32 (each op rounded on its own, as read()), scales broadcast over their groups.
+  at::Tensor dense(std::int64_t, std::int64_t, at::ScalarType dtype) const override {
+    const at::Tensor c = detail::unpackRows(codes_.narrow(2, 0, length_), D_, bits_, false).to(at::kFloat);
+    at::Tensor s, z;
+    if (keys_) {  // [B, H, groups, D]: one row per group of tokens
+      s = scale_.repeat_interleave(group_, 2).narrow(2, 0, length_);
+      z = zero_.repeat_interleave(group_, 2).narrow(2, 0, length_);
+    } else {  // [B, H, T, D / vg]: one value per group of channels
+      const std::int64_t vg = std::min(group_, D_);
+      s = scale_.narrow(2, 0, length_).repeat_interleave(vg, 3).narrow(3, 0, D_);
+      z = zero_.narrow(2, 0, length_).repeat_interleave(vg, 3).narrow(3, 0, D_);
+    }
+    return (c * s + z).to(dtype);
+  }
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    checkHost(codes_);
     const std::uint8_t* base = codes_.const_data_ptr<std::uint8_t>() + b * codes_.stride(0) + h * codes_.stride(1);
     const std::int64_t sH = scale_.size(2), sD = scale_.size(3);  // groups or tokens; D or D / group
     const float* s = scale_.const_data_ptr<float>() + (b * scale_.size(1) + h) * sH * sD;
@@ -345,8 +395,9 @@ SourcePtr fp8Source(const at::Tensor& codes, const at::Tensor& expandedScale, ke
   return std::make_shared<Fp8Source>(codes, expandedScale, format);
 }
 
-SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, std::vector<std::int64_t> rows) {
-  return std::make_shared<GroupSource>(block, scheme, bits, std::move(rows));
+SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, const GroupCodec& codec,
+                      std::vector<std::int64_t> rows) {
+  return std::make_shared<GroupSource>(block, scheme, bits, codec, std::move(rows));
 }
 
 SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& zero, int bits,
@@ -355,10 +406,93 @@ SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at:
   return std::make_shared<KiviSource>(codes, scale, zero, bits, group, keys, D, length);
 }
 
-SourcePtr concat(const std::vector<SourcePtr>& parts) {
-  auto c = std::make_shared<kernels::ConcatSource>();
-  for (const auto& p : parts) c->add(p);
-  return c;
+namespace {
+// Sources one after the other: the CPU kernels read through kernels::ConcatSource, the device path concatenates.
+class Concat final : public StoredSource {
+ public:
+  explicit Concat(const std::vector<SourcePtr>& parts) {
+    for (const auto& p : parts)
+      if (p && p->length() > 0) {
+        if (!dynamic_cast<const StoredSource*>(p.get()))
+          throw std::invalid_argument("attention source: concat of a source that is not a cache layer's");
+        parts_.push_back(p);
+        cat_.add(p);
+      }
+  }
+  std::int64_t length() const override { return cat_.length(); }
+  std::int64_t dim() const override { return cat_.dim(); }
+  void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    cat_.read(b, h, t0, n, out);
+  }
+  bool onHost() const override {
+    for (const auto& p : parts_)
+      if (!static_cast<const StoredSource&>(*p).onHost()) return false;
+    return true;
+  }
+  at::Tensor dense(std::int64_t B, std::int64_t H, at::ScalarType dtype) const override {
+    std::vector<at::Tensor> xs;
+    for (const auto& p : parts_) xs.push_back(static_cast<const StoredSource&>(*p).dense(B, H, dtype));
+    if (xs.empty()) return at::empty({B, H, 0, 0}, at::TensorOptions().dtype(dtype));
+    return xs.size() == 1 ? xs[0] : at::cat(xs, 2);
+  }
+
+ private:
+  std::vector<SourcePtr> parts_;
+  kernels::ConcatSource cat_;
+};
+}  // namespace
+
+SourcePtr concat(const std::vector<SourcePtr>& parts) { return std::make_shared<Concat>(parts); }
+
+const Fp8View* fp8View(const kernels::TokenSource& s) {
+  const auto* f = dynamic_cast<const Fp8Source*>(&s);
+  return f ? &f->view() : nullptr;
+}
+
+at::Tensor packRows(const at::Tensor& codes, int bits, bool hostKernels) {
+  const std::int64_t D = codes.size(3), pb = kernels::packedBytes(D, bits);
+  if (!hostKernels || !codes.is_cpu()) {
+    // LSB-first: code i of a row sits in byte i / per at bit (i % per) * bits.
+    if (8 % bits != 0) throw std::invalid_argument("packRows: a device packs 1, 2, 4 or 8 bits");
+    const std::int64_t per = 8 / bits;
+    const at::Tensor c = at::constant_pad_nd(codes.to(at::kInt), {0, pb * per - D})
+                             .view({codes.size(0), codes.size(1), codes.size(2), pb, per});
+    const at::Tensor shifts = at::arange(0, 8, bits, c.options());
+    return at::bitwise_left_shift(c, shifts).sum(-1).to(at::kByte);
+  }
+  const at::Tensor c = codes.contiguous();
+  const std::int64_t rows = c.numel() / std::max<std::int64_t>(D, 1);
+  at::Tensor out = at::empty({c.size(0), c.size(1), c.size(2), pb}, c.options());
+  const auto* in = c.const_data_ptr<std::uint8_t>();
+  auto* o = out.mutable_data_ptr<std::uint8_t>();
+  if ((D * bits) % 8 == 0) {
+    kernels::packBits(in, rows * D, bits, o);
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r) kernels::packBits(in + r * D, D, bits, o + r * pb);
+  }
+  return out;
+}
+
+at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits, bool hostKernels) {
+  if (!hostKernels || !packed.is_cpu()) {
+    if (8 % bits != 0) throw std::invalid_argument("unpackRows: a device unpacks 1, 2, 4 or 8 bits");
+    const std::int64_t per = 8 / bits;
+    const at::Tensor p = packed.to(at::kInt).unsqueeze(-1);
+    const at::Tensor shifts = at::arange(0, 8, bits, p.options());
+    const at::Tensor c = at::bitwise_and(at::bitwise_right_shift(p, shifts), (1 << bits) - 1);
+    return c.view({packed.size(0), packed.size(1), packed.size(2), packed.size(3) * per}).narrow(3, 0, D).to(at::kByte);
+  }
+  const at::Tensor p = packed.contiguous();
+  const std::int64_t pb = p.size(3), rows = p.numel() / std::max<std::int64_t>(pb, 1);
+  at::Tensor out = at::empty({p.size(0), p.size(1), p.size(2), D}, p.options());
+  const auto* in = p.const_data_ptr<std::uint8_t>();
+  auto* o = out.mutable_data_ptr<std::uint8_t>();
+  if ((D * bits) % 8 == 0) {
+    kernels::unpackBits(in, rows * D, bits, o);
+  } else {
+    for (std::int64_t r = 0; r < rows; ++r) kernels::unpackBits(in + r * pb, D, bits, o + r * D);
+  }
+  return out;
 }
 
 }  // namespace kvscope::cache::detail

@@ -20,6 +20,25 @@ namespace kvscope::cache::detail {
 
 using SourcePtr = std::shared_ptr<const kernels::TokenSource>;
 
+/// Every source a cache layer makes: read a tile at a time by the CPU kernels (read(), CPU tensors only), or whole by
+/// LibTorch's operators on the tensors' own device (dense(): the device path, a transient of one layer).
+class StoredSource : public kernels::TokenSource {
+ public:
+  /// The states [B, H, length(), dim()] in `dtype`, on the device the stored form is on.
+  virtual at::Tensor dense(std::int64_t B, std::int64_t H, at::ScalarType dtype) const = 0;
+  /// The stored form is in the CPU's memory (read() can read it).
+  virtual bool onHost() const = 0;
+};
+
+/// FP8 codes and scales behind a source made by fp8Source (null for any other): what the fused fp8 decode kernel
+/// reads.
+struct Fp8View {
+  at::Tensor codes;     ///< uint8 [B, H, S, D]
+  at::Tensor scale;     ///< float32 [H, D]
+  kernels::Fp8Format format;
+};
+const Fp8View* fp8View(const kernels::TokenSource& s);
+
 /// Full-precision states [B, H, S, D] (fp32, bf16 or fp16; the last dim dense), as they are.
 SourcePtr fpSource(const at::Tensor& x);
 
@@ -31,7 +50,9 @@ enum class IntScheme { Quanto, Hqq };
 
 /// A whole-tensor group-quantized block (quanto or hqq, GroupCodec's layout) read in place; batch row b of the
 /// attention reads the block's row rows[b] (a beam reorder not yet applied to the codes). Empty rows: identity.
-SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, std::vector<std::int64_t> rows = {});
+/// `codec` (the layer's, which outlives the source) dequantizes it whole on the device path.
+SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, const GroupCodec& codec,
+                      std::vector<std::int64_t> rows = {});
 
 /// KIVI's packed rows: codes uint8 [B, H, T, packedBytes(D, bits)], scale/zero (input dtype) [B, H, T / group, D]
 /// for keys (per channel over a group of tokens) or [B, H, T, D / group] for values (per token over a group of
@@ -45,5 +66,11 @@ cache::Staged stagedAsIs(const at::Tensor& keys, const at::Tensor& values);
 
 /// Sources one after the other along the sequence (empty ones skipped).
 SourcePtr concat(const std::vector<SourcePtr>& parts);
+
+/// Packs each row (last dim) of uint8 codes [B, H, T, D] LSB-first into [B, H, T, packedBytes(D, bits)] on the
+/// codes' device (kernels::packBits' layout), and the inverse: kvscope's CPU kernels for CPU tensors with
+/// `hostKernels`, else LibTorch's operators (1, 2, 4 or 8 bits).
+at::Tensor packRows(const at::Tensor& codes, int bits, bool hostKernels = true);
+at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits, bool hostKernels = true);
 
 }  // namespace kvscope::cache::detail

@@ -19,7 +19,9 @@ std::unique_ptr<CacheLayer> makeSinkLayer(std::int64_t sinks, std::unique_ptr<Ca
 std::unique_ptr<CacheLayer> makeSplitLayer(std::unique_ptr<CacheLayer> keys, std::unique_ptr<CacheLayer> values,
                                            const StatsOptions& stats);
 
-/// A source's tokens as a dense [B, H, L, D] tensor of `dtype` (a transient copy).
-at::Tensor materialize(const kernels::TokenSource& s, std::int64_t B, std::int64_t H, at::ScalarType dtype);
+/// A source's tokens as a dense [B, H, L, D] tensor of `dtype` (a transient copy), on the stored form's device: read
+/// by the CPU kernels when that is the CPU and `hostKernels`, else by LibTorch's operators (StoredSource::dense).
+at::Tensor materialize(const kernels::TokenSource& s, std::int64_t B, std::int64_t H, at::ScalarType dtype,
+                       bool hostKernels = true);
 
 }  // namespace kvscope::cache::detail

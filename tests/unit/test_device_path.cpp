@@ -1,0 +1,231 @@
+// The execution context (device/context.h) and the device path it selects: dense weights and LibTorch's operators,
+// caches read whole for attention, fp8 decode steps through the fused kernel, one host copy a step. A CUDA device
+// always runs this path; here the CPU runs it in portable mode, against the host kernels, so that every line of it
+// is tested on a machine without a GPU.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cache/config.h"
+#include "cache/kv_cache.h"
+#include "device/context.h"
+#include "generate/generate.h"
+#include "model/llama.h"
+#include "random_model.h"
+#include "tensor_helpers.h"
+#include "util/error.h"
+
+namespace kvscope {
+namespace {
+
+using device::ExecutionContext;
+using testutil::randomModel;
+using testutil::prompt;
+using testutil::stepLogits;
+
+const ExecutionContext kPortable(c10::kCPU, at::kFloat, /*portable=*/true);
+
+TEST(ExecutionContext, NamesDevicesAndRefusesWhatIsNotHere) {
+  const ExecutionContext cpu = device::makeContext("cpu", at::kBFloat16);
+  EXPECT_TRUE(cpu.device().is_cpu());
+  EXPECT_EQ(cpu.dtype(), at::kBFloat16);
+  EXPECT_TRUE(cpu.hostKernels());
+  EXPECT_EQ(cpu.name(), "cpu");
+  EXPECT_FALSE(device::makeContext("cpu", at::kFloat, true).hostKernels());
+  EXPECT_EQ(kPortable.name(), "cpu (portable)");
+  const auto devices = device::availableDevices();
+  ASSERT_FALSE(devices.empty());
+  EXPECT_EQ(devices.front(), "cpu");
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CPU", ""}) {
+    try {
+      (void)device::makeContext(bad, at::kFloat);
+      ADD_FAILURE() << "`" << bad << "` was taken";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::BadInput) << bad;
+      EXPECT_TRUE(testutil::mentions(e.what(), {"unknown device", "cpu, cuda or cuda:N"}));
+    }
+  }
+  if (devices.size() > 1) GTEST_SKIP() << "a CUDA device is present: its absence cannot be tested here";
+  for (const char* absent : {"cuda", "cuda:0", "cuda:3"}) {
+    try {
+      (void)device::makeContext(absent, at::kFloat);
+      ADD_FAILURE() << "`" << absent << "` was taken without a device";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::Unavailable);
+      EXPECT_TRUE(testutil::mentions(e.what(), {absent, "is not available", "--device cpu"}));
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one line";
+    }
+  }
+}
+
+TEST(ExecutionContext, GeneratorsRepeatForASeedAndMemoryIsReported) {
+  const at::Tensor p = at::full({50}, 0.02);
+  at::Generator a = kPortable.generator(5), b = kPortable.generator(5), c = kPortable.generator(6);
+  const at::Tensor x = at::multinomial(p, 20, true, a), y = at::multinomial(p, 20, true, b);
+  EXPECT_TRUE(at::equal(x, y));
+  EXPECT_FALSE(at::equal(x, at::multinomial(p, 20, true, c)));
+  kPortable.resetPeak();
+  const device::DeviceMemory m = kPortable.memory();
+  EXPECT_GT(m.used, 0);
+  EXPECT_GE(m.peak, 0);
+  kPortable.synchronize();  // a no-op on the CPU
+}
+
+TEST(DevicePath, WeightsAreDenseAndLogitsMatchTheHostKernels) {
+  const auto host = model::LlamaModel::load(randomModel());
+  const auto dev = model::LlamaModel::load(randomModel(), kPortable);
+  EXPECT_TRUE(host->context().hostKernels());
+  EXPECT_FALSE(dev->context().hostKernels());
+  EXPECT_EQ(dev->weightBytes(), host->weightBytes());  // F32 either way
+  const auto ids = prompt(24);
+  const auto a = stepLogits(*host, cache::parseSpec("dynamic"), ids, 12);
+  const auto b = stepLogits(*dev, cache::parseSpec("dynamic"), ids, 12);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-4, 1e-5)) << "step " << i << ": max |diff| "
+                                                        << (a[i] - b[i]).abs().max().item<float>();
+    EXPECT_EQ(a[i].argmax().item<std::int64_t>(), b[i].argmax().item<std::int64_t>()) << "step " << i;
+  }
+  // bf16 on the device path: the weights themselves in bf16 (half the bytes).
+  const auto bf = model::LlamaModel::load(randomModel(), ExecutionContext(c10::kCPU, at::kBFloat16, true));
+  EXPECT_LT(bf->weightBytes(), host->weightBytes() * 6 / 10);
+  EXPECT_EQ(stepLogits(*bf, cache::parseSpec("dynamic"), ids, 2).back().scalar_type(), at::kFloat);
+}
+
+TEST(DevicePath, GreedyAndBeamTokensMatchTheHostKernels) {
+  const auto host = model::LlamaModel::load(randomModel());
+  const auto dev = model::LlamaModel::load(randomModel(), kPortable);
+  generate::GenerateOptions o;
+  o.maxNew = 24;
+  o.shadow = true;
+  auto k1 = host->makeCache(cache::parseSpec("dynamic")), k2 = dev->makeCache(cache::parseSpec("dynamic"));
+  EXPECT_TRUE(k1->hostKernels());
+  EXPECT_FALSE(k2->hostKernels());
+  std::vector<generate::StepEvent> e1, e2;
+  const auto r1 = generate::generate(*host, *k1, prompt(16), o, [&](const auto& e) { return e1.push_back(e), true; });
+  const auto r2 = generate::generate(*dev, *k2, prompt(16), o, [&](const auto& e) { return e2.push_back(e), true; });
+  EXPECT_EQ(r1.tokens, r2.tokens);
+  ASSERT_EQ(e1.size(), e2.size());
+  for (std::size_t i = 0; i < e1.size(); ++i) {  // what the one host copy a step carries
+    EXPECT_NEAR(e1[i].logprob, e2[i].logprob, 1e-4);
+    ASSERT_EQ(e1[i].top.size(), 5u);
+    ASSERT_EQ(e2[i].top.size(), 5u);
+    EXPECT_EQ(e1[i].top[0].first, e2[i].top[0].first);
+    EXPECT_EQ(e2[i].top[0].first, e2[i].token);
+    EXPECT_EQ(e2[i].refToken, e2[i].token);  // the shadow is the same dynamic cache
+    EXPECT_NEAR(e2[i].kl, 0.0, 1e-6);
+    EXPECT_EQ(e2[i].refTop.size(), 5u);
+  }
+  generate::BeamOptions bo;
+  bo.numBeams = 3;
+  auto b1 = host->makeCache(cache::parseSpec("fp8:attention=reference"));
+  auto b2 = dev->makeCache(cache::parseSpec("fp8"));
+  const auto s1 = generate::beamSearch(*host, *b1, prompt(12), 10, bo);
+  const auto s2 = generate::beamSearch(*dev, *b2, prompt(12), 10, bo);
+  EXPECT_EQ(s1.sequences, s2.sequences);
+}
+
+TEST(DevicePath, SamplingRepeatsForASeed) {
+  const auto dev = model::LlamaModel::load(randomModel(), kPortable);
+  generate::GenerateOptions o;
+  o.maxNew = 16;
+  o.sampling.greedy = false;
+  o.sampling.temperature = 1.5;
+  o.sampling.topP = 0.9;
+  o.sampling.topK = 20;
+  o.sampling.seed = 11;
+  auto run = [&](std::uint64_t seed) {
+    o.sampling.seed = seed;
+    auto kv = dev->makeCache(cache::parseSpec("dynamic"));
+    return generate::generate(*dev, *kv, prompt(8), o).tokens;
+  };
+  EXPECT_EQ(run(11), run(11));
+  EXPECT_NE(run(11), run(12));
+}
+
+// Each backend in fused mode on the device path against the same backend in reference mode (what transformers
+// computes), and against fused mode with the host kernels: the values attention sees are the same, only the order
+// of the sums differs.
+TEST(DevicePath, EveryBackendFusedMatchesReference) {
+  const auto host = model::LlamaModel::load(randomModel());
+  const auto dev = model::LlamaModel::load(randomModel(), kPortable);
+  const auto ids = prompt(20);
+  for (const char* spec : {"fp8", "fp8:granularity=head,overflow=saturate", "fp8:format=e5m2,granularity=channel,overflow=saturate",
+                           "quanto:nbits=4,q_group_size=16,residual_length=8",
+                           "quanto:nbits=2,q_group_size=8,residual_length=8,axis_key=-1",
+                           "hqq:nbits=4,q_group_size=16,residual_length=8,optimize=false",
+                           "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4",
+                           "layers=0:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=16,"
+                           "residual_length=8"}) {
+    SCOPED_TRACE(spec);
+    cache::CacheConfig fused = cache::parseSpec(spec), ref = fused;
+    ref.attention = cache::AttentionMode::Reference;
+    for (auto& r : ref.layers) {
+      r.keys.attention = cache::AttentionMode::Reference;
+      r.values.attention = cache::AttentionMode::Reference;
+    }
+    const auto want = stepLogits(*dev, ref, ids, 16);
+    const auto got = stepLogits(*dev, fused, ids, 16);
+    const auto hostFused = stepLogits(*host, fused, ids, 16);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(at::allclose(got[i], want[i], 1e-3, 1e-4))
+          << "step " << i << ": max |diff| " << (got[i] - want[i]).abs().max().item<float>();
+      EXPECT_TRUE(at::allclose(got[i], hostFused[i], 1e-3, 1e-4))
+          << "step " << i << ": max |diff| " << (got[i] - hostFused[i]).abs().max().item<float>();
+    }
+  }
+}
+
+// What a fused layer hands back from update() is built from its stored form: on the device path by LibTorch's
+// operators (StoredSource::dense), bit for bit the values the host kernels decode.
+TEST(DevicePath, StoredFormsDecodeBitForBitAsOnTheHost) {
+  for (const char* spec : {"fp8", "fp8:granularity=channel,format=e5m2", "quanto:nbits=2,q_group_size=16,residual_length=4",
+                           "hqq:nbits=3,q_group_size=16,residual_length=4,optimize=false",
+                           "kivi:nbits=2,q_group_size=8,residual_length=4", "kivi:nbits=4,q_group_size=8,residual_length=4",
+                           "fp8:sink=3"}) {
+    SCOPED_TRACE(spec);
+    cache::KvCache a(cache::parseSpec(spec), 1), b(cache::parseSpec(spec), 1, {}, /*hostKernels=*/false);
+    at::manual_seed(3);
+    const at::Tensor k0 = at::randn({2, 2, 12, 16}), v0 = at::randn({2, 2, 12, 16});
+    (void)a.update(0, k0, v0);
+    (void)b.update(0, k0, v0);
+    for (int s = 0; s < 14; ++s) {
+      const at::Tensor k = at::randn({2, 2, 1, 16}) * 3, v = at::randn({2, 2, 1, 16});
+      const auto [ka, va] = a.update(0, k, v);
+      const auto [kb, vb] = b.update(0, k, v);
+      ASSERT_TRUE(testutil::sameBits(ka.contiguous(), kb.contiguous())) << "step " << s;
+      ASSERT_TRUE(testutil::sameBits(va.contiguous(), vb.contiguous())) << "step " << s;
+      if (s == 6) {  // beams: rows swap, on both paths alike
+        a.reorder(at::tensor(std::vector<std::int64_t>{1, 0}, at::kLong));
+        b.reorder(at::tensor(std::vector<std::int64_t>{1, 0}, at::kLong));
+      }
+    }
+    a.crop(15);
+    b.crop(15);
+    const at::Tensor k = at::randn({2, 2, 1, 16}), v = at::randn({2, 2, 1, 16});
+    const auto [ka, va] = a.update(0, k, v);
+    const auto [kb, vb] = b.update(0, k, v);
+    EXPECT_TRUE(testutil::sameBits(ka.contiguous(), kb.contiguous()));
+    EXPECT_TRUE(testutil::sameBits(va.contiguous(), vb.contiguous()));
+  }
+}
+
+// A decode step of a pure fp8 layer on the device path goes through the fused kernel (kernels::fp8DecodeAttention)
+// and agrees with LibTorch's attention over the decoded states.
+TEST(DevicePath, Fp8DecodeStepsReadTheCodes) {
+  cache::KvCache dev(cache::parseSpec("fp8:granularity=head,overflow=saturate"), 1, {}, false);
+  cache::KvCache ref(cache::parseSpec("fp8:granularity=head,overflow=saturate,attention=reference"), 1);
+  at::manual_seed(9);
+  const at::Tensor k0 = at::randn({1, 2, 30, 16}), v0 = at::randn({1, 2, 30, 16}), q0 = at::randn({1, 4, 30, 16});
+  (void)dev.layer(0).attend(q0, k0, v0);
+  (void)ref.layer(0).attend(q0, k0, v0);
+  for (int s = 0; s < 5; ++s) {
+    const at::Tensor k = at::randn({1, 2, 1, 16}), v = at::randn({1, 2, 1, 16}), q = at::randn({1, 4, 1, 16});
+    const at::Tensor a = dev.layer(0).attend(q, k, v), b = ref.layer(0).attend(q, k, v);
+    EXPECT_TRUE(at::allclose(a, b, 1e-4, 1e-5)) << (a - b).abs().max().item<float>();
+  }
+}
+
+}  // namespace
+}  // namespace kvscope
