@@ -22,7 +22,7 @@ namespace kvscope::cli {
 namespace {
 
 struct CommonOpts {
-  std::string model, prompt, promptFile, dtype = "fp32", activations = "f32";
+  std::string model, prompt, promptFile, dtype = "fp32", activations = "f32", device = "cpu";
   bool chat = false, json = false, csv = false;
   int maxNew = 64, pplChunk = 32, threads = 0;
 };
@@ -35,7 +35,7 @@ void addCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--max-new", o.maxNew, "greedy tokens generated per config")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--ppl-chunk", o.pplChunk, "tokens per forward when measuring the prompt's perplexity")
       ->check(CLI::Range(1, 1 << 16));
-  addDtypeOptions(cmd, o.dtype, o.activations);
+  addDtypeOptions(cmd, o.dtype, o.activations, o.device);
   cmd->add_option("--threads", o.threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   auto* j = cmd->add_flag("--json", o.json, "one JSON object per config");
   cmd->add_flag("--csv", o.csv, "CSV with a header line")->excludes(j);
@@ -111,7 +111,7 @@ Runner addCompare(CLI::App& app) {
     }
     if (o->threads > 0) at::set_num_threads(o->threads);
     const std::string text = promptText(o->prompt, o->promptFile);
-    const Loaded m = loadModel(o->model, o->dtype, o->activations);
+    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
     const auto prompt = encodePrompt(m, text, o->chat);
     checkContext(m, prompt.size(), o->maxNew);
     if (!o->json && !o->csv) {
@@ -159,7 +159,7 @@ Runner addSweep(CLI::App& app) {
       }
       writeOutput(*out, results);
     }
-    const Loaded m = loadModel(o->model, o->dtype, o->activations);
+    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
     const auto prompt = encodePrompt(m, text, o->chat);
     checkContext(m, prompt.size(), o->maxNew);
     if (!o->json && !o->csv) {
@@ -242,7 +242,7 @@ void soak(const Loaded& m, const std::vector<cache::CacheConfig>& cfgs, int runs
 
 Runner addBench(CLI::App& app) {
   struct BenchOpts {
-    std::string model, dtype = "fp32", activations = "f32";
+    std::string model, dtype = "fp32", activations = "f32", device = "cpu";
     std::vector<std::string> specs;
     std::vector<std::int64_t> contexts{256};
     int newTokens = 32, threads = 0, repeat = 3, soak = 0;
@@ -258,7 +258,7 @@ Runner addBench(CLI::App& app) {
   cmd->add_option("--cache", o->specs, "cache SPEC (repeat for several)")->required();
   cmd->add_option("--context", o->contexts, "prompt lengths (repeat or list)")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--new", o->newTokens, "decode steps timed at each context")->check(CLI::Range(1, 1 << 16));
-  addDtypeOptions(cmd, o->dtype, o->activations);
+  addDtypeOptions(cmd, o->dtype, o->activations, o->device);
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "seed of the random prompt tokens");
   cmd->add_option("--repeat", o->repeat, "rounds; configs run interleaved in each round, medians reported")
@@ -288,7 +288,7 @@ Runner addBench(CLI::App& app) {
       if (o->noBaseline || !(c.backend == cache::Backend::Dynamic && !c.mixed())) cfgs.push_back(c);
     }
     if (o->threads > 0) at::set_num_threads(o->threads);
-    const Loaded m = loadModel(o->model, o->dtype, o->activations);
+    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
     const auto& mc = m.model->config();
     for (auto ctx : o->contexts)
       if (!o->beyondContext && mc.contextLength > 0 && ctx + o->newTokens > mc.contextLength)
@@ -328,9 +328,11 @@ Runner addBench(CLI::App& app) {
       std::vector<cache::TensorMemory> mem(n);
       for (int round = 0; round < o->repeat; ++round) {
         for (std::size_t i = 0; i < n; ++i) {
-          // The process's peak resident memory during this run alone: freed heap returned and the peak restarted
-          // first (Linux), so it is weights + LibTorch + this run's cache and working memory.
-          util::resetPeakResident();
+          // The peak memory during this run alone: on the CPU the process's resident set (freed heap returned and
+          // the peak restarted first, Linux), so weights + LibTorch + this run's cache and working memory; on a
+          // CUDA device what LibTorch's allocator held there (weights + cache + activations).
+          const device::ExecutionContext& dev = m.model->context();
+          dev.resetPeak();
           {
             // The cache's own cost: without the error maps and amax statistics the workbench's views draw.
             cache::StatsOptions quiet;
@@ -346,7 +348,7 @@ Runner addBench(CLI::App& app) {
             decode[i].push_back(o->newTokens / r.decodeSeconds);
             mem[i] = kv->totalMemory();
           }
-          peak[i].push_back(static_cast<double>(util::peakResidentBytes()));
+          peak[i].push_back(static_cast<double>(dev.memory().peak));
         }
         for (std::size_t i = 0; i < n; ++i) ratio[i].push_back(decode[i].back() / decode[0].back());
       }
@@ -358,7 +360,9 @@ Runner addBench(CLI::App& app) {
                                       {"decode_vs_dynamic", median(ratio[i])}, {"decode_vs_dynamic_min", *lo},
                                       {"decode_vs_dynamic_max", *hi}, {"kv_stored_bytes", mem[i].stored()},
                                       {"kv_held_bytes", mem[i].held()},
-                                      {"peak_rss_bytes", static_cast<std::int64_t>(median(peak[i]))}}
+                                      {"device", m.model->context().device().str()},
+                                      {m.model->context().device().is_cpu() ? "peak_rss_bytes" : "peak_device_bytes",
+                                       static_cast<std::int64_t>(median(peak[i]))}}
                            .dump()
                     << "\n" << std::flush;
         } else {

@@ -59,8 +59,7 @@ Runner addGenerate(CLI::App& app) {
   cmd->add_option("--top-k", o->topK, "sampling: keep the k best tokens (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->topP, "sampling: nucleus mass (0, 1]");
   cmd->add_option("--seed", o->seed, "sampling seed (same seed, same text)");
-  addDtypeOptions(cmd, o->dtype, o->activations);
-  cmd->add_option("--device", o->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  addDtypeOptions(cmd, o->dtype, o->activations, o->device);
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--prefill-chunk", o->prefillChunk,
                   "prompt tokens per forward pass (0: one shot; default: 512 in fused mode, one shot in reference mode)")
@@ -70,12 +69,10 @@ Runner addGenerate(CLI::App& app) {
   return [o, cmd]() {
     if (!*cmd) return -1;
     const cache::CacheConfig cfg = cache::parseSpec(o->spec);  // a bad SPEC fails before the model loads
-    if (o->device == "cuda") throw UsageError("--device cuda: this build runs the model on the CPU only (the GPU path "
-                                              "is not part of it yet)");
     const std::string text = promptText(o->prompt, o->promptFile);
     if (o->threads > 0) at::set_num_threads(o->threads);
     std::signal(SIGINT, [](int) { gInterrupted = true; });
-    const Loaded m = loadModel(o->model, o->dtype, o->activations);
+    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
     const tokenizer::Tokenizer& tok = *m.tok;
     const std::vector<std::int64_t> prompt = encodePrompt(m, text, o->chat);
     auto kv = m.model->makeCache(cfg);

@@ -22,15 +22,17 @@ namespace kvscope::cli {
 std::string defaultModelPath() { return runtime::defaultModelPath(); }
 
 
-Loaded loadModel(const std::string& path, const std::string& dtype, const std::string& activations) {
-  runtime::parseDtype(dtype);  // usage errors before anything is read
+Loaded loadModel(const std::string& path, const std::string& dtype, const std::string& activations,
+                 const std::string& device) {
+  const at::ScalarType dt = runtime::parseDtype(dtype);  // usage errors before anything is read
   model::Activations act;
   try {
     act = model::parseActivations(activations);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  runtime::LoadedModel r = runtime::loadModel(path, dtype);
+  const device::ExecutionContext ctx = device::makeContext(device, dt);
+  runtime::LoadedModel r = runtime::loadModel(path, ctx);
   Loaded m;
   m.path = std::move(r.path);
   m.model = std::move(r.model);
@@ -39,13 +41,16 @@ Loaded loadModel(const std::string& path, const std::string& dtype, const std::s
   return m;
 }
 
-void addDtypeOptions(CLI::App* cmd, std::string& dtype, std::string& activations) {
+void addDtypeOptions(CLI::App* cmd, std::string& dtype, std::string& activations, std::string& device) {
   cmd->add_option("--dtype", dtype, "activations, norms and biases (weights keep their file's format)")
       ->check(CLI::IsMember(runtime::dtypeNames()));
   cmd->add_option("--activations", activations,
                   "how decode steps multiply block-format weights: f32 (transformers' numbers) or q8 (8-bit "
                   "activations per 32 values, as llama.cpp computes; faster with AVX-512 VNNI)")
       ->check(CLI::IsMember({"f32", "q8"}));
+  cmd->add_option("--device", device,
+                  "where the model and its caches run: cpu, or cuda / cuda:N where LibTorch sees a CUDA device "
+                  "(weights then in --dtype on the device)");
 }
 
 std::string promptText(const std::string& prompt, const std::string& file) {
@@ -95,8 +100,8 @@ double perplexity(const model::LlamaModel& model, const cache::CacheConfig& cfg,
     const at::Tensor logp =
         model.forward(model::idsTensor(ids, static_cast<std::size_t>(start), static_cast<std::size_t>(len)), *kv)[0]
             .log_softmax(-1);
-    const at::Tensor next =
-        at::tensor(std::vector<std::int64_t>(ids.begin() + start + 1, ids.begin() + start + 1 + len), at::kLong);
+    const at::Tensor next = model.context().place(
+        at::tensor(std::vector<std::int64_t>(ids.begin() + start + 1, ids.begin() + start + 1 + len), at::kLong));
     nll -= logp.gather(1, next.view({-1, 1})).sum().item<double>();
     counted += len;
   }

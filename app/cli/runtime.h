@@ -31,10 +31,13 @@ std::string defaultModelPath();
 /// runtime::loadModel (shared with the GUI's engine): a GGUF file (tokenizer from its metadata) or a Hugging Face
 /// directory (tokenizer.json); an empty path loads defaultModelPath(). Throws UsageError (no such model, an unknown
 /// dtype) / FormatError / TokenizerError with the path and the problem.
-Loaded loadModel(const std::string& path, const std::string& dtype, const std::string& activations = "f32");
-/// --dtype (the activations' dtype; weights keep their file's format) and --activations f32|q8 (how decode steps
-/// multiply block weights, model/weight.h) on `cmd`.
-void addDtypeOptions(CLI::App* cmd, std::string& dtype, std::string& activations);
+/// `device` ("cpu", "cuda", "cuda:N") is checked before anything is read: one that is not here is an Error
+/// (Unavailable) naming what there is.
+Loaded loadModel(const std::string& path, const std::string& dtype, const std::string& activations = "f32",
+                 const std::string& device = "cpu");
+/// --dtype (the activations' dtype; weights keep their file's format), --activations f32|q8 (how decode steps
+/// multiply block weights, model/weight.h) and --device cpu|cuda[:N] (where the model and its caches run) on `cmd`.
+void addDtypeOptions(CLI::App* cmd, std::string& dtype, std::string& activations, std::string& device);
 /// The prompt's ids; with `chat`, wrapped as one user turn of the model's chat template.
 std::vector<std::int64_t> encodePrompt(const Loaded& m, const std::string& text, bool chat);
 /// --prompt or --prompt-file; UsageError when both are empty.

@@ -32,6 +32,14 @@ tmp=$(mktemp -d)
 check write-file 0 '' "$cli" export --cache hqq:nbits=3 --format kvscope -o "$tmp/c.json"
 check read-back 0 '"nbits": 3' "$cli" export --cache "$tmp/c.json"
 check unwritable 2 'cannot write' "$cli" export --cache fp8 -o /nonexistent/dir/c.json
+# --device: a device that is not here, or a name that is no device, is one line and exit 2 before any model is read.
+check bad-device 2 'unknown device `tpu` (cpu, cuda or cuda:N)' "$cli" generate --model /nonexistent.gguf --prompt hi --device tpu
+if [ ! -e /dev/nvidiactl ]; then
+  check no-cuda 2 'device `cuda` is not available' "$cli" generate --model /nonexistent.gguf --prompt hi --device cuda
+  check no-cuda-bench 2 'device `cuda:1` is not available' "$cli" bench --model /nonexistent.gguf --cache fp8 --device cuda:1
+  lines=$("$cli" eval --model /nonexistent.gguf --text /dev/null --cache fp8 --device cuda 2>&1 | wc -l)
+  [ "$lines" -eq 1 ] || { echo "FAIL no-cuda one line: $lines lines"; fail=1; }
+fi
 # One error line, nothing else.
 lines=$("$cli" export --cache quanto:nbits=3 2>&1 | wc -l)
 [ "$lines" -eq 1 ] || { echo "FAIL one-line: $lines lines"; fail=1; }
