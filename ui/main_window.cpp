@@ -132,6 +132,7 @@ QTableView* MainWindow::runsTable() const { return compare_->table(); }
 RunsModel* MainWindow::runsModel() const { return compare_->runs(); }
 OverlayPlot* MainWindow::overlay() const { return compare_->overlay(); }
 void MainWindow::setDevices(const QStringList& devices) { runPanel_->setDevices(devices); }
+void MainWindow::setDevice(const QString& device) { runPanel_->setDevice(device); }
 
 void MainWindow::resetLayout() {
   restoreState(defaultLayout_, kLayoutVersion);
@@ -167,7 +168,7 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   loading_ = false;
   model_ = info;
   runPanel_->showModel(info);
-  message_->setText(tr("Model loaded (%1, %2).").arg(info.dtype, info.device));
+  message_->setText(tr("Model loaded (%1, %2).").arg(info.dtype, info.deviceLabel.isEmpty() ? info.device : info.deviceLabel));
   if (info.layers > 0 && selection_->layer() >= info.layers) selection_->clear();
   updateStatus();
   rememberModel(info.path);
@@ -262,7 +263,7 @@ void MainWindow::onEvalFinished(const EvalResultView& result) {
 }
 
 void MainWindow::updateStatus() {
-  status_->setText(statusLine(model_.device.isEmpty() ? runPanel_->device() : model_.device, last_));
+  status_->setText(statusLine(model_.device.isEmpty() ? runPanel_->device() : model_.device, last_, model_.memory));
 }
 
 void MainWindow::onRequestFailed(quint64 serial, const QString& message) {

@@ -44,6 +44,8 @@ class MainWindow : public QMainWindow {
   void setInspectHandler(std::function<void(int layer)> inspect) { inspect_ = std::move(inspect); }
   /// Devices the engine can run on ("cpu", "cuda:0", ...); the first is the default.
   void setDevices(const QStringList& devices);
+  /// Selects `device` for the next load (a name the list lacks is added: the load then says why it cannot be used).
+  void setDevice(const QString& device);
 
   RunPanel* runPanel() const { return runPanel_; }
   ConfigPanel* configPanel() const;

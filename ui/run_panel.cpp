@@ -143,7 +143,14 @@ void RunPanel::setDevices(const QStringList& devices) {
   device_->clear();
   device_->addItems(devices.isEmpty() ? QStringList{"cpu"} : devices);
   device_->setEnabled(device_->count() > 1);
-  if (device_->count() == 1) device_->setToolTip(tr("This version runs the model on the CPU only"));
+  device_->setToolTip(device_->count() == 1 ? tr("No CUDA device is available here: the model runs on the CPU")
+                                            : tr("Where the model and its cache run; changing it reloads the model"));
+}
+
+void RunPanel::setDevice(const QString& device) {
+  const QSignalBlocker block(device_);  // the caller loads next
+  if (device_->findText(device) < 0) device_->addItem(device);
+  device_->setCurrentText(device);
 }
 
 void RunPanel::showLoadProgress(int done, int total) {

@@ -35,6 +35,7 @@ class RunPanel : public QWidget {
   QString dtype() const;
   /// Devices the engine can run on ("cpu", "cuda:0", ...); the first is the default.
   void setDevices(const QStringList& devices);
+  void setDevice(const QString& device);
   void setRunEnabled(bool on);
   void setStopEnabled(bool on);
   bool runEnabled() const;

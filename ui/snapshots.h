@@ -15,8 +15,16 @@
 
 namespace kvscope::ui {
 
+/// A CUDA device's memory as LibTorch's allocator holds it (bytes); total 0 on the CPU (the status line then shows the
+/// process's resident memory).
+struct DeviceMemoryView {
+  qint64 used = 0, total = 0;
+};
+
 struct ModelInfo {
   QString path, arch, name, dtype, device;
+  QString deviceLabel;      ///< e.g. "cuda:0 — NVIDIA H200, 139.8 GiB" (the device name alone on the CPU)
+  DeviceMemoryView memory;  ///< after the load
   int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0;
   qint64 contextLength = 0;
   QStringList weightTypes;
@@ -115,6 +123,7 @@ struct RunSnapshot {
   bool finished = false;
   QString stopReason;      ///< generate::stopReasonName(): "max_new", "stop_token", "callback", "cancelled"
   bool cancelled = false;  ///< stopped on request (its stopReason says so in words)
+  DeviceMemoryView deviceMemory;  ///< the model's device at this snapshot (CUDA; zero on the CPU)
   // Beam search runs:
   QVector<BeamStepView> beamSteps;
   QStringList beamTexts;  ///< finished hypotheses, best first

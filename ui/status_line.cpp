@@ -6,9 +6,12 @@
 
 namespace kvscope::ui {
 
-QString statusLine(const QString& device, const RunSnapshotPtr& last) {
+QString statusLine(const QString& device, const RunSnapshotPtr& last, const DeviceMemoryView& loaded) {
   const auto tr = [](const char* s) { return QCoreApplication::translate("MainWindow", s); };
   QString text = tr("device %1").arg(device);
+  const DeviceMemoryView mem = last && last->deviceMemory.total > 0 ? last->deviceMemory : loaded;
+  if (mem.total > 0)
+    text += tr(" (%1 of %2 GiB)").arg(mem.used / 1073741824.0, 0, 'f', 2).arg(mem.total / 1073741824.0, 0, 'f', 1);
   if (last) {
     text += tr(" — %1: %2 tokens, KV %3 MiB, prefill %4 tok/s, decode %5 tok/s")
                 .arg(last->spec)

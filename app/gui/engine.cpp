@@ -10,6 +10,7 @@
 
 #include "cache/config.h"
 #include "cache/error_history.h"
+#include "device/context.h"
 #include "generate/eval.h"
 #include "generate/generate.h"
 #include "model/gguf.h"
@@ -164,6 +165,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   snap->cancelled = result.stopReason == generate::StopReason::Cancelled;
   snap->cache = kv.snapshot();
   snap->tokenErrors = inspection();
+  snap->deviceMemory = deviceMemory();
   fillHeadErrors(*snap);
   Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
 }
@@ -183,19 +185,27 @@ Engine::~Engine() = default;
 QString defaultModelPath() { return QString::fromStdString(runtime::defaultModelPath()); }
 
 QStringList availableDevices() {
-  // The model's forward pass runs on the CPU in this version (the CUDA kernels serve the caches and attention
-  // benchmarks), so a CUDA device is not offered even where LibTorch sees one.
-  return {"cpu"};
+  QStringList out;
+  for (const auto& d : device::availableDevices()) out << QString::fromStdString(d);
+  return out;
+}
+
+ui::DeviceMemoryView Engine::deviceMemory() const {
+  ui::DeviceMemoryView v;
+  if (!d_->model || d_->model->context().device().is_cpu()) return v;
+  const device::DeviceMemory m = d_->model->context().memory();
+  v.used = m.used;
+  v.total = m.total;
+  return v;
 }
 
 void Engine::load(const QString& path, const QString& dtype, const QString& device, quint64 serial) {
   beginRun(serial);
   try {
-    if (!availableDevices().contains(device))
-      throw Error(ErrorCode::Unavailable, "device `" + device.toStdString() + "` is not available here (" +
-                               availableDevices().join(", ").toStdString() + ")");
+    // The context first: a device that is not here is one line, and the loaded model stays.
+    const device::ExecutionContext ctx = device::makeContext(device.toStdString(), runtime::parseDtype(dtype.toStdString()));
     // The CLI's loader: the same lookup, readers and messages.
-    runtime::LoadedModel m = runtime::loadModel(path.toStdString(), dtype.toStdString(),
+    runtime::LoadedModel m = runtime::loadModel(path.toStdString(), ctx,
                                                 [this](std::int64_t done, std::int64_t total) {
                                                   Q_EMIT loadProgress(static_cast<int>(done), static_cast<int>(total));
                                                   return !cancel_.load();  // false: the loader throws LoadCancelled
@@ -210,6 +220,8 @@ void Engine::load(const QString& path, const QString& dtype, const QString& devi
     info.name = QString::fromStdString(c.name);
     info.dtype = dtype;
     info.device = device;
+    info.deviceLabel = QString::fromStdString(device::describeDevice(device.toStdString()));
+    info.memory = deviceMemory();
     info.layers = c.layers;
     info.hidden = c.hidden;
     info.heads = c.heads;
@@ -348,6 +360,7 @@ void Engine::run(const ui::RunRequest& r) {
           if (sinceEmit.elapsed() >= kEmitMs) {
             snap->cache = kv->snapshot();
             snap->tokenErrors = inspectionIfDue(sinceInspection);
+            snap->deviceMemory = deviceMemory();
             fillHeadErrors(*snap);
             Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
             sinceEmit.restart();
@@ -364,6 +377,7 @@ void Engine::run(const ui::RunRequest& r) {
     snap->firstDivergence = result.firstDivergence;
     snap->cache = kv->snapshot();
     snap->tokenErrors = inspection();
+    snap->deviceMemory = deviceMemory();
     fillHeadErrors(*snap);
     Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
   } catch (...) {

@@ -65,12 +65,15 @@ class Engine : public QObject {
   ui::TokenErrorViewPtr inspection() const;
   ui::TokenErrorViewPtr inspectionIfDue(QElapsedTimer& since) const;
   void beginRun(quint64 serial);
+  /// The model's CUDA memory (zero on the CPU or without a model).
+  ui::DeviceMemoryView deviceMemory() const;
   std::atomic<bool> cancel_{false};
   std::atomic<quint64> stopSerial_{0}, runningSerial_{0};
   std::atomic<int> inspect_{0};
 };
 
-/// Devices LibTorch can run on here: "cpu", then "cuda:0", ... when this build sees CUDA devices.
+/// Devices a model can run on here (device::availableDevices): "cpu", then "cuda:0", ... where LibTorch sees CUDA
+/// devices.
 QStringList availableDevices();
 /// The model the app starts on when none is named: where the CLI looks too (runtime::defaultModelPath). Empty when
 /// there is none.

@@ -48,7 +48,11 @@ int main(int argc, char** argv) {
                             "Cap the process's address space at this many MiB (setrlimit RLIMIT_AS): loads and runs "
                             "that need more fail with an out-of-memory message and the window keeps what it had.",
                             "mib");
-  cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, beamsOpt, quitOpt, capOpt});
+  QCommandLineOption deviceOpt("device",
+                               "Load the model on this device: cpu, cuda or cuda:N (default: cpu; the device selector "
+                               "lists the devices here).",
+                               "device");
+  cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, beamsOpt, quitOpt, capOpt, deviceOpt});
   cli.process(app);
   if (cli.isSet(capOpt)) {
     bool ok = false;
@@ -111,6 +115,7 @@ int main(int argc, char** argv) {
     });
   }
   w.maxNewBox()->setValue(cli.value(newOpt).toInt());
+  if (cli.isSet(deviceOpt)) w.setDevice(cli.value(deviceOpt));
   if (cli.isSet(noShadowOpt)) w.setShadow(false);
   w.show();
   // Interactive starts only: batch runs (--autorun, --screenshot, --quit) leave the bar to their own runs.
