@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # kvscope on a lent GPU machine, in one run: configure core + kvscope-cli (no Qt) against that machine's own PyTorch
-# (its python3 with torch, REFERENCE §7) with the CUDA kernels, build, run `ctest -L gpu`, the GPU benchmarks, and
-# `kvscope-cli bench` on the embedded model when it is there, then write a short report (report.md) and the raw
-# outputs. Nothing is installed and nothing is fetched: header-only and small compiled dependencies the machine lacks
+# (its python3 with torch, REFERENCE §7) with the CUDA kernels, build, run `ctest -L gpu`, the GPU kernel benchmarks,
+# then the model on the device (`kvscope-cli --device cuda`) on a model that travels there: greedy tokens CPU against
+# CUDA (dynamic, fp32), fused against reference attention per backend (eval: perplexity and KL), and `bench` at 2k, 8k
+# and 32k tokens with bf16 weights and the device's peak memory (fp8 decode over the bf16 cache's, P4); then write a
+# short report (report.md) and the raw outputs. Nothing is installed and nothing is fetched: header-only and small compiled dependencies the machine lacks
 # travel as .deb files (tests/gpu/fetch-deps.sh, run beforehand where there is network) and are unpacked into a
 # private prefix inside the build directory.
 #
-# For a lent machine: here (with network) tests/gpu/fetch-deps.sh, then run `tests/gpu/device-check.sh` there with
-# .devdeps carried along (it is git-ignored); the report and raw outputs land in $OUT (7 files).
+# For a lent machine: here (with network) tests/gpu/fetch-deps.sh and tests/gpu/make_device_model.py (the embedded
+# model's first 4 layers, ~39 MB: the whole model is over what travels), then run `tests/gpu/device-check.sh` there
+# with .devdeps carried along (it is git-ignored); the report and raw outputs land in $OUT.
 #
 #   tests/gpu/device-check.sh [--out DIR] [--build DIR] [--python PY] [--deps DIR] [--model PATH] [--arch SM]
 #                             [--jobs N] [--build-type T] [--no-gpu]
@@ -16,11 +19,12 @@
 #   --build DIR   build directory (default: <repo>/build-device)
 #   --python PY   Python whose torch is LibTorch (default: $KVSCOPE_PYTHON, else python3)
 #   --deps DIR    .deb files to unpack and build against (default: <repo>/.devdeps when it exists)
-#   --model PATH  model for kvscope-cli bench (default: $KVSCOPE_MODEL, else ~/.cache/kvscope/model/SmolLM2-...gguf)
+#   --model PATH  model for the device runs (default: .devdeps/smollm2-4-layers.gguf, else $KVSCOPE_MODEL, else
+#                 ~/.cache/kvscope/model/SmolLM2-...gguf)
 #   --arch SM     CUDA architectures (default: 90, the H200; "native" asks the device)
 #   --jobs N      build jobs (default: all cores); --build-type T: CMake build type (default Release)
 #   --no-gpu      CPU-only machine: build what nvcc allows (KVSCOPE_CUDA=AUTO), expect the gpu tests to skip, run
-#                 the CLI bench briefly; checks the script itself
+#                 the model steps on the CPU, briefly; checks the script itself
 # Exit status: 0 when everything built and no test failed (skips allowed), 1 otherwise.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,6 +33,7 @@ out=${OUT:-}
 python=${KVSCOPE_PYTHON:-}
 deps=""
 model=${KVSCOPE_MODEL:-$HOME/.cache/kvscope/model/SmolLM2-135M-Instruct.Q4_1.gguf}
+[[ -f $root/.devdeps/smollm2-4-layers.gguf ]] && model=$root/.devdeps/smollm2-4-layers.gguf
 arch=90
 jobs=$(nproc)
 btype=Release
@@ -147,16 +152,36 @@ if [[ $status == 0 && -x $bench ]]; then
   elif [[ $rc != 0 ]]; then fail "GPU benchmarks (exit $rc)"; fi
 fi
 
-echo "== kvscope-cli bench (the model runs on the CPU in this version)"
+echo "== the model on the device"
 cli=$build/app/kvscope-cli
+dev=cuda
+[[ $gpu == 1 ]] || dev=cpu
+text=$root/resources/eval/coriolanus.txt
 if [[ $status == 0 && -x $cli && -f $model ]]; then
-  contexts=(512 4096)
-  [[ $gpu == 1 ]] || contexts=(128)
-  "$cli" bench --model "$model" --cache fp8 --cache quanto:nbits=4 --context "${contexts[@]}" --new 16 --repeat 2 \
-    --json | tee "$out/cli_bench.jsonl"
-  [[ ${PIPESTATUS[0]} == 0 ]] || fail "kvscope-cli bench"
+  echo "model: $model"
+  # Greedy tokens with an fp32 dynamic cache: the CPU's and the device's must be the same tokens.
+  for d in cpu $dev; do
+    "$cli" generate --model "$model" --device $d --cache dynamic --max-new 48 --prompt "The quantized cache" --json \
+      >"$out/greedy_$d.jsonl" 2>"$out/greedy_$d.err" || fail "generate --device $d: $(tail -1 "$out/greedy_$d.err")"
+  done
+  # Fused against reference attention for every backend, on the device: perplexity and KL against dynamic.
+  # (fp8 saturates: the seed's NaN on overflow would leave no figure to compare.)
+  specs=(fp8:overflow=saturate fp8:overflow=saturate,attention=reference fp8:granularity=head,overflow=saturate
+         fp8:granularity=head,overflow=saturate,attention=reference
+         quanto:nbits=4 quanto:nbits=4,attention=reference hqq:nbits=4 hqq:nbits=4,attention=reference
+         kivi:nbits=2 kivi:nbits=2,attention=reference)
+  cargs=()
+  for c in "${specs[@]}"; do cargs+=(--cache "$c"); done
+  "$cli" eval --model "$model" --device $dev --text "$text" --ctx 512 --windows 2 --json "${cargs[@]}" \
+    >"$out/eval_$dev.jsonl" 2>"$out/eval_$dev.err" || fail "eval --device $dev: $(tail -1 "$out/eval_$dev.err")"
+  # Speed and memory at long contexts: bf16 weights and caches; the dynamic baseline is the bf16 cache.
+  contexts=(2048 8192 32768)
+  [[ $gpu == 1 ]] || contexts=(256)
+  "$cli" bench --model "$model" --device $dev --dtype bf16 --cache fp8 --cache quanto:nbits=4 --context "${contexts[@]}" \
+    --new 32 --repeat 3 --beyond-context --json | tee "$out/cli_bench.jsonl"
+  [[ ${PIPESTATUS[0]} == 0 ]] || fail "kvscope-cli bench --device $dev"
 elif [[ ! -f $model ]]; then
-  echo "no model at $model: kvscope-cli bench skipped"
+  echo "no model at $model (tests/gpu/make_device_model.py writes one): the model steps skipped"
 fi
 
 echo "== report"
@@ -196,13 +221,51 @@ if b:
                 f, s, d = (t[k]["real_time"] for k in ("fused", "sdpa_bf16", "deq_sdpa"))
                 lines.append(f"- decode attention, one layer, {label}, context {L}: fused fp8 {f:.1f} us, SDPA on bf16 "
                              f"{s:.1f} us (x{s / f:.2f}), dequantize-all + SDPA {d:.1f} us (x{d / f:.2f})")
+greedy = {}
+for name in sorted(os.listdir(out)):
+    m = re.match(r"greedy_(\w+)\.jsonl$", name)
+    if m:
+        greedy[m.group(1)] = [json.loads(l)["token"] for l in read(name).splitlines() if '"token"' in l]
+if len(greedy) == 2:
+    (a, ta), (b, tb) = sorted(greedy.items())
+    same = ta == tb and len(ta) > 0
+    lines += ["", "## The model on the device", "",
+              f"- greedy tokens, dynamic cache, fp32: {a} and {b} {'identical' if same else 'DIFFER'} over {len(ta)} tokens"
+              + ("" if same else f" (first difference at step {next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))})")]
+for name in sorted(os.listdir(out)):
+    if not (name.startswith("eval_") and name.endswith(".jsonl")):
+        continue
+    rows = {r["config"]: r for r in (json.loads(l) for l in read(name).splitlines() if l.startswith("{"))}
+    lines += ["", f"fused against reference attention ({name[5:-6]}): perplexity and mean KL against the dynamic cache", "",
+              "| config | ppl fused | ppl reference | mean KL fused | mean KL reference |", "|---|---:|---:|---:|---:|"]
+    for spec, r in rows.items():
+        ref = rows.get(spec + ",attention=reference") or rows.get(spec + ":attention=reference")
+        if ref is None or "attention=reference" in spec:
+            continue
+        f = lambda x: "n/a" if x is None else f"{x:.6g}"
+        lines.append(f"| {spec} | {f(r.get('perplexity'))} | {f(ref.get('perplexity'))} | {f(r.get('mean_kl'))} | "
+                     f"{f(ref.get('mean_kl'))} |")
 cli = [json.loads(l) for l in read("cli_bench.jsonl").splitlines() if l.startswith("{")]
 if cli:
-    lines += ["", "## kvscope-cli bench (model on the CPU)", "", "| config | context | decode tok/s | vs dynamic | KV MiB |",
-              "|---|---:|---:|---:|---:|"]
+    peak_key = "peak_device_bytes" if any("peak_device_bytes" in r for r in cli) else "peak_rss_bytes"
+    lines += ["", f"## kvscope-cli bench (device {cli[0].get('device', 'cpu')}, bf16)", "",
+              "| config | context | decode tok/s | vs bf16 dynamic | KV MiB | peak MiB |", "|---|---:|---:|---:|---:|---:|"]
     for r in cli:
         lines.append(f"| {r['config']} | {r['context']} | {r['decode_tok_s']:.1f} | {r['decode_vs_dynamic']:.3f} | "
-                     f"{r['kv_stored_bytes'] / 2**20:.2f} |")
+                     f"{r['kv_stored_bytes'] / 2**20:.2f} | {r.get(peak_key, 0) / 2**20:.1f} |")
+    lines.append("")
+    by = {(r["config"], r["context"]): r for r in cli}
+    for ctx in sorted({r["context"] for r in cli}):
+        dyn = by.get(("dynamic", ctx))
+        for spec in ("fp8", "quanto:nbits=4"):
+            q = by.get((spec, ctx))
+            if not (dyn and q):
+                continue
+            dkv = dyn["kv_stored_bytes"] - q["kv_stored_bytes"]
+            p4 = (dyn.get(peak_key, 0) - q.get(peak_key, 0)) / dkv if dkv > 0 else float("nan")
+            lines.append(f"- context {ctx}, {spec}: decode {q['decode_vs_dynamic']:.2f}x the bf16 cache's"
+                         + (" (goal >= 1.2 for fp8 at 32k)" if spec == "fp8" and ctx == 32768 else "")
+                         + f"; P4 = {p4:.2f} (goal >= 0.9)")
 lines += ["", f"Status: {'OK' if status == 0 else 'FAILED'} ({secs} s). Raw outputs beside this file."]
 open(os.path.join(out, "report.md"), "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
