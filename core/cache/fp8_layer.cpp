@@ -16,22 +16,12 @@
 #include "cache/detail/error_stats.h"
 #include "cache/detail/layers.h"
 #include "cache/detail/seq_buffer.h"
-#include "kernels/cpu/fp8_cpu.h"
 #include "kernels/fp8_tensor.h"
 
 namespace kvscope::cache::detail {
 namespace {
 
-using kernels::ElemType;
 using kernels::Fp8Counts;
-
-ElemType elemType(at::ScalarType t) {
-  switch (t) {
-    case at::kBFloat16: return ElemType::BF16;
-    case at::kHalf: return ElemType::F16;
-    default: return ElemType::F32;
-  }
-}
 
 class Fp8Layer final : public CacheLayer {
  public:
@@ -163,57 +153,11 @@ class Fp8Layer final : public CacheLayer {
   }
 
   Fp8Counts encodeInto(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, bool saturate) const {
-    Fp8Counts total;
-    const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
-    if (T == 0) return total;
-    if (!x.is_cpu()) {  // kvscope's kernels where the device has them (CUDA), else LibTorch's cast
-      if (auto c = kernels::fp8EncodeOnDevice(x, dst, expanded, format_, saturate)) return *c;
-      return encodeGeneric(x, dst, expanded, saturate);
-    }
-    const auto type = elemType(x.scalar_type());
-    const auto esize = static_cast<std::int64_t>(x.element_size());
-    const auto* xp = static_cast<const std::uint8_t*>(x.const_data_ptr());
-    auto* dp = dst.mutable_data_ptr<std::uint8_t>();
-    const float* sp = expanded.const_data_ptr<float>();
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t h = 0; h < H; ++h)
-        total += kernels::fp8EncodeRun(type, xp + ((b * H + h) * T * D) * esize, sp + h * D, D, T * D,
-                                       dp + b * dst.stride(0) + h * dst.stride(1), format_, saturate);
-    return total;
-  }
-
-  // Devices without kvscope kernels: LibTorch's own float8 cast, the definition we are bit-exact with.
-  Fp8Counts encodeGeneric(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, bool saturate) const {
-    at::Tensor a = x.to(at::kFloat) / expanded.to(x.device()).view({1, expanded.size(0), 1, expanded.size(1)});
-    Fp8Counts c;
-    c.overflow = (a.abs() > fmax()).sum().item<std::int64_t>();
-    if (saturate) a = a.clamp(-fmax(), fmax());
-    const at::Tensor q = a.to(format_ == kernels::Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2);
-    const at::Tensor qf = q.to(at::kFloat);
-    c.nonFinite = (~qf.isfinite()).sum().item<std::int64_t>();
-    dst.copy_(q.view(at::kByte));
-    return c;
+    return kernels::fp8Encode(x, dst, expanded, format_, saturate);
   }
 
   void decodeInto(const at::Tensor& q, const at::Tensor& dst, const at::Tensor& expanded) const {
-    const std::int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
-    if (T == 0) return;
-    if (!q.is_cpu()) {
-      if (kernels::fp8DecodeOnDevice(q, dst, expanded, format_)) return;
-      const at::Tensor f = q.view(format_ == kernels::Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2)
-                               .to(at::kFloat);
-      dst.copy_((f * expanded.to(q.device()).view({1, H, 1, D})).to(dst.scalar_type()));
-      return;
-    }
-    const auto type = elemType(dst.scalar_type());
-    const auto esize = static_cast<std::int64_t>(dst.element_size());
-    const auto* qp = q.const_data_ptr<std::uint8_t>();
-    auto* dp = static_cast<std::uint8_t*>(dst.mutable_data_ptr());
-    const float* sp = expanded.const_data_ptr<float>();
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t h = 0; h < H; ++h)
-        kernels::fp8DecodeRun(type, qp + b * q.stride(0) + h * q.stride(1), sp + h * D, D, T * D,
-                              dp + (b * dst.stride(0) + h * dst.stride(1)) * esize, format_);
+    kernels::fp8Decode(q, dst, expanded, format_);
   }
 
   void append(Side& s, const at::Tensor& x, bool first, std::int64_t start, TensorStats& st) {

@@ -13,7 +13,7 @@
 namespace kvscope::kernels {
 namespace {
 
-[[maybe_unused]] ElemType elemOf(at::ScalarType t) {
+ElemType elemOf(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return ElemType::F32;
     case at::kBFloat16: return ElemType::BF16;
@@ -39,6 +39,67 @@ namespace {
 }
 
 }  // namespace
+
+namespace {
+
+float formatMax(Fp8Format f) { return fp8Max(f); }
+at::ScalarType castType(Fp8Format f) { return f == Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2; }
+
+// Devices without kvscope kernels: LibTorch's own float8 cast, the definition the kernels are bit-exact with.
+Fp8Counts encodeGeneric(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format,
+                        bool saturate) {
+  at::Tensor a = x.to(at::kFloat) / expanded.to(x.device()).view({1, expanded.size(0), 1, expanded.size(1)});
+  Fp8Counts c;
+  c.overflow = (a.abs() > formatMax(format)).sum().item<std::int64_t>();
+  if (saturate) a = a.clamp(-formatMax(format), formatMax(format));
+  const at::Tensor q = a.to(castType(format));
+  c.nonFinite = (~q.to(at::kFloat).isfinite()).sum().item<std::int64_t>();
+  dst.copy_(q.view(at::kByte));
+  return c;
+}
+
+}  // namespace
+
+Fp8Counts fp8Encode(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format,
+                    bool saturate) {
+  Fp8Counts total;
+  const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
+  if (T == 0) return total;
+  if (!x.is_cpu()) {
+    if (auto c = fp8EncodeOnDevice(x, dst, expanded, format, saturate)) return *c;
+    return encodeGeneric(x, dst, expanded, format, saturate);
+  }
+  const ElemType type = elemOf(x.scalar_type());
+  const auto esize = static_cast<std::int64_t>(x.element_size());
+  const auto* xp = static_cast<const std::uint8_t*>(x.const_data_ptr());
+  auto* dp = dst.mutable_data_ptr<std::uint8_t>();
+  const float* sp = expanded.const_data_ptr<float>();
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      total += fp8EncodeRun(type, xp + ((b * H + h) * T * D) * esize, sp + h * D, D, T * D,
+                            dp + b * dst.stride(0) + h * dst.stride(1), format, saturate);
+  return total;
+}
+
+void fp8Decode(const at::Tensor& q, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format) {
+  const std::int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  if (T == 0) return;
+  if (!q.is_cpu()) {
+    if (fp8DecodeOnDevice(q, dst, expanded, format)) return;
+    const at::Tensor f = q.view(castType(format)).to(at::kFloat);
+    dst.copy_((f * expanded.to(q.device()).view({1, H, 1, D})).to(dst.scalar_type()));
+    return;
+  }
+  const ElemType type = elemOf(dst.scalar_type());
+  const auto esize = static_cast<std::int64_t>(dst.element_size());
+  const auto* qp = q.const_data_ptr<std::uint8_t>();
+  auto* dp = static_cast<std::uint8_t*>(dst.mutable_data_ptr());
+  const float* sp = expanded.const_data_ptr<float>();
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      fp8DecodeRun(type, qp + b * q.stride(0) + h * q.stride(1), sp + h * D, D, T * D,
+                   dp + (b * dst.stride(0) + h * dst.stride(1)) * esize, format);
+}
 
 bool cudaKernelsUsable() {
 #if defined(KVSCOPE_WITH_CUDA)

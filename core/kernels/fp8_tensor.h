@@ -1,6 +1,6 @@
-// FP8 encode/decode of cache states held as ATen tensors on a device that has kvscope kernels (CUDA, when built with
-// them). The CPU path stays in the layers (kernels/cpu/fp8_cpu.h); here is what runs on other devices, bit-identical
-// to it (same scalar conversions, kernels/fp8.h).
+// FP8 encode/decode of cache states held as ATen tensors, on whatever device they are: kvscope's CPU kernels
+// (kernels/cpu/fp8_cpu.h), its CUDA kernels when built with them, LibTorch's float8 cast anywhere else; all three
+// bit-identical (same scalar conversions, kernels/fp8.h; the cast is the definition they are tested against).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,6 +21,12 @@ std::optional<Fp8Counts> fp8EncodeOnDevice(const at::Tensor& x, const at::Tensor
 /// dst[b, h, t, :] = T(decode(q[b, h, t, :]) * expanded[h, :]) (float32 multiply, then the cast to dst's dtype).
 /// Returns false when q's device has no kvscope kernel.
 bool fp8DecodeOnDevice(const at::Tensor& q, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format);
+
+/// fp8EncodeOnDevice's contract on any device (x contiguous); the overflow and NaN counts.
+Fp8Counts fp8Encode(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format,
+                    bool saturate);
+/// fp8DecodeOnDevice's contract on any device (q's planes may be strided rows of a larger buffer).
+void fp8Decode(const at::Tensor& q, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format);
 
 /// True when this build has CUDA kernels and a CUDA device can be used now.
 bool cudaKernelsUsable();
