@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <array>
 #include <cfloat>
 
 #include "cache/detail/attention_sources.h"
@@ -69,6 +70,7 @@ class Fp8Layer final : public CacheLayer {
   void reset() override {
     k_ = Side{};
     v_ = Side{};
+    pending_ = {};
     stats_ = {};
   }
 
@@ -107,6 +109,33 @@ class Fp8Layer final : public CacheLayer {
   };
 
   float fmax() const { return kernels::fp8Max(format_); }
+
+  // An update's counts: the overflow of its first encode, the non-finite codes of what it stored.
+  static void count(TensorStats& st, std::int64_t overflow, const Fp8Counts& stored) {
+    st.overflow = overflow;
+    st.nonFinite = stored.nonFinite;
+    st.overflowTotal += overflow;
+    st.nonFiniteTotal += stored.nonFinite;
+  }
+
+  void settleStats() const override {
+    std::vector<at::Tensor> parts;
+    for (const Pending& p : pending_)
+      if (p.last.defined()) parts.insert(parts.end(), {p.last, p.sum});
+    if (parts.empty()) return;
+    const at::Tensor host = at::cat(parts).cpu();
+    const std::int64_t* h = host.const_data_ptr<std::int64_t>();
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      if (!pending_[i].last.defined()) continue;
+      TensorStats& st = i == 0 ? stats_.keys : stats_.values;
+      st.overflow = h[0];
+      st.nonFinite = h[1];
+      st.overflowTotal += h[2];
+      st.nonFiniteTotal += h[3];
+      h += 4;
+    }
+    pending_ = {};
+  }
 
   // Checks and stores new states (codes, and the mirror in reference mode). Returns true for the first update.
   bool store(const at::Tensor& kIn, const at::Tensor& vIn) {
@@ -172,20 +201,35 @@ class Fp8Layer final : public CacheLayer {
       s.inputBytes = static_cast<std::int64_t>(x.element_size());
     }
     at::Tensor slot = s.q.tail(T, x, at::kByte);
-    Fp8Counts c = encodeInto(x, slot, s.expanded, policy_ == OverflowPolicy::Saturate);
-    st.overflow = c.overflow;
     bool recalibrated = false;
-    if (!first && policy_ == OverflowPolicy::Recalibrate && c.overflow > 0) {
-      recalibrate(s, x, start);
-      slot = s.q.tail(T, x, at::kByte);
-      c = encodeInto(x, slot, s.expanded, false);
-      ++st.recalibrations;
-      recalibrated = true;
+    if (policy_ != OverflowPolicy::Recalibrate) {
+      kernels::Fp8CountsDeferred d =
+          kernels::fp8EncodeDeferred(x, slot, s.expanded, format_, policy_ == OverflowPolicy::Saturate);
+      s.q.commit(T);
+      // The device path keeps the counts as a tensor until they are read, on the CPU in portable mode too.
+      if (!hostKernels_ && !d.device.defined())
+        d.device = at::tensor(std::vector<std::int64_t>{d.host.overflow, d.host.nonFinite}, at::kLong);
+      if (d.device.defined()) {
+        // Counted on the device: read with the other side's when the statistics are (settleStats).
+        Pending& p = pending_[&s == &k_ ? 0 : 1];
+        p.last = d.device;
+        p.sum = p.sum.defined() ? p.sum + d.device : d.device;
+      } else {
+        count(st, d.host.overflow, d.host);
+      }
+    } else {  // whether to recalibrate depends on this update's overflow: counted on the host at once
+      Fp8Counts c = encodeInto(x, slot, s.expanded, false);
+      const std::int64_t overflow = c.overflow;
+      if (!first && overflow > 0) {
+        recalibrate(s, x, start);
+        slot = s.q.tail(T, x, at::kByte);
+        c = encodeInto(x, slot, s.expanded, false);
+        ++st.recalibrations;
+        recalibrated = true;
+      }
+      s.q.commit(T);
+      count(st, overflow, c);
     }
-    s.q.commit(T);
-    st.nonFinite = c.nonFinite;
-    st.overflowTotal += st.overflow;
-    st.nonFiniteTotal += c.nonFinite;
     // What attention reads of the new tokens: kept in the mirror (reference), or decoded here for the statistics only.
     at::Tensor dslot;
     if (!fused()) {
@@ -240,6 +284,12 @@ class Fp8Layer final : public CacheLayer {
   OverflowPolicy policy_;
   at::Tensor calibratedK_, calibratedV_;  // float32 [1], [H] or [H * D]; undefined: calibrate on the first update
   Side k_, v_;
+  // Device counts (overflow, non-finite) not yet read, keys then values: the latest update's and their sum since the
+  // last read.
+  struct Pending {
+    at::Tensor last, sum;
+  };
+  mutable std::array<Pending, 2> pending_;
 };
 
 }  // namespace

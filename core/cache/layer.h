@@ -61,7 +61,12 @@ class CacheLayer {
   virtual LayerMemory memory() const = 0;
   virtual Backend backend() const = 0;
 
-  const LayerStats& stats() const { return stats_; }
+  /// The statistics of the latest update and the totals (counters a layer kept on its device are read here, in one
+  /// copy: encoding waits for nothing).
+  const LayerStats& stats() const {
+    settleStats();
+    return stats_;
+  }
 
   /// Whether attention may use kvscope's CPU kernels on CPU states (the execution context's hostKernels(): on by
   /// default); off, attention takes the device path (layers dequantized whole for LibTorch's attention, fp8 decode
@@ -75,7 +80,9 @@ class CacheLayer {
   explicit CacheLayer(StatsOptions opts, AttentionMode mode = AttentionMode::Reference)
       : statsOptions_(opts), mode_(mode) {}
   bool fused() const { return mode_ == AttentionMode::Fused; }
-  LayerStats stats_;
+  /// Brings counters left on the device into stats_; a no-op for layers that count on the host.
+  virtual void settleStats() const {}
+  mutable LayerStats stats_;
   StatsOptions statsOptions_;
   AttentionMode mode_;
   bool hostKernels_ = true;

@@ -45,6 +45,9 @@ namespace {
 float formatMax(Fp8Format f) { return fp8Max(f); }
 at::ScalarType castType(Fp8Format f) { return f == Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2; }
 
+at::Tensor fp8EncodeCuda(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format,
+                         bool saturate);
+
 // Devices without kvscope kernels: LibTorch's own float8 cast, the definition the kernels are bit-exact with.
 Fp8Counts encodeGeneric(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format,
                         bool saturate) {
@@ -62,12 +65,22 @@ Fp8Counts encodeGeneric(const at::Tensor& x, const at::Tensor& dst, const at::Te
 
 Fp8Counts fp8Encode(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format,
                     bool saturate) {
-  Fp8Counts total;
+  const Fp8CountsDeferred d = fp8EncodeDeferred(x, dst, expanded, format, saturate);
+  if (!d.device.defined()) return d.host;
+  const at::Tensor host = d.device.cpu();
+  return Fp8Counts{host[0].item<std::int64_t>(), host[1].item<std::int64_t>()};
+}
+
+Fp8CountsDeferred fp8EncodeDeferred(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded,
+                                    Fp8Format format, bool saturate) {
+  Fp8CountsDeferred out;
+  Fp8Counts& total = out.host;
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
-  if (T == 0) return total;
+  if (T == 0) return out;
   if (!x.is_cpu()) {
-    if (auto c = fp8EncodeOnDevice(x, dst, expanded, format, saturate)) return *c;
-    return encodeGeneric(x, dst, expanded, format, saturate);
+    out.device = fp8EncodeCuda(x, dst, expanded, format, saturate);
+    if (!out.device.defined()) out.host = encodeGeneric(x, dst, expanded, format, saturate);
+    return out;
   }
   const ElemType type = elemOf(x.scalar_type());
   const auto esize = static_cast<std::int64_t>(x.element_size());
@@ -78,7 +91,7 @@ Fp8Counts fp8Encode(const at::Tensor& x, const at::Tensor& dst, const at::Tensor
     for (std::int64_t h = 0; h < H; ++h)
       total += fp8EncodeRun(type, xp + ((b * H + h) * T * D) * esize, sp + h * D, D, T * D,
                             dp + b * dst.stride(0) + h * dst.stride(1), format, saturate);
-  return total;
+  return out;
 }
 
 void fp8Decode(const at::Tensor& q, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format) {
@@ -109,19 +122,20 @@ bool cudaKernelsUsable() {
 #endif
 }
 
-std::optional<Fp8Counts> fp8EncodeOnDevice(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded,
-                                           Fp8Format format, bool saturate) {
+namespace {
+// The CUDA encode with its counts left on the device (undefined when x's device has no kvscope kernel).
+at::Tensor fp8EncodeCuda(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format,
+                         bool saturate) {
 #if defined(KVSCOPE_WITH_CUDA)
-  if (!x.is_cuda()) return std::nullopt;
+  if (!x.is_cuda()) return {};
   checkShapes(x, dst, expanded, "fp8 encode");
   if (!dst.is_cuda() || dst.get_device() != x.get_device() || dst.scalar_type() != at::kByte)
     throw std::invalid_argument("fp8 encode: the codes must be uint8 on the states' device");
   const ElemType type = elemOf(x.scalar_type());
-  Fp8Counts total;
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
-  if (x.numel() == 0) return total;
-  const at::Tensor s = expanded.to(x.device(), at::kFloat).contiguous();
   at::Tensor counts = at::zeros({2}, x.options().dtype(at::kLong));
+  if (x.numel() == 0) return counts;
+  const at::Tensor s = expanded.to(x.device(), at::kFloat).contiguous();
   cuda::DeviceScope scope(x.get_device());
   const auto esize = static_cast<std::int64_t>(x.element_size());
   const auto* xp = static_cast<const std::uint8_t*>(x.const_data_ptr());
@@ -134,14 +148,23 @@ std::optional<Fp8Counts> fp8EncodeOnDevice(const at::Tensor& x, const at::Tensor
     cuda::fp8Encode(type, xp + b * x.stride(0) * esize, x.stride(1), s.const_data_ptr<float>(), H, D, rows, T * D,
                     dp + b * dst.stride(0), dst.stride(1), format, saturate, cp, cuda::currentStream(x.get_device()));
   cuda::checkLastError("fp8 encode kernel");
+  return counts;
+#else
+  (void)x, (void)dst, (void)expanded, (void)format, (void)saturate;
+  return {};
+#endif
+}
+}  // namespace
+
+std::optional<Fp8Counts> fp8EncodeOnDevice(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded,
+                                           Fp8Format format, bool saturate) {
+  const at::Tensor counts = fp8EncodeCuda(x, dst, expanded, format, saturate);
+  if (!counts.defined()) return std::nullopt;
   const at::Tensor host = counts.cpu();
+  Fp8Counts total;
   total.overflow = host[0].item<std::int64_t>();
   total.nonFinite = host[1].item<std::int64_t>();
   return total;
-#else
-  (void)x, (void)dst, (void)expanded, (void)format, (void)saturate;
-  return std::nullopt;
-#endif
 }
 
 bool fp8DecodeOnDevice(const at::Tensor& q, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format) {

@@ -25,6 +25,15 @@ bool fp8DecodeOnDevice(const at::Tensor& q, const at::Tensor& dst, const at::Ten
 /// fp8EncodeOnDevice's contract on any device (x contiguous); the overflow and NaN counts.
 Fp8Counts fp8Encode(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format,
                     bool saturate);
+/// The same, with the counts left where they were counted: on the CPU (or through LibTorch's cast) in `host`; with
+/// kvscope's device kernels in `device`, an int64 [2] tensor (overflow, non-finite) on the device, so that encoding
+/// waits for nothing (the caller copies the counts to the host when it needs them, several at once).
+struct Fp8CountsDeferred {
+  Fp8Counts host;
+  at::Tensor device;
+};
+Fp8CountsDeferred fp8EncodeDeferred(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded,
+                                    Fp8Format format, bool saturate);
 /// fp8DecodeOnDevice's contract on any device (q's planes may be strided rows of a larger buffer).
 void fp8Decode(const at::Tensor& q, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format);
 

@@ -196,6 +196,19 @@ TEST(DevicePath, StoredFormsDecodeBitForBitAsOnTheHost) {
       const auto [kb, vb] = b.update(0, k, v);
       ASSERT_TRUE(testutil::sameBits(ka.contiguous(), kb.contiguous())) << "step " << s;
       ASSERT_TRUE(testutil::sameBits(va.contiguous(), vb.contiguous())) << "step " << s;
+      // The counters (fp8: kept on the device until read) say the same.
+      for (auto side : {&cache::LayerStats::keys, &cache::LayerStats::values}) {
+        const cache::TensorStats &sa = a.layer(0).stats().*side, &sb = b.layer(0).stats().*side;
+        EXPECT_EQ(sa.overflow, sb.overflow) << "step " << s;
+        EXPECT_EQ(sa.nonFinite, sb.nonFinite) << "step " << s;
+        EXPECT_EQ(sa.overflowTotal, sb.overflowTotal) << "step " << s;
+        EXPECT_EQ(sa.nonFiniteTotal, sb.nonFiniteTotal) << "step " << s;
+      }
+      if (s % 4 == 3) {  // steps whose counters nobody read in between are summed when read
+        const auto [k2, v2] = std::pair{at::randn({2, 2, 1, 16}) * 5, at::randn({2, 2, 1, 16})};
+        (void)a.update(0, k2, v2);
+        (void)b.update(0, k2, v2);
+      }
       if (s == 6) {  // beams: rows swap, on both paths alike
         a.reorder(at::tensor(std::vector<std::int64_t>{1, 0}, at::kLong));
         b.reorder(at::tensor(std::vector<std::int64_t>{1, 0}, at::kLong));
