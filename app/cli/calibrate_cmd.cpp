@@ -43,7 +43,7 @@ Runner addCalibrate(CLI::App& app) {
     co.percentileValue = o->percentile;
     co.headroom = cfg.headroom;
     if (o->threads > 0) at::set_num_threads(o->threads);
-    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
+    const Loaded m = loadModel(o->model, o->how);
     const auto windows = windowsOf(m, *o);
     const int L = m.model->config().layers;
     cache::Fp8Calibrator cal(L, co);

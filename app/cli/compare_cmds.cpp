@@ -22,7 +22,8 @@ namespace kvscope::cli {
 namespace {
 
 struct CommonOpts {
-  std::string model, prompt, promptFile, dtype = "fp32", activations = "f32", device = "cpu";
+  std::string model, prompt, promptFile;
+  ModelChoice how;
   bool chat = false, json = false, csv = false;
   int maxNew = 64, pplChunk = 32, threads = 0;
 };
@@ -35,7 +36,7 @@ void addCommon(CLI::App* cmd, CommonOpts& o) {
   cmd->add_option("--max-new", o.maxNew, "greedy tokens generated per config")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--ppl-chunk", o.pplChunk, "tokens per forward when measuring the prompt's perplexity")
       ->check(CLI::Range(1, 1 << 16));
-  addDtypeOptions(cmd, o.dtype, o.activations, o.device);
+  addModelOptions(cmd, o.how);
   cmd->add_option("--threads", o.threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   auto* j = cmd->add_flag("--json", o.json, "one JSON object per config");
   cmd->add_flag("--csv", o.csv, "CSV with a header line")->excludes(j);
@@ -111,7 +112,7 @@ Runner addCompare(CLI::App& app) {
     }
     if (o->threads > 0) at::set_num_threads(o->threads);
     const std::string text = promptText(o->prompt, o->promptFile);
-    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
+    const Loaded m = loadModel(o->model, o->how);
     const auto prompt = encodePrompt(m, text, o->chat);
     checkContext(m, prompt.size(), o->maxNew);
     if (!o->json && !o->csv) {
@@ -159,7 +160,7 @@ Runner addSweep(CLI::App& app) {
       }
       writeOutput(*out, results);
     }
-    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
+    const Loaded m = loadModel(o->model, o->how);
     const auto prompt = encodePrompt(m, text, o->chat);
     checkContext(m, prompt.size(), o->maxNew);
     if (!o->json && !o->csv) {
@@ -242,7 +243,8 @@ void soak(const Loaded& m, const std::vector<cache::CacheConfig>& cfgs, int runs
 
 Runner addBench(CLI::App& app) {
   struct BenchOpts {
-    std::string model, dtype = "fp32", activations = "f32", device = "cpu";
+    std::string model;
+    ModelChoice how;
     std::vector<std::string> specs;
     std::vector<std::int64_t> contexts{256};
     int newTokens = 32, threads = 0, repeat = 3, soak = 0;
@@ -258,7 +260,7 @@ Runner addBench(CLI::App& app) {
   cmd->add_option("--cache", o->specs, "cache SPEC (repeat for several)")->required();
   cmd->add_option("--context", o->contexts, "prompt lengths (repeat or list)")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--new", o->newTokens, "decode steps timed at each context")->check(CLI::Range(1, 1 << 16));
-  addDtypeOptions(cmd, o->dtype, o->activations, o->device);
+  addModelOptions(cmd, o->how);
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "seed of the random prompt tokens");
   cmd->add_option("--repeat", o->repeat, "rounds; configs run interleaved in each round, medians reported")
@@ -288,7 +290,7 @@ Runner addBench(CLI::App& app) {
       if (o->noBaseline || !(c.backend == cache::Backend::Dynamic && !c.mixed())) cfgs.push_back(c);
     }
     if (o->threads > 0) at::set_num_threads(o->threads);
-    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
+    const Loaded m = loadModel(o->model, o->how);
     const auto& mc = m.model->config();
     for (auto ctx : o->contexts)
       if (!o->beyondContext && mc.contextLength > 0 && ctx + o->newTokens > mc.contextLength)

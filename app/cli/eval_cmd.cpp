@@ -68,7 +68,7 @@ Runner addEval(CLI::App& app) {
     if (o->prompt >= o->ctx)
       throw UsageError(fmt::format("--prompt {} leaves nothing to score in windows of --ctx {}", o->prompt, o->ctx));
     if (o->threads > 0) at::set_num_threads(o->threads);
-    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
+    const Loaded m = loadModel(o->model, o->how);
     const auto windows = windowsOf(m, *o);
     const std::size_t prompt = std::min<std::size_t>(static_cast<std::size_t>(o->prompt), windows[0].size() - 1);
     const auto t0 = std::chrono::steady_clock::now();

@@ -27,7 +27,8 @@ namespace {
 std::atomic<bool> gInterrupted{false};
 
 struct GenOpts {
-  std::string model, spec = "dynamic", prompt, promptFile, dtype = "fp32", activations = "f32", device = "cpu";
+  std::string model, spec = "dynamic", prompt, promptFile;
+  ModelChoice how;
   bool chat = false, sample = false, json = false, shadow = false;
   int maxNew = 64, topK = 0, threads = 0, beams = 0;
   std::int64_t prefillChunk = -1;
@@ -59,7 +60,7 @@ Runner addGenerate(CLI::App& app) {
   cmd->add_option("--top-k", o->topK, "sampling: keep the k best tokens (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->topP, "sampling: nucleus mass (0, 1]");
   cmd->add_option("--seed", o->seed, "sampling seed (same seed, same text)");
-  addDtypeOptions(cmd, o->dtype, o->activations, o->device);
+  addModelOptions(cmd, o->how);
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--prefill-chunk", o->prefillChunk,
                   "prompt tokens per forward pass (0: one shot; default: 512 in fused mode, one shot in reference mode)")
@@ -72,7 +73,7 @@ Runner addGenerate(CLI::App& app) {
     const std::string text = promptText(o->prompt, o->promptFile);
     if (o->threads > 0) at::set_num_threads(o->threads);
     std::signal(SIGINT, [](int) { gInterrupted = true; });
-    const Loaded m = loadModel(o->model, o->dtype, o->activations, o->device);
+    const Loaded m = loadModel(o->model, o->how);
     const tokenizer::Tokenizer& tok = *m.tok;
     const std::vector<std::int64_t> prompt = encodePrompt(m, text, o->chat);
     auto kv = m.model->makeCache(cfg);

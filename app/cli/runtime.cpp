@@ -22,17 +22,18 @@ namespace kvscope::cli {
 std::string defaultModelPath() { return runtime::defaultModelPath(); }
 
 
-Loaded loadModel(const std::string& path, const std::string& dtype, const std::string& activations,
-                 const std::string& device) {
-  const at::ScalarType dt = runtime::parseDtype(dtype);  // usage errors before anything is read
+Loaded loadModel(const std::string& path, const ModelChoice& how) {
+  const at::ScalarType dt = runtime::parseDtype(how.dtype);  // usage errors before anything is read
   model::Activations act;
+  std::uint32_t requantize = 0;
   try {
-    act = model::parseActivations(activations);
+    act = model::parseActivations(how.activations);
+    requantize = model::parseWeightFormat(how.weights);
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());
   }
-  const device::ExecutionContext ctx = device::makeContext(device, dt);
-  runtime::LoadedModel r = runtime::loadModel(path, ctx);
+  const device::ExecutionContext ctx = device::makeContext(how.device, dt);
+  runtime::LoadedModel r = runtime::loadModel(path, ctx, {}, requantize);
   Loaded m;
   m.path = std::move(r.path);
   m.model = std::move(r.model);
@@ -41,16 +42,20 @@ Loaded loadModel(const std::string& path, const std::string& dtype, const std::s
   return m;
 }
 
-void addDtypeOptions(CLI::App* cmd, std::string& dtype, std::string& activations, std::string& device) {
-  cmd->add_option("--dtype", dtype, "activations, norms and biases (weights keep their file's format)")
+void addModelOptions(CLI::App* cmd, ModelChoice& how) {
+  cmd->add_option("--dtype", how.dtype, "activations, norms and biases (weights keep their file's format)")
       ->check(CLI::IsMember(runtime::dtypeNames()));
-  cmd->add_option("--activations", activations,
+  cmd->add_option("--activations", how.activations,
                   "how decode steps multiply block-format weights: f32 (transformers' numbers) or q8 (8-bit "
                   "activations per 32 values, as llama.cpp computes; faster with AVX-512 VNNI)")
       ->check(CLI::IsMember({"f32", "q8"}));
-  cmd->add_option("--device", device,
+  cmd->add_option("--device", how.device,
                   "where the model and its caches run: cpu, or cuda / cuda:N where LibTorch sees a CUDA device "
                   "(weights then in --dtype on the device)");
+  cmd->add_option("--weights", how.weights,
+                  "stored: every matrix as its file stores it; q8_0, q4_0, q4_1: float matrices (F32/F16/BF16, e.g. "
+                  "a Hugging Face model) quantized at load as llama.cpp's formats, the output matrix kept")
+      ->check(CLI::IsMember(model::weightFormatNames()));
 }
 
 std::string promptText(const std::string& prompt, const std::string& file) {

@@ -28,16 +28,21 @@ struct Loaded {
 /// runtime::defaultModelPath(): $KVSCOPE_MODEL, the embedded model packaging/setup.sh fetched, or the one an
 /// installed package ships; empty when there is none.
 std::string defaultModelPath();
+/// How a command runs its model: the options every model-running command takes (addModelOptions).
+struct ModelChoice {
+  std::string dtype = "fp32";        ///< --dtype: the activations' (and on a device the weights')
+  std::string activations = "f32";   ///< --activations f32|q8: how decode steps multiply block weights
+  std::string device = "cpu";        ///< --device cpu|cuda|cuda:N
+  std::string weights = "stored";    ///< --weights stored|q8_0|q4_0|q4_1: float matrices quantized at load
+};
+
 /// runtime::loadModel (shared with the GUI's engine): a GGUF file (tokenizer from its metadata) or a Hugging Face
 /// directory (tokenizer.json); an empty path loads defaultModelPath(). Throws UsageError (no such model, an unknown
-/// dtype) / FormatError / TokenizerError with the path and the problem.
-/// `device` ("cpu", "cuda", "cuda:N") is checked before anything is read: one that is not here is an Error
-/// (Unavailable) naming what there is.
-Loaded loadModel(const std::string& path, const std::string& dtype, const std::string& activations = "f32",
-                 const std::string& device = "cpu");
-/// --dtype (the activations' dtype; weights keep their file's format), --activations f32|q8 (how decode steps
-/// multiply block weights, model/weight.h) and --device cpu|cuda[:N] (where the model and its caches run) on `cmd`.
-void addDtypeOptions(CLI::App* cmd, std::string& dtype, std::string& activations, std::string& device);
+/// dtype) / FormatError / TokenizerError with the path and the problem. The device ("cpu", "cuda", "cuda:N") is
+/// checked before anything is read: one that is not here is an Error (Unavailable) naming what there is.
+Loaded loadModel(const std::string& path, const ModelChoice& how = {});
+/// ModelChoice's options on `cmd`.
+void addModelOptions(CLI::App* cmd, ModelChoice& how);
 /// The prompt's ids; with `chat`, wrapped as one user turn of the model's chat template.
 std::vector<std::int64_t> encodePrompt(const Loaded& m, const std::string& text, bool chat);
 /// --prompt or --prompt-file; UsageError when both are empty.

@@ -17,7 +17,8 @@
 namespace kvscope::cli {
 
 struct TextOpts {
-  std::string model, text, dtype = "fp32", activations = "f32", device = "cpu";
+  std::string model, text;
+  ModelChoice how;
   int ctx = 512, windows = 0, threads = 0;
 };
 
@@ -29,7 +30,7 @@ inline void addTextOpts(CLI::App* cmd, TextOpts& o) {
       ->check(CLI::Range(8, 1 << 20));
   cmd->add_option("--windows", o.windows, "use only the first N windows (0: every whole window)")
       ->check(CLI::NonNegativeNumber);
-  addDtypeOptions(cmd, o.dtype, o.activations, o.device);
+  addModelOptions(cmd, o.how);
   cmd->add_option("--threads", o.threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <map>
 
+#include "kernels/cpu/blocks.h"
 #include "model/dequant.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
@@ -83,9 +84,17 @@ const WeightNames& hfNames() {
 
 }  // namespace
 
-void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings) {
+void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings,
+                          std::uint32_t requantize) {
   ModelConfig& c = cfg_;
   const at::ScalarType dtype = ctx_.dtype();
+  int requantized = 0;
+  // --weights: a float matrix quantized at load (block formats stay as they are).
+  auto quantize = [&](const Weight& w) {
+    if (requantize == 0 || kernels::blockLayout(w.type()).quantized()) return w;
+    ++requantized;
+    return w.requantized(requantize);
+  };
   const std::int64_t H = c.hidden, qDim = static_cast<std::int64_t>(c.heads) * c.headDim,
                      kvDim = static_cast<std::int64_t>(c.kvHeads) * c.headDim;
   auto need = [&](const std::string& name, std::vector<std::int64_t> shape) { return get(name, shape, false); };
@@ -94,6 +103,7 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
   finalNorm_ = vec(need(names.finalNorm, {H}), dtype);
   c.tiedEmbeddings = tiedEmbeddings;
   lmHead_ = tiedEmbeddings ? embed_ : need(names.lmHead, {c.vocab, H});
+  if (!tiedEmbeddings) embed_ = quantize(embed_);
   for (int l = 0; l < c.layers; ++l) {
     auto n = [&](const char* kind) { return names.layer(l, kind); };
     Layer L;
@@ -106,6 +116,7 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
       L.wq = unpermuteQK(L.wq, c.heads);
       L.wk = unpermuteQK(L.wk, c.kvHeads);
     }
+    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo}) *w = quantize(*w);
     L.bq = vec(maybe(n("attn_q.bias"), {qDim}), dtype);
     L.bk = vec(maybe(n("attn_k.bias"), {kvDim}), dtype);
     L.bv = vec(maybe(n("attn_v.bias"), {kvDim}), dtype);
@@ -115,10 +126,13 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     L.wGate = need(n("ffn_gate.weight"), {c.intermediate, H});
     L.wUp = need(n("ffn_up.weight"), {c.intermediate, H});
     L.wDown = need(n("ffn_down.weight"), {H, c.intermediate});
+    for (Weight* w : {&L.wGate, &L.wUp, &L.wDown}) *w = quantize(*w);
     c.qkvBias = c.qkvBias || L.bq.defined();
     c.qkNorm = c.qkNorm || L.qNorm.defined();
     layers_.push_back(std::move(L));
   }
+  if (requantized > 0)
+    c.weightTypes.push_back(fmt::format("{} x{} quantized at load", ggmlTypeName(requantize), requantized));
   // RoPE inverse frequencies (float32), with llama3 scaling when the config asks for it.
   at::Tensor inv = 1.0 / at::pow(c.ropeTheta, at::arange(0, c.headDim, 2, at::kLong).to(at::kFloat) / c.headDim);
   if (c.ropeFactor > 0) {
@@ -146,7 +160,7 @@ void LlamaModel::placeOnDevice() {
 }
 
 std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const device::ExecutionContext& ctx,
-                                                 const ProgressFn& progress) {
+                                                 const ProgressFn& progress, std::uint32_t requantize) {
   // Shared with the weights, which point into its mapping.
   const auto file = std::make_shared<const GgufFile>(path);
   const GgufFile& f = *file;
@@ -219,12 +233,12 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
     return w;
   };
   // llama.cpp permutes Q/K of llama-architecture models only.
-  m->assemble(get, ggufNames(), c.arch == "llama", f.find("output.weight") == nullptr);
+  m->assemble(get, ggufNames(), c.arch == "llama", f.find("output.weight") == nullptr, requantize);
   return m;
 }
 
 std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const device::ExecutionContext& ctx,
-                                                  const ProgressFn& progress) {
+                                                  const ProgressFn& progress, std::uint32_t requantize) {
   namespace fs = std::filesystem;
   const fs::path root(dir);
   const fs::path cfgPath = root / "config.json";
@@ -287,14 +301,14 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const 
     for (const auto& e : f->entries()) ++types[e.dtype];
   for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
   const bool tied = c.tiedEmbeddings || !where_.count("lm_head.weight");
-  m->assemble(get, hfNames(), false, tied);
+  m->assemble(get, hfNames(), false, tied, requantize);
   return m;
 }
 
 std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const device::ExecutionContext& ctx,
-                                             const ProgressFn& progress) {
-  if (std::filesystem::is_directory(path)) return fromHfDir(path, ctx, progress);
-  return fromGguf(path, ctx, progress);
+                                             const ProgressFn& progress, std::uint32_t requantize) {
+  if (std::filesystem::is_directory(path)) return fromHfDir(path, ctx, progress, requantize);
+  return fromGguf(path, ctx, progress, requantize);
 }
 
 std::uint64_t LlamaModel::weightBytes() const {

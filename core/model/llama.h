@@ -47,16 +47,19 @@ class LlamaModel {
   /// Loads a GGUF model (llama/qwen2/qwen3 architectures) into the context `ctx` (its device and dtype: with host
   /// kernels the weight matrices stay in the file's format, memory-mapped; on the device path they become dense
   /// tensors of the context's dtype on its device). Throws FormatError with the file and the problem.
+  /// `requantize` (parseWeightFormat: 0 keeps what is stored): float matrices (F32/F16/BF16) are quantized to that
+  /// type at load, except the output matrix (and an embedding tied to it), which stays as stored, as llama.cpp keeps
+  /// it at a higher precision; block-format matrices stay as they are.
   static std::unique_ptr<LlamaModel> fromGguf(const std::string& path, const device::ExecutionContext& ctx,
-                                              const ProgressFn& progress = {});
+                                              const ProgressFn& progress = {}, std::uint32_t requantize = 0);
 
   /// Loads a Hugging Face model directory: config.json (transformers v4 or v5 keys), model.safetensors or a sharded
   /// model.safetensors.index.json; weights in fp32/bf16/fp16. Throws FormatError.
   static std::unique_ptr<LlamaModel> fromHfDir(const std::string& dir, const device::ExecutionContext& ctx,
-                                               const ProgressFn& progress = {});
+                                               const ProgressFn& progress = {}, std::uint32_t requantize = 0);
   /// A GGUF file or a Hugging Face directory, by what `path` is.
   static std::unique_ptr<LlamaModel> load(const std::string& path, const device::ExecutionContext& ctx,
-                                          const ProgressFn& progress = {});
+                                          const ProgressFn& progress = {}, std::uint32_t requantize = 0);
   /// The same on the CPU with host kernels and activations of `dtype`.
   static std::unique_ptr<LlamaModel> load(const std::string& path, at::ScalarType dtype = at::kFloat,
                                           const ProgressFn& progress = {}) {
@@ -88,7 +91,8 @@ class LlamaModel {
   /// The named tensor checked against `shape` (undefined when optional and absent), as it is stored.
   using TensorGetter =
       std::function<Weight(const std::string& name, const std::vector<std::int64_t>& shape, bool optional)>;
-  void assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings);
+  void assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings,
+                std::uint32_t requantize);
   /// The device path: every weight, norm and bias as a tensor on the context's device.
   void placeOnDevice();
 

@@ -23,6 +23,19 @@ Weight::Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const s
 
 const char* activationsName(Activations a) { return a == Activations::Q8 ? "q8" : "f32"; }
 
+const std::vector<std::string>& weightFormatNames() {
+  static const std::vector<std::string> names{"stored", "q8_0", "q4_0", "q4_1"};
+  return names;
+}
+
+std::uint32_t parseWeightFormat(const std::string& name) {
+  if (name == "stored") return 0;
+  if (name == "q8_0") return static_cast<std::uint32_t>(kernels::BlockType::Q8_0);
+  if (name == "q4_0") return static_cast<std::uint32_t>(kernels::BlockType::Q4_0);
+  if (name == "q4_1") return static_cast<std::uint32_t>(kernels::BlockType::Q4_1);
+  throw std::invalid_argument("weights must be stored, q8_0, q4_0 or q4_1, got `" + name + "`");
+}
+
 Activations parseActivations(const std::string& name) {
   if (name == "f32") return Activations::F32;
   if (name == "q8") return Activations::Q8;
@@ -137,6 +150,25 @@ Weight Weight::toDense(const at::TensorOptions& options) const {
   w.m_ = {m_.type, m_.rows, m_.cols, nullptr, m_.rowBytes};
   w.dense_ = dense_.defined() ? dense_.to(options) : dense().to(options);
   return w;
+}
+
+Weight Weight::requantized(std::uint32_t type) const {
+  const kernels::BlockLayout L = kernels::blockLayout(type);
+  if (!kernels::quantizable(type)) throw std::invalid_argument("Weight::requantized: kvscope writes Q8_0, Q4_0 and Q4_1");
+  if (!defined() || dense_.defined()) throw std::invalid_argument("Weight::requantized: a weight in its stored form only");
+  if (m_.cols % L.values != 0)
+    throw std::invalid_argument("Weight::requantized: rows of " + std::to_string(m_.cols) + " values are not whole blocks of 32");
+  const std::int64_t rowBytes = m_.cols / L.values * L.bytes;
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(m_.rows * rowBytes));
+  std::uint8_t* out = bytes->data();
+  at::parallel_for(0, m_.rows, 16, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> row(static_cast<std::size_t>(m_.cols));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      dequantizeRow(m_.type, m_.data + r * m_.rowBytes, m_.cols, row.data());
+      kernels::quantizeRows(type, row.data(), m_.cols, out + r * rowBytes);
+    }
+  });
+  return Weight(type, m_.rows, m_.cols, out, std::move(bytes));
 }
 
 Weight Weight::permuteRows(const std::vector<std::int64_t>& order) const {

@@ -74,7 +74,8 @@ LoadedModel loadModel(const std::string& path, const std::string& dtype, const m
   return loadModel(path, device::ExecutionContext(c10::kCPU, parseDtype(dtype)), progress);
 }
 
-LoadedModel loadModel(const std::string& pathIn, const device::ExecutionContext& ctx, const model::ProgressFn& progress) {
+LoadedModel loadModel(const std::string& pathIn, const device::ExecutionContext& ctx, const model::ProgressFn& progress,
+                      std::uint32_t requantize) {
   LoadedModel m;
   m.path = pathIn.empty() ? defaultModelPath() : pathIn;
   if (m.path.empty()) {
@@ -97,7 +98,7 @@ LoadedModel loadModel(const std::string& pathIn, const device::ExecutionContext&
     model::GgufFile g(m.path);
     m.tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::fromGguf(g));
   }
-  m.model = model::LlamaModel::load(m.path, ctx, progress);
+  m.model = model::LlamaModel::load(m.path, ctx, progress, requantize);
   return m;
 }
 

@@ -43,9 +43,9 @@ const std::vector<std::string>& dtypeNames();
 /// loaded into the execution context `ctx` (its device and dtype: device::makeContext). An empty path loads
 /// defaultModelPath(). Throws ModelNotFound (saying where it looked), or the readers' errors (model::FormatError,
 /// tokenizer errors) naming the file and the problem; model::LoadCancelled when `progress` returns false; out of
-/// memory (the host's or the device's) as LibTorch raises it.
+/// memory (the host's or the device's) as LibTorch raises it. `requantize`: LlamaModel::load's (--weights).
 LoadedModel loadModel(const std::string& path, const device::ExecutionContext& ctx,
-                      const model::ProgressFn& progress = {});
+                      const model::ProgressFn& progress = {}, std::uint32_t requantize = 0);
 /// The same on the CPU, activations in `dtype` (parseDtype's names).
 LoadedModel loadModel(const std::string& path, const std::string& dtype, const model::ProgressFn& progress = {});
 

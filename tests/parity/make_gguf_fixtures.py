@@ -2,6 +2,8 @@
 """Writes a GGUF file with the `gguf` package (GGUFWriter): one tensor of every ggml type kvscope reads, quantized by
 the package (the K-quants, which it cannot quantize, get random blocks with finite fp16 scales), and metadata of every
 value type; plus the package's own dequantization of each tensor as safetensors. test_gguf_parity.cpp reads both.
+Also the package's quantization of float rows to the types kvscope writes (Q8_0, Q4_0, Q4_1), with blocks that test
+its edges: zeros, a constant, ties of the largest magnitude, values a hair below a rounding half.
 """
 import argparse
 import os
@@ -59,6 +61,19 @@ def main():
     w.write_tensors_to_file()
     w.close()
     save_file(ref, os.path.join(args.out, "types_ref.safetensors"))
+    x = (rng.standard_normal((4, 1024)) * 3).astype(np.float32)
+    x[0, :32] = 0                                   # a zero block: d = 0
+    x[0, 32:64] = 1.25                              # a constant block
+    x[0, 64:96] = np.tile([2.0, -2.0], 16)          # ties of the largest magnitude (first wins)
+    # amax 127 makes Q8_0's scale exactly 1: exact halves, and the float just below 0.5, whose |x| + 0.5 rounds up
+    # to 1 in float32 where numpy's np_roundf gives 0.
+    below = np.nextafter(np.float32(0.5), np.float32(0))
+    x[0, 96:128] = np.array([127, below, -below, 0.5, -0.5, 1.5, -2.5, 3.5] + [below * 3] * 24, dtype=np.float32)
+    x[1, :] = np.float32(1e-3) * rng.standard_normal(1024).astype(np.float32)  # tiny scales (fp16 subnormals)
+    quantized = {"x": x}
+    for t in ("Q8_0", "Q4_0", "Q4_1"):
+        quantized[t] = np.ascontiguousarray(quants.quantize(x, getattr(Q, t)))
+    save_file(quantized, os.path.join(args.out, "quantize_ref.safetensors"))
     print(f"wrote {len(TYPES)} tensors to {args.out}")
     return 0
 

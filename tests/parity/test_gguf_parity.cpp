@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/blocks.h"
 #include "model/dequant.h"
 #include "model/gguf.h"
 #include "model/weight.h"
@@ -22,6 +23,23 @@ TEST(GgufParity, MetadataOfEveryType) {
   EXPECT_EQ(f.getFloatArray("test.floats"), (std::vector<double>{0.5, 1.5}));
   EXPECT_THROW(f.getInt("test.string"), FormatError);
   EXPECT_FALSE(f.getString("absent").has_value());
+}
+
+// kvscope's quantizers (Weight::requantized, --weights) write the bytes the package writes.
+TEST(GgufParity, QuantizationToTheTypesKvscopeWrites) {
+  SafetensorsFile ref(KVSCOPE_GGUF_FIXTURE_DIR "/quantize_ref.safetensors");
+  const auto& x = ref.at("x");
+  ASSERT_EQ(x.dtype, "F32");
+  const std::int64_t n = x.shape[0] * x.shape[1];
+  for (const auto& [name, type] : {std::pair{"Q8_0", 8u}, std::pair{"Q4_0", 2u}, std::pair{"Q4_1", 3u}}) {
+    const auto& want = ref.at(name);
+    std::vector<std::uint8_t> got(want.bytes);
+    ASSERT_EQ(static_cast<std::int64_t>(got.size()), n / 32 * kvscope::kernels::blockLayout(type).bytes) << name;
+    kvscope::kernels::quantizeRows(type, reinterpret_cast<const float*>(x.data), n, got.data());
+    std::int64_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want.data[i];
+    EXPECT_EQ(differ, 0) << name << ": " << differ << " of " << got.size() << " bytes differ";
+  }
 }
 
 TEST(GgufParity, DequantizationOfEveryType) {

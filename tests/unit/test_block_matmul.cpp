@@ -15,7 +15,9 @@
 #include "kernels/cpu/block_matmul.h"
 #include "kernels/cpu/blocks.h"
 #include "kernels/cpu/simd.h"
+#include "model/llama.h"
 #include "model/weight.h"
+#include "random_model.h"
 
 using namespace kvscope;
 using kernels::BlockType;
@@ -284,4 +286,65 @@ TEST(Weight, EightBitActivationsThroughLinear) {
   EXPECT_TRUE(at::allclose(q8, ref, 5e-2, 5e-2));
   EXPECT_EQ(model::parseActivations("q8"), model::Activations::Q8);
   EXPECT_THROW(model::parseActivations("q4"), std::invalid_argument);
+}
+
+// --weights: float matrices quantized at load. Each value within half a code step (Q8_0: amax / 254, Q4_1: range /
+// 30; Q4_0: amax / 8, its 16 codes reaching only 7/8 of amax on the other side), ggml's layout (the kernels read it),
+// and refused for what kvscope does not write.
+TEST(Weight, RequantizedAtLoadToTheFormatsKvscopeWrites) {
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({24, 96}) * 0.5;
+  const auto f32 = std::make_shared<at::Tensor>(x.contiguous());
+  const model::Weight w(0, 24, 96, static_cast<const std::uint8_t*>(f32->data_ptr()), f32);
+  for (auto [type, step] : {std::pair{BlockType::Q8_0, 1.0 / 254}, std::pair{BlockType::Q4_0, 1.0 / 8},
+                            std::pair{BlockType::Q4_1, 1.0 / 30}}) {
+    const model::Weight q = w.requantized(static_cast<std::uint32_t>(type));
+    EXPECT_EQ(q.type(), static_cast<std::uint32_t>(type));
+    EXPECT_EQ(q.bytes(), static_cast<std::uint64_t>(24 * 96 / 32 * kernels::blockLayout(type).bytes));
+    const at::Tensor back = q.dense().view({-1, 32}), orig = x.view({-1, 32});
+    const at::Tensor span = type == BlockType::Q4_1 ? std::get<0>(orig.max(1)) - std::get<0>(orig.min(1))
+                                                    : orig.abs().amax(1);
+    // fp16 scales add a relative 2^-11 of the block's magnitude.
+    const at::Tensor tol = span.view({-1, 1}) * (step * 1.01) + orig.abs().amax(1).view({-1, 1}) * 1e-3;
+    EXPECT_TRUE(((back - orig).abs() <= tol).all().item<bool>()) << static_cast<int>(type);
+    const at::Tensor a = at::randn({3, 96});
+    EXPECT_TRUE(at::allclose(q.linear(a), at::mm(a, q.dense().t()), 1e-4, 1e-4));
+  }
+  for (auto bad : {BlockType::Q6_K, BlockType::Q5_0, BlockType::F16})
+    EXPECT_THROW(w.requantized(static_cast<std::uint32_t>(bad)), std::invalid_argument);
+  const auto odd = std::make_shared<at::Tensor>(at::randn({4, 40}));
+  EXPECT_THROW(model::Weight(0, 4, 40, static_cast<const std::uint8_t*>(odd->data_ptr()), odd)
+                   .requantized(static_cast<std::uint32_t>(BlockType::Q8_0)),
+               std::invalid_argument);
+  EXPECT_EQ(model::parseWeightFormat("stored"), 0u);
+  EXPECT_EQ(model::parseWeightFormat("q4_1"), static_cast<std::uint32_t>(BlockType::Q4_1));
+  EXPECT_THROW(model::parseWeightFormat("q6_k"), std::invalid_argument);
+}
+
+// A model's float matrices quantized at load: the card says so, the weights shrink, the output (a tied embedding
+// here) stays as stored, and the next-token distribution stays close.
+TEST(Weight, AModelQuantizedAtLoad) {
+  const auto f32 = model::LlamaModel::load(testutil::randomModel());
+  const auto q8 = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(), {},
+                                          static_cast<std::uint32_t>(BlockType::Q8_0));
+  ASSERT_FALSE(q8->config().weightTypes.empty());
+  EXPECT_EQ(q8->config().weightTypes.back(), "Q8_0 x14 quantized at load");
+  const std::uint64_t embed = 96 * 64 * 4;  // tied: kept as stored
+  EXPECT_EQ(q8->weightBytes() - embed - 5 * 64 * 4, (f32->weightBytes() - embed - 5 * 64 * 4) / 4 * 34 / 32);
+  const auto q4 = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(), {},
+                                          static_cast<std::uint32_t>(BlockType::Q4_0));
+  // Mean KL of the next-token distributions against the float model over a few greedy steps.
+  const auto ref = testutil::stepLogits(*f32, cache::parseSpec("dynamic"), testutil::prompt(16), 6);
+  auto meanKl = [&](const model::LlamaModel& m) {
+    const auto got = testutil::stepLogits(m, cache::parseSpec("dynamic"), testutil::prompt(16), 6);
+    double kl = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      const at::Tensor p = ref[i].log_softmax(0), q = got[i].log_softmax(0);
+      kl += (p.exp() * (p - q)).sum().item<double>();
+    }
+    return kl / static_cast<double>(ref.size());
+  };
+  const double k8 = meanKl(*q8), k4 = meanKl(*q4);
+  EXPECT_LT(k8, 1e-2);
+  EXPECT_GT(k4, 2 * k8);  // 4 bits lose more than 8 (on this sharp random model, far more)
 }
