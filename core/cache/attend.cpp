@@ -94,8 +94,11 @@ at::Tensor CacheLayer::attend(const at::Tensor& q, const at::Tensor& keys, const
   // A decode step on the CPU reads the layer where it lies, unquantized layers too (LibTorch's sdpa would first copy a
   // strided view of the buffer and repeat K/V for GQA); a prefill goes to sdpa. The device path: an fp8 decode step
   // reads the codes with the fused kernel, anything else is dequantized for this layer only and goes to sdpa.
-  const detail::Fp8View* fk = s.keys ? detail::fp8View(*s.keys) : nullptr;
-  const detail::Fp8View* fv = s.values ? detail::fp8View(*s.values) : nullptr;
+  const auto fp8Decode = [&]() -> std::pair<const detail::Fp8View*, const detail::Fp8View*> {
+    if (T != 1 || !s.keys || !s.values) return {nullptr, nullptr};
+    const detail::Fp8View *k = detail::fp8View(*s.keys), *v = detail::fp8View(*s.values);
+    return k && v && k->format == v->format ? std::pair{k, v} : std::pair{nullptr, nullptr};
+  };
   if (T <= kMaxSegmentedQueries && hostKernels_ && q.is_cpu() && s.keys) {
     const at::Tensor qf = q.to(at::kFloat).contiguous();
     at::Tensor o = at::empty({B, Hq, T, D}, qf.options());
@@ -109,7 +112,7 @@ at::Tensor CacheLayer::attend(const at::Tensor& q, const at::Tensor& keys, const
     out = o.to(q.scalar_type());
   } else if (s.denseKeys.defined()) {
     out = sdpa(q, s.denseKeys, s.denseValues);
-  } else if (T == 1 && fk && fv && fk->format == fv->format) {
+  } else if (const auto [fk, fv] = fp8Decode(); fk) {
     out = kernels::fp8DecodeAttention(q, fk->codes, fv->codes, fk->scale, fv->scale, fk->format);
   } else {
     out = sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), hostKernels_),
