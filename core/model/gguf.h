@@ -64,6 +64,7 @@ class GgufFile {
   std::vector<double> getFloatArray(const std::string& key) const;
 
   const std::vector<Tensor>& tensors() const { return tensors_; }
+  const MappedFile& mapping() const { return file_; }
   /// nullptr when absent.
   const Tensor* find(const std::string& name) const;
   /// Throws FormatError naming the missing tensor.

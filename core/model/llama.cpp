@@ -227,7 +227,7 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
       throw FormatError(fmt::format("{}: tensor `{}`: {}", path, name, e.what()));
     }
     const std::int64_t cols = t->dims[0], rows = t->numel() / std::max<std::int64_t>(cols, 1);
-    Weight w(t->type, rows, cols, t->data, file);
+    Weight w(t->type, rows, cols, t->data, file, &file->mapping());
     checkFinite(w, path, name);
     if (progress && !progress(++done, total)) throw LoadCancelled();
     return w;
@@ -291,7 +291,7 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const 
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} config needs {}", it->second->path(), name,
                                     fmt::join(e.shape, "x"), c.arch, fmt::join(shape, "x")));
     const std::int64_t cols = shape.back(), rows = shape.size() > 1 ? shape[0] : 1;
-    Weight w(static_cast<std::uint32_t>(type), rows, cols, e.data, it->second);
+    Weight w(static_cast<std::uint32_t>(type), rows, cols, e.data, it->second, &it->second->mapping());
     checkFinite(w, it->second->path(), name);
     if (progress && !progress(++done, total)) throw LoadCancelled();
     return w;
@@ -311,8 +311,18 @@ std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const devi
   return fromGguf(path, ctx, progress, requantize);
 }
 
+void LlamaModel::setActivations(Activations a) {
+  if (a == activations_) return;
+  activations_ = a;
+  auto form = [a](Weight& w) { w = a == Activations::Q8 ? w.packed() : w.unpacked(); };
+  for (Layer& L : layers_)
+    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) form(*w);
+  form(lmHead_);
+}
+
 std::uint64_t LlamaModel::weightBytes() const {
-  std::uint64_t n = embed_.bytes() + (cfg_.tiedEmbeddings ? 0 : lmHead_.bytes());
+  // A tied output matrix shares the embedding's bytes until it is packed into memory of its own.
+  std::uint64_t n = embed_.bytes() + (cfg_.tiedEmbeddings && !lmHead_.isPacked() ? 0 : lmHead_.bytes());
   auto add = [&](const at::Tensor& t) {
     if (t.defined()) n += static_cast<std::uint64_t>(t.nbytes());
   };

@@ -73,9 +73,10 @@ class LlamaModel {
   at::ScalarType dtype() const { return ctx_.dtype(); }
   /// Bytes the weights take in memory: the matrices in their stored form plus the norms and biases.
   std::uint64_t weightBytes() const;
-  /// How decode steps multiply the block weights (model/weight.h); F32 unless set.
+  /// How the block weights are multiplied (model/weight.h); F32 unless set. Q8 repacks the matrices that have a
+  /// packed form (Weight::packed: the embedding used for lookups stays as stored), F32 puts them back.
   Activations activations() const { return activations_; }
-  void setActivations(Activations a) { activations_ = a; }
+  void setActivations(Activations a);
 
   /// ids [batch, T] (int64, best on the CPU: they are checked there) at positions pastLength .. pastLength + T - 1;
   /// K/V go through `cache` (which holds pastLength tokens already). Returns logits [batch, T, vocab] in float32 on

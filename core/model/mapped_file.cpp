@@ -48,6 +48,16 @@ MappedFile::MappedFile(const std::uint8_t* data, std::size_t size, const std::st
   if (!data && size_ > 0) throw FormatError(fmt::format("{}: no data", name));
 }
 
+void MappedFile::release(const void* p, std::size_t n) const {
+  if (!owned_ || n == 0) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto at = reinterpret_cast<std::uintptr_t>(p), base = reinterpret_cast<std::uintptr_t>(map_);
+  if (at < base || at + n > base + size_) return;
+  const std::uintptr_t first = (at + page - 1) / page * page, last = (at + n) / page * page;
+  // A private read-only file mapping: the pages are dropped, never their contents (a read faults them in again).
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (map_ && owned_) ::munmap(map_, size_);
 }

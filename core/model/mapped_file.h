@@ -23,6 +23,11 @@ class MappedFile {
 
   const std::uint8_t* data() const { return static_cast<const std::uint8_t*>(map_); }
   std::size_t size() const { return size_; }
+  /// Whether this is a mapping of a file (not a view of a caller's bytes).
+  bool mapped() const { return owned_; }
+  /// Gives back to the kernel the whole pages of [p, p + n) (a range of this mapping) that a copy has replaced: they
+  /// no longer count as resident, and a later read pages them in from the file again. A view does nothing.
+  void release(const void* p, std::size_t n) const;
 
  private:
   void* map_ = nullptr;

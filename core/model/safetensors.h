@@ -42,6 +42,7 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::vector<Entry>& entries() const { return entries_; }
+  const MappedFile& mapping() const { return file_; }
   bool contains(const std::string& name) const;
   /// Throws FormatError when absent.
   const Entry& at(const std::string& name) const;

@@ -9,12 +9,13 @@
 
 #include "kernels/cpu/blocks.h"
 #include "model/dequant.h"
+#include "model/mapped_file.h"
 
 namespace kvscope::model {
 
 Weight::Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const std::uint8_t* data,
-               std::shared_ptr<const void> owner)
-    : owner_(std::move(owner)) {
+               std::shared_ptr<const void> owner, const MappedFile* mapping)
+    : owner_(std::move(owner)), mapping_(mapping) {
   const kernels::BlockLayout L = kernels::blockLayout(type);
   if (L.values == 0 || cols % L.values != 0)
     throw std::invalid_argument("Weight: a type without a layout, or rows that are not whole blocks");
@@ -66,47 +67,60 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
   const std::int64_t n = xf.size(0);
   std::vector<at::Tensor> ys;
   for (const Weight* w : ws) ys.push_back(at::empty({n, w->rows()}, at::kFloat));
-  if (n <= kKernelRows) {
-    at::Tensor sums;
-    kernels::Q8Rows q8;
-    std::vector<bool> viaQ8;
-    bool f32Sums = false;
-    for (const Weight* w : ws) {
-      const bool quantized = kernels::blockLayout(w->type()).quantized();
-      viaQ8.push_back(quantized && a == Activations::Q8);
-      f32Sums = f32Sums || (quantized && !viaQ8.back());
-    }
-    if (f32Sums) {
-      sums = at::empty({n, cols / 16}, at::kFloat);
-      kernels::rowSums16(xf.data_ptr<float>(), n, cols, cols, sums.data_ptr<float>());
-    }
-    if (std::find(viaQ8.begin(), viaQ8.end(), true) != viaQ8.end())
-      kernels::quantizeRowsQ8(xf.data_ptr<float>(), n, cols, cols, q8);
-    const float* xp = xf.data_ptr<float>();
-    const float* sp = sums.defined() ? sums.data_ptr<float>() : nullptr;
-    std::vector<std::int64_t> first{0};  // the weights' rows one after another
-    for (const Weight* w : ws) first.push_back(first.back() + w->rows());
-    // All the rows over the threads at once: each thread reads its own share of the weight bytes, once.
-    at::parallel_for(0, first.back(), 16, [&](std::int64_t r0, std::int64_t r1) {
-      for (std::size_t i = 0; i < ws.size(); ++i) {
-        const std::int64_t lo = std::max(r0, first[i]), hi = std::min(r1, first[i + 1]);
-        if (lo >= hi) continue;
-        if (viaQ8[i]) kernels::blockMatmulQ8(ws[i]->m_, q8, ys[i].data_ptr<float>(), ws[i]->rows(), lo - first[i], hi - first[i]);
-        else kernels::blockMatmul(ws[i]->m_, xp, n, cols, sp, ys[i].data_ptr<float>(), ws[i]->rows(), lo - first[i], hi - first[i]);
-      }
-    });
-  } else {
+  // Each weight's path: its packed form on 8-bit activations (any batch), the block kernels (a small batch), or a
+  // GEMM over dequantized tiles.
+  enum class Path { Packed, BlockQ8, Block, Gemm };
+  std::vector<Path> path;
+  bool f32Sums = false, q8 = false;
+  for (const Weight* w : ws) {
+    const bool quantized = kernels::blockLayout(w->type()).quantized();
+    if (w->packed_ && a == Activations::Q8) path.push_back(Path::Packed);
+    else if (n > kKernelRows || w->packed_) path.push_back(Path::Gemm);
+    else if (quantized && a == Activations::Q8) path.push_back(Path::BlockQ8);
+    else path.push_back(Path::Block);
+    f32Sums = f32Sums || (path.back() == Path::Block && quantized);
+    q8 = q8 || path.back() == Path::Packed || path.back() == Path::BlockQ8;
+  }
+  at::Tensor sums;
+  if (f32Sums) {
+    sums = at::empty({n, cols / 16}, at::kFloat);
+    kernels::rowSums16(xf.data_ptr<float>(), n, cols, cols, sums.data_ptr<float>());
+  }
+  kernels::Q8Rows xq;
+  if (q8) kernels::quantizeRowsQ8(xf.data_ptr<float>(), n, cols, cols, xq);
+  const float* xp = xf.data_ptr<float>();
+  const float* sp = sums.defined() ? sums.data_ptr<float>() : nullptr;
+  // The kernels' weights in units of 16 rows (a packed tile), one weight after another.
+  std::vector<std::int64_t> first{0};
+  for (std::size_t i = 0; i < ws.size(); ++i)
+    first.push_back(first.back() + (path[i] == Path::Gemm ? 0 : (ws[i]->rows() + 15) / 16));
+  // All the units over the threads at once: each thread reads its own share of the weight bytes, once.
+  at::parallel_for(0, first.back(), 1, [&](std::int64_t u0, std::int64_t u1) {
     for (std::size_t i = 0; i < ws.size(); ++i) {
-      const kernels::BlockMatrix& m = ws[i]->m_;
-      // A tile of rows at a time (about 8 MiB of float32), so a large vocabulary never needs its whole float copy.
-      const std::int64_t tile = std::max<std::int64_t>(64, (std::int64_t{8} << 20) / (4 * cols));
-      at::Tensor buf = at::empty({std::min(tile, m.rows), cols}, at::kFloat);
-      for (std::int64_t r0 = 0; r0 < m.rows; r0 += tile) {
-        const std::int64_t rn = std::min(tile, m.rows - r0);
-        at::Tensor w = buf.narrow(0, 0, rn);
-        dequantizeRow(m.type, m.data + r0 * m.rowBytes, rn * cols, w.data_ptr<float>());
-        ys[i].narrow(1, r0, rn).copy_(at::mm(xf, w.t()));
+      const std::int64_t lo = std::max(u0, first[i]) - first[i], hi = std::min(u1, first[i + 1]) - first[i];
+      if (lo >= hi) continue;
+      const Weight& w = *ws[i];
+      float* y = ys[i].data_ptr<float>();
+      const std::int64_t r0 = 16 * lo, r1 = std::min(16 * hi, w.rows());
+      switch (path[i]) {
+        case Path::Packed: kernels::packedMatmulQ8(*w.packed_, xq, y, w.rows(), lo, hi); break;
+        case Path::BlockQ8: kernels::blockMatmulQ8(w.m_, xq, y, w.rows(), r0, r1); break;
+        case Path::Block: kernels::blockMatmul(w.m_, xp, n, cols, sp, y, w.rows(), r0, r1); break;
+        case Path::Gemm: break;
       }
+    }
+  });
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    if (path[i] != Path::Gemm) continue;
+    const Weight& w = *ws[i];
+    // A tile of rows at a time (about 8 MiB of float32), so a large vocabulary never needs its whole float copy.
+    const std::int64_t tile = std::max<std::int64_t>(64, (std::int64_t{8} << 20) / (4 * cols));
+    at::Tensor buf = at::empty({std::min(tile, w.rows()), cols}, at::kFloat);
+    for (std::int64_t r0 = 0; r0 < w.rows(); r0 += tile) {
+      const std::int64_t rn = std::min(tile, w.rows() - r0);
+      at::Tensor t = buf.narrow(0, 0, rn);
+      w.dequantizeRows(r0, rn, t.data_ptr<float>());
+      ys[i].narrow(1, r0, rn).copy_(at::mm(xf, t.t()));
     }
   }
   std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
@@ -130,7 +144,7 @@ at::Tensor Weight::gather(const at::Tensor& ids) const {
   const std::int64_t* id = flat.data_ptr<std::int64_t>();
   for (std::int64_t i = 0; i < n; ++i) {
     TORCH_CHECK(id[i] >= 0 && id[i] < m_.rows, "Weight::gather: row ", id[i], " of ", m_.rows);
-    kernels::dequantize(m_.type, m_.data + id[i] * m_.rowBytes, m_.cols, out[i].data_ptr<float>());
+    dequantizeRows(id[i], 1, out[i].data_ptr<float>());
   }
   std::vector<std::int64_t> shape(ids.sizes().begin(), ids.sizes().end());
   shape.push_back(m_.cols);
@@ -140,8 +154,42 @@ at::Tensor Weight::gather(const at::Tensor& ids) const {
 at::Tensor Weight::dense() const {
   if (dense_.defined()) return dense_.to(at::kFloat);
   at::Tensor out = at::empty({m_.rows, m_.cols}, at::kFloat);
-  dequantizeRow(m_.type, m_.data, m_.rows * m_.cols, out.data_ptr<float>());
+  dequantizeRows(0, m_.rows, out.data_ptr<float>());
   return out;
+}
+
+void Weight::dequantizeRows(std::int64_t r0, std::int64_t n, float* dst) const {
+  if (packed_) kernels::packedDequantize(*packed_, r0, r0 + n, dst);
+  else dequantizeRow(m_.type, m_.data + r0 * m_.rowBytes, n * m_.cols, dst);
+}
+
+Weight Weight::packed() const {
+  if (!owner_ || dense_.defined() || packed_ || !kernels::packableType(m_.type)) return *this;
+  auto p = std::make_shared<kernels::PackedMatrix>();
+  kernels::packPrepare(m_, *p);
+  // 1024 rows at a time, giving back the mapped pages of each share once it is packed: the resident weights grow by
+  // one share at most, not by the whole matrix (the output matrix is the largest).
+  constexpr std::int64_t kShare = 64;
+  for (std::int64_t c0 = 0; c0 < p->tiles(); c0 += kShare) {
+    const std::int64_t c1 = std::min(p->tiles(), c0 + kShare);
+    at::parallel_for(c0, c1, 1, [&](std::int64_t t0, std::int64_t t1) { kernels::packTiles(m_, *p, t0, t1); });
+    const std::int64_t r0 = 16 * c0, r1 = std::min(16 * c1, m_.rows);
+    if (mapping_) mapping_->release(m_.data + r0 * m_.rowBytes, static_cast<std::size_t>((r1 - r0) * m_.rowBytes));
+  }
+  Weight w;
+  w.m_ = {m_.type, m_.rows, m_.cols, nullptr, m_.rowBytes};
+  w.packed_ = std::move(p);
+  return w;
+}
+
+Weight Weight::unpacked() const {
+  if (!packed_) return *this;
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(m_.rows * m_.rowBytes));
+  std::uint8_t* out = bytes->data();
+  at::parallel_for(0, m_.rows, 16, [&](std::int64_t r0, std::int64_t r1) {
+    kernels::unpackRows(*packed_, r0, r1, out + r0 * m_.rowBytes, m_.rowBytes);
+  });
+  return Weight(m_.type, m_.rows, m_.cols, out, std::move(bytes));
 }
 
 Weight Weight::toDense(const at::TensorOptions& options) const {
@@ -155,7 +203,8 @@ Weight Weight::toDense(const at::TensorOptions& options) const {
 Weight Weight::requantized(std::uint32_t type) const {
   const kernels::BlockLayout L = kernels::blockLayout(type);
   if (!kernels::quantizable(type)) throw std::invalid_argument("Weight::requantized: kvscope writes Q8_0, Q4_0 and Q4_1");
-  if (!defined() || dense_.defined()) throw std::invalid_argument("Weight::requantized: a weight in its stored form only");
+  if (!owner_ || dense_.defined() || packed_)
+    throw std::invalid_argument("Weight::requantized: a weight in its stored form only");
   if (m_.cols % L.values != 0)
     throw std::invalid_argument("Weight::requantized: rows of " + std::to_string(m_.cols) + " values are not whole blocks of 32");
   const std::int64_t rowBytes = m_.cols / L.values * L.bytes;
@@ -172,6 +221,7 @@ Weight Weight::requantized(std::uint32_t type) const {
 }
 
 Weight Weight::permuteRows(const std::vector<std::int64_t>& order) const {
+  TORCH_CHECK(owner_ && !packed_ && !dense_.defined(), "Weight::permuteRows: a weight in its stored form only");
   TORCH_CHECK(static_cast<std::int64_t>(order.size()) == m_.rows, "Weight::permuteRows: ", order.size(), " rows for ",
               m_.rows);
   auto bytes = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(this->bytes()));
@@ -183,6 +233,7 @@ Weight Weight::permuteRows(const std::vector<std::int64_t>& order) const {
 }
 
 std::int64_t Weight::firstNonFinite() const {
+  TORCH_CHECK(owner_ && !packed_ && !dense_.defined(), "Weight::firstNonFinite: a weight in its stored form only");
   const kernels::BlockLayout L = kernels::blockLayout(m_.type);
   const std::int64_t blocks = m_.rows * m_.cols / L.values;
   const std::int64_t b = kernels::firstNonFiniteBlock(m_.type, m_.data, blocks);

@@ -12,8 +12,11 @@
 #include <vector>
 
 #include "kernels/cpu/block_matmul.h"
+#include "kernels/cpu/packed_matmul.h"
 
 namespace kvscope::model {
+
+class MappedFile;
 
 /// How a decode step multiplies block weights: F32 keeps the activations in float32 (the dequantize-then-matmul
 /// product up to rounding: transformers' numbers); Q8 quantizes them per 32 values to 8 bits first, as llama.cpp's
@@ -37,16 +40,18 @@ class Weight {
   static constexpr std::int64_t kKernelRows = 16;
 
   Weight() = default;
-  /// rows x cols values of ggml type `type` at `data`, row after row; `owner` keeps the bytes alive (a mapped file).
+  /// rows x cols values of ggml type `type` at `data`, row after row; `owner` keeps the bytes alive (a mapped file,
+  /// given as `mapping` too when the bytes lie in one: packed() then gives its pages back).
   Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const std::uint8_t* data,
-         std::shared_ptr<const void> owner);
+         std::shared_ptr<const void> owner, const MappedFile* mapping = nullptr);
 
-  bool defined() const { return owner_ != nullptr || dense_.defined(); }
+  bool defined() const { return owner_ != nullptr || dense_.defined() || packed_ != nullptr; }
   std::int64_t rows() const { return m_.rows; }
   std::int64_t cols() const { return m_.cols; }
   std::uint32_t type() const { return m_.type; }
   /// Bytes the matrix takes in memory (its stored form).
   std::uint64_t bytes() const {
+    if (packed_) return static_cast<std::uint64_t>(packed_->bytes());
     return dense_.defined() ? static_cast<std::uint64_t>(dense_.nbytes())
                             : static_cast<std::uint64_t>(m_.rows) * static_cast<std::uint64_t>(m_.rowBytes);
   }
@@ -55,6 +60,16 @@ class Weight {
   /// are dequantized in float32 first, then rounded once to the dtype.
   Weight toDense(const at::TensorOptions& options) const;
   bool isDense() const { return dense_.defined(); }
+
+  /// The form for 8-bit activations (kernels/cpu/packed_matmul.h): the same values with sixteen rows interleaved, in
+  /// memory of its own, rows split over LibTorch's threads; the mapped file's pages it replaces are given back. A
+  /// type without that form (or a dense weight) stays as it is. linear() with
+  /// Activations::Q8 then runs every batch size on integer dot products (prefill too); with F32 a packed weight is
+  /// dequantized a tile at a time.
+  Weight packed() const;
+  /// The stored form back from the packed one, byte for byte, in memory of its own (anything else: itself).
+  Weight unpacked() const;
+  bool isPacked() const { return packed_ != nullptr; }
 
   /// x [..., cols] of any floating dtype -> x W^T (+ bias) [..., rows] in x's dtype, computed in float32 (a dense
   /// weight: in its own dtype, on its device).
@@ -78,9 +93,14 @@ class Weight {
   std::int64_t firstNonFinite() const;
 
  private:
+  /// Rows [r0, r0 + n) as float32 into dst, from the stored or the packed form.
+  void dequantizeRows(std::int64_t r0, std::int64_t n, float* dst) const;
+
   kernels::BlockMatrix m_;
   std::shared_ptr<const void> owner_;
+  const MappedFile* mapping_ = nullptr;
   at::Tensor dense_;  // the device path's form (toDense); m_ then keeps only the shape
+  std::shared_ptr<const kernels::PackedMatrix> packed_;  // packed(): m_ then keeps only the shape
 };
 
 }  // namespace kvscope::model

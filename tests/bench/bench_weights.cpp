@@ -1,6 +1,7 @@
 // Weight benchmarks (Google Benchmark), reported as ratios measured in one run: one decode-step product x W^T
 // (activation rows 1 and 4) on a [5632, 2048] weight (TinyLlama-1.1B's FFN shape), for each block format kvscope keeps
-// in memory (model/weight.h), beside
+// in memory (model/weight.h), with float32 activations (matvec/), 8-bit ones on the stored form (matvec_q8/) and on
+// the packed form (matvec_q8_packed/: Q4_0, Q4_1, Q8_0, Q4_K), beside
 //   matvec/f32_dense   the same product through at::linear on the dequantized float32 copy (what kvscope did before
 //                      block formats; LibTorch's MKL GEMV), and
 //   matvec/memcpy      copying the weight's stored bytes (the memory-bound floor for one read of the weight).
@@ -29,16 +30,21 @@ std::shared_ptr<std::vector<std::uint8_t>> randomBlocks(std::uint32_t type) {
   return v;
 }
 
-void matvec(benchmark::State& st, std::uint32_t type) {
+// How the product runs: float32 activations on the stored form, 8-bit activations on it, or on the packed form.
+enum class Form { F32, Q8, Q8Packed };
+
+void matvec(benchmark::State& st, std::uint32_t type, Form form) {
   const std::int64_t m = st.range(0);
   const auto bytes = randomBlocks(type);
-  const model::Weight w(type, kRows, kCols, bytes->data(), bytes);
+  const model::Weight stored(type, kRows, kCols, bytes->data(), bytes);
+  const model::Weight w = form == Form::Q8Packed ? stored.packed() : stored;
+  const auto a = form == Form::F32 ? model::Activations::F32 : model::Activations::Q8;
   const at::Tensor x = at::randn({m, kCols});
   for (auto _ : st) {
-    at::Tensor y = w.linear(x);
+    at::Tensor y = w.linear(x, {}, a);
     benchmark::DoNotOptimize(y.data_ptr<float>());
   }
-  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(w.bytes()));
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(stored.bytes()));
 }
 
 void denseF32(benchmark::State& st) {
@@ -69,12 +75,18 @@ int main(int argc, char** argv) {
       {"Q4_0", BlockType::Q4_0}, {"Q4_1", BlockType::Q4_1}, {"Q5_0", BlockType::Q5_0}, {"Q5_1", BlockType::Q5_1},
       {"Q8_0", BlockType::Q8_0}, {"Q4_K", BlockType::Q4_K}, {"Q5_K", BlockType::Q5_K}, {"Q6_K", BlockType::Q6_K},
       {"F16", BlockType::F16},   {"BF16", BlockType::BF16}, {"F32", BlockType::F32}};
-  for (const auto& [name, t] : types)
-    benchmark::RegisterBenchmark((std::string("matvec/") + name).c_str(),
-                                 [t = static_cast<std::uint32_t>(t)](benchmark::State& st) { matvec(st, t); })
-        ->Arg(1)
-        ->Arg(4)
-        ->Unit(benchmark::kMicrosecond);
+  for (const auto& [prefix, form] : {std::pair{"matvec/", Form::F32}, std::pair{"matvec_q8/", Form::Q8},
+                                     std::pair{"matvec_q8_packed/", Form::Q8Packed}})
+    for (const auto& [name, t] : types) {
+      const auto type = static_cast<std::uint32_t>(t);
+      if (form != Form::F32 && !kernels::blockLayout(type).quantized()) continue;  // float weights: f32 only
+      if (form == Form::Q8Packed && !kernels::packableType(type)) continue;
+      benchmark::RegisterBenchmark((std::string(prefix) + name).c_str(),
+                                   [type, form = form](benchmark::State& st) { matvec(st, type, form); })
+          ->Arg(1)
+          ->Arg(4)
+          ->Unit(benchmark::kMicrosecond);
+    }
   benchmark::RegisterBenchmark("matvec/f32_dense", denseF32)->Arg(1)->Arg(4)->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("matvec/memcpy", copyBytes)->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);

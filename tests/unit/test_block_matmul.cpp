@@ -9,11 +9,13 @@
 #include <c10/util/Half.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
 #include "kernels/cpu/block_matmul.h"
 #include "kernels/cpu/blocks.h"
+#include "kernels/cpu/packed_matmul.h"
 #include "kernels/cpu/simd.h"
 #include "model/llama.h"
 #include "model/weight.h"
@@ -134,6 +136,18 @@ std::string name(BlockType t) {
     case BlockType::Q6_K: return "Q6_K";
   }
   return "?";
+}
+
+// x's rows as 8-bit activations give them: each value its code times its group's scale.
+at::Tensor codesTimesScales(const at::Tensor& x) {
+  const std::int64_t m = x.size(0), cols = x.size(1);
+  kernels::Q8Rows q;
+  kernels::quantizeRowsQ8(x.contiguous().data_ptr<float>(), m, cols, cols, q);
+  at::Tensor out = at::empty({m, cols});
+  float* o = out.data_ptr<float>();
+  for (std::int64_t i = 0; i < m * cols; ++i)
+    o[i] = q.codes[static_cast<std::size_t>(i)] * q.scales[static_cast<std::size_t>(i / 32)];
+  return out;
 }
 
 }  // namespace
@@ -274,18 +288,122 @@ TEST(BlockMatmul, EightBitActivationsEveryTypeBothPaths) {
   }
 }
 
+// 8-bit activations through Weight::linear: the product of the weights with the activations as their codes give
+// them (codes times scale), to float rounding, not merely near the float32 product.
 TEST(Weight, EightBitActivationsThroughLinear) {
   const Case c{BlockType::Q4_1, 128};
   auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(c.type, 50, c.cols, 17));
   const model::Weight W(static_cast<std::uint32_t>(c.type), 50, c.cols, data->data(), data);
+  at::manual_seed(17);
   const at::Tensor x = at::randn({2, c.cols});
   const at::Tensor exact = W.linear(x), q8 = W.linear(x, {}, model::Activations::Q8);
-  const at::Tensor ref = at::linear(x, W.dense());
-  EXPECT_TRUE(at::allclose(exact, ref, 1e-4, 1e-4));
+  EXPECT_TRUE(at::allclose(exact, at::linear(x, W.dense()), 1e-4, 1e-4));
   EXPECT_FALSE(at::equal(q8, exact));  // the activations were rounded
-  EXPECT_TRUE(at::allclose(q8, ref, 5e-2, 5e-2));
+  EXPECT_TRUE(at::allclose(q8, at::linear(codesTimesScales(x), W.dense()), 1e-4, 1e-4));
   EXPECT_EQ(model::parseActivations("q8"), model::Activations::Q8);
   EXPECT_THROW(model::parseActivations("q4"), std::invalid_argument);
+}
+
+const BlockType kPackable[] = {BlockType::Q4_0, BlockType::Q4_1, BlockType::Q8_0, BlockType::Q4_K};
+
+kernels::BlockMatrix blockMatrix(BlockType t, std::int64_t rows, std::int64_t cols, const std::vector<std::uint8_t>& d) {
+  const auto L = kernels::blockLayout(static_cast<std::uint32_t>(t));
+  return {static_cast<std::uint32_t>(t), rows, cols, d.data(), cols / L.values * L.bytes};
+}
+
+kernels::PackedMatrix packedOf(const kernels::BlockMatrix& bm) {
+  kernels::PackedMatrix p;
+  kernels::packPrepare(bm, p);
+  kernels::packTiles(bm, p, 1, p.tiles());
+  kernels::packTiles(bm, p, 0, 1);
+  return p;
+}
+
+// The repacked form holds exactly the stored values: its dequantization is the stored one bit for bit, and the
+// blocks come back byte for byte (37 rows: two full tiles and a padded one).
+TEST(PackedMatmul, TheRepackedFormHoldsTheStoredValues) {
+  for (BlockType t : kPackable) {
+    const std::int64_t rows = 37, cols = t == BlockType::Q4_K ? 512 : 96;
+    const auto data = randomMatrix(t, rows, cols, 23);
+    const auto bm = blockMatrix(t, rows, cols, data);
+    const kernels::PackedMatrix p = packedOf(bm);
+    EXPECT_EQ(p.tiles(), 3);
+    const auto ref = dequantized(t, data, rows * cols);
+    std::vector<float> got(ref.size());
+    kernels::packedDequantize(p, 0, 5, got.data());
+    kernels::packedDequantize(p, 5, rows, got.data() + 5 * cols);
+    EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)), 0) << name(t);
+    std::vector<std::uint8_t> back(data.size());
+    kernels::unpackRows(p, 0, 20, back.data(), bm.rowBytes);
+    kernels::unpackRows(p, 20, rows, back.data() + 20 * bm.rowBytes, bm.rowBytes);
+    EXPECT_EQ(back, data) << name(t);
+    // The stored size (Q4_K: 148 bytes per 256 values against 144), padding rows aside.
+    EXPECT_LE(static_cast<double>(p.tileBytes), (t == BlockType::Q4_K ? 148.0 / 144 : 1.0) * static_cast<double>(bm.rowBytes) * 16)
+        << name(t);
+  }
+}
+
+// The packed VNNI kernel and its portable twin against the weights times the activations' codes in double: one
+// activation row (a decode step), tiles of four and what is left, and a prefill-sized batch; a tile range split.
+TEST(PackedMatmul, EightBitActivationsEveryPackedTypeBothPaths) {
+  for (BlockType t : kPackable) {
+    const std::int64_t rows = 37, cols = t == BlockType::Q4_K ? 512 : 128;
+    const auto data = randomMatrix(t, rows, cols, 29);
+    const auto w = dequantized(t, data, rows * cols);
+    const kernels::PackedMatrix p = packedOf(blockMatrix(t, rows, cols, data));
+    for (std::int64_t m : {1, 3, 6, 21}) {
+      const at::Tensor x = at::randn({m, cols});
+      kernels::Q8Rows q;
+      kernels::quantizeRowsQ8(x.data_ptr<float>(), m, cols, cols, q);
+      const at::Tensor xq = codesTimesScales(x);
+      for (Path path : {Path::Avx512, Path::Portable}) {
+        Paths on(path);
+        std::vector<float> y(static_cast<std::size_t>(m * rows), std::nanf(""));
+        kernels::packedMatmulQ8(p, q, y.data(), rows, 0, 1);
+        kernels::packedMatmulQ8(p, q, y.data(), rows, 1, p.tiles());
+        expectProduct(w, xq.data_ptr<float>(), y.data(), m, rows, cols,
+                      name(t) + (path == Path::Avx512 ? " packed simd" : " packed portable") + " m=" + std::to_string(m));
+      }
+    }
+  }
+}
+
+// A weight packed for 8-bit activations: the same products as the stored form (decode and prefill batches), the
+// same rows looked up, float32 activations still right (dequantized tiles), the stored bytes back when unpacked; a
+// Q8_0 scale whose -128 d overflows fp16 keeps the stored form.
+TEST(Weight, PackedForEightBitActivations) {
+  for (BlockType t : kPackable) {
+    const std::int64_t rows = 40, cols = t == BlockType::Q4_K ? 256 : 64;
+    auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(t, rows, cols, 31));
+    const model::Weight W(static_cast<std::uint32_t>(t), rows, cols, data->data(), data);
+    const model::Weight P = W.packed();
+    ASSERT_TRUE(P.isPacked()) << name(t);
+    EXPECT_FALSE(W.isPacked());
+    // What the stored form takes for the padded rows (Q4_K: 148 bytes per 256 values against 144).
+    const std::uint64_t rowBytes = W.bytes() / rows, packedRow = t == BlockType::Q4_K ? rowBytes / 144 * 148 : rowBytes;
+    EXPECT_EQ(P.bytes(), static_cast<std::uint64_t>((rows + 15) / 16 * 16) * packedRow) << name(t);
+    for (std::int64_t n : {1, 5, 40}) {  // past Weight::kKernelRows the stored form runs a GEMM
+      const at::Tensor x = at::randn({n, cols});
+      const at::Tensor viaCodes = at::linear(codesTimesScales(x), W.dense());
+      EXPECT_TRUE(at::allclose(P.linear(x, {}, model::Activations::Q8), viaCodes, 1e-4, 1e-4)) << name(t) << " " << n;
+      EXPECT_TRUE(at::allclose(P.linear(x), W.linear(x), 1e-5, 1e-5)) << name(t) << " " << n;
+    }
+    const at::Tensor ids = at::tensor(std::vector<std::int64_t>{0, 17, 39});
+    EXPECT_TRUE(at::equal(P.gather(ids), W.gather(ids))) << name(t);
+    const model::Weight U = P.unpacked();
+    EXPECT_FALSE(U.isPacked());
+    EXPECT_TRUE(at::equal(U.dense(), W.dense())) << name(t);
+    EXPECT_THROW(P.requantized(static_cast<std::uint32_t>(BlockType::Q8_0)), std::invalid_argument);
+  }
+  // Q8_0's M (-128 d) is not stored: a scale whose M is past fp16's range still packs, exactly.
+  auto big = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(BlockType::Q8_0, 16, 32, 5));
+  putHalf(big->data() + 5 * 34, 1000.0f);
+  const model::Weight B(static_cast<std::uint32_t>(BlockType::Q8_0), 16, 32, big->data(), big);
+  ASSERT_TRUE(B.packed().isPacked());
+  EXPECT_TRUE(at::equal(B.packed().dense(), B.dense()));
+  // Types without a packed form stay as they are.
+  auto q6 = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(BlockType::Q6_K, 16, 256, 5));
+  EXPECT_FALSE(model::Weight(static_cast<std::uint32_t>(BlockType::Q6_K), 16, 256, q6->data(), q6).packed().isPacked());
 }
 
 // --weights: float matrices quantized at load. Each value within half a code step (Q8_0: amax / 254, Q4_1: range /
@@ -347,4 +465,26 @@ TEST(Weight, AModelQuantizedAtLoad) {
   const double k8 = meanKl(*q8), k4 = meanKl(*q4);
   EXPECT_LT(k8, 1e-2);
   EXPECT_GT(k4, 2 * k8);  // 4 bits lose more than 8 (on this sharp random model, far more)
+}
+
+// A model switched to 8-bit activations packs its block matrices (the weights then take what they took), and
+// switched back it computes exactly what it computed before; the 8-bit next-token distribution stays close.
+TEST(Weight, AModelPackedForEightBitActivationsAndBack) {
+  auto m = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(), {},
+                                   static_cast<std::uint32_t>(BlockType::Q4_0));
+  const std::uint64_t stored = m->weightBytes();
+  const auto before = testutil::stepLogits(*m, cache::parseSpec("dynamic"), testutil::prompt(16), 4);
+  m->setActivations(model::Activations::Q8);
+  EXPECT_EQ(m->weightBytes(), stored);  // Q4_0's packed form takes what it takes stored (no padding rows here)
+  const auto q8 = testutil::stepLogits(*m, cache::parseSpec("dynamic"), testutil::prompt(16), 4);
+  m->setActivations(model::Activations::F32);
+  EXPECT_EQ(m->weightBytes(), stored);
+  const auto after = testutil::stepLogits(*m, cache::parseSpec("dynamic"), testutil::prompt(16), 4);
+  ASSERT_EQ(before.size(), after.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    EXPECT_TRUE(at::equal(before[i], after[i])) << "step " << i;
+    const at::Tensor p = before[i].log_softmax(0), q = q8[i].log_softmax(0);
+    EXPECT_LT((p.exp() * (p - q)).sum().item<double>(), 5e-2) << "step " << i;
+    EXPECT_FALSE(at::equal(before[i], q8[i]));
+  }
 }

@@ -1,0 +1,358 @@
+#include "kernels/cpu/packed_matmul.h"
+
+// GCC 12 at -O3 reports the _mm512_undefined_* inside its own AVX-512 conversion intrinsics as "may be used
+// uninitialized" (GCC bug 105593); nothing of ours is.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/simd.h"
+
+namespace kvscope::kernels {
+
+namespace {
+
+// Where a type's pieces lie in a tile (packed_matmul.h).
+struct Shape {
+  int groupsPerUnit = 1;  // 8 for Q4_K's super-block
+  bool scaled = false;    // per-group 6-bit scale and min (Q4_K)
+  int chunks = 4;         // 64-byte code chunks per group: 4 (4-bit codes) or 8 (8-bit)
+  float minPerD = 0.0f;   // M = minPerD * D (Q4_0: -8, Q8_0: -128; exact), so no mbase is stored; 0: mbase stored
+  std::int64_t headerBytes() const { return minPerD != 0.0f ? 32 : 64; }
+  std::int64_t groupBytes() const { return (scaled ? 32 : 0) + 64 * chunks; }
+  std::int64_t unitBytes() const { return headerBytes() + groupsPerUnit * groupBytes(); }
+};
+
+constexpr Shape shapeOf(BlockType type) {
+  Shape s;
+  if (type == BlockType::Q4_K) {
+    s.groupsPerUnit = 8;
+    s.scaled = true;
+  }
+  if (type == BlockType::Q8_0) s.chunks = 8;
+  if (type == BlockType::Q4_0) s.minPerD = -8.0f;
+  if (type == BlockType::Q8_0) s.minPerD = -128.0f;
+  return s;
+}
+Shape shapeOf(std::uint32_t type) { return shapeOf(static_cast<BlockType>(type)); }
+
+std::uint16_t bitsOf(c10::Half h) { return h.x; }
+float fromBits(std::uint16_t b) { return static_cast<float>(c10::Half(b, c10::Half::from_bits())); }
+std::uint16_t load16(const std::uint8_t* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+void store16(std::uint8_t* p, std::uint16_t v) { std::memcpy(p, &v, 2); }
+
+// The pieces of row r's group g in the repacked form.
+struct GroupAt {
+  const std::uint8_t* unit;   // the unit's dbase/mbase
+  const std::uint8_t* group;  // the group's sc/mn (Q4_K) then its code chunks
+  const std::uint8_t* codes;
+  int j;  // the row's lane in its tile
+};
+
+GroupAt locate(const PackedMatrix& w, const Shape& s, std::int64_t r, std::int64_t g) {
+  const std::uint8_t* tile = w.data.get() + (r / 16) * w.tileBytes;
+  const std::int64_t u = g / s.groupsPerUnit, gg = g % s.groupsPerUnit;
+  GroupAt a;
+  a.unit = tile + u * s.unitBytes();
+  a.group = a.unit + s.headerBytes() + gg * s.groupBytes();
+  a.codes = a.group + (s.scaled ? 32 : 0);
+  a.j = static_cast<int>(r % 16);
+  return a;
+}
+
+// Row r's group g as unsigned codes with its D and M (value = D * q + M).
+void readGroup(const PackedMatrix& w, const Shape& s, std::int64_t r, std::int64_t g, std::uint8_t q[32], float& D,
+               float& M) {
+  const GroupAt a = locate(w, s, r, g);
+  D = fromBits(load16(a.unit + 2 * a.j));
+  M = s.minPerD != 0.0f ? s.minPerD * D : fromBits(load16(a.unit + 32 + 2 * a.j));
+  if (s.scaled) {
+    D *= static_cast<float>(a.group[a.j]);
+    M *= static_cast<float>(a.group[16 + a.j]);
+  }
+  for (int i = 0; i < 4 * s.chunks; ++i) {
+    const std::uint8_t b = a.codes[64 * (i / 4) + 4 * a.j + i % 4];
+    if (s.chunks == 8) {
+      q[i] = b;
+    } else {
+      q[i] = b & 0x0F;
+      q[i + 16] = b >> 4;
+    }
+  }
+}
+
+}  // namespace
+
+bool packableType(std::uint32_t type) {
+  switch (static_cast<BlockType>(type)) {
+    case BlockType::Q4_0:
+    case BlockType::Q4_1:
+    case BlockType::Q8_0:
+    case BlockType::Q4_K: return true;
+    default: return false;
+  }
+}
+
+std::int64_t packedTileBytes(std::uint32_t type, std::int64_t cols) {
+  const Shape s = shapeOf(type);
+  return cols / (32 * s.groupsPerUnit) * s.unitBytes();
+}
+
+void packPrepare(const BlockMatrix& w, PackedMatrix& out) {
+  out.type = w.type;
+  out.rows = w.rows;
+  out.cols = w.cols;
+  out.tileBytes = packedTileBytes(w.type, w.cols);
+  out.data.reset(new std::uint8_t[static_cast<std::size_t>(out.bytes())]);  // not zeroed: see packTiles
+}
+
+void packTiles(const BlockMatrix& w, PackedMatrix& out, std::int64_t t0, std::int64_t t1) {
+  const Shape s = shapeOf(w.type);
+  const BlockLayout L = blockLayout(w.type);
+  const auto type = static_cast<BlockType>(w.type);
+  const std::int64_t groups = w.cols / 32, perBlock = L.values / 32;
+  for (std::int64_t t = t0; t < t1; ++t)  // a last tile's padding rows: zero (D = M = 0)
+    if (16 * t + 16 > w.rows) std::memset(out.data.get() + t * out.tileBytes, 0, static_cast<std::size_t>(out.tileBytes));
+  for (std::int64_t r = t0 * 16; r < std::min(t1 * 16, w.rows); ++r) {
+    const std::uint8_t* row = w.data + r * w.rowBytes;
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::uint8_t* block = row + (g / perBlock) * L.bytes;
+      std::uint8_t q[32];
+      float D[2], M[2];
+      unpackGroup(type, block, static_cast<int>(g % perBlock), q, D, M);
+      const GroupAt a = locate(out, s, r, g);
+      auto* unit = const_cast<std::uint8_t*>(a.unit);
+      auto* group = const_cast<std::uint8_t*>(a.group);
+      auto* codes = const_cast<std::uint8_t*>(a.codes);
+      if (s.scaled) {  // d and -dmin as stored (the sign bit flipped), the group's scale and min
+        store16(unit + 2 * a.j, load16(block));
+        store16(unit + 32 + 2 * a.j, static_cast<std::uint16_t>(load16(block + 2) ^ 0x8000u));
+        int sc, mn;
+        scaleMinK4(static_cast<int>(g % perBlock), block + 4, sc, mn);
+        group[a.j] = static_cast<std::uint8_t>(sc);
+        group[16 + a.j] = static_cast<std::uint8_t>(mn);
+      } else {  // D and M are the block's fp16 d (and m): exact
+        store16(unit + 2 * a.j, bitsOf(c10::Half(D[0])));
+        if (s.minPerD == 0.0f) store16(unit + 32 + 2 * a.j, bitsOf(c10::Half(M[0])));
+      }
+      for (int i = 0; i < 4 * s.chunks; ++i) {
+        const std::uint8_t b = s.chunks == 8 ? q[i] : static_cast<std::uint8_t>(q[i] | (q[i + 16] << 4));
+        codes[64 * (i / 4) + 4 * a.j + i % 4] = b;
+      }
+    }
+  }
+}
+
+void unpackRows(const PackedMatrix& w, std::int64_t r0, std::int64_t r1, std::uint8_t* dst, std::int64_t rowBytes) {
+  const Shape s = shapeOf(w.type);
+  const BlockLayout L = blockLayout(w.type);
+  const auto type = static_cast<BlockType>(w.type);
+  const std::int64_t blocks = w.cols / L.values;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    std::uint8_t* row = dst + (r - r0) * rowBytes;
+    for (std::int64_t bi = 0; bi < blocks; ++bi) {
+      std::uint8_t* b = row + bi * L.bytes;
+      if (type == BlockType::Q4_K) {
+        int sc[8], mn[8];
+        for (int gg = 0; gg < 8; ++gg) {
+          const GroupAt a = locate(w, s, r, bi * 8 + gg);
+          if (gg == 0) {
+            store16(b, load16(a.unit + 2 * a.j));
+            store16(b + 2, static_cast<std::uint16_t>(load16(a.unit + 32 + 2 * a.j) ^ 0x8000u));
+          }
+          sc[gg] = a.group[a.j];
+          mn[gg] = a.group[16 + a.j];
+          for (int i = 0; i < 16; ++i) {
+            const std::uint8_t c = a.codes[64 * (i / 4) + 4 * a.j + i % 4];
+            const std::uint8_t lo = c & 0x0F, hi = c >> 4;  // values i and i + 16 of the group
+            std::uint8_t* qs = b + 16 + 32 * (gg / 2);
+            if (gg % 2 == 0) {
+              qs[i] = lo;
+              qs[i + 16] = hi;
+            } else {
+              qs[i] = static_cast<std::uint8_t>(qs[i] | (lo << 4));
+              qs[i + 16] = static_cast<std::uint8_t>(qs[i + 16] | (hi << 4));
+            }
+          }
+        }
+        std::uint8_t* sm = b + 4;  // get_scale_min_k4 inverted
+        for (int j = 0; j < 4; ++j) {
+          sm[j] = static_cast<std::uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+          sm[j + 4] = static_cast<std::uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+          sm[j + 8] = static_cast<std::uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+        }
+        continue;
+      }
+      const GroupAt a = locate(w, s, r, bi);
+      store16(b, load16(a.unit + 2 * a.j));
+      const int qs = type == BlockType::Q4_1 ? 4 : 2;
+      if (type == BlockType::Q4_1) store16(b + 2, load16(a.unit + 32 + 2 * a.j));
+      for (int i = 0; i < 4 * s.chunks; ++i) {
+        const std::uint8_t c = a.codes[64 * (i / 4) + 4 * a.j + i % 4];
+        b[qs + i] = type == BlockType::Q8_0 ? static_cast<std::uint8_t>(c ^ 0x80) : c;
+      }
+    }
+  }
+}
+
+void packedDequantize(const PackedMatrix& w, std::int64_t r0, std::int64_t r1, float* dst) {
+  const Shape s = shapeOf(w.type);
+  const std::int64_t groups = w.cols / 32;
+  for (std::int64_t r = r0; r < r1; ++r)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      std::uint8_t q[32];
+      float D, M;
+      readGroup(w, s, r, g, q, D, M);
+      float* out = dst + (r - r0) * w.cols + 32 * g;
+      for (int l = 0; l < 32; ++l) out[l] = D * static_cast<float>(q[l]) + M;
+    }
+}
+
+namespace {
+
+void portableQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0,
+                std::int64_t t1) {
+  const Shape s = shapeOf(w.type);
+  const std::int64_t groups = w.cols / 32;
+  for (std::int64_t r = t0 * 16; r < std::min(t1 * 16, w.rows); ++r)
+    for (std::int64_t i = 0; i < x.m; ++i) {
+      float acc = 0.0f;
+      for (std::int64_t g = 0; g < groups; ++g) {
+        std::uint8_t q[32];
+        float D, M;
+        readGroup(w, s, r, g, q, D, M);
+        const std::int8_t* c = x.codes.data() + i * w.cols + 32 * g;
+        int dot = 0;
+        for (int l = 0; l < 32; ++l) dot += q[l] * c[l];
+        const std::size_t at = static_cast<std::size_t>(i * groups + g);
+        acc += D * x.scales[at] * static_cast<float>(dot) + M * (x.sums[2 * at] + x.sums[2 * at + 1]);
+      }
+      y[i * ldy + r] = acc;
+    }
+}
+
+#if KVS_HAVE_AVX2_PATHS
+KVS_VNNI inline __m512i bcast4(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Activation rows i0 .. i0 + MT - 1 against weight tile t: sixteen output rows in the lanes of one vector.
+template <BlockType T, int MT>
+KVS_VNNI void tileQ8(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0, float* y, std::int64_t ldy,
+                     std::int64_t t) {
+  constexpr Shape S = shapeOf(T);
+  constexpr int Chunks = S.chunks;
+  constexpr bool Scaled = S.scaled;
+  constexpr int G = S.groupsPerUnit;
+  const std::int64_t groups = w.cols / 32, units = groups / G;
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  const std::uint8_t* p = w.data.get() + t * w.tileBytes;
+  __m512 acc[MT], macc[MT];
+  for (int i = 0; i < MT; ++i) acc[i] = macc[i] = _mm512_setzero_ps();
+  for (std::int64_t u = 0; u < units; ++u) {
+    const __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512 mv = S.minPerD != 0.0f ? _mm512_mul_ps(dv, _mm512_set1_ps(S.minPerD))
+                                        : _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    p += S.headerBytes();
+    __m512 sacc[MT], smacc[MT];
+    if constexpr (Scaled)
+      for (int i = 0; i < MT; ++i) sacc[i] = smacc[i] = _mm512_setzero_ps();
+    for (int gg = 0; gg < G; ++gg) {
+      const std::int64_t g = u * G + gg;
+      __m512 scf, mnf;
+      if constexpr (Scaled) {
+        scf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+        mnf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
+        p += 32;
+      }
+      __m512i q[8];  // 4-bit: low nibbles in q[0..3], high nibbles in q[4..7]; 8-bit: chunk c in q[c]
+      for (int c = 0; c < Chunks; ++c) {
+        const __m512i v = _mm512_loadu_si512(p + 64 * c);
+        if constexpr (Chunks == 4) {
+          q[c] = _mm512_and_si512(v, nib);
+          q[c + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        } else {
+          q[c] = v;
+        }
+      }
+      p += 64 * Chunks;
+      for (int i = 0; i < MT; ++i) {
+        const std::int8_t* cx = x.codes.data() + (i0 + i) * w.cols + 32 * g;
+        __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {  // q[c]: values 4c..4c+3, q[c + 4]: values 16 + 4c.. (both layouts)
+          s0 = _mm512_dpbusd_epi32(s0, q[c], bcast4(cx + 4 * c));
+          s1 = _mm512_dpbusd_epi32(s1, q[c + 4], bcast4(cx + 16 + 4 * c));
+        }
+        const std::size_t at = static_cast<std::size_t>((i0 + i) * groups + g);
+        const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), _mm512_set1_ps(x.scales[at]));
+        const __m512 sx = _mm512_set1_ps(x.sums[2 * at] + x.sums[2 * at + 1]);
+        if constexpr (Scaled) {
+          sacc[i] = _mm512_fmadd_ps(f, scf, sacc[i]);
+          smacc[i] = _mm512_fmadd_ps(mnf, sx, smacc[i]);
+        } else {
+          acc[i] = _mm512_fmadd_ps(f, dv, acc[i]);
+          macc[i] = _mm512_fmadd_ps(mv, sx, macc[i]);
+        }
+      }
+    }
+    if constexpr (Scaled)
+      for (int i = 0; i < MT; ++i) {
+        acc[i] = _mm512_fmadd_ps(sacc[i], dv, acc[i]);
+        macc[i] = _mm512_fmadd_ps(smacc[i], mv, macc[i]);
+      }
+  }
+  const std::int64_t n = std::min<std::int64_t>(16, w.rows - 16 * t);
+  const auto mask = static_cast<__mmask16>((1u << n) - 1u);
+  for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + 16 * t, mask, _mm512_add_ps(acc[i], macc[i]));
+}
+
+template <BlockType T>
+void tilesQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0, std::int64_t t1) {
+  // Weight tile outside, activation rows inside: a prefill reads each tile once while it sits in the cache.
+  for (std::int64_t t = t0; t < t1; ++t) {
+    std::int64_t i = 0;
+    for (; i + 4 <= x.m; i += 4) tileQ8<T, 4>(w, x, i, y, ldy, t);
+    switch (x.m - i) {
+      case 3: tileQ8<T, 3>(w, x, i, y, ldy, t); break;
+      case 2: tileQ8<T, 2>(w, x, i, y, ldy, t); break;
+      case 1: tileQ8<T, 1>(w, x, i, y, ldy, t); break;
+      default: break;
+    }
+  }
+}
+#endif
+
+}  // namespace
+
+void packedMatmulQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0,
+                    std::int64_t t1) {
+  if (x.m <= 0 || t0 >= t1) return;
+#if KVS_HAVE_AVX2_PATHS
+  if (vnniPaths()) {
+    switch (static_cast<BlockType>(w.type)) {
+      case BlockType::Q4_0: tilesQ8<BlockType::Q4_0>(w, x, y, ldy, t0, t1); return;
+      case BlockType::Q4_1: tilesQ8<BlockType::Q4_1>(w, x, y, ldy, t0, t1); return;
+      case BlockType::Q8_0: tilesQ8<BlockType::Q8_0>(w, x, y, ldy, t0, t1); return;
+      case BlockType::Q4_K: tilesQ8<BlockType::Q4_K>(w, x, y, ldy, t0, t1); return;
+      default: break;
+    }
+  }
+#endif
+  portableQ8(w, x, y, ldy, t0, t1);
+}
+
+}  // namespace kvscope::kernels
