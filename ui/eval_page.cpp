@@ -10,8 +10,12 @@
 #include <QPushButton>
 #include <QSpinBox>
 #include <QTableWidget>
+#include <QTabWidget>
 #include <QVBoxLayout>
 #include <cmath>
+#include <qcustomplot.h>
+
+#include "docks/plot_style.h"
 
 namespace kvscope::ui {
 
@@ -60,16 +64,35 @@ EvalPage::EvalPage(QWidget* parent) : QWidget(parent) {
   summary_ = new QLabel(this);
   summary_->setObjectName("evalSummary");
   summary_->setWordWrap(true);
-  table_ = new QTableWidget(0, 8, this);
+  table_ = new QTableWidget(0, 14, this);
   table_->setObjectName("evalTable");
+  // The first eight: kvscope's figures; then llama-perplexity --kl-divergence's (top-1 is its "same top p").
   table_->setHorizontalHeaderLabels({tr("config"), tr("KV ratio"), tr("perplexity"), tr("Δ perplexity"),
-                                     tr("mean KL"), tr("max KL"), tr("top-1"), tr("NaN positions")});
+                                     tr("mean KL"), tr("max KL"), tr("top-1"), tr("NaN positions"), tr("± KL"),
+                                     tr("median KL"), tr("99% KL"), tr("99.9% KL"), tr("RMS Δp"), tr("PPL ratio")});
+  table_->horizontalHeaderItem(8)->setToolTip(tr("standard error of the mean KL, as llama-perplexity gives it"));
+  table_->horizontalHeaderItem(12)->setToolTip(
+      tr("root mean square of the change in the text token's probability, ± its standard error"));
+  table_->horizontalHeaderItem(13)->setToolTip(tr("PPL(config) / PPL(reference), ± its standard error"));
   table_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
   table_->verticalHeader()->setVisible(false);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  positions_ = new QCustomPlot(this);
+  positions_->setObjectName("evalPositionPlot");
+  positions_->setMinimumSize(kPlotMin);
+  positions_->xAxis->setLabel(tr("tokens of context"));
+  positions_->yAxis->setLabel(tr("mean KL (nats)"));
+  positions_->legend->setVisible(true);
+  legendBelow(positions_, 2);
+  // Tabs, not a splitter: the dock's minimum height is the larger of the two, so the window still fits 1366x768.
+  auto* tabs = new QTabWidget(this);
+  tabs->setObjectName("evalTabs");
+  tabs->setDocumentMode(true);
+  tabs->addTab(table_, tr("Figures"));
+  tabs->addTab(positions_, tr("KL by position"));
   el->addLayout(ebar);
   el->addWidget(summary_);
-  el->addWidget(table_, 1);
+  el->addWidget(tabs, 1);
   connect(evalButton, &QPushButton::clicked, this, &EvalPage::evaluateClicked);
 }
 
@@ -98,16 +121,37 @@ void EvalPage::showResult(const EvalResultView& result) {
   for (const auto& row : result.rows) {
     const int r = table_->rowCount();
     table_->insertRow(r);
-    const QStringList cells{row.spec,
-                            QString::number(row.ratio, 'f', 2) + "x",
-                            num(row.ppl, 'f', 3),
-                            row.reference ? "-" : num(row.ppl - refPpl, 'f', 3),
-                            row.reference ? "-" : num(row.meanKl, 'g', 4),
-                            row.reference ? "-" : num(row.maxKl, 'g', 4),
-                            row.reference ? "-" : QString::number(100.0 * row.top1, 'f', 1) + "%",
-                            row.reference ? "-" : QString::number(row.nonFinitePositions)};
+    auto pm = [&](double v, double e, double scale, int prec, const QString& unit) {
+      return num(scale * v, 'f', prec) + " ± " + num(scale * e, 'f', prec) + unit;
+    };
+    QStringList cells{row.spec,
+                      QString::number(row.ratio, 'f', 2) + "x",
+                      num(row.ppl, 'f', 3),
+                      row.reference ? "-" : num(row.ppl - refPpl, 'f', 3),
+                      row.reference ? "-" : num(row.meanKl, 'g', 4),
+                      row.reference ? "-" : num(row.maxKl, 'g', 4),
+                      row.reference ? "-" : QString::number(100.0 * row.top1, 'f', 1) + "%",
+                      row.reference ? "-" : QString::number(row.nonFinitePositions)};
+    if (row.reference)
+      for (int c = 8; c < 14; ++c) cells << "-";
+    else
+      cells << num(row.klStderr, 'g', 3) << num(row.medianKl, 'g', 4) << num(row.kl99, 'g', 4)
+            << num(row.kl999, 'g', 4) << pm(row.rmsDeltaP, row.rmsDeltaPStderr, 100.0, 3, "%")
+            << pm(row.pplRatio, row.pplRatioStderr, 1.0, 4, "");
     for (int c = 0; c < cells.size(); ++c) table_->setItem(r, c, new QTableWidgetItem(cells[c]));
   }
+  positions_->clearGraphs();
+  int colour = 0;
+  for (const auto& row : result.rows) {
+    if (row.reference) continue;
+    QCPGraph* g = positions_->addGraph();
+    g->setName(row.spec);
+    g->setPen(QPen(QColor::fromHsv((colour++ * 97) % 360, 200, 200), 1.5));
+    for (int i = 0; i < row.klByPosition.size(); ++i)
+      if (std::isfinite(row.klByPosition[i])) g->addData(i, row.klByPosition[i]);
+  }
+  positions_->rescaleAxes();
+  positions_->replot();
   summary_->setText(tr("%1: %2 window(s) of %3 tokens, %4 scored tokens per config")
                         .arg(result.textPath)
                         .arg(result.windows)

@@ -1,11 +1,13 @@
-// The compare dock's "Text evaluation" tab: a text file, its window size and count, and the table of perplexity, KL
-// and top-1 of each config against the unquantized cache (generate::evaluate on the engine thread).
+// The compare dock's "Text evaluation" tab: a text file, its window size and count, the table of perplexity, KL
+// and top-1 of each config against the unquantized cache with llama-perplexity's KL figures beside them, and the
+// mean KL against context length (generate::evaluate on the engine thread).
 #pragma once
 
 #include <QWidget>
 
 #include "snapshots.h"
 
+class QCustomPlot;
 class QLabel;
 class QLineEdit;
 class QSpinBox;
@@ -32,6 +34,7 @@ class EvalPage : public QWidget {
   QSpinBox* ctx_;
   QSpinBox* windows_;
   QTableWidget* table_;
+  QCustomPlot* positions_;  ///< mean KL against context length, one graph per config
   QLabel* summary_;
 };
 

@@ -58,6 +58,10 @@ struct EvalRowView {
   bool reference = false;
   double ratio = 0, ppl = 0, meanKl = 0, maxKl = 0, top1 = 0;
   qint64 scored = 0, nonFinitePositions = 0;
+  /// llama-perplexity's KL figures (generate::KldReport; configs only), with standard errors where it gives them.
+  double klStderr = 0, medianKl = 0, kl99 = 0, kl999 = 0, rmsDeltaP = 0, rmsDeltaPStderr = 0, pplRatio = 0,
+         pplRatioStderr = 0;
+  QVector<double> klByPosition;  ///< mean KL at each context length (NaN where none was scored)
 };
 
 struct EvalResultView {

@@ -283,6 +283,18 @@ void Engine::evaluate(const ui::EvalRequest& r) {
       row.top1 = g.top1();
       row.scored = g.scored;
       row.nonFinitePositions = g.nonFinitePositions;
+      if (i > 0) {
+        const generate::KldReport k = generate::kldReport(g, figs[0]);
+        row.klStderr = k.meanKl.error;
+        row.medianKl = k.medianKl;
+        row.kl99 = k.kl99;
+        row.kl999 = k.kl999;
+        row.rmsDeltaP = k.rmsDeltaP.value;
+        row.rmsDeltaPStderr = k.rmsDeltaP.error;
+        row.pplRatio = k.pplRatio.value;
+        row.pplRatioStderr = k.pplRatio.error;
+        for (double x : generate::klByPosition(g)) row.klByPosition << x;
+      }
       out.rows << row;
     }
     Q_EMIT evalProgress(total, total);

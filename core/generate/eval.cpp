@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -33,7 +34,53 @@ at::Tensor windowLogProbs(const model::LlamaModel& model, cache::KvCache& kv, co
   return at::cat(out, 0).log_softmax(-1);
 }
 
+// Appends a 1-D tensor's values (any device) as doubles.
+void append(std::vector<double>& to, const at::Tensor& t) {
+  const at::Tensor h = t.to(at::kCPU, at::kDouble).contiguous();
+  to.insert(to.end(), h.data_ptr<double>(), h.data_ptr<double>() + h.numel());
+}
+
 }  // namespace
+
+KldReport kldReport(const EvalFigures& config, const EvalFigures& reference) {
+  KldReport r;
+  const std::size_t n = std::min({config.tokenKl.size(), config.tokenNll.size(), reference.tokenNll.size()});
+  std::vector<double> kls;
+  double kl = 0, kl2 = 0, dp2 = 0, dp4 = 0, q = 0, q2 = 0, b = 0, b2 = 0, qb = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double k = config.tokenKl[i], nq = config.tokenNll[i], nb = reference.tokenNll[i];
+    if (!std::isfinite(k) || !std::isfinite(nq) || !std::isfinite(nb)) continue;
+    kls.push_back(k);
+    kl += k, kl2 += k * k;
+    const double d = std::exp(-nq) - std::exp(-nb);
+    dp2 += d * d, dp4 += d * d * d * d;
+    q += nq, q2 += nq * nq, b += nb, b2 += nb * nb, qb += nq * nb;
+  }
+  r.tokens = static_cast<std::int64_t>(kls.size());
+  if (kls.empty()) return r;
+  std::sort(kls.begin(), kls.end());
+  r.meanKl = meanOf(kl, kl2, r.tokens);
+  r.medianKl = medianOf(kls);
+  r.kl99 = percentileOf(kls, 0.99);
+  r.kl999 = percentileOf(kls, 0.999);
+  r.maxKl = kls.back();
+  r.sameTop = fractionOf(config.agree, config.scored);
+  const Estimate ms = meanOf(dp2, dp4, r.tokens);  // mean of Δp²; its root, the error carried through the root
+  r.rmsDeltaP = {std::sqrt(ms.value), ms.value > 0 ? 0.5 / std::sqrt(ms.value) * ms.error : 0.0};
+  const Estimate lq = meanOf(q, q2, r.tokens), lb = meanOf(b, b2, r.tokens);
+  const double tn = static_cast<double>(r.tokens);
+  const double cov = r.tokens < 10 ? 0.0 : (qb / tn - (q / tn) * (b / tn)) / (tn - 1);
+  const double ratio = std::exp(lq.value - lb.value);
+  r.pplRatio = {ratio, ratio * std::sqrt(std::max(0.0, lq.error * lq.error + lb.error * lb.error - 2 * cov))};
+  return r;
+}
+
+std::vector<double> klByPosition(const EvalFigures& f) {
+  std::vector<double> out(f.klAtPosition.size(), std::nan(""));
+  for (std::size_t i = 0; i < out.size(); ++i)
+    if (f.tokensAtPosition[i] > 0) out[i] = f.klAtPosition[i] / static_cast<double>(f.tokensAtPosition[i]);
+  return out;
+}
 
 std::vector<std::vector<std::int64_t>> textWindows(const std::vector<std::int64_t>& ids, int ctx, int maxWindows) {
   if (ctx < 2) throw std::invalid_argument(fmt::format("windows of {} tokens are too short", ctx));
@@ -72,8 +119,10 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
       const at::Tensor lp = windowLogProbs(model, *kv, w, prompt, static_cast<std::size_t>(o.step));
       EvalFigures& f = figs[ci];
       f.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-      f.nll -= lp.gather(1, targets.view({-1, 1})).sum().item<double>();
+      const at::Tensor nll = -lp.gather(1, targets.view({-1, 1})).view({-1});
+      f.nll += nll.sum().item<double>();
       f.scored += targets.size(0);
+      append(f.tokenNll, nll);
       if (wi == 0) f.memory = kv->totalMemory();
       const cache::OverflowTotals o = kv->overflowTotals();
       f.overflow += o.overflow;
@@ -90,6 +139,19 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
       if (finite.any().item<bool>()) f.klMax = std::max(f.klMax, kl.masked_select(finite).max().item<double>());
       if ((~finite).any().item<bool>()) f.klMax = std::numeric_limits<double>::quiet_NaN();
       f.agree += (lp.argmax(-1) == ref.argmax(-1)).sum().item<std::int64_t>();
+      const std::size_t first = f.tokenKl.size();
+      append(f.tokenKl, kl);
+      // Scored token i of the window has prompt + i tokens before it.
+      const std::size_t n = f.tokenKl.size() - first;
+      if (f.klAtPosition.size() < prompt + n) {
+        f.klAtPosition.resize(prompt + n, 0.0);
+        f.tokensAtPosition.resize(prompt + n, 0);
+      }
+      for (std::size_t i = 0; i < n; ++i)
+        if (std::isfinite(f.tokenKl[first + i])) {
+          f.klAtPosition[prompt + i] += f.tokenKl[first + i];
+          ++f.tokensAtPosition[prompt + i];
+        }
     }
   }
   return figs;

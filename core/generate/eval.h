@@ -36,11 +36,32 @@ struct EvalFigures {
   std::int64_t scored = 0, agree = 0, nonFinitePositions = 0, overflow = 0, nonFinite = 0;
   cache::TensorMemory memory;  ///< at the end of the first window
   double seconds = 0;
+  /// Per scored token, window after window: the negative log-likelihood of the text's token, and (configs only)
+  /// KL(reference || config) in nats. KldReport is computed from them.
+  std::vector<double> tokenNll, tokenKl;
+  /// KL summed over the finite positions at each context length (index: tokens before the scored one in its
+  /// window), and how many positions each sum holds: the KL against token position.
+  std::vector<double> klAtPosition;
+  std::vector<std::int64_t> tokensAtPosition;
   double ppl() const { return perplexity(nll, std::max<std::int64_t>(scored, 1)); }
   double ratio() const { return memory.compressionRatio(); }
   double meanKl() const { return klSum / static_cast<double>(std::max<std::int64_t>(scored, 1)); }
   double top1() const { return static_cast<double>(agree) / static_cast<double>(std::max<std::int64_t>(scored, 1)); }
 };
+
+/// What llama-perplexity --kl-divergence reports for a config against the reference, from the same per-token
+/// values: mean KLD with its standard error, median, 99% and 99.9% KLD and the maximum (over the positions whose
+/// figures are all finite), the same top token, the RMS of the change in the text token's probability (Δp), and
+/// PPL(config) / PPL(reference); each estimate with llama-perplexity's standard error.
+struct KldReport {
+  std::int64_t tokens = 0;  ///< positions counted (finite KL and NLLs)
+  Estimate meanKl, sameTop, rmsDeltaP, pplRatio;
+  double medianKl = std::nan(""), kl99 = std::nan(""), kl999 = std::nan(""), maxKl = std::nan("");
+};
+KldReport kldReport(const EvalFigures& config, const EvalFigures& reference);
+
+/// The mean KL at each context length (NaN where no position was scored), from klAtPosition.
+std::vector<double> klByPosition(const EvalFigures& f);
 
 /// Called before each (window, config) pair, the reference being config 0; returning false cancels (evaluate then
 /// throws EvalCancelled).

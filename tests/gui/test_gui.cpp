@@ -856,6 +856,17 @@ class GuiTest : public QObject {
     QVERIFY(std::abs(fp8Ppl - refPpl) < 0.2 * refPpl);
     // int2 with no residual window loses much more than saturated fp8.
     QVERIFY(t->item(2, 4)->text().toDouble() > t->item(1, 4)->text().toDouble());
+    // llama-perplexity's figures beside them: median <= 99% <= max KL, the PPL ratio with its error; and the KL
+    // against context length, one graph per config over the scored positions.
+    for (int r = 1; r <= 2; ++r) {
+      const double median = t->item(r, 9)->text().toDouble(), p99 = t->item(r, 10)->text().toDouble();
+      QVERIFY2(median <= p99 && p99 <= t->item(r, 5)->text().toDouble() * 1.001, qPrintable(t->item(r, 10)->text()));
+      QVERIFY(t->item(r, 13)->text().contains("±"));
+    }
+    QCOMPARE(t->item(0, 13)->text(), QString("-"));
+    auto* positions = w_->findChild<QCustomPlot*>("evalPositionPlot");
+    QCOMPARE(positions->graphCount(), 2);
+    QVERIFY(positions->graph(1)->dataCount() > 0 && positions->graph(1)->dataCount() <= 96);
     QVERIFY(w_->findChild<QLabel*>("evalSummary")->text().contains("scored tokens"));
     QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
     // A missing text is refused before the engine is asked.
