@@ -53,7 +53,7 @@ void addModelOptions(CLI::App* cmd, ModelChoice& how) {
                   "where the model and its caches run: cpu, or cuda / cuda:N where LibTorch sees a CUDA device "
                   "(weights then in --dtype on the device)");
   cmd->add_option("--weights", how.weights,
-                  "stored: every matrix as its file stores it; q8_0, q4_0, q4_1: float matrices (F32/F16/BF16, e.g. "
+                  "stored: every matrix as its file stores it; q8_0, q5_1, q5_0, q4_1, q4_0: float matrices (F32/F16/BF16, e.g. "
                   "a Hugging Face model) quantized at load as llama.cpp's formats, the output matrix kept")
       ->check(CLI::IsMember(model::weightFormatNames()));
 }

@@ -33,7 +33,7 @@ struct ModelChoice {
   std::string dtype = "fp32";        ///< --dtype: the activations' (and on a device the weights')
   std::string activations = "f32";   ///< --activations f32|q8: how decode steps multiply block weights
   std::string device = "cpu";        ///< --device cpu|cuda|cuda:N
-  std::string weights = "stored";    ///< --weights stored|q8_0|q4_0|q4_1: float matrices quantized at load
+  std::string weights = "stored";    ///< --weights stored|q8_0|q5_1|q5_0|q4_1|q4_0: float matrices quantized at load
 };
 
 /// runtime::loadModel (shared with the GUI's engine): a GGUF file (tokenizer from its metadata) or a Hugging Face

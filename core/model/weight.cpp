@@ -25,7 +25,7 @@ Weight::Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const s
 const char* activationsName(Activations a) { return a == Activations::Q8 ? "q8" : "f32"; }
 
 const std::vector<std::string>& weightFormatNames() {
-  static const std::vector<std::string> names{"stored", "q8_0", "q4_0", "q4_1"};
+  static const std::vector<std::string> names{"stored", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0"};
   return names;
 }
 
@@ -34,7 +34,9 @@ std::uint32_t parseWeightFormat(const std::string& name) {
   if (name == "q8_0") return static_cast<std::uint32_t>(kernels::BlockType::Q8_0);
   if (name == "q4_0") return static_cast<std::uint32_t>(kernels::BlockType::Q4_0);
   if (name == "q4_1") return static_cast<std::uint32_t>(kernels::BlockType::Q4_1);
-  throw std::invalid_argument("weights must be stored, q8_0, q4_0 or q4_1, got `" + name + "`");
+  if (name == "q5_0") return static_cast<std::uint32_t>(kernels::BlockType::Q5_0);
+  if (name == "q5_1") return static_cast<std::uint32_t>(kernels::BlockType::Q5_1);
+  throw std::invalid_argument("weights must be stored, q8_0, q5_1, q5_0, q4_1 or q4_0, got `" + name + "`");
 }
 
 Activations parseActivations(const std::string& name) {
@@ -202,7 +204,8 @@ Weight Weight::toDense(const at::TensorOptions& options) const {
 
 Weight Weight::requantized(std::uint32_t type) const {
   const kernels::BlockLayout L = kernels::blockLayout(type);
-  if (!kernels::quantizable(type)) throw std::invalid_argument("Weight::requantized: kvscope writes Q8_0, Q4_0 and Q4_1");
+  if (!kernels::quantizable(type))
+    throw std::invalid_argument("Weight::requantized: kvscope writes Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1");
   if (!owner_ || dense_.defined() || packed_)
     throw std::invalid_argument("Weight::requantized: a weight in its stored form only");
   if (m_.cols % L.values != 0)

@@ -83,7 +83,7 @@ class Weight {
   at::Tensor gather(const at::Tensor& ids) const;
   /// The whole matrix as a float32 [rows, cols] tensor.
   at::Tensor dense() const;
-  /// The same matrix quantized to `type` (kernels::quantizable: Q8_0, Q4_0, Q4_1) in memory of its own, as the
+  /// The same matrix quantized to `type` (kernels::quantizable: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) in memory of its own, as the
   /// `gguf` package quantizes its float values; rows split over LibTorch's threads. Throws std::invalid_argument for
   /// another type, or rows that are not whole blocks of 32.
   Weight requantized(std::uint32_t type) const;

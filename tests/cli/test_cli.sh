@@ -40,7 +40,7 @@ if [ ! -e /dev/nvidiactl ]; then
   lines=$("$cli" eval --model /nonexistent.gguf --text /dev/null --cache fp8 --device cuda 2>&1 | wc -l)
   [ "$lines" -eq 1 ] || { echo "FAIL no-cuda one line: $lines lines"; fail=1; }
 fi
-check bad-weights 2 'q6_k not in {stored,q8_0,q4_0,q4_1}' "$cli" generate --model /nonexistent.gguf --prompt hi --weights q6_k
+check bad-weights 2 'q6_k not in {stored,q8_0,q5_1,q5_0,q4_1,q4_0}' "$cli" generate --model /nonexistent.gguf --prompt hi --weights q6_k
 # One error line, nothing else.
 lines=$("$cli" export --cache quanto:nbits=3 2>&1 | wc -l)
 [ "$lines" -eq 1 ] || { echo "FAIL one-line: $lines lines"; fail=1; }

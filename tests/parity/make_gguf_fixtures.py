@@ -71,7 +71,7 @@ def main():
     x[0, 96:128] = np.array([127, below, -below, 0.5, -0.5, 1.5, -2.5, 3.5] + [below * 3] * 24, dtype=np.float32)
     x[1, :] = np.float32(1e-3) * rng.standard_normal(1024).astype(np.float32)  # tiny scales (fp16 subnormals)
     quantized = {"x": x}
-    for t in ("Q8_0", "Q4_0", "Q4_1"):
+    for t in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"):
         quantized[t] = np.ascontiguousarray(quants.quantize(x, getattr(Q, t)))
     save_file(quantized, os.path.join(args.out, "quantize_ref.safetensors"))
     print(f"wrote {len(TYPES)} tensors to {args.out}")

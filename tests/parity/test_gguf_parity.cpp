@@ -31,7 +31,8 @@ TEST(GgufParity, QuantizationToTheTypesKvscopeWrites) {
   const auto& x = ref.at("x");
   ASSERT_EQ(x.dtype, "F32");
   const std::int64_t n = x.shape[0] * x.shape[1];
-  for (const auto& [name, type] : {std::pair{"Q8_0", 8u}, std::pair{"Q4_0", 2u}, std::pair{"Q4_1", 3u}}) {
+  for (const auto& [name, type] : {std::pair{"Q8_0", 8u}, std::pair{"Q4_0", 2u}, std::pair{"Q4_1", 3u},
+                                   std::pair{"Q5_0", 6u}, std::pair{"Q5_1", 7u}}) {
     const auto& want = ref.at(name);
     std::vector<std::uint8_t> got(want.bytes);
     ASSERT_EQ(static_cast<std::int64_t>(got.size()), n / 32 * kvscope::kernels::blockLayout(type).bytes) << name;

@@ -407,28 +407,29 @@ TEST(Weight, PackedForEightBitActivations) {
 }
 
 // --weights: float matrices quantized at load. Each value within half a code step (Q8_0: amax / 254, Q4_1: range /
-// 30; Q4_0: amax / 8, its 16 codes reaching only 7/8 of amax on the other side), ggml's layout (the kernels read it),
-// and refused for what kvscope does not write.
+// 30, Q5_1: range / 62; Q4_0: amax / 8 and Q5_0: amax / 16, their codes reaching one step short of amax on the other
+// side), ggml's layout (the kernels read it), and refused for what kvscope does not write.
 TEST(Weight, RequantizedAtLoadToTheFormatsKvscopeWrites) {
   at::manual_seed(4);
   const at::Tensor x = at::randn({24, 96}) * 0.5;
   const auto f32 = std::make_shared<at::Tensor>(x.contiguous());
   const model::Weight w(0, 24, 96, static_cast<const std::uint8_t*>(f32->data_ptr()), f32);
   for (auto [type, step] : {std::pair{BlockType::Q8_0, 1.0 / 254}, std::pair{BlockType::Q4_0, 1.0 / 8},
-                            std::pair{BlockType::Q4_1, 1.0 / 30}}) {
+                            std::pair{BlockType::Q4_1, 1.0 / 30}, std::pair{BlockType::Q5_0, 1.0 / 16},
+                            std::pair{BlockType::Q5_1, 1.0 / 62}}) {
     const model::Weight q = w.requantized(static_cast<std::uint32_t>(type));
     EXPECT_EQ(q.type(), static_cast<std::uint32_t>(type));
     EXPECT_EQ(q.bytes(), static_cast<std::uint64_t>(24 * 96 / 32 * kernels::blockLayout(type).bytes));
     const at::Tensor back = q.dense().view({-1, 32}), orig = x.view({-1, 32});
-    const at::Tensor span = type == BlockType::Q4_1 ? std::get<0>(orig.max(1)) - std::get<0>(orig.min(1))
-                                                    : orig.abs().amax(1);
+    const bool affine = type == BlockType::Q4_1 || type == BlockType::Q5_1;
+    const at::Tensor span = affine ? std::get<0>(orig.max(1)) - std::get<0>(orig.min(1)) : orig.abs().amax(1);
     // fp16 scales add a relative 2^-11 of the block's magnitude.
     const at::Tensor tol = span.view({-1, 1}) * (step * 1.01) + orig.abs().amax(1).view({-1, 1}) * 1e-3;
     EXPECT_TRUE(((back - orig).abs() <= tol).all().item<bool>()) << static_cast<int>(type);
     const at::Tensor a = at::randn({3, 96});
     EXPECT_TRUE(at::allclose(q.linear(a), at::mm(a, q.dense().t()), 1e-4, 1e-4));
   }
-  for (auto bad : {BlockType::Q6_K, BlockType::Q5_0, BlockType::F16})
+  for (auto bad : {BlockType::Q6_K, BlockType::Q4_K, BlockType::F16})
     EXPECT_THROW(w.requantized(static_cast<std::uint32_t>(bad)), std::invalid_argument);
   const auto odd = std::make_shared<at::Tensor>(at::randn({4, 40}));
   EXPECT_THROW(model::Weight(0, 4, 40, static_cast<const std::uint8_t*>(odd->data_ptr()), odd)
@@ -436,6 +437,8 @@ TEST(Weight, RequantizedAtLoadToTheFormatsKvscopeWrites) {
                std::invalid_argument);
   EXPECT_EQ(model::parseWeightFormat("stored"), 0u);
   EXPECT_EQ(model::parseWeightFormat("q4_1"), static_cast<std::uint32_t>(BlockType::Q4_1));
+  EXPECT_EQ(model::parseWeightFormat("q5_0"), static_cast<std::uint32_t>(BlockType::Q5_0));
+  EXPECT_EQ(model::parseWeightFormat("q5_1"), static_cast<std::uint32_t>(BlockType::Q5_1));
   EXPECT_THROW(model::parseWeightFormat("q6_k"), std::invalid_argument);
 }
 

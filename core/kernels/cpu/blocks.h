@@ -59,15 +59,21 @@ inline void scaleMinK4(int j, const std::uint8_t* s, int& sc, int& mn) {
 /// blockLayout(type).values > 0 and divides n.
 void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst);
 
-/// The types quantizeRows() writes: Q8_0, Q4_0, Q4_1.
+/// The types quantizeRows() writes: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.
 constexpr bool quantizable(std::uint32_t type) {
-  return type == static_cast<std::uint32_t>(BlockType::Q8_0) || type == static_cast<std::uint32_t>(BlockType::Q4_0) ||
-         type == static_cast<std::uint32_t>(BlockType::Q4_1);
+  switch (static_cast<BlockType>(type)) {
+    case BlockType::Q8_0:
+    case BlockType::Q4_0:
+    case BlockType::Q4_1:
+    case BlockType::Q5_0:
+    case BlockType::Q5_1: return true;
+    default: return false;
+  }
 }
 
 /// `n` float32 values (whole blocks of 32) into blocks of `type` (quantizable(type)), bit for bit as the `gguf`
 /// Python package's reference quantizers write them (gguf.quants: the scale from the block's largest magnitude, or
-/// its min and max for Q4_1, stored as fp16; codes rounded as numpy rounds them there).
+/// its min and max for Q4_1 and Q5_1, stored as fp16; codes rounded as numpy rounds them there).
 void quantizeRows(std::uint32_t type, const float* src, std::int64_t n, std::uint8_t* dst);
 
 /// Index of the first of `blocks` blocks whose values are not all finite, or -1. For the quantized types a block's
