@@ -220,6 +220,7 @@ Weight Weight::requantized(std::uint32_t type) const {
       kernels::quantizeRows(type, row.data(), m_.cols, out + r * rowBytes);
     }
   });
+  if (mapping_) mapping_->release(m_.data, static_cast<std::size_t>(this->bytes()));  // the copy replaces them
   return Weight(type, m_.rows, m_.cols, out, std::move(bytes));
 }
 
@@ -231,6 +232,7 @@ Weight Weight::permuteRows(const std::vector<std::int64_t>& order) const {
   for (std::size_t i = 0; i < order.size(); ++i)
     std::memcpy(bytes->data() + static_cast<std::int64_t>(i) * m_.rowBytes, m_.data + order[i] * m_.rowBytes,
                 static_cast<std::size_t>(m_.rowBytes));
+  if (mapping_) mapping_->release(m_.data, static_cast<std::size_t>(this->bytes()));  // the copy replaces them
   const std::uint8_t* data = bytes->data();
   return Weight(m_.type, m_.rows, m_.cols, data, std::move(bytes));
 }

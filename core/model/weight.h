@@ -88,6 +88,7 @@ class Weight {
   /// another type, or rows that are not whole blocks of 32.
   Weight requantized(std::uint32_t type) const;
   /// The same weight with new row i = old row order[i], in memory of its own (llama.cpp's Q/K row order undone).
+  /// requantized() and permuteRows() give back the mapped file's pages their copy replaces (see packed()).
   Weight permuteRows(const std::vector<std::int64_t>& order) const;
   /// Index of the first value that is NaN or infinite, or -1 (reads only the block scales when they are all finite).
   std::int64_t firstNonFinite() const;
