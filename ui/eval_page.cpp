@@ -74,7 +74,9 @@ EvalPage::EvalPage(QWidget* parent) : QWidget(parent) {
   table_->horizontalHeaderItem(12)->setToolTip(
       tr("root mean square of the change in the text token's probability, ± its standard error"));
   table_->horizontalHeaderItem(13)->setToolTip(tr("PPL(config) / PPL(reference), ± its standard error"));
-  table_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+  // Fourteen columns scroll sideways: the config keeps the width of its text rather than being squeezed.
+  table_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::ResizeToContents);
+  table_->horizontalHeader()->setStretchLastSection(true);
   table_->verticalHeader()->setVisible(false);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   positions_ = new QCustomPlot(this);
