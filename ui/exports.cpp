@@ -50,10 +50,14 @@ ConfigExport exportConfig(const cache::CacheConfig& cfg, ExportTarget target, co
       const auto e = vllm ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
       out.text = "# " + QString::fromStdString(cache::toSpec(cfg)) + (vllm ? " for vLLM" : " for llama.cpp") + "\n";
       for (const auto& n : e.notes) out.text += "# note: " + QString::fromStdString(n) + "\n";
+      if (!e.env.empty()) out.text += "# environment: " + QString::fromStdString(e.env) + "\n";
       out.text += QString::fromStdString(e.flags) + "\n";
       out.notes = qt(e.notes);
-      out.use = tr("add %1 to the %2 command line")
-                    .arg(QString::fromStdString(e.flags), vllm ? "vllm serve" : "llama-cli/llama-server");
+      out.use = e.env.empty() ? tr("add %1 to the %2 command line")
+                                    .arg(QString::fromStdString(e.flags), vllm ? "vllm serve" : "llama-cli/llama-server")
+                              : tr("run %2 with %3 in its environment and add %1 to its command line")
+                                    .arg(QString::fromStdString(e.flags), "llama-cli/llama-server",
+                                         QString::fromStdString(e.env));
       break;
     }
     case ExportTarget::Kvscope:

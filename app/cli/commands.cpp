@@ -87,6 +87,7 @@ Runner addExport(CLI::App& app) {
       const cache::FlagExport e = o->format == "vllm" ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
       writeOutput(o->output, e.flags + "\n");
       for (const auto& n : e.notes) std::cerr << "kvscope-cli: note: " << n << "\n";
+      if (!e.env.empty()) std::cerr << "kvscope-cli: run it with " << e.env << " in its environment\n";
     } else {
       writeOutput(o->output, cache::toKvscopeJson(cfg) + "\n");
     }

@@ -14,7 +14,14 @@
 
 namespace kvscope::cache {
 
-enum class Backend { Dynamic, Fp8, Quanto, Hqq, Kivi };
+enum class Backend { Dynamic, Fp8, Quanto, Hqq, Kivi, LlamaCpp };
+/// llama.cpp's KV cache types (-ctk / -ctv): f16 and bf16 keep the values at 16 bits, the others are ggml's blocks of
+/// 32 values along the head dimension.
+enum class LlamaCppType { F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL };
+/// llama.cpp's Hadamard rotation of K and V (src/llama-kv-cache.cpp). Auto: llama.cpp's rule, each side rotated when
+/// its type is quantized and the head size is a multiple of 64. On: both sides rotated whatever their type (an error
+/// for a head size that is not a multiple of 64). Off: none, as with LLAMA_ATTN_ROT_DISABLE=1.
+enum class Rotation { Auto, On, Off };
 enum class Fp8Format { E4M3FN, E5M2 };
 enum class Fp8Granularity { Tensor, Head, Channel };
 /// What happens to a value whose |x / scale| exceeds the format's maximum after the scale was calibrated.
@@ -57,7 +64,12 @@ struct CacheConfig {
   // kvscope's hqq option: the half-quadratic optimizer, on by default as in hqq 0.2.8 (what transformers runs).
   bool hqqOptimize = true;
 
-  // kvscope's attention-sink option (fp8, quanto, hqq, kivi): the first `sink` tokens stay in full precision and the
+  // kvscope's llamacpp options: the cache types of keys and values (`type_k`, `type_v`; q8_0 by default, the type
+  // llama.cpp users quantize to first) and the rotation (`rot`).
+  LlamaCppType typeK = LlamaCppType::Q8_0, typeV = LlamaCppType::Q8_0;
+  Rotation rotation = Rotation::Auto;
+
+  // kvscope's attention-sink option (fp8, quanto, hqq, kivi, llamacpp): the first `sink` tokens stay in full precision and the
   // backend sees only the tokens after them. 0 (default): the backend alone, as transformers.
   int sink = 0;
 
@@ -147,11 +159,13 @@ HfExport toHfCacheConfig(const CacheConfig& cfg);
 /// Command-line flags for another engine, with what does not carry over said plainly.
 struct FlagExport {
   std::string flags;               ///< e.g. "--kv-cache-dtype fp8_e4m3"
+  std::string env;                 ///< environment the engine must run with, e.g. "LLAMA_ATTN_ROT_DISABLE=1"; empty: none
   std::vector<std::string> notes;  ///< "nearest equivalent" statements
 };
 /// vLLM's --kv-cache-dtype (FP8 only: integer configs map to the nearest FP8 setting, stated as such).
 FlagExport toVllmFlags(const CacheConfig& cfg);
-/// llama.cpp's -ctk/-ctv (block formats: the nearest type for each config, stated as such; quantized V needs -fa).
+/// llama.cpp's -ctk/-ctv (the `llamacpp` backend: exact, with LLAMA_ATTN_ROT_DISABLE=1 for rot=off; other backends:
+/// the nearest type, stated as such; a quantized cache runs with -fa on).
 FlagExport toLlamaCppFlags(const CacheConfig& cfg);
 
 /// kvscope's own file: transformers' dict plus kvscope's options beside it.
@@ -164,5 +178,11 @@ std::string_view attentionName(AttentionMode m);
 bool allFused(const CacheConfig& cfg);
 /// The SPEC value of a granularity: "tensor", "head" or "channel".
 std::string_view granularityName(Fp8Granularity g);
+/// llama.cpp's name of a cache type ("q8_0", "iq4_nl", ...), as -ctk / -ctv and SPECs write it.
+std::string_view llamaCppTypeName(LlamaCppType t);
+/// Whether a llama.cpp cache type is a block-quantized one (not f16 / bf16).
+bool llamaCppQuantized(LlamaCppType t);
+/// The SPEC value of a rotation: "auto", "on" or "off".
+std::string_view rotationName(Rotation r);
 
 }  // namespace kvscope::cache

@@ -14,6 +14,7 @@ std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const Stats
     case Backend::Quanto: return detail::makeQuantoLayer(cfg, stats);
     case Backend::Hqq: return detail::makeHqqLayer(cfg, stats);
     case Backend::Kivi: return detail::makeKiviLayer(cfg, stats);
+    case Backend::LlamaCpp: return detail::makeLlamaCppLayer(cfg, stats);
   }
   throw ConfigError("backend", "unknown backend");
 }

@@ -27,6 +27,9 @@ check vllm-fp8 0 '--kv-cache-dtype fp8_e4m3' "$cli" export --cache fp8 --format 
 check vllm-int 0 'nearest equivalent only' "$cli" export --cache quanto:nbits=2 --format vllm
 check llamacpp-int4 0 '-ctk q4_1 -ctv q4_1 -fa' "$cli" export --cache hqq:nbits=4 --format llamacpp
 check llamacpp-fp8 0 '-ctk q8_0 -ctv q8_0 -fa' "$cli" export --cache fp8 --format llamacpp
+check llamacpp-exact 0 '-ctk q4_0 -ctv q8_0 -fa on' "$cli" export --cache llamacpp:type_k=q4_0,type_v=q8_0 --format llamacpp
+check llamacpp-rot-off 0 'run it with LLAMA_ATTN_ROT_DISABLE=1' "$cli" export --cache llamacpp:type_k=q4_0,type_v=q4_0,rot=off --format llamacpp
+check llamacpp-bad-type 2 'option `type_k` takes one of f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, got `q3_k`' "$cli" export --cache llamacpp:type_k=q3_k
 check hf-snippet 0 'cache_implementation="quantized"' "$cli" export --cache quanto
 tmp=$(mktemp -d)
 check write-file 0 '' "$cli" export --cache hqq:nbits=3 --format kvscope -o "$tmp/c.json"

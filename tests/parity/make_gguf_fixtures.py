@@ -2,8 +2,9 @@
 """Writes a GGUF file with the `gguf` package (GGUFWriter): one tensor of every ggml type kvscope reads, quantized by
 the package (the K-quants, which it cannot quantize, get random blocks with finite fp16 scales), and metadata of every
 value type; plus the package's own dequantization of each tensor as safetensors. test_gguf_parity.cpp reads both.
-Also the package's quantization of float rows to the types kvscope writes (Q8_0, Q4_0, Q4_1), with blocks that test
-its edges: zeros, a constant, ties of the largest magnitude, values a hair below a rounding half.
+Also the package's quantization of float rows to the types kvscope writes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), with blocks
+that test its edges: zeros, a constant, ties of the largest magnitude, values a hair below a rounding half; and, for
+IQ4_NL (a llama.cpp KV cache type the package can only dequantize), random blocks with its dequantization.
 """
 import argparse
 import os
@@ -73,6 +74,13 @@ def main():
     quantized = {"x": x}
     for t in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"):
         quantized[t] = np.ascontiguousarray(quants.quantize(x, getattr(Q, t)))
+    iq4 = rng.integers(0, 256, size=(64, 18), dtype=np.uint8)
+    d = (rng.standard_normal(64) * 0.05).astype(np.float16)
+    d[0] = 0  # a zero scale, as llama.cpp writes for an all-zero block
+    iq4[:, :2] = d.view(np.uint8).reshape(-1, 2)
+    quantized["IQ4_NL_blocks"] = np.ascontiguousarray(iq4.reshape(-1))
+    quantized["IQ4_NL_dequantized"] = np.ascontiguousarray(
+        quants.dequantize(iq4.reshape(1, -1), Q.IQ4_NL).astype(np.float32).reshape(-1))
     save_file(quantized, os.path.join(args.out, "quantize_ref.safetensors"))
     print(f"wrote {len(TYPES)} tensors to {args.out}")
     return 0

@@ -2,7 +2,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "kernels/cpu/blocks.h"
+#include "kernels/cpu/kv_blocks.h"
 #include "model/dequant.h"
 #include "model/gguf.h"
 #include "model/weight.h"
@@ -41,6 +44,28 @@ TEST(GgufParity, QuantizationToTheTypesKvscopeWrites) {
     for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want.data[i];
     EXPECT_EQ(differ, 0) << name << ": " << differ << " of " << got.size() << " bytes differ";
   }
+}
+
+// llama.cpp's IQ4_NL cache blocks (kv_blocks.h) decode as the package's dequantizer does, bit for bit; the legacy
+// types as cache rows are the bytes quantizeRows writes (above).
+TEST(GgufParity, Iq4NlCacheBlocksDecodeAsThePackage) {
+  SafetensorsFile ref(KVSCOPE_GGUF_FIXTURE_DIR "/quantize_ref.safetensors");
+  const auto& blocks = ref.at("IQ4_NL_blocks");
+  const auto& want = ref.at("IQ4_NL_dequantized");
+  const std::int64_t n = static_cast<std::int64_t>(blocks.bytes) / 18 * 32;
+  ASSERT_EQ(static_cast<std::int64_t>(want.bytes), n * 4);
+  std::vector<float> got(static_cast<std::size_t>(n));
+  kvscope::kernels::dequantizeKvRow(kvscope::kernels::kTypeIq4Nl, blocks.data, n, got.data());
+  const auto* w = reinterpret_cast<const float*>(want.data);
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < n; ++i) differ += std::memcmp(&got[i], &w[i], 4) != 0;
+  EXPECT_EQ(differ, 0) << differ << " of " << n << " values differ";
+  // The same bytes through the cache's rows of other types: Q8_0 as quantizeRows writes it.
+  const auto& x = ref.at("x");
+  const std::int64_t m = x.shape[1];
+  std::vector<std::uint8_t> row(static_cast<std::size_t>(kvscope::kernels::kvRowBytes(8u, m)));
+  kvscope::kernels::quantizeKvRow(8u, reinterpret_cast<const float*>(x.data), m, row.data());
+  EXPECT_EQ(std::memcmp(row.data(), ref.at("Q8_0").data, row.size()), 0);
 }
 
 TEST(GgufParity, DequantizationOfEveryType) {

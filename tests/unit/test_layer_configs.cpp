@@ -104,7 +104,7 @@ TEST(LayerConfigs, ExportsSayWhatDoesNotMap) {
   EXPECT_TRUE(saidOneDtype);
   // llama.cpp: K and V types of the `*` rule; per-layer rules stated as not exported.
   const FlagExport ll = toLlamaCppFlags(parseSpec(kMixed));
-  EXPECT_EQ(ll.flags, "-ctk q8_0 -ctv q4_1 -fa");
+  EXPECT_EQ(ll.flags, "-ctk q8_0 -ctv q4_1 -fa on");
   EXPECT_NE(ll.notes.back().find("not exported: layers 0-1"), std::string::npos);
   EXPECT_EQ(toLlamaCppFlags(parseSpec("layers=*:K=quanto:nbits=4,V=dynamic")).flags, "-ctk q4_1 -ctv f16");
 }

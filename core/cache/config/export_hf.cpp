@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kvscope::cache {
 
 namespace {
@@ -38,7 +40,31 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
   if (cfg.backend == Backend::Dynamic)
     throw ConfigError("backend", "the `dynamic` backend is transformers' default cache: it has no cache_config to export");
   HfExport out;
-  if (cfg.backend == Backend::Kivi) {
+  if (cfg.backend == Backend::LlamaCpp) {
+    // The nearest QuantizedCache: hqq, groups of 32 consecutive values along the head dimension (axis 1), at the
+    // bits of the narrower side, every token quantized (no residual window).
+    const bool qk = llamaCppQuantized(cfg.typeK), qv = llamaCppQuantized(cfg.typeV);
+    if (!qk && !qv)
+      throw ConfigError("type_k", fmt::format("{} keys and {} values are not quantized: that is transformers' default "
+                                              "cache, with no cache_config to export",
+                                              llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV)));
+    const auto bitsOf = [](LlamaCppType t) { return t == LlamaCppType::Q8_0 ? 8 : t == LlamaCppType::F16 || t == LlamaCppType::BF16 ? 16 : 4; };
+    const int nb = std::min(bitsOf(cfg.typeK), bitsOf(cfg.typeV));
+    detail::json d = detail::json::object();
+    d["backend"] = "hqq";
+    d["nbits"] = nb;
+    d["axis_key"] = 1;
+    d["axis_value"] = 1;
+    d["q_group_size"] = 32;
+    d["residual_length"] = 0;
+    out.json = d.dump(2);
+    out.notes.push_back(fmt::format("nearest equivalent only: transformers has no llama.cpp cache types; keys {} and "
+                                    "values {} map to hqq {}-bit groups of 32 along the head dimension for both "
+                                    "sides (hqq's zero-point optimizer, its history re-quantized each step)",
+                                    llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV), nb));
+    if (cfg.rotation == Rotation::Auto)
+      out.notes.push_back("rot=auto has no transformers equivalent: its caches store K and V unrotated");
+  } else if (cfg.backend == Backend::Kivi) {
     // The nearest QuantizedCache: quanto with keys grouped per channel (axis -1) and values per token (axis 0).
     detail::json d = detail::json::object();
     d["backend"] = "quanto";

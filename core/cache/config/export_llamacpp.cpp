@@ -1,4 +1,5 @@
-// Export to llama.cpp: -ctk/-ctv block types (and -fa for a quantized V), with what does not carry over.
+// Export to llama.cpp: -ctk/-ctv block types (and -fa on for a quantized V), with what does not carry over. The
+// `llamacpp` backend exports exactly: its types, and LLAMA_ATTN_ROT_DISABLE=1 for rot=off.
 #include "cache/config/detail.h"
 
 #include <fmt/format.h>
@@ -10,8 +11,15 @@ namespace kvscope::cache {
 namespace {
 
 // The -ctk/-ctv type of a uniform config, and the notes of its mapping.
-std::string cacheType(const CacheConfig& cfg, std::vector<std::string>& notes) {
+std::string cacheType(const CacheConfig& cfg, bool keys, std::vector<std::string>& notes) {
   switch (cfg.backend) {
+    case Backend::LlamaCpp: {
+      const LlamaCppType t = keys ? cfg.typeK : cfg.typeV;
+      if (cfg.rotation == Rotation::On && !llamaCppQuantized(t))
+        notes.push_back(fmt::format("rot=on: llama.cpp rotates only quantized cache types; its {} {} are stored "
+                                    "unrotated", llamaCppTypeName(t), keys ? "keys" : "values"));
+      return std::string(llamaCppTypeName(t));
+    }
     case Backend::Dynamic:
       notes.push_back("f16 is llama.cpp's default cache type (kvscope's dynamic cache keeps the model's dtype)");
       return "f16";
@@ -34,10 +42,20 @@ std::string cacheType(const CacheConfig& cfg, std::vector<std::string>& notes) {
   return "f16";
 }
 
-FlagExport flags(const std::string& kt, const std::string& vt, std::vector<std::string> notes) {
+bool quantizedType(const std::string& t) { return t != "f16" && t != "bf16"; }
+
+// LLAMA_ATTN_ROT_DISABLE=1 where rot=off turns off a rotation llama.cpp would apply (a quantized side).
+std::string rotationEnv(const CacheConfig& cfg) {
+  const bool rotatable = llamaCppQuantized(cfg.typeK) || llamaCppQuantized(cfg.typeV);
+  return cfg.backend == Backend::LlamaCpp && cfg.rotation == Rotation::Off && rotatable ? "LLAMA_ATTN_ROT_DISABLE=1"
+                                                                                         : "";
+}
+
+FlagExport flags(const std::string& kt, const std::string& vt, std::string env, std::vector<std::string> notes) {
   FlagExport e;
   e.flags = fmt::format("-ctk {} -ctv {}", kt, vt);
-  if (vt != "f16") e.flags += " -fa";
+  if (quantizedType(vt)) e.flags += " -fa on";
+  e.env = std::move(env);
   e.notes = std::move(notes);
   return e;
 }
@@ -52,10 +70,10 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
       if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(std::move(n));
   };
   if (!cfg.mixed()) {
-    const std::string type = cacheType(cfg, notes);
+    const std::string kt = cacheType(cfg, true, notes), vt = cacheType(cfg, false, notes);
     addUnique(detail::optionNotes(cfg, &detail::OptionField::llamaCppWhy, false));
-    if (type != "f16") notes.push_back("a quantized V cache needs flash attention (-fa)");
-    return flags(type, type, std::move(notes));
+    if (quantizedType(vt)) notes.push_back("a quantized V cache needs flash attention (-fa on)");
+    return flags(kt, vt, rotationEnv(cfg), std::move(notes));
   }
   const LayerRule* all = detail::wildcardRule(cfg);
   if (!all) throw ConfigError("layers", "llama.cpp takes one K and one V cache type: add a `*` rule");
@@ -68,7 +86,17 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
   addUnique(v.notes);
   for (const auto& r : cfg.layers)
     if (!r.wildcard()) notes.push_back(detail::notExported(r, "llama.cpp's cache types apply to every layer"));
-  return flags(typeOf(k.flags, "-ctk"), typeOf(v.flags, "-ctv"), std::move(notes));
+  const std::string kt = typeOf(k.flags, "-ctk"), vt = typeOf(v.flags, "-ctv");
+  // LLAMA_ATTN_ROT_DISABLE is one switch for K and V: a side that rotates cannot keep rotating beside one that does not.
+  std::string env = k.env.empty() ? v.env : k.env;
+  const auto rotates = [](const CacheConfig& c, const std::string& type) {
+    return c.backend == Backend::LlamaCpp && c.rotation != Rotation::Off && quantizedType(type);
+  };
+  if (!env.empty() && (rotates(all->keys, kt) || rotates(all->values, vt)))
+    notes.push_back(fmt::format("{} turns off llama.cpp's rotation of K and V together: the side this config rotates "
+                                "is stored unrotated there",
+                                env));
+  return flags(kt, vt, std::move(env), std::move(notes));
 }
 
 }  // namespace kvscope::cache

@@ -48,6 +48,19 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
       e.notes.push_back("vLLM takes per-tensor k/v scales from the checkpoint, or computes them with "
                         "--calculate-kv-scales; without either it uses 1.0, which can hurt quality");
       break;
+    case Backend::LlamaCpp:
+      if (!llamaCppQuantized(cfg.typeK) && !llamaCppQuantized(cfg.typeV)) {
+        e.flags = "--kv-cache-dtype auto";
+        e.notes.push_back(fmt::format("{} keys and {} values are 16-bit: vLLM's default cache (the model's dtype)",
+                                      llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV)));
+        break;
+      }
+      e.flags = "--kv-cache-dtype fp8_e4m3";
+      e.notes.push_back(fmt::format("nearest equivalent only: vLLM has no llama.cpp block types (keys {}, values {}); "
+                                    "FP8 with one scale per tensor is its 8-bit KV cache",
+                                    llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV)));
+      if (cfg.rotation == Rotation::Auto) e.notes.push_back("rot=auto: vLLM stores K and V unrotated");
+      break;
     case Backend::Quanto:
     case Backend::Hqq:
     case Backend::Kivi:

@@ -72,6 +72,8 @@ constexpr std::array<std::string_view, 2> kFormats{"e4m3fn", "e5m2"};
 constexpr std::array<std::string_view, 3> kGranularities{"tensor", "head", "channel"};
 constexpr std::array<std::string_view, 3> kOverflows{"nan", "saturate", "recalibrate"};
 constexpr std::array<std::string_view, 2> kAttention{"fused", "reference"};
+constexpr std::array<std::string_view, 8> kLlamaCppTypes{"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+constexpr std::array<std::string_view, 3> kRotations{"auto", "on", "off"};
 
 // transformers' group-wise keys: std::optional<int> fields, written into SPECs when given, into files resolved.
 #define KVS_INT_FIELD(NAME, MEMBER, RESOLVED)                                                            \
@@ -83,7 +85,7 @@ constexpr std::array<std::string_view, 2> kAttention{"fused", "reference"};
 
 const CacheConfig kDefaults{};
 
-const std::array<OptionField, 12> kFields{{
+const std::array<OptionField, 15> kFields{{
     KVS_INT_FIELD("nbits", nbits, resolvedNbits),
     KVS_INT_FIELD("axis_key", axisKey, resolvedAxisKey),
     KVS_INT_FIELD("axis_value", axisValue, resolvedAxisValue),
@@ -117,6 +119,21 @@ const std::array<OptionField, 12> kFields{{
      [](const CacheConfig& c) { return c.sink != kDefaults.sink; }, [](const CacheConfig& c) { return json(c.sink); },
      "its QuantizedCache quantizes the first tokens with the rest", "vLLM quantizes every token alike",
      "llama.cpp quantizes every token alike"},
+    {"type_k", false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.typeK = asChoice<LlamaCppType>("type_k", v, i, kLlamaCppTypes); },
+     [](const CacheConfig& c) { return c.typeK != kDefaults.typeK; },
+     [](const CacheConfig& c) { return json(std::string(llamaCppTypeName(c.typeK))); },
+     {}, {}, {}},
+    {"type_v", false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.typeV = asChoice<LlamaCppType>("type_v", v, i, kLlamaCppTypes); },
+     [](const CacheConfig& c) { return c.typeV != kDefaults.typeV; },
+     [](const CacheConfig& c) { return json(std::string(llamaCppTypeName(c.typeV))); },
+     {}, {}, {}},
+    {"rot", false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.rotation = asChoice<Rotation>("rot", v, i, kRotations); },
+     [](const CacheConfig& c) { return c.rotation != kDefaults.rotation; },
+     [](const CacheConfig& c) { return json(std::string(rotationName(c.rotation))); },
+     "its caches store K and V unrotated", "vLLM stores K and V unrotated", {}},
     {"attention", true,
      [](CacheConfig& c, const json& v, const OptionInfo* i) { c.attention = asChoice<AttentionMode>("attention", v, i, kAttention); },
      [](const CacheConfig& c) { return c.attention != kDefaults.attention; },
@@ -194,6 +211,9 @@ std::string_view overflowName(OverflowPolicy p) { return kOverflows[static_cast<
 
 std::string_view granularityName(Fp8Granularity g) { return detail::kGranularities[static_cast<std::size_t>(g)]; }
 std::string_view attentionName(AttentionMode m) { return detail::kAttention[static_cast<std::size_t>(m)]; }
+std::string_view llamaCppTypeName(LlamaCppType t) { return detail::kLlamaCppTypes[static_cast<std::size_t>(t)]; }
+bool llamaCppQuantized(LlamaCppType t) { return t != LlamaCppType::F16 && t != LlamaCppType::BF16; }
+std::string_view rotationName(Rotation r) { return detail::kRotations[static_cast<std::size_t>(r)]; }
 
 std::string_view backendName(Backend b) {
   switch (b) {
@@ -202,18 +222,21 @@ std::string_view backendName(Backend b) {
     case Backend::Quanto: return "quanto";
     case Backend::Hqq: return "hqq";
     case Backend::Kivi: return "kivi";
+    case Backend::LlamaCpp: return "llamacpp";
   }
   return "dynamic";
 }
 
 std::vector<Backend> allBackends() {
-  return {Backend::Dynamic, Backend::Fp8, Backend::Quanto, Backend::Hqq, Backend::Kivi};
+  return {Backend::Dynamic, Backend::Fp8, Backend::Quanto, Backend::Hqq, Backend::Kivi, Backend::LlamaCpp};
 }
 
 Backend parseBackend(std::string_view name) {
   for (Backend b : allBackends())
     if (backendName(b) == name) return b;
-  throw ConfigError("backend", fmt::format("unknown cache backend `{}` (allowed: dynamic, fp8, quanto, hqq, kivi)", name));
+  std::string allowed;
+  for (Backend b : allBackends()) allowed += (allowed.empty() ? "" : ", ") + std::string(backendName(b));
+  throw ConfigError("backend", fmt::format("unknown cache backend `{}` (allowed: {})", name, allowed));
 }
 
 const std::vector<OptionInfo>& backendOptions(Backend b) {
@@ -263,8 +286,19 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       kSinkOption,
       kAttentionOption,
   };
+  static const std::vector<std::string> kTypes(detail::kLlamaCppTypes.begin(), detail::kLlamaCppTypes.end());
+  static const std::vector<OptionInfo> llamacpp = {
+      {"type_k", "choice", kTypes, "q8_0", false, "llama.cpp's cache type of the keys (-ctk)"},
+      {"type_v", "choice", kTypes, "q8_0", false, "llama.cpp's cache type of the values (-ctv)"},
+      {"rot", "choice", {"auto", "on", "off"}, "auto", false,
+       "Hadamard rotation of K and V before they are stored: llama.cpp's rule (quantized types, head size a multiple "
+       "of 64), always, or never (LLAMA_ATTN_ROT_DISABLE=1)"},
+      kSinkOption,
+      kAttentionOption,
+  };
   switch (b) {
     case Backend::Dynamic: return dynamic;
+    case Backend::LlamaCpp: return llamacpp;
     case Backend::Fp8: return fp8;
     case Backend::Quanto: return quanto;
     case Backend::Hqq: return hqq;

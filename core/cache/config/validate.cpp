@@ -93,6 +93,15 @@ void validate(const CacheConfig& cfg) {
       checkGroupAndWindow(cfg);
       return;
     }
+    case Backend::LlamaCpp: {
+      for (int i = 0; i < 5; ++i)
+        if (groupWise[i]->has_value())
+          throw ConfigError(std::string(detail::kGroupWiseKeys[i]),
+                            fmt::format("the `llamacpp` backend stores llama.cpp's blocks of 32 values (choose them "
+                                        "with type_k / type_v): `{}` does not apply",
+                                        detail::kGroupWiseKeys[i]));
+      return;
+    }
     case Backend::Kivi: {
       const int nb = cfg.resolvedNbits();
       if (nb != 2 && nb != 4) throw ConfigError("nbits", fmt::format("`nbits` for `kivi` has to be 2 or 4, got {}", nb));

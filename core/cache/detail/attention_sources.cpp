@@ -1,12 +1,15 @@
 #include "cache/detail/attention_sources.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <stdexcept>
 
 #include "kernels/cpu/bitpack.h"
+#include "kernels/cpu/hadamard.h"
+#include "kernels/cpu/kv_blocks.h"
 #include "kernels/cpu/simd.h"
 
 #if KVS_HAVE_AVX2_PATHS
@@ -387,9 +390,54 @@ class KiviSource final : public StoredSource {
   std::int64_t D_, length_;
 };
 
+// llama.cpp's cache rows: each token's row of blocks decoded as ggml decodes it, then rotated back (H_n is its own
+// inverse) when the layer rotated it before storing.
+class LlamaCppSource final : public StoredSource {
+ public:
+  LlamaCppSource(at::Tensor rows, std::uint32_t type, std::int64_t D, int rotation)
+      : rows_(std::move(rows)), type_(type), D_(D), rotation_(rotation) {
+    checkDense(rows_, "llama.cpp cache rows");
+    if (rows_.scalar_type() != at::kByte || rows_.size(3) != kernels::kvRowBytes(type, D))
+      throw std::invalid_argument("attention source: llama.cpp rows must be uint8 [B, H, S, row bytes]");
+  }
+  std::int64_t length() const override { return rows_.size(2); }
+  std::int64_t dim() const override { return D_; }
+  bool onHost() const override { return rows_.is_cpu(); }
+  at::Tensor dense(std::int64_t B, std::int64_t H, at::ScalarType dtype) const override {
+    checkHost(rows_);  // the llama.cpp types have no device decoder yet: the layer keeps them on the CPU
+    const std::int64_t L = length();
+    at::Tensor out = at::empty({B, H, L, D_}, at::kFloat);
+    float* p = out.mutable_data_ptr<float>();
+    at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t bh = begin; bh < end; ++bh)
+        if (L > 0) read(bh / H, bh % H, 0, L, p + bh * L * D_);
+    });
+    return dtype == at::kFloat ? out : out.to(dtype);
+  }
+  void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    checkHost(rows_);
+    const std::uint8_t* row = rows_.const_data_ptr<std::uint8_t>() + b * rows_.stride(0) + h * rows_.stride(1) +
+                              t0 * rows_.stride(2);
+    for (std::int64_t t = 0; t < n; ++t, row += rows_.stride(2)) {
+      kernels::dequantizeKvRow(type_, row, D_, out + t * D_);
+      if (rotation_ > 0) kernels::hadamardRotate(out + t * D_, D_, rotation_);
+    }
+  }
+
+ private:
+  at::Tensor rows_;
+  std::uint32_t type_;
+  std::int64_t D_;
+  int rotation_;
+};
+
 }  // namespace
 
 SourcePtr fpSource(const at::Tensor& x) { return std::make_shared<FpSource>(x); }
+
+SourcePtr llamaCppSource(const at::Tensor& rows, std::uint32_t ggmlType, std::int64_t D, int rotation) {
+  return std::make_shared<LlamaCppSource>(rows, ggmlType, D, rotation);
+}
 
 SourcePtr fp8Source(const at::Tensor& codes, const at::Tensor& expandedScale, kernels::Fp8Format format) {
   return std::make_shared<Fp8Source>(codes, expandedScale, format);

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -59,6 +60,11 @@ SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, c
 /// channels); value = code * scale + zero. Reads the first `length` tokens.
 SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& zero, int bits,
                      std::int64_t group, bool keys, std::int64_t D, std::int64_t length);
+
+/// llama.cpp's cache rows: uint8 [B, H, S, kvRowBytes(ggmlType, D)] (last dim dense), each token's head row stored as
+/// ggml's blocks of `ggmlType` (kernels/cpu/kv_blocks.h); `rotation` > 0: the rows were Hadamard-rotated in chunks of
+/// that size before they were quantized, and are rotated back as they are read. CPU tensors only in this version.
+SourcePtr llamaCppSource(const at::Tensor& rows, std::uint32_t ggmlType, std::int64_t D, int rotation);
 
 /// What attention reads when it reads states as they came (a first update, an unquantized layer): the tensors
 /// themselves, and on the CPU their sources.

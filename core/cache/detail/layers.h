@@ -12,6 +12,7 @@ std::unique_ptr<CacheLayer> makeFp8Layer(const CacheConfig& cfg, const StatsOpti
 std::unique_ptr<CacheLayer> makeQuantoLayer(const CacheConfig& cfg, const StatsOptions& stats);
 std::unique_ptr<CacheLayer> makeHqqLayer(const CacheConfig& cfg, const StatsOptions& stats);
 std::unique_ptr<CacheLayer> makeKiviLayer(const CacheConfig& cfg, const StatsOptions& stats);
+std::unique_ptr<CacheLayer> makeLlamaCppLayer(const CacheConfig& cfg, const StatsOptions& stats);
 /// The first `sinks` tokens in full precision, the rest through `inner`.
 std::unique_ptr<CacheLayer> makeSinkLayer(std::int64_t sinks, std::unique_ptr<CacheLayer> inner,
                                           const StatsOptions& stats);

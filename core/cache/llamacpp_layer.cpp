@@ -1,0 +1,227 @@
+// `llamacpp`: llama.cpp's quantized KV cache (src/llama-kv-cache.cpp), keys and values each in their own type
+// (-ctk / -ctv: f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl). Each token's row of a KV head (head_dim values) is
+// split into blocks of 32 along the head dimension, every block quantized as ggml quantizes it
+// (kernels/cpu/kv_blocks.h). Every token is stored in that form as it arrives, the prompt included, and attention
+// reads the cache, as llama.cpp's graph writes K/V into the cache before its attention reads it: no full-precision
+// window, no re-quantization.
+//
+// Rotation (`rot`): llama.cpp multiplies each row by a Hadamard matrix before storing it, in chunks of n values
+// (kernels/cpu/hadamard.h: keys the largest power of two up to the head size, values 64), when the side's type is
+// quantized and the head size is a multiple of 64. It rotates Q the same way (Q·K unchanged) and the attention output
+// back for V; kvscope rotates each row back as it is read, the same values up to float rounding.
+//
+// Storage per side: uint8 rows [B, H, T, kvRowBytes(type, D)] in a SeqBuffer. Fused mode (the default) reads them
+// tile by tile (llamaCppSource); reference mode keeps a dequantized copy beside them for LibTorch's attention.
+// This version keeps the rows in the CPU's memory: states on another device are refused with a CacheError.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <numeric>
+#include <tuple>
+#include <vector>
+
+#include "cache/detail/attention_sources.h"
+#include "cache/detail/error_stats.h"
+#include "cache/detail/layers.h"
+#include "cache/detail/seq_buffer.h"
+#include "kernels/cpu/blocks.h"
+#include "kernels/cpu/hadamard.h"
+#include "kernels/cpu/kv_blocks.h"
+
+namespace kvscope::cache::detail {
+namespace {
+
+std::uint32_t ggmlType(LlamaCppType t) {
+  using kernels::BlockType;
+  switch (t) {
+    case LlamaCppType::F16: return static_cast<std::uint32_t>(BlockType::F16);
+    case LlamaCppType::BF16: return static_cast<std::uint32_t>(BlockType::BF16);
+    case LlamaCppType::Q8_0: return static_cast<std::uint32_t>(BlockType::Q8_0);
+    case LlamaCppType::Q4_0: return static_cast<std::uint32_t>(BlockType::Q4_0);
+    case LlamaCppType::Q4_1: return static_cast<std::uint32_t>(BlockType::Q4_1);
+    case LlamaCppType::Q5_0: return static_cast<std::uint32_t>(BlockType::Q5_0);
+    case LlamaCppType::Q5_1: return static_cast<std::uint32_t>(BlockType::Q5_1);
+    case LlamaCppType::IQ4_NL: return kernels::kTypeIq4Nl;
+  }
+  return static_cast<std::uint32_t>(BlockType::F16);
+}
+
+class LlamaCppLayer final : public CacheLayer {
+ public:
+  LlamaCppLayer(const CacheConfig& cfg, const StatsOptions& s)
+      : CacheLayer(s, cfg.attention), rotation_(cfg.rotation) {
+    k_.type = cfg.typeK;
+    v_.type = cfg.typeV;
+  }
+
+  std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
+    store(k, v);
+    return {k_.mirror.view(), v_.mirror.view()};
+  }
+
+  Staged stage(const at::Tensor& k, const at::Tensor& v) override {
+    if (!fused()) return CacheLayer::stage(k, v);
+    store(k, v);
+    Staged st;
+    st.keys = source(k_);
+    st.values = source(v_);
+    return st;
+  }
+
+  void reorder(const at::Tensor& beamIdx) override {
+    if (!k_.rows.defined()) return;
+    const at::Tensor idx = checkBeamIndex(beamIdx, k_.rows.view().size(0), k_.rows.view().device());
+    for (Side* s : {&k_, &v_}) {
+      s->rows.reorderBatch(idx);
+      if (s->mirror.defined()) s->mirror.reorderBatch(idx);
+    }
+  }
+
+  void reset() override {
+    for (Side* s : {&k_, &v_}) {
+      s->rows.clear();
+      s->mirror.clear();
+    }
+    layout_ = at::Tensor();
+    stats_ = {};
+  }
+
+  void crop(std::int64_t n) override {
+    const std::int64_t len = seqLength();
+    const std::int64_t keep = n < 0 ? std::max<std::int64_t>(len + n, 0) : std::min(n, len);
+    if (keep == 0) return reset();
+    for (Side* s : {&k_, &v_}) {
+      s->rows.setLength(keep);
+      if (s->mirror.defined()) s->mirror.setLength(keep);
+    }
+  }
+
+  std::int64_t seqLength() const override { return k_.rows.length(); }
+  Backend backend() const override { return Backend::LlamaCpp; }
+
+  LayerMemory memory() const override {
+    LayerMemory m;
+    for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
+      if (!s->rows.defined()) continue;
+      const kernels::KvBlockBytes b = kernels::kvBlockBytes(ggmlType(s->type));
+      const std::int64_t used = s->rows.bytesUsed();
+      mem->metadata = used / b.block * b.scales;  // whole blocks: the fp16 scales (and minimums)
+      mem->payload = used - mem->metadata;
+      mem->transient = s->mirror.bytesUsed();
+      mem->reserved = s->rows.bytesReserved() + s->mirror.bytesReserved();
+      mem->unquantized = seqLength() * s->elementsPerToken * s->inputElementSize;
+    }
+    return m;
+  }
+
+ private:
+  struct Side {
+    LlamaCppType type = LlamaCppType::Q8_0;
+    int rotation = 0;                   // Hadamard chunk size; 0: not rotated
+    SeqBuffer rows;                     // uint8 [B, H, T, kvRowBytes(type, D)]
+    SeqBuffer mirror;                   // reference mode: the dequantized rows, input dtype
+    std::int64_t elementsPerToken = 0;  // B * H * D
+    std::int64_t inputElementSize = 0;
+  };
+
+  SourcePtr source(const Side& s) const { return llamaCppSource(s.rows.view(), ggmlType(s.type), layout_.size(3), s.rotation); }
+
+  // The rotation llama.cpp applies to a side of this type and head size (CacheError for rot=on with a head size it
+  // cannot rotate).
+  int rotationFor(const Side& s, std::int64_t D, bool keys) const {
+    if (rotation_ == Rotation::Off) return 0;
+    if (D % 64 != 0) {
+      if (rotation_ == Rotation::On)
+        throw CacheError(fmt::format("llamacpp: rot=on needs a head size that is a multiple of 64 (llama.cpp's "
+                                     "Hadamard sizes), got {}",
+                                     D));
+      return 0;
+    }
+    if (rotation_ == Rotation::Auto && !llamaCppQuantized(s.type)) return 0;
+    return keys ? kernels::hadamardSizeForKeys(static_cast<int>(D)) : kernels::hadamardSizeForValues(static_cast<int>(D));
+  }
+
+  void store(const at::Tensor& k, const at::Tensor& v) {
+    checkStates(k, "llamacpp keys");
+    checkStates(v, "llamacpp values");
+    checkSameLayout(v, k, "llamacpp values");
+    for (const at::Tensor* x : {&k, &v})
+      if (!x->is_cpu())
+        throw CacheError(fmt::format("llamacpp: llama.cpp's cache types run on the CPU in this version (states on {})",
+                                     x->device().str()));
+    const std::int64_t D = k.size(3);
+    const bool first = !k_.rows.defined();
+    if (first) {
+      for (auto [s, keys] : {std::pair{&k_, true}, std::pair{&v_, false}}) {
+        if (llamaCppQuantized(s->type) && D % 32 != 0)
+          throw CacheError(fmt::format("llamacpp: {} {} are stored in blocks of 32 along the head dimension: head "
+                                       "size {} is not a multiple of 32",
+                                       llamaCppTypeName(s->type), keys ? "keys" : "values", D));
+        s->rotation = rotationFor(*s, D, keys);
+        s->elementsPerToken = k.size(0) * k.size(1) * D;
+        s->inputElementSize = static_cast<std::int64_t>(k.element_size());
+      }
+      stats_.storeRows.resize(static_cast<std::size_t>(k.size(0)));
+      std::iota(stats_.storeRows.begin(), stats_.storeRows.end(), 0);
+      layout_ = at::empty({k.size(0), k.size(1), 0, D}, k.options());
+    } else {
+      checkSameLayout(k, layout_, "llamacpp keys");
+    }
+    ++stats_.updates;
+    const std::int64_t start = seqLength();
+    for (auto [side, st, x] : {std::tuple{&k_, &stats_.keys, &k}, std::tuple{&v_, &stats_.values, &v}}) {
+      const at::Tensor deq = encode(*side, *x, fused() && !statsOptions_.enabled);
+      st->quantized = llamaCppQuantized(side->type);
+      st->quantizedTokens = st->quantized ? x->size(2) : 0;
+      if (statsOptions_.enabled) {
+        st->amaxPerHead = amaxPerHead(*x);
+        st->error = errorMap(*x, deq.to(x->scalar_type()), start, statsOptions_.tokenBin);
+      }
+      if (!fused()) side->mirror.append(deq.to(x->scalar_type()));
+    }
+  }
+
+  // Rotates (where the side rotates) and quantizes each row of x [B, H, T, D] into the side's rows; returns the rows
+  // as attention will read them (decoded and rotated back, float32), unless `skipDecode`.
+  at::Tensor encode(Side& s, const at::Tensor& x, bool skipDecode) {
+    const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
+    const std::uint32_t type = ggmlType(s.type);
+    const std::int64_t rowBytes = kernels::kvRowBytes(type, D);
+    const at::Tensor xf = x.to(at::kFloat).contiguous();
+    at::Tensor rows = s.rows.tail(T, at::empty({B, H, 0, rowBytes}, at::kByte), at::kByte);
+    at::Tensor deq = skipDecode ? at::Tensor() : at::empty({B, H, T, D}, at::kFloat);
+    const float* src = xf.const_data_ptr<float>();
+    std::uint8_t* dst = rows.mutable_data_ptr<std::uint8_t>();
+    float* back = skipDecode ? nullptr : deq.mutable_data_ptr<float>();
+    const std::int64_t rowStride = rows.stride(2), headStride = rows.stride(1), batchStride = rows.stride(0);
+    at::parallel_for(0, B * H * T, 64, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<float> tmp(static_cast<std::size_t>(D));
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::int64_t b = r / (H * T), h = r / T % H, t = r % T;
+        std::copy(src + r * D, src + (r + 1) * D, tmp.begin());
+        if (s.rotation > 0) kernels::hadamardRotate(tmp.data(), D, s.rotation);
+        std::uint8_t* out = dst + b * batchStride + h * headStride + t * rowStride;
+        kernels::quantizeKvRow(type, tmp.data(), D, out);
+        if (back) {
+          kernels::dequantizeKvRow(type, out, D, back + r * D);
+          if (s.rotation > 0) kernels::hadamardRotate(back + r * D, D, s.rotation);
+        }
+      }
+    });
+    s.rows.commit(T);
+    return deq;
+  }
+
+  Rotation rotation_;
+  Side k_, v_;
+  at::Tensor layout_;  // [B, H, 0, D] in the input dtype: what later updates must continue
+};
+
+}  // namespace
+
+std::unique_ptr<CacheLayer> makeLlamaCppLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+  return std::make_unique<LlamaCppLayer>(cfg, stats);
+}
+
+}  // namespace kvscope::cache::detail

@@ -1,0 +1,41 @@
+// The block types llama.cpp stores a quantized KV cache in (-ctk / -ctv): each row of a head's K or V (head_dim
+// values) is split into blocks of 32 along the head dimension, and each block is one ggml block (ggml-common.h). The
+// legacy types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) are blocks.h's, written as the `gguf` package writes them; IQ4_NL (ggml
+// type 20: an fp16 scale and 32 4-bit indices into a fixed non-uniform table) is written here as ggml's reference
+// quantizer writes it (quantize_row_iq4_nl_ref: the scale searched over 15 candidates, each value to its nearest
+// table level). F16 and BF16 rows are the values rounded to nearest even.
+//
+// Torch-free: the `llamacpp` cache layer calls these on its rows.
+#pragma once
+
+#include <cstdint>
+
+namespace kvscope::kernels {
+
+/// ggml's type number of IQ4_NL.
+inline constexpr std::uint32_t kTypeIq4Nl = 20;
+
+/// Bytes one block of 32 values of a KV cache type takes (its scale bytes included), and the bytes of that that are
+/// scales (fp16 d, and m for Q4_1 / Q5_1). F16 / BF16: 64 and 0. Throws std::invalid_argument for other types.
+struct KvBlockBytes {
+  std::int64_t block = 0, scales = 0;
+};
+KvBlockBytes kvBlockBytes(std::uint32_t ggmlType);
+
+/// Bytes a row of n values takes: 2n for F16 / BF16 (any n), whole blocks for the others (n a multiple of 32, else
+/// std::invalid_argument).
+std::int64_t kvRowBytes(std::uint32_t ggmlType, std::int64_t n);
+
+/// n values (a multiple of 32; any n for F16 / BF16) into blocks of `ggmlType` (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL).
+void quantizeKvRow(std::uint32_t ggmlType, const float* src, std::int64_t n, std::uint8_t* dst);
+/// The inverse: n values (whole blocks) of `ggmlType` into float32, as ggml dequantizes them.
+void dequantizeKvRow(std::uint32_t ggmlType, const std::uint8_t* src, std::int64_t n, float* dst);
+
+/// IQ4_NL's 16 levels (ggml's kvalues_iq4nl).
+inline constexpr std::int8_t kIq4NlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
+/// The index of the level nearest to x (ggml's best_index_int8: ties between two levels go to the upper one; below
+/// the first or above the last level, the end level).
+int iq4NlNearestLevel(float x);
+
+}  // namespace kvscope::kernels
