@@ -3,6 +3,7 @@
 // use this header as it is.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -24,6 +25,9 @@ enum class LlamaCppType { F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL };
 enum class Rotation { Auto, On, Off };
 enum class Fp8Format { E4M3FN, E5M2 };
 enum class Fp8Granularity { Tensor, Head, Channel };
+/// Where an fp8 cache's scale comes from when no calibrated scales are given. Amax: the first update's amax
+/// (transformers). Unit: 1.0, what vLLM's FP8 cache uses when the checkpoint carries no k_scale / v_scale.
+enum class Fp8Scale { Amax, Unit };
 /// What happens to a value whose |x / scale| exceeds the format's maximum after the scale was calibrated.
 enum class OverflowPolicy {
   Nan,          ///< PyTorch's cast, as transformers' fp8 backend: e4m3fn turns it into NaN (e5m2 into inf)
@@ -59,6 +63,7 @@ struct CacheConfig {
   Fp8Format fp8Format = Fp8Format::E4M3FN;
   Fp8Granularity granularity = Fp8Granularity::Tensor;
   double headroom = 1.0;  ///< scale = amax * headroom / format max
+  Fp8Scale fp8Scale = Fp8Scale::Amax;
   OverflowPolicy overflow = OverflowPolicy::Nan;
 
   // kvscope's hqq option: the half-quadratic optimizer, on by default as in hqq 0.2.8 (what transformers runs).
@@ -164,6 +169,22 @@ struct FlagExport {
 };
 /// vLLM's --kv-cache-dtype (FP8 only: integer configs map to the nearest FP8 setting, stated as such).
 FlagExport toVllmFlags(const CacheConfig& cfg);
+/// A calibrated fp8 config's scales as vLLM loads them from a checkpoint: one float32 tensor per layer and side,
+/// `model.layers.N.self_attn.k_scale` / `v_scale` (dequantization scales, amax / 448 for e4m3, as kvscope's), shape []
+/// for granularity=tensor and [num_kv_heads] for granularity=head.
+struct VllmScales {
+  struct Tensor {
+    std::string name;
+    std::vector<std::int64_t> shape;
+    std::vector<float> values;
+  };
+  std::vector<Tensor> tensors;     ///< layer by layer, k_scale before v_scale
+  std::string quantizationConfig;  ///< the `quantization_config` object config.json needs for vLLM to load them
+  std::vector<std::string> notes;  ///< what the target does with them (per-head: Flash-Attention 3 only)
+};
+/// Throws ConfigError naming the problem: not an fp8 config with calibrated scales, granularity=channel (vLLM has
+/// per-tensor and per-head scales), format=e5m2 (vLLM's checkpoint scales are for its e4m3 cache).
+VllmScales toVllmScales(const CacheConfig& cfg);
 /// llama.cpp's -ctk/-ctv (the `llamacpp` backend: exact, with LLAMA_ATTN_ROT_DISABLE=1 for rot=off; other backends:
 /// the nearest type, stated as such; a quantized cache runs with -fa on).
 FlagExport toLlamaCppFlags(const CacheConfig& cfg);

@@ -31,7 +31,8 @@ class Fp8Layer final : public CacheLayer {
         format_(cfg.fp8Format == Fp8Format::E5M2 ? kernels::Fp8Format::E5M2 : kernels::Fp8Format::E4M3FN),
         granularity_(cfg.granularity),
         headroom_(cfg.headroom),
-        policy_(cfg.overflow) {
+        policy_(cfg.overflow),
+        unitScale_(cfg.fp8Scale == Fp8Scale::Unit) {
     // Scales calibrated offline (kvscope-cli calibrate): the first update encodes with them instead of its own amax.
     if (cfg.keyScales.size() > 1 || cfg.valueScales.size() > 1)
       throw ConfigError("key_scales", fmt::format("calibrated scales for {} layers: build the whole cache (KvCache), "
@@ -195,8 +196,12 @@ class Fp8Layer final : public CacheLayer {
       const at::Tensor& calibrated = &s == &k_ ? calibratedK_ : calibratedV_;
       const std::vector<std::int64_t> shape =
           granularity_ == Fp8Granularity::Channel ? std::vector<std::int64_t>{H, D} : std::vector<std::int64_t>{-1};
-      setScale(s, calibrated.defined() ? calibrated.to(x.device()).reshape(shape) : scaleFromAmax(amaxForScale(x)), H,
-               D);
+      const std::int64_t n = granularity_ == Fp8Granularity::Tensor ? 1 : granularity_ == Fp8Granularity::Head ? H : H * D;
+      setScale(s,
+               calibrated.defined() ? calibrated.to(x.device()).reshape(shape)
+               : unitScale_         ? at::ones({n}, x.options().dtype(at::kFloat)).reshape(shape)
+                                    : scaleFromAmax(amaxForScale(x)),
+               H, D);
       s.like = at::empty({x.size(0), H, 0, D}, x.options());  // no reference to x's storage
       s.inputBytes = static_cast<std::int64_t>(x.element_size());
     }
@@ -282,6 +287,7 @@ class Fp8Layer final : public CacheLayer {
   Fp8Granularity granularity_;
   double headroom_;
   OverflowPolicy policy_;
+  bool unitScale_;  // scale=unit: 1.0 wherever no calibrated scale is given (vLLM without checkpoint scales)
   at::Tensor calibratedK_, calibratedV_;  // float32 [1], [H] or [H * D]; undefined: calibrate on the first update
   Side k_, v_;
   // Device counts (overflow, non-finite) not yet read, keys then values: the latest update's and their sum since the

@@ -581,7 +581,7 @@ class GuiTest : public QObject {
     // Runs are named by what tells them apart, every option resolved (no default hides the 4-bit width); the
     // tooltip holds the run's own label.
     QCOMPARE(runsCell(1, 1), QString("quanto: nbits=2, axis_key=0, axis_value=0, q_group_size=64, residual_length=8"));
-    QCOMPARE(runsCell(0, 1), QString("fp8: format=e4m3fn, granularity=tensor, headroom=1, overflow=saturate"));
+    QCOMPARE(runsCell(0, 1), QString("fp8: format=e4m3fn, granularity=tensor, headroom=1, scale=amax, overflow=saturate"));
     QVERIFY(w_->runsModel()->index(1, 1).data(Qt::ToolTipRole).toString().startsWith("quanto:nbits=2,residual_length=8"));
     QCOMPARE(w_->runsModel()->commonConfig(), QString("sink=0, attention=fused"));
     // Double-clicking a run puts its config back into the form.

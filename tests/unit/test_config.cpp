@@ -88,7 +88,7 @@ TEST(Config, ClearErrorsForBadSpecs) {
   EXPECT_EQ(errorOf("fp8:granularity=row"), "option `granularity` takes one of tensor, head, channel, got `row`");
   EXPECT_EQ(errorOf("dynamic:nbits=2"), "unknown option `nbits` for the `dynamic` backend (allowed: attention)");
   EXPECT_EQ(errorOf("fp8:optimize=true"),
-            "unknown option `optimize` for the `fp8` backend (allowed: format, granularity, headroom, overflow, sink, attention)");
+            "unknown option `optimize` for the `fp8` backend (allowed: format, granularity, headroom, scale, overflow, sink, attention)");
   EXPECT_EQ(errorOf(""), "empty cache spec (try `fp8`, `quanto:nbits=2` or a JSON file)");
   EXPECT_EQ(errorOf("/nonexistent/cfg.json"), "cannot read cache config file `/nonexistent/cfg.json`");
 }

@@ -74,6 +74,7 @@ constexpr std::array<std::string_view, 3> kOverflows{"nan", "saturate", "recalib
 constexpr std::array<std::string_view, 2> kAttention{"fused", "reference"};
 constexpr std::array<std::string_view, 8> kLlamaCppTypes{"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
 constexpr std::array<std::string_view, 3> kRotations{"auto", "on", "off"};
+constexpr std::array<std::string_view, 2> kScales{"amax", "unit"};
 
 // transformers' group-wise keys: std::optional<int> fields, written into SPECs when given, into files resolved.
 #define KVS_INT_FIELD(NAME, MEMBER, RESOLVED)                                                            \
@@ -85,7 +86,7 @@ constexpr std::array<std::string_view, 3> kRotations{"auto", "on", "off"};
 
 const CacheConfig kDefaults{};
 
-const std::array<OptionField, 15> kFields{{
+const std::array<OptionField, 16> kFields{{
     KVS_INT_FIELD("nbits", nbits, resolvedNbits),
     KVS_INT_FIELD("axis_key", axisKey, resolvedAxisKey),
     KVS_INT_FIELD("axis_value", axisValue, resolvedAxisValue),
@@ -107,6 +108,12 @@ const std::array<OptionField, 15> kFields{{
     {"headroom", false, [](CacheConfig& c, const json& v, const OptionInfo*) { c.headroom = asNumber("headroom", v); },
      [](const CacheConfig& c) { return c.headroom != kDefaults.headroom; },
      [](const CacheConfig& c) { return json(c.headroom); }, "its scale is amax / 448", {}, {}},
+    {"scale", false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.fp8Scale = asChoice<Fp8Scale>("scale", v, i, kScales); },
+     [](const CacheConfig& c) { return c.fp8Scale != kDefaults.fp8Scale; },
+     [](const CacheConfig& c) { return json(std::string(kScales[static_cast<std::size_t>(c.fp8Scale)])); },
+     "its fp8 backend takes the scale from the first update's amax", {},
+     "llama.cpp has no FP8 cache type"},
     {"overflow", false,
      [](CacheConfig& c, const json& v, const OptionInfo* i) { c.overflow = asChoice<OverflowPolicy>("overflow", v, i, kOverflows); },
      [](const CacheConfig& c) { return c.overflow != kDefaults.overflow; },
@@ -252,6 +259,9 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       {"granularity", "choice", {"tensor", "head", "channel"}, "tensor", false,
        "one scale per tensor (transformers), per KV head, or per (head, channel)"},
       {"headroom", "number", {}, "1", false, "scale = amax x headroom / format max, calibrated on the first update"},
+      {"scale", "choice", {"amax", "unit"}, "amax", false,
+       "without calibrated scales: from the first update's amax (transformers), or 1.0 (vLLM without checkpoint "
+       "k_scale/v_scale)"},
       {"overflow", "choice", {"nan", "saturate", "recalibrate"}, "nan", false,
        "values beyond the frozen scale: NaN as PyTorch's cast (transformers), clamp, or grow the scale"},
       kSinkOption,

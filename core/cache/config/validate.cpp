@@ -73,6 +73,10 @@ void validate(const CacheConfig& cfg) {
       }
       if (!std::isfinite(cfg.headroom) || cfg.headroom <= 0.0)
         throw ConfigError("headroom", fmt::format("`headroom` must be a positive number, got {}", cfg.headroom));
+      if (cfg.fp8Scale == Fp8Scale::Unit && !cfg.keyScales.empty())
+        throw ConfigError("scale", "scale=unit fixes every scale at 1.0: it does not combine with calibrated scales");
+      if (cfg.fp8Scale == Fp8Scale::Unit && cfg.headroom != 1.0)
+        throw ConfigError("headroom", "`headroom` multiplies the first update's amax: with scale=unit there is none");
       return;
     }
     case Backend::Quanto:
