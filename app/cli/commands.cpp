@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "cache/config.h"
+#include "model/safetensors.h"
 
 #include <nlohmann/json.hpp>
 
@@ -64,7 +65,7 @@ void writeOutput(const std::string& path, const std::string& text) {
 
 Runner addExport(CLI::App& app) {
   struct Opts {
-    std::string spec, format = "hf", output = "-";
+    std::string spec, format = "hf", output = "-", scales;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("export", "Print a cache config for another tool");
@@ -74,9 +75,28 @@ Runner addExport(CLI::App& app) {
                   "hf: transformers cache_config JSON; kvscope: kvscope's own config file; vllm / llamacpp: flags")
       ->check(CLI::IsMember({"hf", "kvscope", "vllm", "llamacpp"}));
   cmd->add_option("-o,--output", o->output, "write to this file (atomically) instead of stdout");
+  cmd->add_option("--scales", o->scales,
+                  "with --format vllm and a calibrated fp8 config: write its k/v scales to this safetensors file, "
+                  "named as vLLM loads them from a checkpoint");
   return [o, cmd]() {
     if (!*cmd) return -1;
     const cache::CacheConfig cfg = cache::parseSpec(o->spec);
+    if (!o->scales.empty() && o->format != "vllm")
+      throw UsageError("--scales writes vLLM's checkpoint k/v scales: use it with --format vllm");
+    if (o->scales == "-") throw UsageError("--scales needs a file name (a safetensors file is binary)");
+    if (!o->scales.empty()) {
+      const cache::VllmScales vs = cache::toVllmScales(cfg);
+      std::vector<model::SafetensorsTensor> tensors;
+      for (const auto& t : vs.tensors)
+        tensors.push_back({t.name, "F32", t.shape,
+                           std::string(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float))});
+      writeOutput(o->scales, model::safetensorsImage(tensors, {{"format", "pt"}, {"producer", "kvscope-cli export"}}));
+      for (const auto& n : vs.notes) std::cerr << "kvscope-cli: note: " << n << "\n";
+      std::cerr << fmt::format("kvscope-cli: wrote {} scale tensors to {}; merge: copy it into the checkpoint "
+                               "directory, list its tensors in model.safetensors.index.json's weight_map when there "
+                               "is one, and add to config.json\n  \"quantization_config\": {}\n",
+                               vs.tensors.size(), o->scales, vs.quantizationConfig);
+    }
     if (o->format == "hf") {
       const cache::HfExport e = cache::toHfCacheConfig(cfg);
       writeOutput(o->output, e.json + "\n");

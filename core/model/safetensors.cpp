@@ -116,6 +116,36 @@ const SafetensorsFile::Entry& SafetensorsFile::at(const std::string& name) const
   return *it;
 }
 
+std::string safetensorsImage(const std::vector<SafetensorsTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    if (t.name.empty() || t.name == "__metadata__" || header.contains(t.name))
+      throw FormatError(fmt::format("safetensors: tensor name `{}` is empty, reserved or given twice", t.name));
+    const int es = SafetensorsFile::dtypeSize(t.dtype);
+    if (es == 0) throw FormatError(fmt::format("safetensors: tensor `{}`: unknown dtype `{}`", t.name, t.dtype));
+    std::uint64_t numel = 1;
+    for (std::int64_t d : t.shape) {
+      if (d < 0) throw FormatError(fmt::format("safetensors: tensor `{}`: negative dimension {}", t.name, d));
+      numel *= static_cast<std::uint64_t>(d);
+    }
+    if (numel * static_cast<std::uint64_t>(es) != t.bytes.size())
+      throw FormatError(fmt::format("safetensors: tensor `{}`: {} bytes for {} {} values", t.name, t.bytes.size(),
+                                    numel, t.dtype));
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((std::uint64_t{h.size()} >> (8 * i)) & 0xff);
+  out += h;
+  for (const auto& t : tensors) out += t.bytes;
+  return out;
+}
+
 std::map<std::string, std::string> readSafetensorsIndex(std::string_view text, const std::string& where) {
   JsonParse parsed = parseBoundedJson(text);
   if (!parsed.problem.empty()) throw FormatError(fmt::format("{}: {}", where, parsed.problem));

@@ -59,6 +59,18 @@ class SafetensorsFile {
   std::vector<Entry> entries_;
 };
 
+/// One tensor to write: its name, safetensors dtype name (F32, ...), shape and raw little-endian bytes.
+struct SafetensorsTensor {
+  std::string name, dtype;
+  std::vector<std::int64_t> shape;
+  std::string bytes;
+};
+/// A safetensors file image (what the `safetensors` package writes: the JSON header padded with spaces to a multiple
+/// of 8 bytes, then the tensors' bytes back to back in the order given, `__metadata__` when not empty). Throws
+/// FormatError for a duplicate name, an unknown dtype or bytes that do not match the shape.
+std::string safetensorsImage(const std::vector<SafetensorsTensor>& tensors,
+                             const std::map<std::string, std::string>& metadata = {});
+
 /// The weight map of a sharded model's model.safetensors.index.json (`text`; `where` names it in messages): tensor
 /// name -> shard file name. Each shard must be a plain file name in the same directory (no '/', not "." or "..").
 /// Throws FormatError naming the file, the key and the problem.

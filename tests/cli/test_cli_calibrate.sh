@@ -23,6 +23,33 @@ PY
 # The file works wherever a SPEC does, and the export says what transformers lacks.
 "$cli" export --cache "$tmp/c.json" 2>&1 | grep -q "calibrated scales have no transformers equivalent" \
   || { echo "FAIL export note"; fail=1; }
+# vLLM's checkpoint form of the scales: a safetensors file the safetensors package reads, one tensor per layer and
+# side named as vLLM loads them, scalar (per tensor) or [heads] (per head), plus the quantization_config to merge.
+"$cli" export --format vllm --cache "$tmp/c.json" --scales "$tmp/c.safetensors" > "$tmp/flags" 2> "$tmp/err" \
+  || { echo "FAIL export --scales"; cat "$tmp/err"; fail=1; }
+grep -q "Flash-Attention 3 backend only" "$tmp/err" && grep -q '"quantization_config": {"quant_method": "compressed-tensors"' "$tmp/err" \
+  || { echo "FAIL export --scales notes"; cat "$tmp/err"; fail=1; }
+"$cli" export --format vllm --cache "$tmp/p.json" --scales "$tmp/p.safetensors" >/dev/null 2>&1 || { echo "FAIL export p"; fail=1; }
+"$py" - "$tmp" <<'PY' || fail=1
+import json, sys
+from safetensors.numpy import load_file
+t = sys.argv[1]
+for name, shape in (("c", (3,)), ("p", ())):
+    cfg, st = json.load(open(f"{t}/{name}.json"))["kvscope"], load_file(f"{t}/{name}.safetensors")
+    assert len(st) == 60, len(st)
+    for l in range(30):
+        for side, key in (("k", "key_scales"), ("v", "value_scales")):
+            x = st[f"model.layers.{l}.self_attn.{side}_scale"]
+            assert x.dtype.name == "float32" and x.shape == shape, (x.dtype, x.shape)
+            assert x.reshape(-1).tolist() == cfg[key][l], (l, side)
+print("ok   export --scales: vLLM's k_scale/v_scale tensors, per head and per tensor")
+PY
+grep -q -- "--kv-cache-dtype fp8_e4m3" "$tmp/flags" || { echo "FAIL vllm flags"; cat "$tmp/flags"; fail=1; }
+out=$("$cli" export --format hf --cache "$tmp/c.json" --scales "$tmp/x.safetensors" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "use it with --format vllm" <<<"$out" || { echo "FAIL --scales hf: $rc $out"; fail=1; }
+out=$("$cli" export --format vllm --cache fp8 --scales "$tmp/x.safetensors" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "from a calibrated fp8 config" <<<"$out" && [ ! -e "$tmp/x.safetensors" ] \
+  || { echo "FAIL --scales uncalibrated: $rc $out"; fail=1; }
 out=$("$cli" calibrate --model "$model" --text "$text" --cache quanto 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "calibrate takes an fp8 config" <<<"$out" || { echo "FAIL non-fp8: $rc $out"; fail=1; }
 out=$("$cli" calibrate --model "$model" --text /nonexistent.txt 2>&1); rc=$?

@@ -127,3 +127,75 @@ TEST(Fp8Calibration, ConfigFilesCarryTheScales) {
   broken["kvscope"]["key_scales"] = {1, 2};
   EXPECT_THROW(configFromJson(broken.dump()), ConfigError);
 }
+
+// scale=unit: vLLM's FP8 cache without checkpoint scales: every value cast to FP8 as it is (scale 1.0), whatever the
+// granularity; the export says it is vLLM's own setting.
+TEST(Fp8Calibration, UnitScaleIsVllmsDefault) {
+  at::manual_seed(43);
+  const at::Tensor k = at::randn({1, 2, 6, 8}) * 50, v = at::randn({1, 2, 6, 8}) * 0.01;
+  for (const char* g : {"tensor", "head", "channel"}) {
+    auto layer = makeLayer(parseSpec(std::string("fp8:scale=unit,attention=reference,granularity=") + g));
+    layer->update(k, v);  // the prompt attends over itself as given (transformers); the next step reads it stored
+    auto [kk, vv] = layer->update(k.narrow(2, 0, 1), v.narrow(2, 0, 1));
+    EXPECT_TRUE(at::equal(kk.narrow(2, 0, 6), k.to(at::kFloat8_e4m3fn).to(at::kFloat))) << g;
+    EXPECT_TRUE(at::equal(vv.narrow(2, 0, 6), v.to(at::kFloat8_e4m3fn).to(at::kFloat))) << g;
+    for (float s : layer->stats().keys.scales) EXPECT_EQ(s, 1.0f) << g;
+  }
+  // The first-update scale (transformers) keeps small values that 1.0 flushes toward FP8's subnormals.
+  auto amax = makeLayer(parseSpec("fp8:attention=reference"));
+  auto unit = makeLayer(parseSpec("fp8:scale=unit,attention=reference"));
+  amax->update(v, v);
+  unit->update(v, v);
+  const at::Tensor one = v.narrow(2, 0, 1);
+  const double eAmax = (amax->update(one, one).first.narrow(2, 0, 6) - v).norm().item<double>();
+  const double eUnit = (unit->update(one, one).first.narrow(2, 0, 6) - v).norm().item<double>();
+  EXPECT_LT(eAmax, eUnit);
+  EXPECT_NE(toVllmFlags(parseSpec("fp8:scale=unit")).notes.front().find("without k/v scales"), std::string::npos);
+  EXPECT_EQ(parseSpec(toSpec(parseSpec("fp8:scale=unit"))).fp8Scale, Fp8Scale::Unit);
+  EXPECT_THROW(parseSpec("fp8:scale=unit,headroom=2"), ConfigError);
+  EXPECT_THROW(parseSpec("fp8:scale=one"), ConfigError);
+  EXPECT_THROW(parseSpec("quanto:scale=unit"), ConfigError);
+}
+
+// Calibrated scales in vLLM's checkpoint form: one tensor per layer and side, scalar per tensor or [heads] per head
+// (strategy attn_head, with the backend restriction said), and clear errors for what vLLM cannot load.
+TEST(Fp8Calibration, VllmScalesAreCheckpointTensors) {
+  CacheConfig t = parseSpec("fp8");
+  t.keyScales = {{0.5f}, {0.25f}};
+  t.valueScales = {{0.125f}, {2.f}};
+  const VllmScales vt = toVllmScales(t);
+  ASSERT_EQ(vt.tensors.size(), 4u);
+  EXPECT_EQ(vt.tensors[0].name, "model.layers.0.self_attn.k_scale");
+  EXPECT_EQ(vt.tensors[3].name, "model.layers.1.self_attn.v_scale");
+  EXPECT_TRUE(vt.tensors[1].shape.empty());
+  EXPECT_EQ(vt.tensors[3].values, std::vector<float>{2.f});
+  const auto qc = nlohmann::json::parse(vt.quantizationConfig);
+  EXPECT_EQ(qc["quant_method"], "compressed-tensors");
+  EXPECT_EQ(qc["kv_cache_scheme"]["strategy"], "tensor");
+  EXPECT_TRUE(qc["config_groups"].empty());
+
+  CacheConfig h = parseSpec("fp8:granularity=head");
+  h.keyScales = {{1.f, 2.f, 3.f}};
+  h.valueScales = {{4.f, 5.f, 6.f}};
+  const VllmScales vh = toVllmScales(h);
+  EXPECT_EQ(vh.tensors[1].shape, std::vector<std::int64_t>{3});
+  EXPECT_EQ(vh.tensors[1].values, (std::vector<float>{4.f, 5.f, 6.f}));
+  EXPECT_EQ(nlohmann::json::parse(vh.quantizationConfig)["kv_cache_scheme"]["strategy"], "attn_head");
+  EXPECT_NE(vh.notes.front().find("Flash-Attention 3 backend only"), std::string::npos);
+
+  auto errorOf = [](const CacheConfig& c) {
+    try {
+      toVllmScales(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(errorOf(parseSpec("fp8")).find("from a calibrated fp8 config"), std::string::npos);
+  CacheConfig c = parseSpec("fp8:granularity=channel");
+  c.keyScales = c.valueScales = {std::vector<float>(6, 1.f)};
+  EXPECT_NE(errorOf(c).find("granularity=channel has no vLLM form"), std::string::npos);
+  CacheConfig e5 = parseSpec("fp8:format=e5m2");
+  e5.keyScales = e5.valueScales = {{1.f}};
+  EXPECT_NE(errorOf(e5).find("fp8_e4m3 cache"), std::string::npos);
+}

@@ -69,3 +69,35 @@ TEST(Safetensors, LyingHeadersAreErrorsNeverWildReads) {
   const auto tiny = testutil::writeFile(testutil::tempPath("kv_tiny.safetensors"), "abc");
   EXPECT_NE(errorOf(tiny).find("too short"), std::string::npos);
 }
+
+// The writer's image reads back through the reader (names, dtypes, shapes incl. a scalar, bytes, metadata), its header
+// padded to 8 bytes as the safetensors package writes it; bad tensors are errors naming the tensor.
+TEST(Safetensors, WrittenImagesReadBack) {
+  using kvscope::model::SafetensorsTensor;
+  const float one = 0.25f, three[3] = {1.5f, -2.f, 3e-3f};
+  std::vector<SafetensorsTensor> ts{{"a.k_scale", "F32", {}, std::string(reinterpret_cast<const char*>(&one), 4)},
+                                    {"a.v_scale", "F32", {3}, std::string(reinterpret_cast<const char*>(three), 12)}};
+  const std::string img = kvscope::model::safetensorsImage(ts, {{"format", "pt"}});
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(img[static_cast<std::size_t>(i)]);
+  EXPECT_EQ(n % 8, 0u);
+  EXPECT_EQ(img.size(), 8 + n + 16);
+  SafetensorsFile f(reinterpret_cast<const std::uint8_t*>(img.data()), img.size(), "written");
+  ASSERT_EQ(f.entries().size(), 2u);
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  const auto& k = f.at("a.k_scale");
+  EXPECT_TRUE(k.shape.empty());
+  EXPECT_EQ(k.dtype, "F32");
+  float got = 0;
+  std::memcpy(&got, k.data, 4);
+  EXPECT_EQ(got, one);
+  const auto& v = f.at("a.v_scale");
+  EXPECT_EQ(v.shape, std::vector<std::int64_t>{3});
+  EXPECT_EQ(std::memcmp(v.data, three, 12), 0);
+  auto bad = [&](std::vector<SafetensorsTensor> t) {
+    return testutil::errorOf<FormatError>([&] { kvscope::model::safetensorsImage(t); });
+  };
+  EXPECT_NE(bad({ts[0], ts[0]}).find("`a.k_scale` is empty, reserved or given twice"), std::string::npos);
+  EXPECT_NE(bad({{"x", "F33", {}, "abcd"}}).find("unknown dtype `F33`"), std::string::npos);
+  EXPECT_NE(bad({{"x", "F32", {2}, "abcd"}}).find("tensor `x`: 4 bytes for 2 F32 values"), std::string::npos);
+}

@@ -45,8 +45,13 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
       break;
     case Backend::Fp8:
       e.flags = cfg.fp8Format == Fp8Format::E5M2 ? "--kv-cache-dtype fp8_e5m2" : "--kv-cache-dtype fp8_e4m3";
-      e.notes.push_back("vLLM takes per-tensor k/v scales from the checkpoint, or computes them with "
-                        "--calculate-kv-scales; without either it uses 1.0, which can hurt quality");
+      if (cfg.fp8Scale == Fp8Scale::Unit && cfg.keyScales.empty())
+        e.notes.push_back("scale=unit is vLLM's FP8 cache without k/v scales in the checkpoint (and without "
+                          "--calculate-kv-scales): every scale 1.0");
+      else if (cfg.keyScales.empty())
+        e.notes.push_back("vLLM takes per-tensor k/v scales from the checkpoint, or computes them with "
+                          "--calculate-kv-scales; without either it uses 1.0 (kvscope's scale=unit), which can hurt "
+                          "quality");
       break;
     case Backend::LlamaCpp:
       if (!llamaCppQuantized(cfg.typeK) && !llamaCppQuantized(cfg.typeV)) {
@@ -72,9 +77,44 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
   }
   for (auto& n : detail::optionNotes(cfg, &detail::OptionField::vllmWhy, false)) e.notes.push_back(std::move(n));
   if (!cfg.keyScales.empty())
-    e.notes.push_back("calibrated scales: vLLM reads per-tensor (or per-head) k/v scales from the model checkpoint; "
-                      "kvscope does not write checkpoints, so put them there (k_scale/v_scale) to use them");
+    e.notes.push_back("calibrated scales: vLLM reads them from the model checkpoint (k_scale/v_scale): write them with "
+                      "`export --format vllm --scales FILE.safetensors` and merge it (docs/cache-configs.md)");
   return e;
+}
+
+VllmScales toVllmScales(const CacheConfig& cfg) {
+  validate(cfg);
+  if (cfg.mixed() || cfg.backend != Backend::Fp8 || cfg.keyScales.empty())
+    throw ConfigError("key_scales", fmt::format("vLLM scales come from a calibrated fp8 config (kvscope-cli calibrate), "
+                                                "got `{}`", toSpec(cfg)));
+  if (cfg.granularity == Fp8Granularity::Channel)
+    throw ConfigError("granularity", "vLLM loads one k/v scale per layer or per KV head: granularity=channel has no "
+                                     "vLLM form (calibrate with granularity=tensor or head)");
+  if (cfg.fp8Format != Fp8Format::E4M3FN)
+    throw ConfigError("format", "vLLM applies checkpoint k/v scales to its fp8_e4m3 cache: calibrate with format=e4m3");
+  const bool head = cfg.granularity == Fp8Granularity::Head;
+  VllmScales out;
+  for (std::size_t l = 0; l < cfg.keyScales.size(); ++l)
+    for (const auto* side : {&cfg.keyScales, &cfg.valueScales}) {
+      const std::vector<float>& v = (*side)[l];
+      out.tensors.push_back({fmt::format("model.layers.{}.self_attn.{}_scale", l, side == &cfg.keyScales ? 'k' : 'v'),
+                             head ? std::vector<std::int64_t>{static_cast<std::int64_t>(v.size())}
+                                  : std::vector<std::int64_t>{},
+                             v});
+    }
+  // compressed-tensors with no weight scheme: the weights load as they are; kv_cache_scheme gives every attention
+  // layer the k/v scale parameters these tensors fill.
+  out.quantizationConfig = fmt::format(
+      R"({{"quant_method": "compressed-tensors", "format": "dense", "config_groups": {{}}, "ignore": [], )"
+      R"("kv_cache_scheme": {{"num_bits": 8, "type": "float", "strategy": "{}", "dynamic": false, "symmetric": true}}}})",
+      head ? "attn_head" : "tensor");
+  if (head)
+    out.notes.push_back("per-head scales (kv_cache_scheme strategy attn_head): vLLM's Flash-Attention 3 backend only, "
+                        "in releases since its per-head KV scales (PR #30141); other backends and older releases "
+                        "refuse them: calibrate with granularity=tensor for those");
+  out.notes.push_back("vLLM reads a checkpoint's k/v scales only through a quantization_config: add the one printed to "
+                      "config.json, and run with --kv-cache-dtype fp8_e4m3");
+  return out;
 }
 
 }  // namespace kvscope::cache
