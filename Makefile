@@ -1,6 +1,6 @@
 # The two Quick start commands. Both install what is missing (packaging/setup.sh, cached in ~/.cache/kvscope),
 # configure and build into ./build.
-.PHONY: run cli-demo test test-asan test-tsan test-fuzz build bench
+.PHONY: run cli-demo test test-llamacpp test-asan test-tsan test-fuzz build bench
 
 build:
 	@bash packaging/build.sh >/dev/null
@@ -24,6 +24,13 @@ test:
 	@bash packaging/build.sh >/dev/null
 	cd build && ctest --output-on-failure -j2 --timeout 1800
 
+# The llamacpp backend against llama.cpp itself: builds llama.cpp's tools once (packaging/build_llamacpp.sh, into the
+# cache dir; several minutes on two cores), then the parity test that `make test` skips while they are missing.
+test-llamacpp:
+	@bash packaging/build.sh >/dev/null
+	@export CCACHE_DIR=$${CCACHE_DIR:-$${KVSCOPE_CACHE:-$$HOME/.cache/kvscope}/ccache}; bash packaging/build_llamacpp.sh >/dev/null
+	cd build && ctest --output-on-failure --timeout 1800 -R '^parity\.llamacpp_kld$$'
+
 # The unit and parity suites again under AddressSanitizer + UndefinedBehaviorSanitizer (the `asan` preset; any UB
 # report fails its test). The two exhaustive 2^32 codec tests are left out for time (they run in `make test`).
 ASAN_TARGETS = kvscope_unit_tests kvscope_parity_tests kvscope_model_parity_tests kvscope_gguf_parity_tests \
@@ -33,7 +40,7 @@ test-asan:
 	@export CCACHE_DIR=$${CCACHE_DIR:-$${KVSCOPE_CACHE:-$$HOME/.cache/kvscope}/ccache} CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1; \
 	  cmake --preset asan >/dev/null && cmake --build build-asan -j 2 --target $(ASAN_TARGETS) >/dev/null
 	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  ctest --output-on-failure -j2 --timeout 1800 -L "unit|parity" -E "BitExactForAllFloat32|packaging"
+	  ctest --output-on-failure -j2 --timeout 1800 -L "unit|parity" -E "BitExactForAllFloat32|packaging|llamacpp_kld"
 
 # The engine/GUI threading tests (gui.workbench) under ThreadSanitizer (the `tsan` preset: the engine, the views and the
 # tests are instrumented; any report fails the test). One OpenMP thread: libgomp's barriers are invisible to TSan.

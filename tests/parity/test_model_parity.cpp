@@ -201,9 +201,10 @@ INSTANTIATE_TEST_SUITE_P(Caches, GreedyParity,
 // only the accumulation order differs), then 24 teacher-forced steps reading the cache; per step the next-token
 // log-probabilities must agree within 2e-3 (max abs) and the KL between them stay below 1e-5 nats. fp8 stores each
 // new token quantized: an input that differs by 1e-6 between the modes can land on the other side of an FP8 rounding
-// boundary (a 1/16 relative step), so its bound is per-step KL below 2e-3 nats and |dlogp| below 0.5 on the tokens
-// the reference gives at least 1e-4 (measured on SmolLM2 over the whole vocabulary: 4.4e-4 and 0.29; the layers' reads
-// themselves are bit-exact, tests/unit/test_fused_attention.cpp). Then the default
+// boundary (a 1/16 relative step), so its bound is per-step KL below 1e-2 nats and |dlogp| below 0.5 on the tokens
+// the reference gives at least 1e-4 (measured on SmolLM2 over the whole vocabulary: 4.4e-4 and 0.29 on an AVX-512 VM,
+// KL 2.8e-3 at one step of fp8:overflow=saturate on an AVX2-only one, where other kernels round differently; the
+// layers' reads themselves are bit-exact, tests/unit/test_fused_attention.cpp). Then the default
 // chunked prefill (fused) against the one-shot prefill: how many greedy tokens agree (all, for the dynamic cache).
 class FusedParity : public ::testing::TestWithParam<const char*> {};
 
@@ -237,7 +238,7 @@ TEST_P(FusedParity, FusedAgreesWithReference) {
     worst = std::max(worst, d), worstKl = std::max(worstKl, kl);
     const bool fp8 = spec.find("fp8") != std::string::npos;
     EXPECT_LE(d, fp8 ? 0.5 : 2e-3) << spec << " step " << step;
-    EXPECT_LE(kl, fp8 ? 2e-3 : 1e-5) << spec << " step " << step;
+    EXPECT_LE(kl, fp8 ? 1e-2 : 1e-5) << spec << " step " << step;
     if (B > 1 && step % 5 == 4) {  // a beam reorder: both rows continue row 1
       ref->reorder(at::tensor(std::vector<std::int64_t>{1, 1}, at::kLong));
       fused->reorder(at::tensor(std::vector<std::int64_t>{1, 1}, at::kLong));
