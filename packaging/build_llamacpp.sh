@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds llama.cpp (CPU only) for tests/bench/bench_vs_llamacpp.sh: the source is the vendored copy in the PyPI
+# Builds llama.cpp (CPU only), the reference tool of tests/bench/bench_vs_llamacpp.sh and of the parity test
+# parity.llamacpp_kld (`make test-llamacpp`): the source is the vendored copy in the PyPI
 # sdist of llama-cpp-python==0.3.36 (PyPI is the only network these machines reach), unpacked and built under
 # ${KVSCOPE_CACHE:-~/.cache/kvscope}/llama.cpp/. Idempotent: a second run finds the binaries and only prints the path.
 #
 # Targets: llama-bench, llama-perplexity, llama-completion. (In this llama.cpp version llama-cli is part of the
 # server tree and needs the web UI fetched from Hugging Face at build time; llama-completion is the classic CLI.)
-# GGML_NATIVE=OFF with explicit x86-64 AVX-512 flags: the native build dies with SIGILL on these VMs.
+# GGML_NATIVE=OFF with explicit x86-64 flags (AVX-512 where the CPU has it): the native build dies with SIGILL on
+# these VMs.
 #
 # Env: KVSCOPE_CACHE (cache root), KVSCOPE_JOBS (make jobs, default 2), KVSCOPE_PYTHON (python with pip).
 # Output: the bin directory, as the last line on stdout (everything else goes to stderr).
@@ -36,11 +38,16 @@ if ! built; then
         tar xzf "$SDIST" -C "$ROOT"
     fi
     CCACHE=OFF
+    # AVX-512 where the CPU reports it (these VMs come with and without it): named flags, never -march=native.
+    AVX512=()
+    grep -qw avx512f /proc/cpuinfo && AVX512+=(-DGGML_AVX512=ON)
+    for f in avx512_vnni:VNNI avx512_bf16:BF16 avx512vbmi:VBMI; do
+        grep -qw "${f%%:*}" /proc/cpuinfo && [[ ${#AVX512[@]} -gt 0 ]] && AVX512+=("-DGGML_AVX512_${f##*:}=ON")
+    done
     command -v ccache >/dev/null && CCACHE=ON
     echo "== configuring $BUILD (ccache: $CCACHE)" >&2
     cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-        -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
-        -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX512_VBMI=ON \
+        -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "${AVX512[@]}" \
         -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_CCACHE=$CCACHE \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF >&2

@@ -5,7 +5,7 @@
 #   tests/bench/bench_vs_llamacpp.sh [--threads N] [--repeat R] [--new T] [--activations f32|q8] [model.gguf ...]
 #
 # Default models: the embedded SmolLM2 and the random 1b Q4_0/Q4_K/Q8_0 models (made by make_bench_models.py when
-# missing). llama.cpp comes from build_llamacpp.sh (built when missing). Metrics:
+# missing). llama.cpp comes from packaging/build_llamacpp.sh (built when missing). Metrics:
 #   decode tok/s at an empty context: llama-bench tg T at depth 0 | kvscope-cli bench --context 16, T new tokens
 #   decode tok/s at 2048:             llama-bench tg T at depth 2048 | kvscope-cli bench --context 2048
 #   prefill tok/s of 256 tokens:      llama-bench pp256 | kvscope-cli bench --context 256 (prefill_tok_s)
@@ -46,7 +46,7 @@ if ((${#MODELS[@]} == 0)); then
     mapfile -t -O 1 MODELS <<<"$RANDOM_MODELS"
 fi
 [[ -x $CLI ]] || { echo "no kvscope-cli at $CLI (build the project, or set KVSCOPE_CLI)" >&2; exit 1; }
-LLAMA=$("$HERE/build_llamacpp.sh" | tail -n 1)
+LLAMA=$("$HERE/../../packaging/build_llamacpp.sh" | tail -n 1)
 OUT=${KVSCOPE_BENCH_OUT:-$(mktemp -d /tmp/bench_vs_llamacpp.XXXXXX)}
 mkdir -p "$OUT"
 FAILED=0
