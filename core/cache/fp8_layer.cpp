@@ -194,12 +194,12 @@ class Fp8Layer final : public CacheLayer {
     const std::int64_t H = x.size(1), T = x.size(2), D = x.size(3);
     if (first) {
       const at::Tensor& calibrated = &s == &k_ ? calibratedK_ : calibratedV_;
-      const std::vector<std::int64_t> shape =
-          granularity_ == Fp8Granularity::Channel ? std::vector<std::int64_t>{H, D} : std::vector<std::int64_t>{-1};
-      const std::int64_t n = granularity_ == Fp8Granularity::Tensor ? 1 : granularity_ == Fp8Granularity::Head ? H : H * D;
+      const std::vector<std::int64_t> shape = granularity_ == Fp8Granularity::Channel ? std::vector<std::int64_t>{H, D}
+                                              : granularity_ == Fp8Granularity::Head  ? std::vector<std::int64_t>{H}
+                                                                                      : std::vector<std::int64_t>{1};
       setScale(s,
                calibrated.defined() ? calibrated.to(x.device()).reshape(shape)
-               : unitScale_         ? at::ones({n}, x.options().dtype(at::kFloat)).reshape(shape)
+               : unitScale_         ? at::ones(shape, x.options().dtype(at::kFloat))
                                     : scaleFromAmax(amaxForScale(x)),
                H, D);
       s.like = at::empty({x.size(0), H, 0, D}, x.options());  // no reference to x's storage

@@ -56,7 +56,9 @@ std::string_view overflowName(OverflowPolicy p);
 /// transformers' cache_config of a uniform config: the backend and its transformers keys, resolved.
 json hfDict(const CacheConfig& cfg);
 /// The notes a target gives for the set options it cannot express (`why` picks the target's text).
-std::vector<std::string> optionNotes(const CacheConfig& cfg, std::string_view OptionField::*why, bool hfWording);
+/// `skip`: an option the caller knows carries over for this config (its note would be wrong), or empty.
+std::vector<std::string> optionNotes(const CacheConfig& cfg, std::string_view OptionField::*why, bool hfWording,
+                                     std::string_view skip = {});
 
 // Per-layer configs (`layers=...`, layers.cpp).
 inline constexpr std::string_view kLayersPrefix = "layers=";

@@ -77,8 +77,8 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
   }
   // Calibrated per-head scales do carry over (the checkpoint's [heads] k/v scales): no granularity note for them.
   const bool headScales = !cfg.keyScales.empty() && cfg.granularity == Fp8Granularity::Head;
-  for (auto& n : detail::optionNotes(cfg, &detail::OptionField::vllmWhy, false))
-    if (!(headScales && n.rfind("granularity=", 0) == 0)) e.notes.push_back(std::move(n));
+  for (auto& n : detail::optionNotes(cfg, &detail::OptionField::vllmWhy, false, headScales ? "granularity" : ""))
+    e.notes.push_back(std::move(n));
   if (!cfg.keyScales.empty())
     e.notes.push_back("calibrated scales: vLLM reads them from the model checkpoint (k_scale/v_scale); "
                       "`--scales FILE.safetensors` writes them in that form (merge step: docs/cache-configs.md)");

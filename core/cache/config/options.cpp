@@ -192,11 +192,12 @@ std::string valueText(const json& v) {
   return v.dump();
 }
 
-std::vector<std::string> optionNotes(const CacheConfig& cfg, std::string_view OptionField::*why, bool hfWording) {
+std::vector<std::string> optionNotes(const CacheConfig& cfg, std::string_view OptionField::*why, bool hfWording,
+                                     std::string_view skip) {
   std::vector<std::string> notes;
   for (const auto& o : backendOptions(cfg.backend)) {
     const OptionField& f = *findField(o.name);
-    if (!f.isSet(cfg) || (f.*why).empty()) continue;
+    if (!f.isSet(cfg) || (f.*why).empty() || f.name == skip) continue;
     const std::string head = fmt::format("{}={}", f.name, valueText(f.value(cfg)));
     notes.push_back(hfWording ? fmt::format("{} has no transformers equivalent: {}", head, f.*why)
                               : fmt::format("{}: {}", head, f.*why));
