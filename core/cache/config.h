@@ -115,6 +115,9 @@ struct LayerRule {
 /// The keys' and the values' configs of layer `layer` in a model of `numLayers` layers (for a uniform config: the
 /// config twice). Throws ConfigError when no rule covers the layer or a rule names a layer the model does not have.
 std::pair<CacheConfig, CacheConfig> layerConfigs(const CacheConfig& cfg, int layer, int numLayers);
+/// A per-layer config from its rules, as parseSpec builds one from `layers=...` (the mirrored single-backend fields
+/// set, validated). Throws ConfigError.
+CacheConfig perLayerConfig(std::vector<LayerRule> rules);
 
 /// One option a backend accepts, for forms, help and error messages.
 struct OptionInfo {

@@ -214,6 +214,13 @@ std::string layersToSpec(const CacheConfig& cfg) {
 
 }  // namespace detail
 
+CacheConfig perLayerConfig(std::vector<LayerRule> rules) {
+  if (rules.empty()) throw ConfigError("layers", "a per-layer config needs at least one rule");
+  CacheConfig cfg = detail::mirrorOf(rules);
+  validate(cfg);
+  return cfg;
+}
+
 std::pair<CacheConfig, CacheConfig> layerConfigs(const CacheConfig& cfg, int layer, int numLayers) {
   if (!cfg.mixed()) return {cfg, cfg};
   const LayerRule* hit = nullptr;

@@ -1,0 +1,263 @@
+// The sensitivity tuner's plan and solve (cache/tune.h) on scans with known figures: the fronts against every
+// assignment enumerated, each target's shape, the budgets, the picked config's layers, the scan file.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "cache/tune.h"
+
+using namespace kvscope::cache;
+
+namespace {
+
+// A scan of `layers` layers and two candidates, quanto 4-bit and 2-bit: 4-bit saves 700 bytes a side, 2-bit 850;
+// the KLs are random, with 2-bit worse than 4-bit on each side.
+Scan syntheticScan(int layers, unsigned seed) {
+  Scan s;
+  s.plan = planScan({parseSpec("quanto:nbits=4"), parseSpec("quanto:nbits=2")}, layers);
+  s.referenceBytes = 2000 * layers;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.001, 0.1);
+  std::vector<double> four(static_cast<std::size_t>(2 * layers));
+  for (double& x : four) x = u(rng);
+  for (const ScanItem& it : s.plan.items) {
+    const double k4 = four[static_cast<std::size_t>(2 * it.layer + (it.side == KvSide::Keys ? 0 : 1))];
+    const double kl = it.candidate == 0 ? k4 : k4 * (2 + 10 * u(rng));
+    s.points.push_back({it, kl, s.referenceBytes - (it.candidate == 0 ? 700 : 850)});
+  }
+  return s;
+}
+
+// Every assignment of `target`'s shape, enumerated.
+std::vector<Assignment> everyAssignment(const Scan& s, TuneTarget target) {
+  const int n = s.plan.numLayers, c = static_cast<int>(s.plan.candidates.size());
+  std::vector<Assignment> out;
+  auto add = [&](std::vector<int> k, std::vector<int> v) {
+    Assignment a{k, v, 0, s.referenceBytes};
+    for (int l = 0; l < n; ++l)
+      for (auto [side, x] : {std::pair{KvSide::Keys, k[static_cast<std::size_t>(l)]},
+                             std::pair{KvSide::Values, v[static_cast<std::size_t>(l)]}})
+        if (x >= 0) {
+          const auto& p = s.at(l, side, static_cast<std::size_t>(x));
+          a.predictedKl += p.meanKl;
+          a.storedBytes -= p.saved(s.referenceBytes);
+        }
+    out.push_back(a);
+  };
+  const int sides = target == TuneTarget::Kvscope ? 2 * n : n;
+  long combos = 1;
+  for (int i = 0; i < sides; ++i) combos *= c + 1;
+  if (target == TuneTarget::Kvscope || target == TuneTarget::Vllm) {
+    for (long code = 0; code < combos; ++code) {
+      std::vector<int> k(static_cast<std::size_t>(n)), v(static_cast<std::size_t>(n));
+      long x = code;
+      for (int i = 0; i < sides; ++i, x /= c + 1) {
+        const int pick = static_cast<int>(x % (c + 1)) - 1;
+        if (target == TuneTarget::Vllm) {
+          k[static_cast<std::size_t>(i)] = v[static_cast<std::size_t>(i)] = pick;
+        } else {
+          (i % 2 == 0 ? k : v)[static_cast<std::size_t>(i / 2)] = pick;
+        }
+      }
+      if (target == TuneTarget::Vllm) {  // one candidate (or none) per layer, all layers the same candidate
+        int used = -1;
+        bool ok = true;
+        for (int p : k) {
+          if (p < 0) continue;
+          ok = ok && (used < 0 || used == p);
+          used = p;
+        }
+        if (!ok) continue;
+      }
+      add(k, v);
+    }
+  } else {
+    for (int kc = -1; kc < c; ++kc)
+      for (int vc = -1; vc < c; ++vc) {
+        if (target == TuneTarget::Transformers && kc != vc) continue;
+        add(std::vector<int>(static_cast<std::size_t>(n), kc), std::vector<int>(static_cast<std::size_t>(n), vc));
+      }
+  }
+  return out;
+}
+
+bool dominated(const Assignment& a, const std::vector<Assignment>& all) {
+  for (const Assignment& b : all)
+    if (b.storedBytes <= a.storedBytes && b.predictedKl <= a.predictedKl &&
+        (b.storedBytes < a.storedBytes || b.predictedKl < a.predictedKl))
+      return true;
+  return false;
+}
+
+}  // namespace
+
+TEST(Tune, ThePlanQuantizesOneLayerSideAtATime) {
+  const ScanPlan p = planScan({parseSpec("quanto:nbits=4"), parseSpec("llamacpp:type_k=q4_0,type_v=q4_0")}, 3);
+  ASSERT_EQ(p.items.size(), 2u * 3u * 2u);
+  for (const ScanItem& it : p.items) {
+    const CacheConfig cfg = p.config(it);
+    for (int l = 0; l < 3; ++l) {
+      const auto [k, v] = layerConfigs(cfg, l, 3);
+      const bool here = l == it.layer;
+      EXPECT_EQ(k, here && it.side == KvSide::Keys ? p.candidates[it.candidate] : CacheConfig{});
+      EXPECT_EQ(v, here && it.side == KvSide::Values ? p.candidates[it.candidate] : CacheConfig{});
+    }
+    EXPECT_EQ(parseSpec(toSpec(cfg)), cfg) << toSpec(cfg);  // a scan run's SPEC reads back as the same config
+  }
+}
+
+TEST(Tune, BadCandidatesAreClearErrors) {
+  auto message = [](const std::vector<std::string>& specs, int layers) {
+    std::vector<CacheConfig> c;
+    for (const auto& s : specs) c.push_back(parseSpec(s));
+    try {
+      planScan(c, layers);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({}, 3).find("at least one candidate"), std::string::npos);
+  EXPECT_NE(message({"dynamic"}, 3).find("unquantized cache the tuner compares against"), std::string::npos);
+  EXPECT_NE(message({"layers=0:fp8;*:dynamic"}, 3).find("is a per-layer config"), std::string::npos);
+  EXPECT_NE(message({"fp8", "fp8"}, 3).find("given twice"), std::string::npos);
+  EXPECT_NE(message({"fp8"}, 0).find("at least one layer"), std::string::npos);
+  EXPECT_THROW(parseTarget("tensorrt"), ConfigError);
+}
+
+// Each target's front is exactly the non-dominated set of every assignment of its shape (3 layers, 2 candidates:
+// 729 kvscope assignments).
+TEST(Tune, FrontsAreTheNonDominatedAssignmentsOfEachTargetsShape) {
+  for (unsigned seed : {1u, 2u, 3u}) {
+    const Scan s = syntheticScan(3, seed);
+    for (TuneTarget t : allTargets()) {
+      const auto all = everyAssignment(s, t);
+      const auto front = paretoFront(s, t);
+      std::size_t expected = 0;
+      for (const Assignment& a : all) expected += !dominated(a, all);
+      EXPECT_EQ(front.size(), expected) << targetName(t) << " seed " << seed;
+      for (std::size_t i = 0; i < front.size(); ++i) {
+        const Assignment& a = front[i];
+        EXPECT_FALSE(dominated(a, all)) << targetName(t);
+        // Its figures are its choices' figures, and it has the target's shape.
+        const auto same = std::find_if(all.begin(), all.end(), [&](const Assignment& b) {
+          return b.keys == a.keys && b.values == a.values;
+        });
+        ASSERT_NE(same, all.end()) << targetName(t) << ": an assignment of another shape";
+        EXPECT_EQ(same->storedBytes, a.storedBytes);
+        EXPECT_NEAR(same->predictedKl, a.predictedKl, 1e-12);
+        if (i > 0) {
+          EXPECT_GT(a.storedBytes, front[i - 1].storedBytes);
+          EXPECT_LT(a.predictedKl, front[i - 1].predictedKl);
+        }
+      }
+      EXPECT_EQ(front.back().storedBytes, s.referenceBytes) << "the unquantized assignment ends the front";
+      EXPECT_EQ(front.back().predictedKl, 0.0);
+    }
+  }
+}
+
+TEST(Tune, BudgetsPickFromTheFront) {
+  const Scan s = syntheticScan(3, 7);
+  const auto front = paretoFront(s, TuneTarget::Kvscope);
+  const auto all = everyAssignment(s, TuneTarget::Kvscope);
+  for (double limit : {0.0, 0.01, 0.05, 0.2, 10.0}) {
+    const auto pick = solve(front, {SweepBudget::Kind::MaxMeanKl, limit});
+    ASSERT_TRUE(pick) << limit;  // the unquantized assignment always meets a KL budget
+    std::int64_t best = std::numeric_limits<std::int64_t>::max();
+    for (const Assignment& a : all)
+      if (a.predictedKl <= limit) best = std::min(best, a.storedBytes);
+    EXPECT_EQ(pick->storedBytes, best) << limit;
+    EXPECT_LE(pick->predictedKl, limit);
+  }
+  for (std::int64_t bytes : {s.referenceBytes - 850 * 6, s.referenceBytes - 2000, s.referenceBytes}) {
+    const auto pick = solve(front, {SweepBudget::Kind::MaxStoredBytes, static_cast<double>(bytes)});
+    ASSERT_TRUE(pick);
+    double best = std::numeric_limits<double>::infinity();
+    for (const Assignment& a : all)
+      if (a.storedBytes <= bytes) best = std::min(best, a.predictedKl);
+    EXPECT_NEAR(pick->predictedKl, best, 1e-12);
+  }
+  EXPECT_FALSE(solve(front, {SweepBudget::Kind::MaxStoredBytes, 10.0}));  // below every assignment
+}
+
+TEST(Tune, APickIsAConfigWithItsLayersSides) {
+  const Scan s = syntheticScan(4, 11);
+  const CacheConfig q4 = parseSpec("quanto:nbits=4"), q2 = parseSpec("quanto:nbits=2");
+  // Uniform: the candidate itself (what transformers and vLLM without skipped layers take).
+  EXPECT_EQ(assignmentConfig(s, {{1, 1, 1, 1}, {1, 1, 1, 1}, 0, 0}), q2);
+  EXPECT_EQ(assignmentConfig(s, {{-1, -1, -1, -1}, {-1, -1, -1, -1}, 0, 0}), CacheConfig{});
+  const Assignment mixed{{0, 0, -1, 1}, {0, 0, 0, 1}, 0, 0};
+  const CacheConfig cfg = assignmentConfig(s, mixed);
+  ASSERT_TRUE(cfg.mixed());
+  for (int l = 0; l < 4; ++l) {
+    const auto [k, v] = layerConfigs(cfg, l, 4);
+    auto of = [&](int c) { return c < 0 ? CacheConfig{} : c == 0 ? q4 : q2; };
+    EXPECT_EQ(k, of(mixed.keys[static_cast<std::size_t>(l)])) << l;
+    EXPECT_EQ(v, of(mixed.values[static_cast<std::size_t>(l)])) << l;
+  }
+  EXPECT_EQ(parseSpec(toSpec(cfg)), cfg) << toSpec(cfg);
+  // The most common pair is the `*` rule; equal neighbours share one range.
+  EXPECT_EQ(toSpec(cfg), "layers=2:K=dynamic,V=quanto:nbits=4;3:quanto:nbits=2;*:quanto:nbits=4");
+  // Mostly unquantized: the quantizing pair is still the `*` rule, the rest named (vLLM's skipped layers).
+  EXPECT_EQ(toSpec(assignmentConfig(s, {{-1, 1, -1, -1}, {-1, 1, -1, -1}, 0, 0})),
+            "layers=0:dynamic;2-3:dynamic;*:quanto:nbits=2");
+  EXPECT_THROW(assignmentConfig(s, {{0}, {0}, 0, 0}), ConfigError);
+}
+
+TEST(Tune, ScanFilesRoundTripAndBadOnesAreClearErrors) {
+  const Scan s = syntheticScan(3, 5);
+  const std::string text = scanToJson(s, R"({"text":"t.txt","ctx":128})");
+  std::string settings;
+  const Scan back = scanFromJson(text, "scan.json", &settings);
+  EXPECT_EQ(back.plan.candidates, s.plan.candidates);
+  EXPECT_EQ(back.referenceBytes, s.referenceBytes);
+  ASSERT_EQ(back.points.size(), s.points.size());
+  for (std::size_t i = 0; i < s.points.size(); ++i) {
+    EXPECT_EQ(back.points[i].meanKl, s.points[i].meanKl);
+    EXPECT_EQ(back.points[i].storedBytes, s.points[i].storedBytes);
+  }
+  EXPECT_EQ(paretoFront(back, TuneTarget::Kvscope), paretoFront(s, TuneTarget::Kvscope));
+  EXPECT_NE(settings.find("t.txt"), std::string::npos);
+  auto message = [](const std::string& t) {
+    try {
+      scanFromJson(t, "scan.json");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("{").find("scan.json: not JSON"), std::string::npos);
+  EXPECT_NE(message(R"({"format":"kvscope-cache-config"})").find("not a kvscope tune scan"), std::string::npos);
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  nlohmann::json dropped = doc;  // one point fewer
+  dropped["points"].erase(dropped["points"].size() - 1);
+  EXPECT_NE(message(dropped.dump()).find("one point per layer side and candidate"), std::string::npos);
+  nlohmann::json outside = doc;
+  outside["points"][0]["layer"] = 9;
+  EXPECT_NE(message(outside.dump()).find("outside the scan"), std::string::npos);
+  nlohmann::json twice = doc;  // the first point twice: the scan lacks the second
+  twice["points"][1] = twice["points"][0];
+  EXPECT_NE(message(twice.dump()).find("has no point for layer 0 V"), std::string::npos) << message(twice.dump());
+  nlohmann::json side = doc;
+  side["points"][0]["side"] = "Q";
+  EXPECT_NE(message(side.dump()).find("point side `Q`"), std::string::npos);
+}
+
+// A non-finite KL (a run with NaN positions) is never picked.
+TEST(Tune, NonFiniteScanPointsAreNeverPicked) {
+  Scan s = syntheticScan(2, 3);
+  for (Scan::Point& p : s.points)
+    if (p.item.candidate == 1) p.meanKl = std::nan("");
+  for (TuneTarget t : allTargets())
+    for (const Assignment& a : paretoFront(s, t)) {
+      EXPECT_TRUE(std::isfinite(a.predictedKl)) << targetName(t);
+      for (int c : a.keys) EXPECT_NE(c, 1) << targetName(t);
+      for (int c : a.values) EXPECT_NE(c, 1) << targetName(t);
+    }
+}
