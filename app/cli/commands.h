@@ -29,6 +29,7 @@ Runner addSweep(CLI::App& app);
 Runner addBench(CLI::App& app);
 Runner addCalibrate(CLI::App& app);
 Runner addEval(CLI::App& app);
+Runner addTune(CLI::App& app);
 
 /// Writes `text` to `path` atomically (temporary file + rename); "-" is stdout.
 void writeOutput(const std::string& path, const std::string& text);

@@ -1,0 +1,378 @@
+// `tune`: the sensitivity tuner. A scan quantizes one layer side at a time with each candidate and measures the KL
+// against the unquantized run on a text; the solve picks, per target, the cheapest assignment under a KL budget (or
+// the lowest KL under a bytes budget) from the scan, and one full run of each pick checks the prediction.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cache/tune.h"
+#include "cli/commands.h"
+#include "cli/runtime.h"
+#include "cli/text_windows.h"
+#include "generate/eval.h"
+
+namespace kvscope::cli {
+
+namespace {
+
+using cache::Assignment;
+using cache::Scan;
+using cache::TuneTarget;
+using nlohmann::json;
+
+json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+// How many layer sides an assignment quantizes, per candidate, as "12 K + 30 V of quanto:nbits=4".
+std::string assignmentSummary(const Scan& scan, const Assignment& a) {
+  std::vector<std::string> parts;
+  for (std::size_t c = 0; c < scan.plan.candidates.size(); ++c) {
+    int k = 0, v = 0;
+    for (int x : a.keys) k += x == static_cast<int>(c);
+    for (int x : a.values) v += x == static_cast<int>(c);
+    if (k + v) parts.push_back(fmt::format("{} K + {} V {}", k, v, cache::toSpec(scan.plan.candidates[c])));
+  }
+  return parts.empty() ? "unquantized" : fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// What a target takes for the config, and what it cannot express.
+struct TargetExport {
+  std::string text;
+  std::vector<std::string> notes;
+};
+TargetExport exportFor(TuneTarget t, const cache::CacheConfig& cfg) {
+  TargetExport e;
+  try {
+    switch (t) {
+      case TuneTarget::Kvscope: e.text = "--cache '" + cache::toSpec(cfg) + "'"; break;
+      case TuneTarget::Transformers: {
+        e.notes.push_back("transformers' QuantizedCache takes one config for every layer and both sides");
+        if (cfg.backend == cache::Backend::Dynamic && !cfg.mixed()) {
+          e.text = "(no cache_config: transformers' default cache)";
+          break;
+        }
+        const auto hf = cache::toHfCacheConfig(cfg);
+        e.text = hf.json;
+        e.notes.insert(e.notes.end(), hf.notes.begin(), hf.notes.end());
+        break;
+      }
+      case TuneTarget::Vllm:
+      case TuneTarget::LlamaCpp: {
+        const auto f = t == TuneTarget::Vllm ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
+        e.text = (f.env.empty() ? "" : f.env + " ") + f.flags;
+        e.notes = f.notes;
+        break;
+      }
+    }
+  } catch (const cache::ConfigError& err) {
+    e.text = "(not exported)";
+    e.notes.push_back(err.what());
+  }
+  return e;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(fmt::format("cannot read scan file `{}`", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Runner addTune(CLI::App& app) {
+  struct Opts : TextOpts {
+    std::vector<std::string> specs, targets;
+    int prompt = 64, step = 16;
+    std::optional<double> maxKl;
+    std::optional<std::int64_t> maxBytes;
+    std::string scanOut, scanIn, save;
+    bool noVerify = false, json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "tune", "Per-layer sensitivity: scan each layer's K and V with candidate configs, then the cheapest per-layer "
+              "assignment under a KL or bytes budget for each target, checked by a full run");
+  // The text options as eval's, but --text is not required with --scan-in (the scan file says what it ran on).
+  cmd->add_option("--text", o->text, "the text file (e.g. resources/eval/coriolanus.txt)");
+  cmd->add_option("--model", o->model, "GGUF file or Hugging Face directory (default: the embedded SmolLM2)");
+  cmd->add_option("--ctx", o->ctx, "tokens per window (each window runs through a fresh cache)")
+      ->check(CLI::Range(8, 1 << 20));
+  cmd->add_option("--windows", o->windows, "use only the first N windows (0: every whole window)")
+      ->check(CLI::NonNegativeNumber);
+  addModelOptions(cmd, o->how);
+  cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cache", o->specs, "a candidate SPEC (repeat for several): tried on each layer's K and V alone");
+  cmd->add_option("--prompt", o->prompt, "tokens of each window given as the prompt")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--step", o->step, "tokens per forward after the prompt")->check(CLI::Range(1, 1 << 20));
+  auto* kl = cmd->add_option("--max-kl", o->maxKl, "budget: the fewest KV bytes whose mean KL stays within this")
+                 ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-bytes", o->maxBytes, "budget: the lowest mean KL whose stored KV bytes stay within this")
+      ->check(CLI::PositiveNumber)
+      ->excludes(kl);
+  cmd->add_option("--target", o->targets,
+                  "kvscope (per layer and side), llamacpp (one K and one V type), vllm (one dtype, skipped layers), "
+                  "transformers (one config); repeat for several (default: all)");
+  auto* out = cmd->add_option("--scan-out", o->scanOut, "write the scan (JSON) here, to solve again with --scan-in");
+  cmd->add_option("--scan-in", o->scanIn, "solve from a scan file instead of scanning (its model, text and windows)")
+      ->excludes(out);
+  cmd->add_flag("--no-verify", o->noVerify, "skip the full run of each pick");
+  cmd->add_option("--save", o->save, "write the kvscope target's pick as a kvscope config file");
+  cmd->add_flag("--json", o->json, "one JSON object: the scan's per-layer KLs, each target's front and pick");
+  return [o, cmd]() {
+    if (!*cmd) return -1;
+    std::vector<TuneTarget> targets;
+    for (const auto& t : o->targets) targets.push_back(cache::parseTarget(t));
+    if (targets.empty()) targets = cache::allTargets();
+    if (!o->save.empty() && std::find(targets.begin(), targets.end(), TuneTarget::Kvscope) == targets.end())
+      throw UsageError("--save writes the kvscope target's pick: add --target kvscope");
+    if (!o->save.empty() && !o->maxKl && !o->maxBytes)
+      throw UsageError("--save needs a budget (--max-kl or --max-bytes) to pick a config");
+
+    // What the scan runs on: the command line, or the scan file's settings.
+    Scan scan;
+    json settings;
+    if (!o->scanIn.empty()) {
+      for (const char* opt : {"--text", "--model", "--ctx", "--windows", "--prompt", "--step", "--cache"})
+        if (cmd->count(opt))
+          throw UsageError(fmt::format("tune --scan-in takes the model, text, windows and candidates from the scan "
+                                       "file: drop {}",
+                                       opt));
+      std::string s;
+      scan = cache::scanFromJson(readFile(o->scanIn), o->scanIn, &s);
+      settings = json::parse(s);
+      o->model = settings.value("model", "");
+      o->text = settings.value("text", "");
+      o->ctx = settings.value("ctx", 512);
+      o->windows = settings.value("windows", 0);
+      o->prompt = settings.value("prompt", 64);
+      o->step = settings.value("step", 16);
+    } else {
+      if (o->text.empty()) throw UsageError("tune needs --text (or --scan-in with a scan file)");
+      if (o->specs.empty()) throw UsageError("tune needs at least one candidate --cache SPEC");
+    }
+    std::vector<cache::CacheConfig> cands;
+    for (const auto& s : o->specs) cands.push_back(cache::parseSpec(s));  // bad SPECs fail before the model loads
+    if (!cands.empty()) cache::planScan(cands, 1);                         // and so do bad candidates
+    if (o->prompt >= o->ctx)
+      throw UsageError(fmt::format("--prompt {} leaves nothing to score in windows of --ctx {}", o->prompt, o->ctx));
+    const bool verify = !o->noVerify && (o->maxKl || o->maxBytes);
+    if (o->threads > 0) at::set_num_threads(o->threads);
+
+    std::optional<Loaded> m;
+    std::vector<std::vector<std::int64_t>> windows;
+    generate::EvalOptions eo;
+    auto load = [&] {
+      m.emplace(loadModel(o->model, o->how));
+      windows = windowsOf(*m, *o);
+      eo.prompt = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(o->prompt), windows[0].size() - 1));
+      eo.step = o->step;
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    if (o->scanIn.empty()) {
+      load();
+      scan.plan = cache::planScan(cands, m->model->config().layers);
+      std::vector<cache::CacheConfig> cfgs;
+      for (const auto& it : scan.plan.items) cfgs.push_back(scan.plan.config(it));
+      const auto figs = generate::evaluate(
+          *m->model, windows, cfgs, eo, [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
+            if (ci == 0 || ci % 10 == 0 || ci + 1 == nc)
+              std::cerr << fmt::format("tune: scan window {}/{}, run {}/{} ({:.0f} s)\n", wi + 1, nw, ci + 1, nc,
+                                       elapsed());
+            return true;
+          });
+      scan.referenceBytes = figs[0].memory.stored();
+      for (std::size_t i = 0; i < scan.plan.items.size(); ++i)
+        scan.points.push_back({scan.plan.items[i], figs[i + 1].meanKl(), figs[i + 1].memory.stored()});
+      settings = {{"model", m->path},  {"text", o->text},     {"ctx", o->ctx},      {"windows", o->windows},
+                  {"prompt", o->prompt}, {"step", o->step},   {"scored_tokens", figs[0].scored}};
+      std::cerr << fmt::format("tune: scan of {} runs done in {:.0f} s\n", cfgs.size(), elapsed());
+      if (!o->scanOut.empty()) writeOutput(o->scanOut, cache::scanToJson(scan, settings.dump()) + "\n");
+    }
+
+    // Fronts and picks.
+    std::optional<cache::SweepBudget> budget;
+    if (o->maxKl) budget = cache::SweepBudget{cache::SweepBudget::Kind::MaxMeanKl, *o->maxKl};
+    if (o->maxBytes) budget = cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes, static_cast<double>(*o->maxBytes)};
+    struct Result {
+      TuneTarget target;
+      std::vector<Assignment> front;
+      std::optional<Assignment> pick;
+      cache::CacheConfig config;
+      std::optional<generate::EvalFigures> measured;
+    };
+    std::vector<Result> results;
+    for (TuneTarget t : targets) {
+      Result r{t, cache::paretoFront(scan, t), std::nullopt, {}, std::nullopt};
+      if (budget) r.pick = cache::solve(r.front, *budget);
+      if (r.pick) r.config = cache::assignmentConfig(scan, *r.pick);
+      results.push_back(std::move(r));
+    }
+    // One full run of each pick (one reference run for all of them).
+    std::optional<generate::EvalFigures> reference;
+    if (verify) {
+      std::vector<cache::CacheConfig> picks;
+      std::vector<std::size_t> who;
+      for (std::size_t i = 0; i < results.size(); ++i)
+        if (results[i].pick && !(results[i].config == cache::CacheConfig{})) {
+          picks.push_back(results[i].config);
+          who.push_back(i);
+        }
+      if (!picks.empty()) {
+        if (!m) load();
+        const auto figs = generate::evaluate(*m->model, windows, picks, eo,
+                                             [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
+                                               std::cerr << fmt::format("tune: check window {}/{}, run {}/{}\n", wi + 1,
+                                                                        nw, ci + 1, nc);
+                                               return true;
+                                             });
+        reference = figs[0];
+        for (std::size_t i = 0; i < who.size(); ++i) results[who[i]].measured = figs[i + 1];
+      }
+    }
+    if (!o->save.empty())
+      for (const Result& r : results)
+        if (r.target == TuneTarget::Kvscope) {
+          if (!r.pick) throw UsageError("no kvscope assignment meets the budget: nothing to --save");
+          writeOutput(o->save, cache::toKvscopeJson(r.config) + "\n");
+        }
+
+    const double ref = static_cast<double>(scan.referenceBytes);
+    if (o->json) {
+      json doc = {{"settings", settings}, {"reference_bytes", scan.referenceBytes}};
+      json cj = json::array();
+      for (const auto& c : scan.plan.candidates) cj.push_back(cache::toSpec(c));
+      doc["candidates"] = cj;
+      json layers = json::array();
+      for (int l = 0; l < scan.plan.numLayers; ++l) {
+        json k = json::array(), v = json::array();
+        for (std::size_t c = 0; c < scan.plan.candidates.size(); ++c) {
+          k.push_back(num(scan.at(l, cache::KvSide::Keys, c).meanKl));
+          v.push_back(num(scan.at(l, cache::KvSide::Values, c).meanKl));
+        }
+        layers.push_back({{"layer", l}, {"keys_kl", k}, {"values_kl", v}});
+      }
+      doc["scan"] = layers;
+      json tj = json::array();
+      for (const Result& r : results) {
+        json front = json::array();
+        for (const Assignment& a : r.front)
+          front.push_back({{"stored_bytes", a.storedBytes}, {"predicted_kl", num(a.predictedKl)},
+                           {"keys", a.keys}, {"values", a.values}});
+        json t = {{"target", std::string(cache::targetName(r.target))}, {"front", front}};
+        if (r.pick) {
+          const TargetExport e = exportFor(r.target, r.config);
+          t["pick"] = {{"config", cache::toSpec(r.config)},      {"stored_bytes", r.pick->storedBytes},
+                       {"predicted_kl", num(r.pick->predictedKl)}, {"export", e.text},
+                       {"notes", e.notes}};
+          if (r.measured)
+            t["pick"]["measured"] = {{"mean_kl", num(r.measured->meanKl())},
+                                     {"stored_bytes", r.measured->memory.stored()},
+                                     {"top1_agreement", r.measured->top1()}};
+        } else {
+          t["pick"] = nullptr;
+        }
+        tj.push_back(std::move(t));
+      }
+      doc["targets"] = tj;
+      std::cout << doc.dump() << "\n";
+      return 0;
+    }
+
+    std::cout << fmt::format("{}: {} scored tokens per run ({} from {}, ctx {}, prompt {}, step {}); unquantized KV "
+                             "{} bytes\n",
+                             settings.value("model", std::string("?")), settings.value("scored_tokens", 0),
+                             settings.value("windows", 0) ? fmt::format("{} window(s)", settings.value("windows", 0))
+                                                          : std::string("every window"),
+                             settings.value("text", std::string("?")), settings.value("ctx", 0),
+                             settings.value("prompt", 0), settings.value("step", 0), scan.referenceBytes);
+    std::cout << "\nMean KL with one layer side quantized (the rest unquantized):\n";
+    std::string head = fmt::format("{:>5}", "layer");
+    for (std::size_t c = 0; c < scan.plan.candidates.size(); ++c)
+      head += fmt::format(" {:>11} {:>11}", fmt::format("K c{}", c), fmt::format("V c{}", c));
+    std::cout << head << "\n";
+    for (int l = 0; l < scan.plan.numLayers; ++l) {
+      std::string row = fmt::format("{:>5}", l);
+      for (std::size_t c = 0; c < scan.plan.candidates.size(); ++c)
+        row += fmt::format(" {:>11.4g} {:>11.4g}", scan.at(l, cache::KvSide::Keys, c).meanKl,
+                           scan.at(l, cache::KvSide::Values, c).meanKl);
+      std::cout << row << "\n";
+    }
+    for (std::size_t c = 0; c < scan.plan.candidates.size(); ++c)
+      std::cout << fmt::format("  c{} = {}\n", c, cache::toSpec(scan.plan.candidates[c]));
+
+    for (const Result& r : results) {
+      std::cout << fmt::format("\nTarget {}: {} point(s) on the front of KV bytes against predicted mean KL\n",
+                               cache::targetName(r.target), r.front.size());
+      // A long front is shown at up to 12 points, evenly spaced, the ends kept.
+      const std::size_t n = r.front.size(), shown = std::min<std::size_t>(n, 12);
+      std::cout << fmt::format("  {:>12} {:>8} {:>12}  {}\n", "KV bytes", "ratio", "pred. KL", "assignment");
+      for (std::size_t i = 0; i < shown; ++i) {
+        const Assignment& a = r.front[shown == 1 ? 0 : i * (n - 1) / (shown - 1)];
+        std::cout << fmt::format("  {:>12} {:>7.2f}x {:>12.4g}  {}\n", a.storedBytes,
+                                 ref / static_cast<double>(a.storedBytes), a.predictedKl, assignmentSummary(scan, a));
+      }
+      if (!budget) continue;
+      if (!r.pick) {
+        std::cout << "  no assignment meets the budget\n";
+        continue;
+      }
+      const TargetExport e = exportFor(r.target, r.config);
+      std::cout << fmt::format("  pick: {} bytes ({:.2f}x), predicted mean KL {:.4g}: {}\n", r.pick->storedBytes,
+                               ref / static_cast<double>(r.pick->storedBytes), r.pick->predictedKl,
+                               assignmentSummary(scan, *r.pick));
+      if (r.measured) {
+        std::cout << fmt::format("  full run: {} bytes ({:.2f}x), mean KL {:.4g}, top-1 {:.1f}%\n",
+                                 r.measured->memory.stored(), r.measured->ratio(), r.measured->meanKl(),
+                                 100.0 * r.measured->top1());
+        // The layers' KLs do not add up exactly: say so when the full run lands past the budget.
+        if (o->maxKl && r.measured->meanKl() > *o->maxKl)
+          std::cout << fmt::format("  note: the full run's mean KL is {:.1f}% past --max-kl {:g} (the layers' KLs "
+                                   "do not add up exactly); a lower --max-kl leaves a margin\n",
+                                   100.0 * (r.measured->meanKl() / *o->maxKl - 1.0), *o->maxKl);
+      }
+      std::cout << fmt::format("  config: {}\n  {}: {}\n", cache::toSpec(r.config), cache::targetName(r.target), e.text);
+      for (const auto& note : e.notes) std::cout << "    note: " << note << "\n";
+    }
+    if (!budget) {
+      std::cout << "\nGive --max-kl or --max-bytes to pick an assignment from each front.\n";
+      return 0;
+    }
+    // The picks side by side, against the best uniform config (one candidate, or none, for every layer and side).
+    const auto uniform = cache::solve(cache::paretoFront(scan, TuneTarget::Transformers), *budget);
+    std::cout << fmt::format("\nPicks under {} (predicted: the scan's KLs summed; measured: the full run):\n",
+                             o->maxKl ? fmt::format("mean KL <= {:g}", *o->maxKl)
+                                      : fmt::format("{} KV bytes", *o->maxBytes));
+    std::cout << fmt::format("  {:<13} {:>12} {:>8} {:>12} {:>12} {:>18}\n", "target", "KV bytes", "ratio",
+                             "pred. KL", "measured KL", "vs best uniform");
+    for (const Result& r : results) {
+      if (!r.pick) {
+        std::cout << fmt::format("  {:<13} none meets the budget\n", cache::targetName(r.target));
+        continue;
+      }
+      const std::string vs =
+          uniform ? fmt::format("{:+.1f}% bytes", 100.0 * (static_cast<double>(r.pick->storedBytes) /
+                                                               static_cast<double>(uniform->storedBytes) -
+                                                           1.0))
+                  : std::string("-");
+      std::cout << fmt::format("  {:<13} {:>12} {:>7.2f}x {:>12.4g} {:>12} {:>18}\n", cache::targetName(r.target),
+                               r.pick->storedBytes, ref / static_cast<double>(r.pick->storedBytes),
+                               r.pick->predictedKl,
+                               r.measured ? fmt::format("{:.4g}", r.measured->meanKl())
+                                          : std::string(r.config == cache::CacheConfig{} ? "0" : "-"),
+                               vs);
+    }
+    return 0;
+  };
+}
+
+}  // namespace kvscope::cli
