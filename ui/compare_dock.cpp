@@ -18,6 +18,7 @@
 #include "cache/sweep.h"
 #include "docks/overlay_plot.h"
 #include "eval_page.h"
+#include "tune_page.h"
 #include "runs_model.h"
 
 namespace kvscope::ui {
@@ -87,6 +88,8 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   tabs_->setObjectName("compareTabs");
   tabs_->addTab(split_, tr("Runs"));
   tabs_->addTab(eval_, tr("Text evaluation"));
+  tune_ = new TunePage(this);
+  tabs_->addTab(tune_, tr("Tuner"));
   cl->addWidget(tabs_, 1);
   arrange();
 
@@ -96,6 +99,10 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
     if (const auto r = model_->run(i.row()); r && r->config) Q_EMIT configChosen(*r->config);
   });
   connect(eval_, &EvalPage::evaluateClicked, this, &CompareDock::evaluateRequested);
+  connect(tune_, &TunePage::scanClicked, this, &CompareDock::tuneRequested);
+  connect(tune_, &TunePage::layerClicked, this, &CompareDock::layerChosen);
+  connect(tune_, &TunePage::configChosen, this, &CompareDock::configChosen);
+  connect(tune_, &TunePage::failed, this, &CompareDock::failed);
   connect(model_, &QAbstractItemModel::modelReset, this, &CompareDock::updateOverlay);
   connect(model_, &QAbstractItemModel::headerDataChanged, this, [this] {
     const QString c = model_->commonConfig();

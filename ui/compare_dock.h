@@ -1,6 +1,7 @@
 // The compare dock: the finished runs (a RunsModel in a table beside their overlay), a sweep of a config grid judged
-// under a budget (cache::planSweep / bestUnderBudget, as the CLI's sweep), and the text evaluation of the runs'
-// configs. It asks the window to run configs and to evaluate; it never talks to the engine.
+// under a budget (cache::planSweep / bestUnderBudget, as the CLI's sweep), the text evaluation of the runs'
+// configs, and the per-layer tuner. It asks the window to run configs, to evaluate and to scan; it never talks to the
+// engine.
 #pragma once
 
 #include <QWidget>
@@ -20,6 +21,7 @@ class QTableView;
 namespace kvscope::ui {
 
 class EvalPage;
+class TunePage;
 class OverlayPlot;
 class RunsModel;
 
@@ -32,6 +34,7 @@ class CompareDock : public QWidget {
   QTableView* table() const { return table_; }
   OverlayPlot* overlay() const { return overlay_; }
   EvalPage* evalPage() const { return eval_; }
+  TunePage* tunePage() const { return tune_; }
   bool sweeping() const { return sweeping_; }
 
   /// A finished run joins the table (and, during a sweep, the sweep's results; the next config follows).
@@ -53,6 +56,10 @@ class CompareDock : public QWidget {
   /// A run's config was chosen (double-click): load it into the form.
   void configChosen(const kvscope::cache::CacheConfig& config);
   void evaluateRequested();
+  /// The tuner's Scan was clicked.
+  void tuneRequested();
+  /// A layer was clicked on the tuner's bars: select it everywhere.
+  void layerChosen(int layer);
   void failed(const QString& message);
 
  protected:
@@ -68,6 +75,7 @@ class CompareDock : public QWidget {
   QTableView* table_;
   OverlayPlot* overlay_;
   EvalPage* eval_;
+  TunePage* tune_;
   QSplitter* split_;
   QTabWidget* tabs_;
   QLabel* common_;

@@ -25,6 +25,7 @@
 #include "docks/text_view.h"
 #include "docks/token_error_dock.h"
 #include "eval_page.h"
+#include "tune_page.h"
 #include "menus.h"
 #include "message_bar.h"
 #include "overflow_advice.h"
@@ -57,6 +58,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(compare_, &CompareDock::runRequested, this, &MainWindow::runConfig);
   connect(compare_, &CompareDock::configChosen, this, [this](const cache::CacheConfig& c) { configPanel()->setConfig(c); });
   connect(compare_, &CompareDock::failed, this, &MainWindow::onFailed);
+  connect(compare_, &CompareDock::tuneRequested, this, &MainWindow::startTune);
+  connect(compare_, &CompareDock::layerChosen, this, [this](int layer) { selection_->setLayer(layer); });
+  connect(selection_, &Selection::changed, this, [this] { compare_->tunePage()->setSelectedLayer(selection_->layer()); });
   connect(compare_, &CompareDock::evaluateRequested, this, [this] {
     auto configs = compare_->evalConfigs();
     if (configs.empty()) configs.push_back(configPanel()->config());  // no run yet: the form's
@@ -262,6 +266,36 @@ void MainWindow::onEvalFinished(const EvalResultView& result) {
   Q_EMIT evalDone();
 }
 
+void MainWindow::startTune() {
+  if (running_ || loading_ || !hasModel()) return;
+  TuneRequest r;
+  try {
+    r = compare_->tunePage()->request();
+  } catch (const cache::ConfigError& e) {
+    onFailed(tr("tuner: %1").arg(QString::fromUtf8(e.what())));
+    return;
+  }
+  if (!QFileInfo(r.textPath).isFile()) {
+    onFailed(tr("tuning text `%1` not found").arg(r.textPath));
+    return;
+  }
+  r.modelPath = model_.path;
+  r.serial = ++runSerial_;
+  running_ = evaluating_ = tuning_ = true;
+  compare_->showProgress(0, 0);
+  compare_->tunePage()->showStarted(r);
+  updateActions();
+  Q_EMIT tuneRequested(r);
+}
+
+void MainWindow::onTuneFinished(const TuneResultView& result) {
+  running_ = evaluating_ = tuning_ = false;
+  compare_->showProgress(-1, 0);
+  compare_->tunePage()->showResult(result);
+  updateActions();
+  Q_EMIT tuneDone();
+}
+
 void MainWindow::updateStatus() {
   status_->setText(statusLine(model_.device.isEmpty() ? runPanel_->device() : model_.device, last_, model_.memory));
 }
@@ -278,9 +312,12 @@ void MainWindow::onFailed(const QString& message) {
   if (running_ && !evaluating_) compare_->stopSweep();
   if (evaluating_) {
     compare_->showProgress(-1, 0);
-    compare_->evalPage()->showFailed(message);
+    if (tuning_)
+      compare_->tunePage()->showFailed(message);
+    else
+      compare_->evalPage()->showFailed(message);
   }
-  loading_ = running_ = evaluating_ = false;
+  loading_ = running_ = evaluating_ = tuning_ = false;
   runPanel_->showLoadProgress(0, 0);
   message_->setError(message);
   messageBar_->showError(message);

@@ -104,6 +104,9 @@ class MainWindow : public QMainWindow {
   void startEval(const QString& textPath, const std::vector<cache::CacheConfig>& configs);
   void onEvalProgress(int done, int total);
   void onEvalFinished(const kvscope::ui::EvalResultView& result);
+  /// Scans each layer side with the tuner tab's candidates on its text; results go to the "Tuner" tab. Stop cancels it.
+  void startTune();
+  void onTuneFinished(const kvscope::ui::TuneResultView& result);
   /// Where every finished run is saved as it finishes (a session file).
   static QString autosavePath();
   /// When an earlier session left an autosave, offers it in the message bar (Reopen). The app calls it at start.
@@ -112,6 +115,7 @@ class MainWindow : public QMainWindow {
  Q_SIGNALS:
   void loadRequested(const QString& path, const QString& dtype, const QString& device, quint64 serial);
   void evalRequested(const kvscope::ui::EvalRequest& request);
+  void tuneRequested(const kvscope::ui::TuneRequest& request);
   /// The selected layer changed while no run is going: the engine answers with onInspection().
   void inspectionRequested();
   void runRequested(const kvscope::ui::RunRequest& request);
@@ -119,6 +123,8 @@ class MainWindow : public QMainWindow {
   void runFinished(const kvscope::ui::RunSnapshotPtr& run);
   /// An evaluation finished (its table is filled).
   void evalDone();
+  /// A tuner scan finished (its plots are drawn).
+  void tuneDone();
 
  protected:
   void closeEvent(QCloseEvent* e) override;
@@ -155,7 +161,8 @@ class MainWindow : public QMainWindow {
   int beamsRaisedFor_ = 0;  ///< the beam-search run whose Beams tab was brought to the front
   bool running_ = false;
   bool loading_ = false;
-  bool evaluating_ = false;
+  bool evaluating_ = false;  ///< an evaluation or a tuner scan (tuning_) is running
+  bool tuning_ = false;
 };
 
 }  // namespace kvscope::ui

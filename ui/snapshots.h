@@ -12,6 +12,7 @@
 
 #include "cache/config.h"
 #include "cache/stats.h"
+#include "cache/tune.h"
 
 namespace kvscope::ui {
 
@@ -68,6 +69,22 @@ struct EvalResultView {
   QString textPath;
   int windows = 0, ctx = 0;
   QVector<EvalRowView> rows;  ///< the reference first
+};
+
+/// Scan each layer side with candidate configs on a text (the tuner: cache::planScan, one evaluation per item).
+struct TuneRequest {
+  QString textPath;
+  QString modelPath;  ///< the loaded model's (the window fills it): saved with the scan, for `tune --scan-in`
+  std::vector<cache::CacheConfig> candidates;
+  int ctx = 128, windows = 1, prompt = 64, step = 16;
+  quint64 serial = 0;  ///< shares the runs' numbering: Stop names it
+};
+
+struct TuneResultView {
+  QString textPath, modelPath;
+  int windows = 0, ctx = 0, prompt = 0, step = 0;
+  qint64 scored = 0;  ///< tokens scored per run
+  cache::Scan scan;   ///< plain numbers: the fronts and picks are computed from it on the GUI thread
 };
 
 struct TokenView {
@@ -176,3 +193,5 @@ Q_DECLARE_METATYPE(kvscope::ui::RunSnapshotPtr)
 Q_DECLARE_METATYPE(kvscope::ui::TokenErrorViewPtr)
 Q_DECLARE_METATYPE(kvscope::ui::EvalRequest)
 Q_DECLARE_METATYPE(kvscope::ui::EvalResultView)
+Q_DECLARE_METATYPE(kvscope::ui::TuneRequest)
+Q_DECLARE_METATYPE(kvscope::ui::TuneResultView)

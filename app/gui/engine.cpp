@@ -177,6 +177,8 @@ void registerMetaTypes() {
   qRegisterMetaType<kvscope::ui::TokenErrorViewPtr>();
   qRegisterMetaType<kvscope::ui::EvalRequest>();
   qRegisterMetaType<kvscope::ui::EvalResultView>();
+  qRegisterMetaType<kvscope::ui::TuneRequest>();
+  qRegisterMetaType<kvscope::ui::TuneResultView>();
 }
 
 Engine::Engine() : d_(std::make_unique<Impl>()) { runtime::installOutOfMemoryType(); }
@@ -244,20 +246,61 @@ void Engine::beginRun(quint64 serial) {
   if (serial != 0 && stopSerial_.load() >= serial) cancel_ = true;  // 0: a request no stop can name
 }
 
+std::vector<std::vector<std::int64_t>> Engine::textWindows(const QString& path, int ctx, int windows) const {
+  QFile f(path);
+  if (!f.open(QIODevice::ReadOnly))
+    throw Error(ErrorCode::BadFile, "cannot read text file `" + path.toStdString() + "`: " + f.errorString().toStdString());
+  const QByteArray text = f.readAll();
+  const auto ids32 = d_->tok->encode(text.toStdString(), true, false);
+  if (ids32.size() < 2) throw Error(ErrorCode::BadInput, "`" + path.toStdString() + "` encodes to fewer than 2 tokens");
+  const std::vector<std::int64_t> ids(ids32.begin(), ids32.end());
+  return generate::textWindows(ids, ctx, windows);
+}
+
+void Engine::tune(const ui::TuneRequest& r) {
+  beginRun(r.serial);
+  try {
+    if (!d_->model) throw Error(ErrorCode::BadInput, "no model is loaded");
+    cache::Scan scan;
+    scan.plan = cache::planScan(r.candidates, d_->model->config().layers);
+    const auto windows = textWindows(r.textPath, r.ctx, r.windows);
+    generate::EvalOptions o;
+    o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);
+    o.step = r.step;
+    std::vector<cache::CacheConfig> cfgs;
+    for (const auto& it : scan.plan.items) cfgs.push_back(scan.plan.config(it));
+    const int total = static_cast<int>(windows.size() * (cfgs.size() + 1));
+    const auto figs = generate::evaluate(*d_->model, windows, cfgs, o,
+                                         [&](std::size_t wi, std::size_t, std::size_t ci, std::size_t nc) {
+                                           Q_EMIT evalProgress(static_cast<int>(wi * nc + ci), total);
+                                           return !cancel_.load();
+                                         });
+    scan.referenceBytes = figs[0].memory.stored();
+    for (std::size_t i = 0; i < scan.plan.items.size(); ++i)
+      scan.points.push_back({scan.plan.items[i], figs[i + 1].meanKl(), figs[i + 1].memory.stored()});
+    ui::TuneResultView out;
+    out.textPath = r.textPath;
+    out.modelPath = r.modelPath;
+    out.windows = static_cast<int>(windows.size());
+    out.ctx = static_cast<int>(windows[0].size());
+    out.prompt = o.prompt;
+    out.step = o.step;
+    out.scored = figs[0].scored;
+    out.scan = std::move(scan);
+    Q_EMIT evalProgress(total, total);
+    Q_EMIT tuneFinished(out);
+  } catch (...) {
+    Q_EMIT failed(r.serial, describeCurrent("the tuner's scan", false));
+  }
+}
+
 void Engine::evaluate(const ui::EvalRequest& r) {
   beginRun(r.serial);
   try {
     if (!d_->model) throw Error(ErrorCode::BadInput, "no model is loaded");
     const std::vector<cache::CacheConfig>& cfgs = r.configs;
     for (const auto& c : cfgs) cache::validate(c);
-    QFile f(r.textPath);
-    if (!f.open(QIODevice::ReadOnly))
-      throw Error(ErrorCode::BadFile, "cannot read text file `" + r.textPath.toStdString() + "`: " + f.errorString().toStdString());
-    const QByteArray text = f.readAll();
-    const auto ids32 = d_->tok->encode(text.toStdString(), true, false);
-    if (ids32.size() < 2) throw Error(ErrorCode::BadInput, "`" + r.textPath.toStdString() + "` encodes to fewer than 2 tokens");
-    const std::vector<std::int64_t> ids(ids32.begin(), ids32.end());
-    const auto windows = generate::textWindows(ids, r.ctx, r.windows);
+    const auto windows = textWindows(r.textPath, r.ctx, r.windows);
     generate::EvalOptions o;
     o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);
     o.step = r.step;

@@ -42,6 +42,9 @@ class Engine : public QObject {
   void run(const kvscope::ui::RunRequest& request);
   /// Evaluates configs on a text (progress, then evalFinished or failed); Stop cancels it like a run.
   void evaluate(const kvscope::ui::EvalRequest& request);
+  /// Scans each layer side with the request's candidates (progress as evalProgress, then tuneFinished or failed);
+  /// Stop cancels it like a run.
+  void tune(const kvscope::ui::TuneRequest& request);
   /// Emits inspectionUpdated for the inspected layer of the latest run (after it, or between runs).
   void publishInspection();
 
@@ -52,6 +55,7 @@ class Engine : public QObject {
   void inspectionUpdated(const kvscope::ui::TokenErrorViewPtr& view);
   void evalProgress(int done, int total);
   void evalFinished(const kvscope::ui::EvalResultView& result);
+  void tuneFinished(const kvscope::ui::TuneResultView& result);
   /// Request `serial` (a load, a run or an evaluation) failed or was cancelled: one line for the user.
   void failed(quint64 serial, const QString& message);
 
@@ -65,6 +69,8 @@ class Engine : public QObject {
   ui::TokenErrorViewPtr inspection() const;
   ui::TokenErrorViewPtr inspectionIfDue(QElapsedTimer& since) const;
   void beginRun(quint64 serial);
+  /// A text file's tokens in windows of `ctx` (at most `windows`; 0: all). Throws Error naming the file.
+  std::vector<std::vector<std::int64_t>> textWindows(const QString& path, int ctx, int windows) const;
   /// The model's CUDA memory (zero on the CPU or without a model).
   ui::DeviceMemoryView deviceMemory() const;
   std::atomic<bool> cancel_{false};

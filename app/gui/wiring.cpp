@@ -34,12 +34,14 @@ void wire(Engine* engine, ui::MainWindow* w) {
   link(w, &ui::MainWindow::runRequested, engine, &Engine::run);
   link(w, &ui::MainWindow::inspectionRequested, engine, &Engine::publishInspection);
   link(w, &ui::MainWindow::evalRequested, engine, &Engine::evaluate);
+  link(w, &ui::MainWindow::tuneRequested, engine, &Engine::tune);
   link(engine, &Engine::loadProgress, w, &ui::MainWindow::onLoadProgress);
   link(engine, &Engine::modelLoaded, w, &ui::MainWindow::onModelLoaded);
   link(engine, &Engine::runUpdated, w, &ui::MainWindow::onRunUpdated);
   link(engine, &Engine::inspectionUpdated, w, &ui::MainWindow::onInspection);
   link(engine, &Engine::evalProgress, w, &ui::MainWindow::onEvalProgress);
   link(engine, &Engine::evalFinished, w, &ui::MainWindow::onEvalFinished);
+  link(engine, &Engine::tuneFinished, w, &ui::MainWindow::onTuneFinished);
   link(engine, &Engine::failed, w, &ui::MainWindow::onRequestFailed);
 }
 

@@ -50,6 +50,7 @@
 #include "runs_model.h"
 #include "session.h"
 #include "thread_handoff.h"
+#include "tune_page.h"
 #include "wiring.h"
 
 using namespace kvscope;
@@ -452,17 +453,82 @@ class WindowTest : public QObject {
     dock.resize(1300, 400);
     dock.show();
     QVERIFY(QTest::qWaitForWindowExposed(&dock));
-    QCOMPARE(tabs->count(), 2);  // Runs (with the overlay beside the table), Text evaluation
+    QCOMPARE(tabs->count(), 3);  // Runs (with the overlay beside the table), Text evaluation, Tuner
     QVERIFY(dock.overlay()->isVisible());
     dock.resize(640, 400);
-    QTRY_COMPARE(tabs->count(), 3);
+    QTRY_COMPARE(tabs->count(), 4);
     QCOMPARE(tabs->tabText(1), QString("Overlay"));
     QVERIFY(!dock.overlay()->isVisible());  // a tab page, not over the table
     tabs->setCurrentIndex(1);
     QVERIFY(dock.overlay()->isVisible());
     dock.resize(1300, 400);
-    QTRY_COMPARE(tabs->count(), 2);
+    QTRY_COMPARE(tabs->count(), 3);
     QVERIFY(dock.overlay()->isVisible());
+  }
+
+  void tunerDrawsTheScanAndPicksIntoTheForm() {
+    // A scan of 4 layers and two candidates with known figures: 4-bit saves 700 bytes a side, 2-bit 850 and loses
+    // more; layer 2's keys are the sensitive ones.
+    ui::TuneResultView v;
+    v.textPath = "t.txt";
+    v.ctx = 64;
+    v.windows = 1;
+    v.scored = 32;
+    v.scan.plan = cache::planScan({cache::parseSpec("quanto:nbits=4"), cache::parseSpec("quanto:nbits=2")}, 4);
+    v.scan.referenceBytes = 8000;
+    for (const auto& it : v.scan.plan.items) {
+      const double base = (it.layer == 2 && it.side == cache::KvSide::Keys ? 0.02 : 0.001) * (it.candidate + 1);
+      v.scan.points.push_back({it, base, 8000 - (it.candidate == 0 ? 700 : 850)});
+    }
+    ui::TunePage page;
+    page.resize(1000, 420);
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    QSignalSpy layer(&page, &ui::TunePage::layerClicked), chosen(&page, &ui::TunePage::configChosen);
+    page.showResult(v);
+    auto* bars = page.findChild<QCustomPlot*>("tuneLayerPlot");
+    QCOMPARE(bars->plottableCount(), 2);  // K and V of the shown candidate
+    QCOMPARE(qobject_cast<QCPBars*>(bars->plottable(0))->data()->size(), 4);
+    QCOMPARE(qobject_cast<QCPBars*>(bars->plottable(0))->data()->at(2)->value, 0.02);
+    auto* front = page.findChild<QCustomPlot*>("tuneFrontPlot");
+    QCOMPARE(front->graphCount(), 4);  // one front per target
+    QCOMPARE(front->graph(0)->dataCount(), static_cast<int>(cache::paretoFront(v.scan, cache::TuneTarget::Kvscope).size()));
+    // The budget's pick: every side but layer 2's keys quantized (4-bit, two of them 2-bit: 0.009).
+    auto* budget = page.findChild<QDoubleSpinBox*>("tuneBudget");
+    budget->setValue(0.0095);
+    auto* pick = page.findChild<QLabel*>("tunePick");
+    QVERIFY2(pick->text().startsWith("Pick for kvscope"), qPrintable(pick->text()));
+    QVERIFY2(pick->text().contains("2:K=dynamic"), qPrintable(pick->text()));
+    page.findChild<QComboBox*>("tuneTarget")->setCurrentText("llamacpp");
+    QVERIFY2(pick->text().contains("-ctk"), qPrintable(pick->text()));
+    budget->setValue(0.0);
+    QVERIFY2(pick->text().contains("-ctk f16 -ctv f16") || pick->text().contains("0 MiB") ||
+             pick->text().contains("predicted 0"), qPrintable(pick->text()));
+    budget->setValue(0.0095);
+    // A click on layer 2's bars selects layer 2; a click on a front point loads that point's config.
+    bars->replot();
+    QTest::mouseClick(bars, Qt::LeftButton, {},
+                      QPoint(static_cast<int>(bars->xAxis->coordToPixel(2)), static_cast<int>(bars->yAxis->coordToPixel(0.01))));
+    QCOMPARE(layer.count(), 1);
+    QCOMPARE(layer.at(0).at(0).toInt(), 2);
+    page.findChild<QTabWidget*>("tuneTabs")->setCurrentIndex(1);
+    front->replot();
+    const auto kv = cache::paretoFront(v.scan, cache::TuneTarget::Kvscope);
+    const auto& a = kv.front();  // the fewest bytes: everything at 2-bit, one config for all
+    QTest::mouseClick(front, Qt::LeftButton, {},
+                      QPoint(static_cast<int>(front->xAxis->coordToPixel(a.storedBytes / 1048576.0)),
+                             static_cast<int>(front->yAxis->coordToPixel(a.predictedKl))));
+    QCOMPARE(chosen.count(), 1);
+    QCOMPARE(chosen.at(0).at(0).value<cache::CacheConfig>(), cache::parseSpec("quanto:nbits=2"));
+    page.findChild<QPushButton*>("tuneUsePick")->click();
+    QCOMPARE(chosen.count(), 2);
+    const auto llama = cache::solve(cache::paretoFront(v.scan, cache::TuneTarget::LlamaCpp),
+                                    {cache::SweepBudget::Kind::MaxMeanKl, 0.0095});
+    QVERIFY(llama);
+    QCOMPARE(chosen.at(1).at(0).value<cache::CacheConfig>(), cache::assignmentConfig(v.scan, *llama));
+    // A bad candidate is an error before anything runs.
+    page.findChild<QLineEdit*>("tuneCandidates")->setText("fp8 dynamic");
+    QVERIFY_THROWS_EXCEPTION(cache::ConfigError, page.request());
   }
 
   void configPanelKeepsPerLayerRulesUntilEdited() {
@@ -872,6 +938,35 @@ class GuiTest : public QObject {
     // A missing text is refused before the engine is asked.
     w_->startEval("/nonexistent/text.txt", {cache::parseSpec("fp8")});
     QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("/nonexistent/text.txt"));
+  }
+
+  void tunesOnTheShippedText() {
+#if defined(__SANITIZE_THREAD__)
+    QSKIP("61 model runs: too slow under ThreadSanitizer (the scan is the evaluation's engine path, tested there)");
+#endif
+    // One candidate on a 40-token window: 60 scan runs and the reference; the bars, the fronts, a pick into the form.
+    QSignalSpy done(w_, &ui::MainWindow::tuneDone);
+    w_->findChild<QLineEdit*>("tuneCandidates")->setText("fp8:overflow=saturate");
+    w_->findChild<QSpinBox*>("tuneCtx")->setValue(40);
+    w_->findChild<QSpinBox*>("tuneWindows")->setValue(1);
+    w_->findChild<QPushButton*>("tuneButton")->click();
+    QVERIFY(!w_->findChild<QPushButton*>("runButton")->isEnabled());  // the engine is busy
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 600000);
+    auto* page = w_->findChild<ui::TunePage*>();
+    QVERIFY(page->result());
+    const cache::Scan& scan = page->result()->scan;
+    QCOMPARE(scan.plan.numLayers, 30);
+    QCOMPARE(static_cast<int>(scan.points.size()), 60);
+    for (const auto& p : scan.points) QVERIFY2(std::isfinite(p.meanKl) && p.meanKl >= 0 && p.storedBytes < scan.referenceBytes,
+                                               qPrintable(QString::number(p.meanKl)));
+    QCOMPARE(qobject_cast<QCPBars*>(w_->findChild<QCustomPlot*>("tuneLayerPlot")->plottable(0))->data()->size(), 30);
+    QVERIFY(w_->findChild<QCustomPlot*>("tuneFrontPlot")->graph(0)->dataCount() > 2);
+    QVERIFY(w_->findChild<QLabel*>("tuneSummary")->text().contains("61 runs"));
+    // A generous budget: the pick quantizes, and Use pick puts it in the form.
+    w_->findChild<QDoubleSpinBox*>("tuneBudget")->setValue(1.0);
+    w_->findChild<QPushButton*>("tuneUsePick")->click();
+    QCOMPARE(w_->configPanel()->spec(), QString("fp8:overflow=saturate"));
+    QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
   }
 
   void finishedRunsAreAutosaved() {

@@ -1,0 +1,361 @@
+#include "tune_page.h"
+
+#include <QComboBox>
+#include <QCoreApplication>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMouseEvent>
+#include <QPushButton>
+#include <QSaveFile>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QTabWidget>
+#include <QVBoxLayout>
+#include <cmath>
+#include <limits>
+#include <qcustomplot.h>
+
+#include "docks/plot_style.h"
+
+namespace kvscope::ui {
+
+namespace {
+
+QString defaultText() {
+  for (const QString& p : {QCoreApplication::applicationDirPath() + "/../share/kvscope/eval/coriolanus.txt",
+                           QString(KVSCOPE_RESOURCE_DIR) + "/eval/coriolanus.txt"})
+    if (QFileInfo::exists(p)) return QFileInfo(p).canonicalFilePath();
+  return QString();
+}
+
+QColor targetColour(cache::TuneTarget t) {
+  switch (t) {
+    case cache::TuneTarget::Kvscope: return QColor(31, 119, 180);
+    case cache::TuneTarget::LlamaCpp: return QColor(214, 39, 40);
+    case cache::TuneTarget::Vllm: return QColor(44, 160, 44);
+    case cache::TuneTarget::Transformers: return QColor(148, 103, 189);
+  }
+  return Qt::black;
+}
+
+// What the target takes for a config, in one line, and what it cannot express.
+QString exportLine(cache::TuneTarget t, const cache::CacheConfig& cfg) {
+  try {
+    switch (t) {
+      case cache::TuneTarget::Kvscope: return QString::fromStdString(cache::toSpec(cfg));
+      case cache::TuneTarget::Transformers:
+        if (cfg.backend == cache::Backend::Dynamic && !cfg.mixed())
+          return QObject::tr("no cache_config (transformers' default cache)");
+        return QString::fromStdString(cache::toHfCacheConfig(cfg).json).simplified();
+      case cache::TuneTarget::Vllm:
+      case cache::TuneTarget::LlamaCpp: {
+        const auto f = t == cache::TuneTarget::Vllm ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
+        return QString::fromStdString((f.env.empty() ? "" : f.env + " ") + f.flags);
+      }
+    }
+  } catch (const cache::ConfigError& e) {
+    return QObject::tr("not exported: %1").arg(QString::fromUtf8(e.what()));
+  }
+  return QString();
+}
+
+}  // namespace
+
+TunePage::TunePage(QWidget* parent) : QWidget(parent) {
+  // The controls in a column beside the plots: the dock is wide and short (a 1366x768 screen leaves it ~650 x 360).
+  auto* l = new QHBoxLayout(this);
+  l->setContentsMargins(0, 0, 0, 0);
+  auto* controls = new QWidget(this);
+  controls->setMaximumWidth(290);
+  auto* form = new QFormLayout(controls);
+  form->setContentsMargins(0, 0, 0, 0);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  candidates_ = new QLineEdit("llamacpp:type_k=q8_0,type_v=q8_0 llamacpp:type_k=q4_0,type_v=q4_0", this);
+  candidates_->setObjectName("tuneCandidates");
+  candidates_->setToolTip(tr("candidate SPECs, separated by spaces: each is tried on every layer's keys and values "
+                             "alone, the rest unquantized"));
+  text_ = new QLineEdit(defaultText(), this);
+  text_->setObjectName("tuneText");
+  auto* browse = new QPushButton(tr("…"), this);
+  connect(browse, &QPushButton::clicked, this, [this] {
+    const QString p = QFileDialog::getOpenFileName(this, tr("Tuning text"), text_->text(), tr("Text (*.txt);;All files (*)"));
+    if (!p.isEmpty()) text_->setText(p);
+  });
+  ctx_ = new QSpinBox(this);
+  ctx_->setObjectName("tuneCtx");
+  ctx_->setRange(16, 32768);
+  ctx_->setValue(128);
+  windows_ = new QSpinBox(this);
+  windows_->setObjectName("tuneWindows");
+  windows_->setRange(0, 100000);
+  windows_->setValue(1);
+  windows_->setToolTip(tr("windows of the text to use (0: all)"));
+  auto* scan = new QPushButton(tr("Scan"), this);
+  scan->setObjectName("tuneButton");
+  scan->setToolTip(tr("One run per candidate, layer and side on the text (2 x layers x candidates runs)"));
+  form->addRow(tr("Candidates"), candidates_);
+  auto* textRow = new QHBoxLayout();
+  textRow->addWidget(text_, 1);
+  textRow->addWidget(browse);
+  form->addRow(tr("Text"), textRow);
+  auto* windowRow = new QHBoxLayout();
+  windowRow->addWidget(ctx_);
+  windowRow->addWidget(new QLabel(tr("tokens ×"), this));
+  windowRow->addWidget(windows_);
+  windowRow->addWidget(scan);
+  form->addRow(tr("Windows"), windowRow);
+  budget_ = new QDoubleSpinBox(this);
+  budget_->setObjectName("tuneBudget");
+  budget_->setDecimals(4);
+  budget_->setRange(0.0, 100.0);
+  budget_->setSingleStep(0.005);
+  budget_->setValue(0.01);
+  budget_->setToolTip(tr("the pick: the fewest KV bytes whose predicted mean KL stays within this"));
+  target_ = new QComboBox(this);
+  target_->setObjectName("tuneTarget");
+  for (cache::TuneTarget t : cache::allTargets()) target_->addItem(QString::fromUtf8(cache::targetName(t).data()));
+  target_->setToolTip(tr("kvscope: per layer and side; llamacpp: one K and one V type; vllm: one dtype with skipped "
+                         "layers; transformers: one config"));
+  shown_ = new QComboBox(this);
+  shown_->setObjectName("tuneShown");
+  shown_->setToolTip(tr("the candidate whose per-layer KL the bars show"));
+  auto* use = new QPushButton(tr("Use pick"), this);
+  use->setObjectName("tuneUsePick");
+  use->setToolTip(tr("Load the pick into the form"));
+  auto* save = new QPushButton(tr("Save scan…"), this);
+  save->setObjectName("tuneSaveScan");
+  save->setToolTip(tr("The scan as kvscope-cli tune --scan-in reads it"));
+  auto* budgetRow = new QHBoxLayout();
+  budgetRow->addWidget(budget_, 1);
+  budgetRow->addWidget(target_, 1);
+  form->addRow(tr("Max mean KL"), budgetRow);
+  form->addRow(tr("Bars"), shown_);
+  auto* buttons = new QHBoxLayout();
+  buttons->addWidget(use);
+  buttons->addWidget(save);
+  form->addRow(buttons);
+
+  summary_ = new QLabel(this);
+  summary_->setObjectName("tuneSummary");
+  summary_->setWordWrap(true);
+  pick_ = new QLabel(this);
+  pick_->setObjectName("tunePick");
+  pick_->setWordWrap(true);
+  pick_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+
+  layers_ = new QCustomPlot(this);
+  layers_->setObjectName("tuneLayerPlot");
+  layers_->setMinimumSize(kPlotMin);
+  layers_->xAxis->setLabel(tr("layer (click: select)"));
+  layers_->yAxis->setLabel(tr("mean KL, one side alone"));
+  layers_->legend->setVisible(true);
+  legendBelow(layers_, 2);
+  integerTicks(layers_->xAxis);
+  front_ = new QCustomPlot(this);
+  front_->setObjectName("tuneFrontPlot");
+  front_->setMinimumSize(kPlotMin);
+  front_->xAxis->setLabel(tr("KV MiB (click a point: load it)"));
+  front_->yAxis->setLabel(tr("predicted mean KL"));
+  front_->legend->setVisible(true);
+  legendBelow(front_, 2);
+  auto* tabs = new QTabWidget(this);
+  tabs->setObjectName("tuneTabs");
+  tabs->setDocumentMode(true);
+  tabs->addTab(layers_, tr("Per layer"));
+  tabs->addTab(front_, tr("Pareto front"));
+  form->addRow(summary_);
+  form->addRow(pick_);
+  auto* scroll = new QScrollArea(this);  // the pick's text may be long: the column scrolls, the plots keep their room
+  scroll->setObjectName("tuneControls");
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setWidget(controls);
+  scroll->setMaximumWidth(300);
+  scroll->setMinimumWidth(230);
+  l->addWidget(scroll);
+  l->addWidget(tabs, 1);
+
+  connect(scan, &QPushButton::clicked, this, &TunePage::scanClicked);
+  connect(use, &QPushButton::clicked, this, &TunePage::pickClicked);
+  connect(save, &QPushButton::clicked, this, &TunePage::saveScan);
+  connect(budget_, &QDoubleSpinBox::valueChanged, this, &TunePage::redraw);
+  connect(target_, &QComboBox::currentIndexChanged, this, &TunePage::redraw);
+  connect(shown_, &QComboBox::currentIndexChanged, this, &TunePage::redraw);
+  connect(layers_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+    if (!result_) return;
+    const int layer = static_cast<int>(std::lround(layers_->xAxis->pixelToCoord(e->position().x())));
+    if (layer >= 0 && layer < result_->scan.plan.numLayers) Q_EMIT layerClicked(layer);
+  });
+  connect(front_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+    if (!result_) return;
+    // The nearest point of any target's front, within 12 pixels.
+    double best = 12.0 * 12.0;
+    std::optional<std::pair<cache::TuneTarget, int>> hit;
+    for (cache::TuneTarget t : cache::allTargets()) {
+      const auto front = cache::paretoFront(result_->scan, t);
+      for (int i = 0; i < static_cast<int>(front.size()); ++i) {
+        const double dx = front_->xAxis->coordToPixel(mib(front[static_cast<std::size_t>(i)].storedBytes)) - e->position().x();
+        const double dy = front_->yAxis->coordToPixel(front[static_cast<std::size_t>(i)].predictedKl) - e->position().y();
+        if (dx * dx + dy * dy < best) best = dx * dx + dy * dy, hit = std::pair{t, i};
+      }
+    }
+    if (hit)
+      if (const auto cfg = frontConfig(hit->first, hit->second)) Q_EMIT configChosen(*cfg);
+  });
+}
+
+TuneRequest TunePage::request() const {
+  TuneRequest r;
+  r.textPath = text_->text();
+  for (const QString& s : candidates_->text().split(' ', Qt::SkipEmptyParts))
+    r.candidates.push_back(cache::parseSpec(s.toStdString()));
+  cache::planScan(r.candidates, 1);  // a bad candidate is an error before anything runs
+  r.ctx = ctx_->value();
+  r.windows = windows_->value();
+  r.prompt = std::min(64, r.ctx / 2);
+  return r;
+}
+
+void TunePage::showStarted(const TuneRequest& r) {
+  summary_->setText(tr("Scanning %1 candidate(s) on every layer's K and V on %2…").arg(r.candidates.size()).arg(r.textPath));
+}
+
+void TunePage::showFailed(const QString& message) { summary_->setText(message.toHtmlEscaped()); }
+
+void TunePage::showResult(const TuneResultView& result) {
+  result_ = result;
+  const QSignalBlocker block(shown_);
+  shown_->clear();
+  for (const auto& c : result.scan.plan.candidates) shown_->addItem(QString::fromStdString(cache::toSpec(c)));
+  summary_->setText(tr("%1: %2 window(s) of %3 tokens, %4 scored tokens per run, %5 runs; unquantized KV %6 MiB")
+                        .arg(result.textPath)
+                        .arg(result.windows)
+                        .arg(result.ctx)
+                        .arg(result.scored)
+                        .arg(result.scan.points.size() + 1)
+                        .arg(mib(result.scan.referenceBytes), 0, 'f', 2));
+  redraw();
+}
+
+void TunePage::setSelectedLayer(int layer) {
+  if (layer == selectedLayer_) return;
+  selectedLayer_ = layer;
+  redraw();
+}
+
+std::optional<cache::CacheConfig> TunePage::frontConfig(cache::TuneTarget target, int index) const {
+  if (!result_) return std::nullopt;
+  const auto front = cache::paretoFront(result_->scan, target);
+  if (index < 0 || index >= static_cast<int>(front.size())) return std::nullopt;
+  return cache::assignmentConfig(result_->scan, front[static_cast<std::size_t>(index)]);
+}
+
+void TunePage::redraw() {
+  layers_->clearPlottables();
+  layers_->clearItems();
+  front_->clearGraphs();
+  front_->clearItems();
+  if (!result_) {
+    layers_->replot();
+    front_->replot();
+    return;
+  }
+  const cache::Scan& scan = result_->scan;
+  // Bars: the shown candidate's KL per layer, K beside V; the selected layer marked.
+  const std::size_t c = static_cast<std::size_t>(std::max(0, shown_->currentIndex()));
+  if (c < scan.plan.candidates.size()) {
+    QVector<double> xk, xv, k, v;
+    double top = 0;
+    for (int layer = 0; layer < scan.plan.numLayers; ++layer) {
+      xk << layer - 0.2;
+      xv << layer + 0.2;
+      k << scan.at(layer, cache::KvSide::Keys, c).meanKl;
+      v << scan.at(layer, cache::KvSide::Values, c).meanKl;
+      for (double x : {k.back(), v.back()})
+        if (std::isfinite(x)) top = std::max(top, x);
+    }
+    for (int side = 0; side < 2; ++side) {
+      auto* b = new QCPBars(layers_->xAxis, layers_->yAxis);
+      b->setName(side == 0 ? tr("K") : tr("V"));
+      b->setWidth(0.4);
+      b->setBrush(side == 0 ? QColor(31, 119, 180) : QColor(255, 127, 14));
+      b->setPen(Qt::NoPen);
+      b->setData(side == 0 ? xk : xv, side == 0 ? k : v);
+    }
+    auto* mark = new QCPItemRect(layers_);
+    mark->topLeft->setCoords(selectedLayer_ - 0.5, top * 1.05);
+    mark->bottomRight->setCoords(selectedLayer_ + 0.5, 0);
+    mark->setPen(QPen(Qt::darkGray, 1, Qt::DashLine));
+    layers_->xAxis->setRange(-0.7, scan.plan.numLayers - 0.3);
+    layers_->yAxis->setRange(0, top > 0 ? top * 1.1 : 1);
+  }
+  layers_->replot();
+
+  // Fronts: one graph per target; the pick of the chosen target circled.
+  const cache::TuneTarget chosen = cache::parseTarget(target_->currentText().toStdString());
+  const cache::SweepBudget budget{cache::SweepBudget::Kind::MaxMeanKl, budget_->value()};
+  std::optional<cache::Assignment> pick;
+  for (cache::TuneTarget t : cache::allTargets()) {
+    const auto front = cache::paretoFront(scan, t);
+    QCPGraph* g = front_->addGraph();
+    g->setName(QString::fromUtf8(cache::targetName(t).data()));
+    g->setLineStyle(QCPGraph::lsStepLeft);
+    g->setPen(QPen(targetColour(t), t == chosen ? 2.0 : 1.0));
+    g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, targetColour(t), t == chosen ? 6 : 4));
+    for (const auto& a : front) g->addData(mib(a.storedBytes), a.predictedKl);
+    if (t == chosen) pick = cache::solve(front, budget);
+  }
+  front_->rescaleAxes();
+  front_->yAxis->setRangeLower(0);
+  if (pick) {
+    auto* ring = new QCPItemTracer(front_);
+    ring->position->setCoords(mib(pick->storedBytes), pick->predictedKl);
+    ring->setStyle(QCPItemTracer::tsCircle);
+    ring->setSize(14);
+    ring->setPen(QPen(Qt::black, 1.5));
+    const cache::CacheConfig cfg = cache::assignmentConfig(scan, *pick);
+    pick_->setText(tr("Pick for %1 (predicted mean KL ≤ %2): %3 MiB (%4x), predicted %5 — %6")
+                       .arg(target_->currentText())
+                       .arg(budget_->value())
+                       .arg(mib(pick->storedBytes), 0, 'f', 2)
+                       .arg(static_cast<double>(scan.referenceBytes) / static_cast<double>(pick->storedBytes), 0, 'f', 2)
+                       .arg(pick->predictedKl, 0, 'g', 4)
+                       .arg(exportLine(chosen, cfg).replace(";", QString(";") + QChar(0x200B))
+                                .replace(",", QString(",") + QChar(0x200B))));  // long SPECs wrap at their separators
+  } else {
+    pick_->setText(tr("No %1 assignment meets the budget.").arg(target_->currentText()));
+  }
+  front_->replot();
+}
+
+void TunePage::pickClicked() {
+  if (!result_) return Q_EMIT failed(tr("scan first: no tuner scan to pick from"));
+  const cache::TuneTarget t = cache::parseTarget(target_->currentText().toStdString());
+  const auto pick = cache::solve(cache::paretoFront(result_->scan, t), {cache::SweepBudget::Kind::MaxMeanKl, budget_->value()});
+  if (!pick) return Q_EMIT failed(tr("no %1 assignment meets a predicted mean KL of %2").arg(target_->currentText()).arg(budget_->value()));
+  Q_EMIT configChosen(cache::assignmentConfig(result_->scan, *pick));
+}
+
+void TunePage::saveScan() {
+  if (!result_) return Q_EMIT failed(tr("scan first: no tuner scan to save"));
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save scan"), "scan.json", tr("JSON (*.json)"));
+  if (path.isEmpty()) return;
+  QSaveFile f(path);
+  // What `kvscope-cli tune --scan-in` reads back to check a pick with a full run.
+  const QJsonObject o{{"model", result_->modelPath}, {"text", result_->textPath}, {"ctx", result_->ctx},
+                      {"windows", result_->windows}, {"prompt", result_->prompt}, {"step", result_->step},
+                      {"scored_tokens", result_->scored}};
+  const std::string settings = QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString();
+  const std::string text = cache::scanToJson(result_->scan, settings) + "\n";
+  if (!f.open(QIODevice::WriteOnly) || f.write(text.data(), static_cast<qint64>(text.size())) < 0 || !f.commit())
+    Q_EMIT failed(tr("cannot write `%1`: %2").arg(path, f.errorString()));
+}
+
+}  // namespace kvscope::ui

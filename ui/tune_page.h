@@ -1,0 +1,64 @@
+// The compare dock's "Tuner" tab: candidate configs scanned on each layer's keys and values alone (the engine runs
+// the scan), the per-layer KL as bars (a click selects the layer everywhere), each target's Pareto front of KV bytes
+// against predicted mean KL (a click on a point loads that assignment into the form), and the pick under a KL budget
+// with what its target takes. The fronts are cache::paretoFront on the scan's plain numbers, as `kvscope-cli tune`.
+#pragma once
+
+#include <QWidget>
+#include <optional>
+
+#include "snapshots.h"
+
+class QComboBox;
+class QCustomPlot;
+class QDoubleSpinBox;
+class QLabel;
+class QLineEdit;
+class QSpinBox;
+
+namespace kvscope::ui {
+
+class TunePage : public QWidget {
+  Q_OBJECT
+ public:
+  explicit TunePage(QWidget* parent = nullptr);
+  /// A scan request for the page's text, windows and candidates. Throws cache::ConfigError for a bad candidate.
+  TuneRequest request() const;
+  void showStarted(const TuneRequest& r);
+  void showResult(const TuneResultView& result);
+  void showFailed(const QString& message);
+  /// The shown scan (nullopt before the first).
+  const std::optional<TuneResultView>& result() const { return result_; }
+  /// The front point `index` of `target` (by bytes ascending) as a config: what a click on it loads.
+  std::optional<cache::CacheConfig> frontConfig(cache::TuneTarget target, int index) const;
+  /// Marks the selected layer on the bars.
+  void setSelectedLayer(int layer);
+
+ Q_SIGNALS:
+  void scanClicked();
+  void layerClicked(int layer);
+  /// A front point or the pick was chosen: load it into the form.
+  void configChosen(const kvscope::cache::CacheConfig& config);
+  void failed(const QString& message);
+
+ private:
+  void redraw();
+  void pickClicked();
+  void saveScan();
+
+  QLineEdit* text_;
+  QLineEdit* candidates_;
+  QSpinBox* ctx_;
+  QSpinBox* windows_;
+  QDoubleSpinBox* budget_;
+  QComboBox* target_;
+  QComboBox* shown_;  ///< the candidate whose per-layer KL the bars show
+  QCustomPlot* layers_;
+  QCustomPlot* front_;
+  QLabel* summary_;
+  QLabel* pick_;
+  std::optional<TuneResultView> result_;
+  int selectedLayer_ = 0;
+};
+
+}  // namespace kvscope::ui
