@@ -42,42 +42,6 @@ std::string assignmentSummary(const Scan& scan, const Assignment& a) {
   return parts.empty() ? "unquantized" : fmt::format("{}", fmt::join(parts, ", "));
 }
 
-// What a target takes for the config, and what it cannot express.
-struct TargetExport {
-  std::string text;
-  std::vector<std::string> notes;
-};
-TargetExport exportFor(TuneTarget t, const cache::CacheConfig& cfg) {
-  TargetExport e;
-  try {
-    switch (t) {
-      case TuneTarget::Kvscope: e.text = "--cache '" + cache::toSpec(cfg) + "'"; break;
-      case TuneTarget::Transformers: {
-        e.notes.push_back("transformers' QuantizedCache takes one config for every layer and both sides");
-        if (cfg.backend == cache::Backend::Dynamic && !cfg.mixed()) {
-          e.text = "(no cache_config: transformers' default cache)";
-          break;
-        }
-        const auto hf = cache::toHfCacheConfig(cfg);
-        e.text = hf.json;
-        e.notes.insert(e.notes.end(), hf.notes.begin(), hf.notes.end());
-        break;
-      }
-      case TuneTarget::Vllm:
-      case TuneTarget::LlamaCpp: {
-        const auto f = t == TuneTarget::Vllm ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
-        e.text = (f.env.empty() ? "" : f.env + " ") + f.flags;
-        e.notes = f.notes;
-        break;
-      }
-    }
-  } catch (const cache::ConfigError& err) {
-    e.text = "(not exported)";
-    e.notes.push_back(err.what());
-  }
-  return e;
-}
-
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(fmt::format("cannot read scan file `{}`", path));
@@ -270,7 +234,7 @@ Runner addTune(CLI::App& app) {
                            {"keys", a.keys}, {"values", a.values}});
         json t = {{"target", std::string(cache::targetName(r.target))}, {"front", front}};
         if (r.pick) {
-          const TargetExport e = exportFor(r.target, r.config);
+          const cache::TargetExport e = cache::exportFor(r.target, r.config);
           t["pick"] = {{"config", cache::toSpec(r.config)},      {"stored_bytes", r.pick->storedBytes},
                        {"predicted_kl", num(r.pick->predictedKl)}, {"export", e.text},
                        {"notes", e.notes}};
@@ -326,7 +290,7 @@ Runner addTune(CLI::App& app) {
         std::cout << "  no assignment meets the budget\n";
         continue;
       }
-      const TargetExport e = exportFor(r.target, r.config);
+      const cache::TargetExport e = cache::exportFor(r.target, r.config);
       std::cout << fmt::format("  pick: {} bytes ({:.2f}x), predicted mean KL {:.4g}: {}\n", r.pick->storedBytes,
                                ref / static_cast<double>(r.pick->storedBytes), r.pick->predictedKl,
                                assignmentSummary(scan, *r.pick));
@@ -340,7 +304,8 @@ Runner addTune(CLI::App& app) {
                                    "do not add up exactly); a lower --max-kl leaves a margin\n",
                                    100.0 * (r.measured->meanKl() / *o->maxKl - 1.0), *o->maxKl);
       }
-      std::cout << fmt::format("  config: {}\n  {}: {}\n", cache::toSpec(r.config), cache::targetName(r.target), e.text);
+      std::cout << fmt::format("  config: {}\n  {}: {}\n", cache::toSpec(r.config), cache::targetName(r.target),
+                               r.target == TuneTarget::Kvscope ? "--cache '" + e.text + "'" : e.text);
       for (const auto& note : e.notes) std::cout << "    note: " << note << "\n";
     }
     if (!budget) {

@@ -300,6 +300,37 @@ CacheConfig assignmentConfig(const Scan& scan, const Assignment& a) {
   return perLayerConfig(std::move(rules));
 }
 
+TargetExport exportFor(TuneTarget t, const CacheConfig& cfg) {
+  TargetExport e;
+  try {
+    switch (t) {
+      case TuneTarget::Kvscope: e.text = toSpec(cfg); break;
+      case TuneTarget::Transformers: {
+        e.notes.push_back("transformers' QuantizedCache takes one config for every layer and both sides");
+        if (cfg.backend == Backend::Dynamic && !cfg.mixed()) {
+          e.text = "(no cache_config: transformers' default cache)";
+          break;
+        }
+        const HfExport hf = toHfCacheConfig(cfg);
+        e.text = hf.json;
+        e.notes.insert(e.notes.end(), hf.notes.begin(), hf.notes.end());
+        break;
+      }
+      case TuneTarget::Vllm:
+      case TuneTarget::LlamaCpp: {
+        const FlagExport f = t == TuneTarget::Vllm ? toVllmFlags(cfg) : toLlamaCppFlags(cfg);
+        e.text = (f.env.empty() ? "" : f.env + " ") + f.flags;
+        e.notes = f.notes;
+        break;
+      }
+    }
+  } catch (const ConfigError& err) {
+    e.text = "(not exported)";
+    e.notes.push_back(err.what());
+  }
+  return e;
+}
+
 std::string scanToJson(const Scan& scan, const std::string& settingsJson) {
   json doc = {{"format", "kvscope-tune-scan"}, {"version", 1}};
   doc["settings"] = settingsJson.empty() ? json::object() : json::parse(settingsJson);

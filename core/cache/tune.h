@@ -84,6 +84,14 @@ std::optional<Assignment> solve(const std::vector<Assignment>& front, const Swee
 /// rules (runs of equal layers merged, the most common pair that quantizes as the `*` rule).
 CacheConfig assignmentConfig(const Scan& scan, const Assignment& a);
 
+/// What a target takes for a pick, in its own terms (a SPEC, a cache_config, flags with their environment), and what
+/// it cannot express; a config the target cannot export at all is "(not exported)" with the reason as its note.
+struct TargetExport {
+  std::string text;
+  std::vector<std::string> notes;
+};
+TargetExport exportFor(TuneTarget target, const CacheConfig& cfg);
+
 /// A scan as kvscope's JSON file (`tune --scan-out`) and back; `settings` is what the scan ran on (model, text,
 /// windows), kept as the file has it. fromJson throws ConfigError naming the problem.
 std::string scanToJson(const Scan& scan, const std::string& settingsJson);

@@ -261,3 +261,21 @@ TEST(Tune, NonFiniteScanPointsAreNeverPicked) {
       for (int c : a.values) EXPECT_NE(c, 1) << targetName(t);
     }
 }
+
+// Each target's export of a pick, in its own terms, with what it cannot express.
+TEST(Tune, PicksExportInEachTargetsTerms) {
+  const CacheConfig perSide = parseSpec("layers=*:K=llamacpp:type_k=q8_0,V=llamacpp:type_v=q4_0");
+  EXPECT_EQ(exportFor(TuneTarget::LlamaCpp, perSide).text, "-ctk q8_0 -ctv q4_0 -fa on");
+  const auto hf = exportFor(TuneTarget::Transformers, parseSpec("quanto:nbits=4"));
+  EXPECT_NE(hf.text.find("\"backend\": \"quanto\""), std::string::npos) << hf.text;
+  ASSERT_FALSE(hf.notes.empty());
+  EXPECT_NE(hf.notes.front().find("one config for every layer"), std::string::npos);
+  EXPECT_NE(exportFor(TuneTarget::Transformers, CacheConfig{}).text.find("default cache"), std::string::npos);
+  const auto vllm = exportFor(TuneTarget::Vllm, parseSpec("layers=0:dynamic;2-3:dynamic;*:fp8"));
+  EXPECT_NE(vllm.text.find("--kv-cache-dtype-skip-layers 0 2 3"), std::string::npos) << vllm.text;
+  EXPECT_EQ(exportFor(TuneTarget::Kvscope, perSide).text, toSpec(perSide));
+  // A config the target cannot take at all: said, not thrown.
+  const auto none = exportFor(TuneTarget::Transformers, parseSpec("layers=0:fp8;*:dynamic"));
+  EXPECT_EQ(none.text, "(not exported)");
+  EXPECT_EQ(none.notes.size(), 2u);
+}
