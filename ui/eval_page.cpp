@@ -29,26 +29,37 @@ QString defaultEvalText() {
 }
 }  // namespace
 
+TextPicker makeTextPicker(QWidget* parent, const QString& prefix, const QString& dialogTitle, int ctx, int windows) {
+  TextPicker t;
+  t.path = new QLineEdit(defaultEvalText(), parent);
+  t.path->setObjectName(prefix + "Text");
+  t.browse = new QPushButton(QObject::tr("…"), parent);
+  QObject::connect(t.browse, &QPushButton::clicked, parent, [parent, path = t.path, dialogTitle] {
+    const QString p = QFileDialog::getOpenFileName(parent, dialogTitle, path->text(),
+                                                   QObject::tr("Text (*.txt);;All files (*)"));
+    if (!p.isEmpty()) path->setText(p);
+  });
+  t.ctx = new QSpinBox(parent);
+  t.ctx->setObjectName(prefix + "Ctx");
+  t.ctx->setRange(16, 32768);
+  t.ctx->setValue(ctx);
+  t.windows = new QSpinBox(parent);
+  t.windows->setObjectName(prefix + "Windows");
+  t.windows->setRange(0, 100000);
+  t.windows->setValue(windows);
+  t.windows->setToolTip(QObject::tr("windows of the text to use (0: all)"));
+  return t;
+}
+
 EvalPage::EvalPage(QWidget* parent) : QWidget(parent) {
   auto* el = new QVBoxLayout(this);
   el->setContentsMargins(0, 0, 0, 0);
   auto* ebar = new QHBoxLayout();
-  text_ = new QLineEdit(defaultEvalText(), this);
-  text_->setObjectName("evalText");
-  auto* browse = new QPushButton(tr("…"), this);
-  connect(browse, &QPushButton::clicked, this, [this] {
-    const QString p = QFileDialog::getOpenFileName(this, tr("Evaluation text"), text_->text(), tr("Text (*.txt);;All files (*)"));
-    if (!p.isEmpty()) text_->setText(p);
-  });
-  ctx_ = new QSpinBox(this);
-  ctx_->setObjectName("evalCtx");
-  ctx_->setRange(16, 32768);
-  ctx_->setValue(256);
-  windows_ = new QSpinBox(this);
-  windows_->setObjectName("evalWindows");
-  windows_->setRange(0, 100000);
-  windows_->setValue(2);
-  windows_->setToolTip(tr("windows of the text to use (0: all)"));
+  const TextPicker picker = makeTextPicker(this, "eval", tr("Evaluation text"), 256, 2);
+  text_ = picker.path;
+  QPushButton* browse = picker.browse;
+  ctx_ = picker.ctx;
+  windows_ = picker.windows;
   auto* evalButton = new QPushButton(tr("Evaluate"), this);
   evalButton->setObjectName("evalButton");
   evalButton->setToolTip(tr("The configs of the selected runs (all runs when none is selected; the form's config when "

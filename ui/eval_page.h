@@ -10,10 +10,22 @@
 class QCustomPlot;
 class QLabel;
 class QLineEdit;
+class QPushButton;
 class QSpinBox;
 class QTableWidget;
 
 namespace kvscope::ui {
+
+/// A text file and the windows cut from it, as the evaluation and tuner pages ask for them: the path (the shipped
+/// text by default) with its browse button, tokens per window and the number of windows (0: all). Object names:
+/// PREFIXText, PREFIXCtx, PREFIXWindows.
+struct TextPicker {
+  QLineEdit* path;
+  QPushButton* browse;
+  QSpinBox* ctx;
+  QSpinBox* windows;
+};
+TextPicker makeTextPicker(QWidget* parent, const QString& prefix, const QString& dialogTitle, int ctx, int windows);
 
 class EvalPage : public QWidget {
   Q_OBJECT

@@ -1,10 +1,8 @@
 #include "tune_page.h"
 
 #include <QComboBox>
-#include <QCoreApplication>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
-#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QJsonDocument>
@@ -23,17 +21,11 @@
 #include <qcustomplot.h>
 
 #include "docks/plot_style.h"
+#include "eval_page.h"
 
 namespace kvscope::ui {
 
 namespace {
-
-QString defaultText() {
-  for (const QString& p : {QCoreApplication::applicationDirPath() + "/../share/kvscope/eval/coriolanus.txt",
-                           QString(KVSCOPE_RESOURCE_DIR) + "/eval/coriolanus.txt"})
-    if (QFileInfo::exists(p)) return QFileInfo(p).canonicalFilePath();
-  return QString();
-}
 
 QColor targetColour(cache::TuneTarget t) {
   switch (t) {
@@ -43,27 +35,6 @@ QColor targetColour(cache::TuneTarget t) {
     case cache::TuneTarget::Transformers: return QColor(148, 103, 189);
   }
   return Qt::black;
-}
-
-// What the target takes for a config, in one line, and what it cannot express.
-QString exportLine(cache::TuneTarget t, const cache::CacheConfig& cfg) {
-  try {
-    switch (t) {
-      case cache::TuneTarget::Kvscope: return QString::fromStdString(cache::toSpec(cfg));
-      case cache::TuneTarget::Transformers:
-        if (cfg.backend == cache::Backend::Dynamic && !cfg.mixed())
-          return QObject::tr("no cache_config (transformers' default cache)");
-        return QString::fromStdString(cache::toHfCacheConfig(cfg).json).simplified();
-      case cache::TuneTarget::Vllm:
-      case cache::TuneTarget::LlamaCpp: {
-        const auto f = t == cache::TuneTarget::Vllm ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
-        return QString::fromStdString((f.env.empty() ? "" : f.env + " ") + f.flags);
-      }
-    }
-  } catch (const cache::ConfigError& e) {
-    return QObject::tr("not exported: %1").arg(QString::fromUtf8(e.what()));
-  }
-  return QString();
 }
 
 }  // namespace
@@ -81,22 +52,11 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   candidates_->setObjectName("tuneCandidates");
   candidates_->setToolTip(tr("candidate SPECs, separated by spaces: each is tried on every layer's keys and values "
                              "alone, the rest unquantized"));
-  text_ = new QLineEdit(defaultText(), this);
-  text_->setObjectName("tuneText");
-  auto* browse = new QPushButton(tr("…"), this);
-  connect(browse, &QPushButton::clicked, this, [this] {
-    const QString p = QFileDialog::getOpenFileName(this, tr("Tuning text"), text_->text(), tr("Text (*.txt);;All files (*)"));
-    if (!p.isEmpty()) text_->setText(p);
-  });
-  ctx_ = new QSpinBox(this);
-  ctx_->setObjectName("tuneCtx");
-  ctx_->setRange(16, 32768);
-  ctx_->setValue(128);
-  windows_ = new QSpinBox(this);
-  windows_->setObjectName("tuneWindows");
-  windows_->setRange(0, 100000);
-  windows_->setValue(1);
-  windows_->setToolTip(tr("windows of the text to use (0: all)"));
+  const TextPicker picker = makeTextPicker(this, "tune", tr("Tuning text"), 128, 1);
+  text_ = picker.path;
+  QPushButton* browse = picker.browse;
+  ctx_ = picker.ctx;
+  windows_ = picker.windows;
   auto* scan = new QPushButton(tr("Scan"), this);
   scan->setObjectName("tuneButton");
   scan->setToolTip(tr("One run per candidate, layer and side on the text (2 x layers x candidates runs)"));
@@ -327,7 +287,7 @@ void TunePage::redraw() {
                        .arg(mib(pick->storedBytes), 0, 'f', 2)
                        .arg(static_cast<double>(scan.referenceBytes) / static_cast<double>(pick->storedBytes), 0, 'f', 2)
                        .arg(pick->predictedKl, 0, 'g', 4)
-                       .arg(exportLine(chosen, cfg).replace(";", QString(";") + QChar(0x200B))
+                       .arg(QString::fromStdString(cache::exportFor(chosen, cfg).text).simplified().replace(";", QString(";") + QChar(0x200B))
                                 .replace(",", QString(",") + QChar(0x200B))));  // long SPECs wrap at their separators
   } else {
     pick_->setText(tr("No %1 assignment meets the budget.").arg(target_->currentText()));
