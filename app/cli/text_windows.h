@@ -22,8 +22,9 @@ struct TextOpts {
   int ctx = 512, windows = 0, threads = 0;
 };
 
-inline void addTextOpts(CLI::App* cmd, TextOpts& o) {
-  cmd->add_option("--text", o.text, "the text file (e.g. resources/eval/coriolanus.txt)")->required();
+/// `textRequired` false: a command that can take its text from elsewhere (tune --scan-in) checks it itself.
+inline void addTextOpts(CLI::App* cmd, TextOpts& o, bool textRequired = true) {
+  cmd->add_option("--text", o.text, "the text file (e.g. resources/eval/coriolanus.txt)")->required(textRequired);
   cmd->add_option("--model", o.model, "GGUF file or Hugging Face directory (default: the embedded SmolLM2)");
   cmd->add_option("--ctx", o.ctx, "tokens per window: the text is cut into windows of this many tokens, each run "
                                   "through a fresh cache")

@@ -65,15 +65,7 @@ Runner addTune(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "tune", "Per-layer sensitivity: scan each layer's K and V with candidate configs, then the cheapest per-layer "
               "assignment under a KL or bytes budget for each target, checked by a full run");
-  // The text options as eval's, but --text is not required with --scan-in (the scan file says what it ran on).
-  cmd->add_option("--text", o->text, "the text file (e.g. resources/eval/coriolanus.txt)");
-  cmd->add_option("--model", o->model, "GGUF file or Hugging Face directory (default: the embedded SmolLM2)");
-  cmd->add_option("--ctx", o->ctx, "tokens per window (each window runs through a fresh cache)")
-      ->check(CLI::Range(8, 1 << 20));
-  cmd->add_option("--windows", o->windows, "use only the first N windows (0: every whole window)")
-      ->check(CLI::NonNegativeNumber);
-  addModelOptions(cmd, o->how);
-  cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
+  addTextOpts(cmd, *o, /*textRequired=*/false);  // --scan-in takes the text from the scan file
   cmd->add_option("--cache", o->specs, "a candidate SPEC (repeat for several): tried on each layer's K and V alone");
   cmd->add_option("--prompt", o->prompt, "tokens of each window given as the prompt")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--step", o->step, "tokens per forward after the prompt")->check(CLI::Range(1, 1 << 20));
