@@ -16,6 +16,7 @@
 #include <QSpinBox>
 #include <QTabWidget>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <qcustomplot.h>
@@ -159,10 +160,10 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
     double best = 12.0 * 12.0;
     std::optional<std::pair<cache::TuneTarget, int>> hit;
     for (cache::TuneTarget t : cache::allTargets()) {
-      const auto front = cache::paretoFront(result_->scan, t);
-      for (int i = 0; i < static_cast<int>(front.size()); ++i) {
-        const double dx = front_->xAxis->coordToPixel(mib(front[static_cast<std::size_t>(i)].storedBytes)) - e->position().x();
-        const double dy = front_->yAxis->coordToPixel(front[static_cast<std::size_t>(i)].predictedKl) - e->position().y();
+      const auto& points = front(t);
+      for (int i = 0; i < static_cast<int>(points.size()); ++i) {
+        const double dx = front_->xAxis->coordToPixel(mib(points[static_cast<std::size_t>(i)].storedBytes)) - e->position().x();
+        const double dy = front_->yAxis->coordToPixel(points[static_cast<std::size_t>(i)].predictedKl) - e->position().y();
         if (dx * dx + dy * dy < best) best = dx * dx + dy * dy, hit = std::pair{t, i};
       }
     }
@@ -191,6 +192,8 @@ void TunePage::showFailed(const QString& message) { summary_->setText(message.to
 
 void TunePage::showResult(const TuneResultView& result) {
   result_ = result;
+  fronts_.clear();
+  for (cache::TuneTarget t : cache::allTargets()) fronts_.push_back(cache::paretoFront(result_->scan, t));
   const QSignalBlocker block(shown_);
   shown_->clear();
   for (const auto& c : result.scan.plan.candidates) shown_->addItem(QString::fromStdString(cache::toSpec(c)));
@@ -210,11 +213,16 @@ void TunePage::setSelectedLayer(int layer) {
   redraw();
 }
 
+const std::vector<cache::Assignment>& TunePage::front(cache::TuneTarget t) const {
+  const auto all = cache::allTargets();
+  return fronts_[static_cast<std::size_t>(std::find(all.begin(), all.end(), t) - all.begin())];
+}
+
 std::optional<cache::CacheConfig> TunePage::frontConfig(cache::TuneTarget target, int index) const {
   if (!result_) return std::nullopt;
-  const auto front = cache::paretoFront(result_->scan, target);
-  if (index < 0 || index >= static_cast<int>(front.size())) return std::nullopt;
-  return cache::assignmentConfig(result_->scan, front[static_cast<std::size_t>(index)]);
+  const auto& points = front(target);
+  if (index < 0 || index >= static_cast<int>(points.size())) return std::nullopt;
+  return cache::assignmentConfig(result_->scan, points[static_cast<std::size_t>(index)]);
 }
 
 void TunePage::redraw() {
@@ -263,14 +271,14 @@ void TunePage::redraw() {
   const cache::SweepBudget budget{cache::SweepBudget::Kind::MaxMeanKl, budget_->value()};
   std::optional<cache::Assignment> pick;
   for (cache::TuneTarget t : cache::allTargets()) {
-    const auto front = cache::paretoFront(scan, t);
+    const auto& points = front(t);
     QCPGraph* g = front_->addGraph();
     g->setName(QString::fromUtf8(cache::targetName(t).data()));
     g->setLineStyle(QCPGraph::lsStepLeft);
     g->setPen(QPen(targetColour(t), t == chosen ? 2.0 : 1.0));
     g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, targetColour(t), t == chosen ? 6 : 4));
-    for (const auto& a : front) g->addData(mib(a.storedBytes), a.predictedKl);
-    if (t == chosen) pick = cache::solve(front, budget);
+    for (const auto& a : points) g->addData(mib(a.storedBytes), a.predictedKl);
+    if (t == chosen) pick = cache::solve(points, budget);
   }
   front_->rescaleAxes();
   front_->yAxis->setRangeLower(0);
@@ -298,7 +306,7 @@ void TunePage::redraw() {
 void TunePage::pickClicked() {
   if (!result_) return Q_EMIT failed(tr("scan first: no tuner scan to pick from"));
   const cache::TuneTarget t = cache::parseTarget(target_->currentText().toStdString());
-  const auto pick = cache::solve(cache::paretoFront(result_->scan, t), {cache::SweepBudget::Kind::MaxMeanKl, budget_->value()});
+  const auto pick = cache::solve(front(t), {cache::SweepBudget::Kind::MaxMeanKl, budget_->value()});
   if (!pick) return Q_EMIT failed(tr("no %1 assignment meets a predicted mean KL of %2").arg(target_->currentText()).arg(budget_->value()));
   Q_EMIT configChosen(cache::assignmentConfig(result_->scan, *pick));
 }

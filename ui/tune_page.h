@@ -57,7 +57,10 @@ class TunePage : public QWidget {
   QCustomPlot* front_;
   QLabel* summary_;
   QLabel* pick_;
+  /// The shown scan's fronts, in cache::allTargets() order: computed once per scan, not per click or redraw.
+  const std::vector<cache::Assignment>& front(cache::TuneTarget t) const;
   std::optional<TuneResultView> result_;
+  std::vector<std::vector<cache::Assignment>> fronts_;
   int selectedLayer_ = 0;
 };
 
