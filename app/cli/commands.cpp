@@ -138,4 +138,30 @@ Runner addBackends(CLI::App& app) {
   };
 }
 
+void addShardOption(CLI::App* cmd, std::string& shard, const std::string& outName) {
+  cmd->add_option("--shard", shard,
+                  fmt::format("run shard I of N only (e.g. 2/3) and write its records to {} as JSON lines; "
+                              "kvscope-cli merge joins the N files",
+                              outName));
+}
+
+std::optional<Shard> shardOf(const std::string& shard, const std::string& out, const std::string& outName) {
+  if (shard.empty()) return std::nullopt;
+  const Shard s = Shard::parse(shard);
+  if (out.empty() || out == "-")
+    throw UsageError(fmt::format("--shard {} writes a shard file: give {} FILE", shard, outName));
+  return s;
+}
+
+ShardOut::ShardOut(std::string path, std::string_view command, const Shard& shard, std::size_t items,
+                   const nlohmann::json& run)
+    : path_(std::move(path)), text_(shardHeader(command, shard, items, run) + "\n") {
+  writeOutput(path_, text_);
+}
+
+void ShardOut::add(std::size_t item, const nlohmann::json& record) {
+  text_ += shardRecord(item, record) + "\n";
+  writeOutput(path_, text_);
+}
+
 }  // namespace kvscope::cli

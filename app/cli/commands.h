@@ -5,10 +5,14 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "util/error.h"
+#include "util/shard.h"
 
 namespace kvscope::cli {
 
@@ -30,8 +34,36 @@ Runner addBench(CLI::App& app);
 Runner addCalibrate(CLI::App& app);
 Runner addEval(CLI::App& app);
 Runner addTune(CLI::App& app);
+Runner addMerge(CLI::App& app);
 
 /// Writes `text` to `path` atomically (temporary file + rename); "-" is stdout.
 void writeOutput(const std::string& path, const std::string& text);
+
+/// --shard I/N on a command whose shard file goes to the option `outName` (util/shard.h).
+void addShardOption(CLI::App* cmd, std::string& shard, const std::string& outName);
+/// The parsed --shard, nullopt without one; UsageError for a bad one or one without its output file.
+std::optional<Shard> shardOf(const std::string& shard, const std::string& out, const std::string& outName);
+
+/// A shard file written as its records arrive: the header, then a line per finished item, the file replaced
+/// atomically after each (a crash keeps what finished; `merge` says the shard did not finish).
+class ShardOut {
+ public:
+  ShardOut(std::string path, std::string_view command, const Shard& shard, std::size_t items, const nlohmann::json& run);
+  void add(std::size_t item, const nlohmann::json& record);
+
+ private:
+  std::string path_, text_;
+};
+
+/// What `merge` prints of a run's rows: `eval`'s (the reference first) and `sweep`'s (the baseline first) own
+/// output; `tune`'s scan file.
+int printEval(const nlohmann::json& run, const std::vector<nlohmann::json>& rows, bool json, bool csv);
+struct SweepPrint {
+  bool json = false, csv = false;
+  std::optional<double> maxKl;
+  std::optional<std::int64_t> maxBytes;
+};
+int printSweep(const nlohmann::json& run, const std::vector<nlohmann::json>& rows, const SweepPrint& how);
+std::string mergedScan(const ShardSet& set);
 
 }  // namespace kvscope::cli

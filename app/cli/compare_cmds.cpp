@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cache/sweep.h"
@@ -61,6 +63,35 @@ nlohmann::json toJson(const RunFigures& f) {
           {"new_tokens", f.newTokens}};
 }
 
+// A row back from its JSON (a shard file's record): toJson(figuresFromJson(j)) == j.
+RunFigures figuresFromJson(const nlohmann::json& j) {
+  auto d = [&](const char* key) {  // NaN and inf are written as null
+    const auto& v = j.at(key);
+    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+  };
+  RunFigures f;
+  f.spec = j.at("config").get<std::string>();
+  const auto& b = j.at("kv_bytes");
+  f.memory.payload = b.at("payload").get<std::int64_t>();
+  f.memory.metadata = b.at("metadata").get<std::int64_t>();
+  f.memory.residual = b.at("residual").get<std::int64_t>();
+  f.memory.transient = b.at("transient").get<std::int64_t>();
+  f.memory.reserved = b.at("reserved").get<std::int64_t>();
+  f.memory.unquantized = b.at("unquantized").get<std::int64_t>();
+  f.peakHeld = b.at("peak_held").get<std::int64_t>();
+  f.prefillTokS = d("prefill_tok_s");
+  f.decodeTokS = d("decode_tok_s");
+  f.meanKl = d("mean_kl");
+  f.maxKl = d("max_kl");
+  f.top1 = d("top1_agreement");
+  f.firstDivergence = j.at("first_divergence").get<int>();
+  f.perplexity = d("perplexity");
+  f.overflow = j.at("overflow").get<std::int64_t>();
+  f.nonFinite = j.at("non_finite").get<std::int64_t>();
+  f.newTokens = j.at("new_tokens").get<int>();
+  return f;
+}
+
 const char* kCsvHeader =
     "config,stored_bytes,payload_bytes,metadata_bytes,residual_bytes,peak_held_bytes,unquantized_bytes,"
     "compression_ratio,prefill_tok_s,decode_tok_s,mean_kl,max_kl,top1_agreement,first_divergence,perplexity,"
@@ -89,13 +120,58 @@ void printRow(const RunFigures& f) {
   std::cout.flush();
 }
 
-void emit(const CommonOpts& o, const RunFigures& f) {
-  if (o.json) std::cout << toJson(f).dump() << "\n" << std::flush;
-  else if (o.csv) std::cout << csvRow(f) << "\n" << std::flush;
+void emit(bool json, bool csv, const RunFigures& f) {
+  if (json) std::cout << toJson(f).dump() << "\n" << std::flush;
+  else if (csv) std::cout << csvRow(f) << "\n" << std::flush;
   else printRow(f);
+}
+void emit(const CommonOpts& o, const RunFigures& f) { emit(o.json, o.csv, f); }
+
+// What a sweep prints before its rows, and after them: the best under the budget (exit 3 when none meets it).
+void sweepHead(const nlohmann::json& run, const SweepPrint& how) {
+  if (!how.json && !how.csv) {
+    std::cout << fmt::format("sweep: {} configs + the unquantized baseline, prompt {} tokens, {} greedy tokens each\n",
+                             run.at("configs").size(), run.at("prompt_tokens").get<std::size_t>(),
+                             run.at("max_new").get<int>());
+    printTableHeader();
+  } else if (how.csv) {
+    std::cout << kCsvHeader << "\n";
+  }
+}
+
+int sweepBest(const std::vector<RunFigures>& all, const SweepPrint& how) {
+  if (!how.maxKl && !how.maxBytes) return 0;
+  std::vector<cache::SweepOutcome> outcomes;
+  for (const auto& f : all) outcomes.push_back({f.memory.stored(), f.meanKl});
+  const cache::SweepBudget b =
+      how.maxKl ? cache::SweepBudget{cache::SweepBudget::Kind::MaxMeanKl, *how.maxKl}
+                : cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes, static_cast<double>(*how.maxBytes)};
+  const auto at = cache::bestUnderBudget(outcomes, b);
+  const RunFigures* best = at ? &all[*at] : nullptr;
+  const std::string budget =
+      how.maxKl ? fmt::format("mean KL <= {}", *how.maxKl) : fmt::format("stored KV <= {} bytes", *how.maxBytes);
+  if (!best) {
+    std::cerr << "kvscope-cli: no config meets the budget (" << budget << ")\n";
+    return 3;
+  }
+  if (how.json) std::cout << nlohmann::json{{"best", best->spec}, {"budget", budget}}.dump() << "\n";
+  else std::cout << fmt::format("best under {}: {} ({:.3f} MiB, {:.2f}x, mean KL {:.4g})\n", budget, best->spec,
+                                best->memory.stored() / 1048576.0, best->ratio(), best->meanKl);
+  return 0;
 }
 
 }  // namespace
+
+int printSweep(const nlohmann::json& run, const std::vector<nlohmann::json>& rows, const SweepPrint& how) {
+  sweepHead(run, how);
+  std::vector<RunFigures> all;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const RunFigures f = figuresFromJson(rows[i]);
+    emit(how.json, how.csv, f);
+    if (i > 0) all.push_back(f);
+  }
+  return sweepBest(all, how);
+}
 
 Runner addCompare(CLI::App& app) {
   auto o = std::make_shared<CommonOpts>();
@@ -132,26 +208,32 @@ Runner addCompare(CLI::App& app) {
 Runner addSweep(CLI::App& app) {
   auto o = std::make_shared<CommonOpts>();
   auto grids = std::make_shared<std::vector<std::string>>();
-  auto maxKl = std::make_shared<double>(-1.0);
-  auto maxBytes = std::make_shared<std::int64_t>(-1);
+  auto how = std::make_shared<SweepPrint>();
   auto out = std::make_shared<std::string>();
+  auto shardText = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("sweep", "A grid of cache configs, the same figures, and the best under a budget");
   addCommon(cmd, *o);
   cmd->add_option("--grid", *grids, "e.g. 'quanto:nbits=2,4;q_group_size=32,64,128' (repeatable)")->required();
-  auto* k = cmd->add_option("--max-kl", *maxKl, "budget: the smallest cache whose mean KL stays under this");
-  cmd->add_option("--max-bytes", *maxBytes, "budget: the lowest mean KL whose stored KV bytes stay under this")->excludes(k);
+  auto* k = cmd->add_option("--max-kl", how->maxKl, "budget: the smallest cache whose mean KL stays under this");
+  cmd->add_option("--max-bytes", how->maxBytes, "budget: the lowest mean KL whose stored KV bytes stay under this")
+      ->excludes(k);
   cmd->add_option("--out", *out,
                   "append each finished config to this JSON-lines file as it finishes (the file is replaced "
-                  "atomically after every run, so a crash of a later run keeps the earlier ones)");
-  return [o, grids, maxKl, maxBytes, out, cmd]() {
+                  "atomically after every run, so a crash of a later run keeps the earlier ones); with --shard, "
+                  "the shard file (written afresh)");
+  addShardOption(cmd, *shardText, "--out");
+  return [o, grids, how, out, shardText, cmd]() {
     if (!*cmd) return -1;
     const std::vector<cache::CacheConfig> cfgs = cache::planSweep(*grids);  // every grid point valid up front
+    // Sharded: item 0 is the baseline (shard 1 runs it), item i+1 config i.
+    const std::optional<Shard> shard = shardOf(*shardText, *out, "--out");
+    if (shard) shard->check(cfgs.size(), "configs");
     if (o->threads > 0) at::set_num_threads(o->threads);
     const std::string text = promptText(o->prompt, o->promptFile);
     // The results file: what it already holds is kept (appended to); it is written once now, so that an unwritable
     // path fails before the model loads, then replaced atomically after every finished run.
     std::string results;
-    if (!out->empty()) {
+    if (!out->empty() && !shard) {
       if (std::filesystem::exists(*out)) {
         std::ifstream in(*out, std::ios::binary);
         if (!in) throw UsageError(fmt::format("cannot read `{}` to append to it", *out));
@@ -160,16 +242,33 @@ Runner addSweep(CLI::App& app) {
       }
       writeOutput(*out, results);
     }
+    if (shard) writeOutput(*out, "");
     const Loaded m = loadModel(o->model, o->how);
     const auto prompt = encodePrompt(m, text, o->chat);
     checkContext(m, prompt.size(), o->maxNew);
-    if (!o->json && !o->csv) {
-      std::cout << fmt::format("sweep: {} configs + the unquantized baseline, prompt {} tokens, {} greedy tokens each\n",
-                               cfgs.size(), prompt.size(), o->maxNew);
-      printTableHeader();
-    } else if (o->csv) {
-      std::cout << kCsvHeader << "\n";
+    nlohmann::json specs = nlohmann::json::array();
+    for (const auto& c : cfgs) specs.push_back(cache::toSpec(c));
+    const nlohmann::json run = {{"model", m.path},          {"prompt", text},         {"chat", o->chat},
+                                {"prompt_tokens", prompt.size()}, {"max_new", o->maxNew}, {"ppl_chunk", o->pplChunk},
+                                {"configs", specs},         {"run_as", modelChoiceJson(o->how)}};
+    if (shard) {
+      ShardOut file(*out, "sweep", *shard, cfgs.size() + 1, run);
+      std::size_t done = 0;
+      if (shard->owns(0)) file.add(0, toJson(measure(m, cache::parseSpec("dynamic"), prompt, o->maxNew, o->pplChunk, false)));
+      for (std::size_t i = 0; i < cfgs.size(); ++i)
+        if (shard->owns(i + 1)) {
+          file.add(i + 1, toJson(measure(m, cfgs[i], prompt, o->maxNew, o->pplChunk, true)));
+          std::cerr << fmt::format("sweep: shard {}: {} ({} done)\n", shard->name(), specs[i].get<std::string>(), ++done);
+        }
+      std::cerr << fmt::format("sweep: shard {} ({} of {} configs) written to {}; join the shards with kvscope-cli "
+                               "merge\n",
+                               shard->name(), done, cfgs.size(), *out);
+      return 0;
     }
+    SweepPrint print = *how;
+    print.json = o->json;
+    print.csv = o->csv;
+    sweepHead(run, print);
     std::vector<RunFigures> all;
     const RunFigures base = measure(m, cache::parseSpec("dynamic"), prompt, o->maxNew, o->pplChunk, false);
     emit(*o, base);
@@ -181,25 +280,7 @@ Runner addSweep(CLI::App& app) {
         writeOutput(*out, results);
       }
     }
-    if (*maxKl >= 0 || *maxBytes >= 0) {
-      std::vector<cache::SweepOutcome> outcomes;
-      for (const auto& f : all) outcomes.push_back({f.memory.stored(), f.meanKl});
-      const cache::SweepBudget b = *maxKl >= 0
-                                       ? cache::SweepBudget{cache::SweepBudget::Kind::MaxMeanKl, *maxKl}
-                                       : cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes,
-                                                            static_cast<double>(*maxBytes)};
-      const auto at = cache::bestUnderBudget(outcomes, b);
-      const RunFigures* best = at ? &all[*at] : nullptr;
-      const std::string budget = *maxKl >= 0 ? fmt::format("mean KL <= {}", *maxKl) : fmt::format("stored KV <= {} bytes", *maxBytes);
-      if (!best) {
-        std::cerr << "kvscope-cli: no config meets the budget (" << budget << ")\n";
-        return 3;
-      }
-      if (o->json) std::cout << nlohmann::json{{"best", best->spec}, {"budget", budget}}.dump() << "\n";
-      else std::cout << fmt::format("best under {}: {} ({:.3f} MiB, {:.2f}x, mean KL {:.4g})\n", budget, best->spec,
-                                    best->memory.stored() / 1048576.0, best->ratio(), best->meanKl);
-    }
-    return 0;
+    return sweepBest(all, print);
   };
 }
 

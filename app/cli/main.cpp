@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
                                            kvscope::cli::addGenerate(app),
                                            kvscope::cli::addCompare(app), kvscope::cli::addSweep(app),
                                            kvscope::cli::addBench(app), kvscope::cli::addCalibrate(app),
-                                           kvscope::cli::addEval(app), kvscope::cli::addTune(app)};
+                                           kvscope::cli::addEval(app), kvscope::cli::addTune(app),
+                                           kvscope::cli::addMerge(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -42,6 +42,10 @@ Loaded loadModel(const std::string& path, const ModelChoice& how) {
   return m;
 }
 
+nlohmann::json modelChoiceJson(const ModelChoice& how) {
+  return {{"dtype", how.dtype}, {"activations", how.activations}, {"device", how.device}, {"weights", how.weights}};
+}
+
 void addModelOptions(CLI::App* cmd, ModelChoice& how) {
   cmd->add_option("--dtype", how.dtype, "activations, norms and biases (weights keep their file's format)")
       ->check(CLI::IsMember(runtime::dtypeNames()));

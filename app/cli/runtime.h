@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,8 @@ struct ModelChoice {
 /// dtype) / FormatError / TokenizerError with the path and the problem. The device ("cpu", "cuda", "cuda:N") is
 /// checked before anything is read: one that is not here is an Error (Unavailable) naming what there is.
 Loaded loadModel(const std::string& path, const ModelChoice& how = {});
+/// The choice as JSON ({"dtype", "activations", "device", "weights"}): what a shard file says its run ran as.
+nlohmann::json modelChoiceJson(const ModelChoice& how);
 /// ModelChoice's options on `cmd`.
 void addModelOptions(CLI::App* cmd, ModelChoice& how);
 /// The prompt's ids; with `chat`, wrapped as one user turn of the model's chat template.

@@ -58,7 +58,7 @@ Runner addTune(CLI::App& app) {
     int prompt = 64, step = 16;
     std::optional<double> maxKl;
     std::optional<std::int64_t> maxBytes;
-    std::string scanOut, scanIn, save;
+    std::string scanOut, scanIn, save, shard;
     bool noVerify = false, json = false;
   };
   auto o = std::make_shared<Opts>();
@@ -80,6 +80,7 @@ Runner addTune(CLI::App& app) {
   auto* out = cmd->add_option("--scan-out", o->scanOut, "write the scan (JSON) here, to solve again with --scan-in");
   cmd->add_option("--scan-in", o->scanIn, "solve from a scan file instead of scanning (its model, text and windows)")
       ->excludes(out);
+  addShardOption(cmd, o->shard, "--scan-out");
   cmd->add_flag("--no-verify", o->noVerify, "skip the full run of each pick");
   cmd->add_option("--save", o->save, "write the kvscope target's pick as a kvscope config file");
   cmd->add_flag("--json", o->json, "one JSON object: the scan's per-layer KLs, each target's front and pick");
@@ -93,6 +94,13 @@ Runner addTune(CLI::App& app) {
     if (!o->save.empty() && !o->maxKl && !o->maxBytes)
       throw UsageError("--save needs a budget (--max-kl or --max-bytes) to pick a config");
 
+    const std::optional<Shard> shard = shardOf(o->shard, o->scanOut, "--scan-out");
+    if (shard)
+      for (const char* opt : {"--scan-in", "--max-kl", "--max-bytes", "--save", "--json", "--target"})
+        if (cmd->count(opt))
+          throw UsageError(fmt::format("tune --shard runs part of a scan only: drop {} (solve the merged scan with "
+                                       "tune --scan-in)",
+                                       opt));
     // What the scan runs on: the command line, or the scan file's settings.
     Scan scan;
     json settings;
@@ -135,10 +143,18 @@ Runner addTune(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     if (o->scanIn.empty()) {
+      if (shard) writeOutput(o->scanOut, "");  // an unwritable file fails before the model loads
       load();
       scan.plan = cache::planScan(cands, m->model->config().layers);
+      // Sharded: item 0 is the unquantized run (every shard runs it: the KLs are against it), item k+1 point k.
+      if (shard) shard->check(scan.plan.items.size(), "scan runs");
       std::vector<cache::CacheConfig> cfgs;
-      for (const auto& it : scan.plan.items) cfgs.push_back(scan.plan.config(it));
+      std::vector<std::size_t> mine;
+      for (std::size_t k = 0; k < scan.plan.items.size(); ++k)
+        if (!shard || shard->owns(k + 1)) {
+          cfgs.push_back(scan.plan.config(scan.plan.items[k]));
+          mine.push_back(k);
+        }
       const auto figs = generate::evaluate(
           *m->model, windows, cfgs, eo, [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
             if (ci == 0 || ci % 10 == 0 || ci + 1 == nc)
@@ -147,11 +163,28 @@ Runner addTune(CLI::App& app) {
             return true;
           });
       scan.referenceBytes = figs[0].memory.stored();
-      for (std::size_t i = 0; i < scan.plan.items.size(); ++i)
-        scan.points.push_back({scan.plan.items[i], figs[i + 1].meanKl(), figs[i + 1].memory.stored()});
+      for (std::size_t i = 0; i < mine.size(); ++i)
+        scan.points.push_back({scan.plan.items[mine[i]], figs[i + 1].meanKl(), figs[i + 1].memory.stored()});
       settings = {{"model", m->path},  {"text", o->text},     {"ctx", o->ctx},      {"windows", o->windows},
-                  {"prompt", o->prompt}, {"step", o->step},   {"scored_tokens", figs[0].scored}};
+                  {"prompt", o->prompt}, {"step", o->step}};
       std::cerr << fmt::format("tune: scan of {} runs done in {:.0f} s\n", cfgs.size(), elapsed());
+      if (shard) {
+        // The run every shard shares: the settings and the candidates as the scan file writes them.
+        const json whole = json::parse(cache::scanToJson(scan, settings.dump()));
+        const json run = {{"settings", settings},
+                          {"candidates", whole.at("candidates")},
+                          {"num_layers", scan.plan.numLayers},
+                          {"run_as", modelChoiceJson(o->how)}};
+        ShardOut out(o->scanOut, "tune", *shard, scan.plan.items.size() + 1, run);
+        if (shard->owns(0)) out.add(0, {{"stored_bytes", scan.referenceBytes}, {"scored_tokens", figs[0].scored}});
+        for (std::size_t i = 0; i < mine.size(); ++i)
+          out.add(mine[i] + 1, {{"mean_kl", num(scan.points[i].meanKl)}, {"stored_bytes", scan.points[i].storedBytes}});
+        std::cerr << fmt::format("tune: shard {} ({} of {} scan runs) written to {}; join the shards with "
+                                 "kvscope-cli merge, then solve with tune --scan-in\n",
+                                 shard->name(), mine.size(), scan.plan.items.size(), o->scanOut);
+        return 0;
+      }
+      settings["scored_tokens"] = figs[0].scored;
       if (!o->scanOut.empty()) writeOutput(o->scanOut, cache::scanToJson(scan, settings.dump()) + "\n");
     }
 
@@ -330,6 +363,34 @@ Runner addTune(CLI::App& app) {
     }
     return 0;
   };
+}
+
+std::string mergedScan(const ShardSet& set) {
+  const json& run = set.run;
+  Scan scan;
+  json settings;
+  try {
+    std::vector<cache::CacheConfig> cands;
+    for (const json& c : run.at("candidates"))
+      cands.push_back(c.is_string() ? cache::parseSpec(c.get<std::string>())
+                                    : cache::configFromJson(c.dump(), fmt::format("candidate {}", cands.size())));
+    scan.plan = cache::planScan(cands, run.at("num_layers").get<int>());
+    if (set.records.size() != scan.plan.items.size() + 1)
+      throw UsageError(fmt::format("the tune shards hold {} items for a scan of {} runs", set.records.size(),
+                                   scan.plan.items.size() + 1));
+    settings = run.at("settings");
+    settings["scored_tokens"] = set.records[0].at("scored_tokens");
+    scan.referenceBytes = set.records[0].at("stored_bytes").get<std::int64_t>();
+    for (std::size_t k = 0; k < scan.plan.items.size(); ++k) {
+      const json& r = set.records[k + 1];
+      scan.points.push_back({scan.plan.items[k],
+                             r.at("mean_kl").is_null() ? std::nan("") : r.at("mean_kl").get<double>(),
+                             r.at("stored_bytes").get<std::int64_t>()});
+    }
+  } catch (const json::exception& e) {
+    throw UsageError(fmt::format("the tune shards' records are not a scan's ({})", e.what()));
+  }
+  return cache::scanToJson(scan, settings.dump()) + "\n";
 }
 
 }  // namespace kvscope::cli
