@@ -343,7 +343,8 @@ TEST(PackedMatmul, TheRepackedFormHoldsTheStoredValues) {
   }
 }
 
-// The packed VNNI kernel and its portable twin against the weights times the activations' codes in double: one
+// The packed kernels (AVX-512 VNNI, AVX2; on a CPU without VNNI the first runs the AVX2 path again) and their portable
+// twin against the weights times the activations' codes in double: one
 // activation row (a decode step), tiles of four and what is left, and a prefill-sized batch; a tile range split.
 TEST(PackedMatmul, EightBitActivationsEveryPackedTypeBothPaths) {
   for (BlockType t : kPackable) {
@@ -356,13 +357,13 @@ TEST(PackedMatmul, EightBitActivationsEveryPackedTypeBothPaths) {
       kernels::Q8Rows q;
       kernels::quantizeRowsQ8(x.data_ptr<float>(), m, cols, cols, q);
       const at::Tensor xq = codesTimesScales(x);
-      for (Path path : {Path::Avx512, Path::Portable}) {
+      for (Path path : {Path::Avx512, Path::Avx2, Path::Portable}) {
         Paths on(path);
         std::vector<float> y(static_cast<std::size_t>(m * rows), std::nanf(""));
         kernels::packedMatmulQ8(p, q, y.data(), rows, 0, 1);
         kernels::packedMatmulQ8(p, q, y.data(), rows, 1, p.tiles());
-        expectProduct(w, xq.data_ptr<float>(), y.data(), m, rows, cols,
-                      name(t) + (path == Path::Avx512 ? " packed simd" : " packed portable") + " m=" + std::to_string(m));
+        const char* pathName = path == Path::Avx512 ? " packed vnni" : path == Path::Avx2 ? " packed avx2" : " packed portable";
+        expectProduct(w, xq.data_ptr<float>(), y.data(), m, rows, cols, name(t) + pathName + " m=" + std::to_string(m));
       }
     }
   }

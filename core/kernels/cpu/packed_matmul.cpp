@@ -320,6 +320,106 @@ KVS_VNNI void tileQ8(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0, fl
   for (int i = 0; i < MT; ++i) _mm512_mask_storeu_ps(y + (i0 + i) * ldy + 16 * t, mask, _mm512_add_ps(acc[i], macc[i]));
 }
 
+// The same tile on AVX2 (no VNNI): each half of the tile (rows 0..7, 8..15: the first and second 32 bytes of every
+// 64-byte chunk) in the lanes of one vector. A lane's four products are summed exactly: 4-bit codes with maddubs
+// (15 * 127 * 2 fits int16), 8-bit codes as their signed value (code XOR 0x80, |a| <= 128) with sign(x, a), the 128 of
+// the offset added back as 128 * (x0 + x1 + x2 + x3); then the VNNI path's float arithmetic.
+KVS_AVX2 inline __m256i dot4Avx2(__m256i q, const std::int8_t* c, bool eightBit) {
+  std::int32_t v;
+  std::memcpy(&v, c, 4);
+  const __m256i xb = _mm256_set1_epi32(v);
+  const __m256i ones = _mm256_set1_epi16(1);
+  if (!eightBit) return _mm256_madd_epi16(_mm256_maddubs_epi16(q, xb), ones);
+  const __m256i a = _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(xb, a)), ones);
+  return _mm256_add_epi32(d, _mm256_set1_epi32(128 * (c[0] + c[1] + c[2] + c[3])));
+}
+
+template <BlockType T, int MT>
+KVS_AVX2 void tileQ8Avx2(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0, float* y, std::int64_t ldy,
+                         std::int64_t t) {
+  constexpr Shape S = shapeOf(T);
+  constexpr int Chunks = S.chunks;
+  constexpr bool Scaled = S.scaled;
+  constexpr int G = S.groupsPerUnit;
+  const std::int64_t groups = w.cols / 32, units = groups / G;
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  const std::int64_t n = std::min<std::int64_t>(16, w.rows - 16 * t);
+  for (int h = 0; h < 2 && 8 * h < n; ++h) {
+    const std::uint8_t* p = w.data.get() + t * w.tileBytes;
+    __m256 acc[MT], macc[MT];
+    for (int i = 0; i < MT; ++i) acc[i] = macc[i] = _mm256_setzero_ps();
+    for (std::int64_t u = 0; u < units; ++u) {
+      const __m256 dv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+      const __m256 mv = S.minPerD != 0.0f
+                            ? _mm256_mul_ps(dv, _mm256_set1_ps(S.minPerD))
+                            : _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
+      p += S.headerBytes();
+      __m256 sacc[MT], smacc[MT];
+      if constexpr (Scaled)
+        for (int i = 0; i < MT; ++i) sacc[i] = smacc[i] = _mm256_setzero_ps();
+      for (int gg = 0; gg < G; ++gg) {
+        const std::int64_t g = u * G + gg;
+        __m256 scf, mnf;
+        if constexpr (Scaled) {
+          scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * h))));
+          mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 16 + 8 * h))));
+          p += 32;
+        }
+        __m256i q[8];  // as the VNNI path: 4-bit low nibbles in q[0..3], high in q[4..7]; 8-bit chunk c in q[c]
+        for (int c = 0; c < Chunks; ++c) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * c + 32 * h));
+          if constexpr (Chunks == 4) {
+            q[c] = _mm256_and_si256(v, nib);
+            q[c + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+          } else {
+            q[c] = v;
+          }
+        }
+        p += 64 * Chunks;
+        for (int i = 0; i < MT; ++i) {
+          const std::int8_t* cx = x.codes.data() + (i0 + i) * w.cols + 32 * g;
+          __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+          for (int c = 0; c < 4; ++c) {
+            s0 = _mm256_add_epi32(s0, dot4Avx2(q[c], cx + 4 * c, Chunks == 8));
+            s1 = _mm256_add_epi32(s1, dot4Avx2(q[c + 4], cx + 16 + 4 * c, Chunks == 8));
+          }
+          const std::size_t at = static_cast<std::size_t>((i0 + i) * groups + g);
+          const __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), _mm256_set1_ps(x.scales[at]));
+          const __m256 sx = _mm256_set1_ps(x.sums[2 * at] + x.sums[2 * at + 1]);
+          if constexpr (Scaled) {
+            sacc[i] = _mm256_fmadd_ps(f, scf, sacc[i]);
+            smacc[i] = _mm256_fmadd_ps(mnf, sx, smacc[i]);
+          } else {
+            acc[i] = _mm256_fmadd_ps(f, dv, acc[i]);
+            macc[i] = _mm256_fmadd_ps(mv, sx, macc[i]);
+          }
+        }
+      }
+      if constexpr (Scaled)
+        for (int i = 0; i < MT; ++i) {
+          acc[i] = _mm256_fmadd_ps(sacc[i], dv, acc[i]);
+          macc[i] = _mm256_fmadd_ps(smacc[i], mv, macc[i]);
+        }
+    }
+    const std::int64_t lanes = std::min<std::int64_t>(8, n - 8 * h);
+    for (int i = 0; i < MT; ++i) {
+      alignas(32) float out[8];
+      _mm256_store_ps(out, _mm256_add_ps(acc[i], macc[i]));
+      std::memcpy(y + (i0 + i) * ldy + 16 * t + 8 * h, out, static_cast<std::size_t>(lanes) * 4);
+    }
+  }
+}
+
+template <BlockType T>
+void tilesQ8Avx2(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0, std::int64_t t1) {
+  for (std::int64_t t = t0; t < t1; ++t) {
+    std::int64_t i = 0;
+    for (; i + 2 <= x.m; i += 2) tileQ8Avx2<T, 2>(w, x, i, y, ldy, t);
+    if (i < x.m) tileQ8Avx2<T, 1>(w, x, i, y, ldy, t);
+  }
+}
+
 template <BlockType T>
 void tilesQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0, std::int64_t t1) {
   // Weight tile outside, activation rows inside: a prefill reads each tile once while it sits in the cache.
@@ -348,6 +448,15 @@ void packedMatmulQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64
       case BlockType::Q4_1: tilesQ8<BlockType::Q4_1>(w, x, y, ldy, t0, t1); return;
       case BlockType::Q8_0: tilesQ8<BlockType::Q8_0>(w, x, y, ldy, t0, t1); return;
       case BlockType::Q4_K: tilesQ8<BlockType::Q4_K>(w, x, y, ldy, t0, t1); return;
+      default: break;
+    }
+  }
+  if (avx2Paths()) {
+    switch (static_cast<BlockType>(w.type)) {
+      case BlockType::Q4_0: tilesQ8Avx2<BlockType::Q4_0>(w, x, y, ldy, t0, t1); return;
+      case BlockType::Q4_1: tilesQ8Avx2<BlockType::Q4_1>(w, x, y, ldy, t0, t1); return;
+      case BlockType::Q8_0: tilesQ8Avx2<BlockType::Q8_0>(w, x, y, ldy, t0, t1); return;
+      case BlockType::Q4_K: tilesQ8Avx2<BlockType::Q4_K>(w, x, y, ldy, t0, t1); return;
       default: break;
     }
   }

@@ -55,7 +55,8 @@ void unpackRows(const PackedMatrix& w, std::int64_t r0, std::int64_t r1, std::ui
 void packedDequantize(const PackedMatrix& w, std::int64_t r0, std::int64_t r1, float* dst);
 
 /// y[i * ldy + r] = sum_k xq[i, k] * W[r, k] for every activation row i < x.m and the rows of tiles [t0, t1):
-/// AVX-512 VNNI where the CPU has it (vnniPaths), else the portable twin.
+/// AVX-512 VNNI where the CPU has it (vnniPaths), else AVX2 (avx2Paths: eight rows a vector, the same float
+/// arithmetic), else the portable twin.
 void packedMatmulQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0,
                     std::int64_t t1);
 
