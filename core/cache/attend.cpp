@@ -83,12 +83,13 @@ std::pair<at::Tensor, at::Tensor> CacheLayer::update(const at::Tensor& keys, con
   return out;
 }
 
-at::Tensor CacheLayer::attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values) {
+at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values) {
   if (!fused()) {
     auto [k, v] = updateReference(keys, values);
-    return sdpa(q, k, v);
+    return sdpa(roundQueries(queries), k, v);
   }
   Staged s = stage(keys, values);
+  const at::Tensor q = roundQueries(queries);  // after the store: what the layer holds decides the rounding
   at::Tensor out;
   const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3), Hkv = keys.size(1);
   // A decode step on the CPU reads the layer where it lies, unquantized layers too (LibTorch's sdpa would first copy a

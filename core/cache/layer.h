@@ -73,6 +73,11 @@ class CacheLayer {
   /// steps through the fused kernel) on the CPU too. A wrapping layer passes it on to the layers it holds.
   virtual void setHostKernels(bool on) { hostKernels_ = on; }
 
+  /// The queries [B, Hq, T, D] as this layer's attention multiplies them with its keys: `llamacpp` rounds them as
+  /// llama.cpp's attention does (to the keys' dot type); the others, and wrappers of none, leave them as they are.
+  /// attend() calls it after the update, so the layer knows its keys' form.
+  virtual at::Tensor roundQueries(const at::Tensor& q) const { return q; }
+
  protected:
   /// update() in reference mode: the layer's own storage, with its full-precision working copy.
   virtual std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& keys, const at::Tensor& values) = 0;

@@ -10,11 +10,17 @@
 // quantized and the head size is a multiple of 64. It rotates Q the same way (Q·K unchanged) and the attention output
 // back for V; kvscope rotates each row back as it is read, the same values up to float rounding.
 //
-// Storage per side: uint8 rows [B, H, T, kvRowBytes(type, D)] in a SeqBuffer. Fused mode (the default) reads them
-// tile by tile (llamaCppSource); reference mode keeps a dequantized copy beside them for LibTorch's attention.
-// This version keeps the rows in the CPU's memory: states on another device are refused with a CacheError.
+// Queries: llama.cpp's attention converts Q to the keys' dot type before Q·K (ggml-cpu's flash attention converts
+// each query row with the from_float of K's vec_dot_type; its CUDA kernels quantize Q to q8_1 for quantized keys):
+// q8_0/q8_1 blocks of 32 (fp16 scale amax/127, rounded codes; kvscope rounds as ggml's reference quantizer, whose
+// vector path may move a code by one on a tie) for every quantized key type, f16 for f16 keys, bf16 for bf16 keys. Q is rotated first where the keys are, as llama.cpp rotates it; roundQueries() gives
+// attention those values (rotated back, as the keys are read rotated back).
+//
+// Storage per side: uint8 rows [B, H, T, kvRowBytes(type, D)] in a SeqBuffer on the states' device, written and read
+// by kernels/kv_blocks_tensor.h (the CPU loops or their CUDA twins: the same bytes). Fused mode (the default) reads
+// them tile by tile on the CPU and dequantizes one layer at a time on a device (llamaCppSource); reference mode keeps
+// a dequantized copy beside them for LibTorch's attention.
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include <numeric>
@@ -28,6 +34,7 @@
 #include "kernels/cpu/blocks.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/kv_blocks.h"
+#include "kernels/kv_blocks_tensor.h"
 
 namespace kvscope::cache::detail {
 namespace {
@@ -100,6 +107,11 @@ class LlamaCppLayer final : public CacheLayer {
   std::int64_t seqLength() const override { return k_.rows.length(); }
   Backend backend() const override { return Backend::LlamaCpp; }
 
+  at::Tensor roundQueries(const at::Tensor& q) const override {
+    const std::uint32_t dot = llamaCppQuantized(k_.type) ? static_cast<std::uint32_t>(kernels::BlockType::Q8_0) : ggmlType(k_.type);
+    return kernels::roundThroughKvRows(q, dot, k_.rotation).to(q.scalar_type());
+  }
+
   LayerMemory memory() const override {
     LayerMemory m;
     for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
@@ -146,10 +158,6 @@ class LlamaCppLayer final : public CacheLayer {
     checkStates(k, "llamacpp keys");
     checkStates(v, "llamacpp values");
     checkSameLayout(v, k, "llamacpp values");
-    for (const at::Tensor* x : {&k, &v})
-      if (!x->is_cpu())
-        throw CacheError(fmt::format("llamacpp: llama.cpp's cache types run on the CPU in this version (states on {})",
-                                     x->device().str()));
     const std::int64_t D = k.size(3);
     const bool first = !k_.rows.defined();
     if (first) {
@@ -182,33 +190,13 @@ class LlamaCppLayer final : public CacheLayer {
     }
   }
 
-  // Rotates (where the side rotates) and quantizes each row of x [B, H, T, D] into the side's rows; returns the rows
-  // as attention will read them (decoded and rotated back, float32), unless `skipDecode`.
+  // Rotates (where the side rotates) and quantizes each row of x [B, H, T, D] into the side's rows, on x's device;
+  // returns the rows as attention will read them (decoded and rotated back, float32), unless `skipDecode`.
   at::Tensor encode(Side& s, const at::Tensor& x, bool skipDecode) {
     const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
     const std::uint32_t type = ggmlType(s.type);
-    const std::int64_t rowBytes = kernels::kvRowBytes(type, D);
-    const at::Tensor xf = x.to(at::kFloat).contiguous();
-    at::Tensor rows = s.rows.tail(T, at::empty({B, H, 0, rowBytes}, at::kByte), at::kByte);
-    at::Tensor deq = skipDecode ? at::Tensor() : at::empty({B, H, T, D}, at::kFloat);
-    const float* src = xf.const_data_ptr<float>();
-    std::uint8_t* dst = rows.mutable_data_ptr<std::uint8_t>();
-    float* back = skipDecode ? nullptr : deq.mutable_data_ptr<float>();
-    const std::int64_t rowStride = rows.stride(2), headStride = rows.stride(1), batchStride = rows.stride(0);
-    at::parallel_for(0, B * H * T, 64, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<float> tmp(static_cast<std::size_t>(D));
-      for (std::int64_t r = begin; r < end; ++r) {
-        const std::int64_t b = r / (H * T), h = r / T % H, t = r % T;
-        std::copy(src + r * D, src + (r + 1) * D, tmp.begin());
-        if (s.rotation > 0) kernels::hadamardRotate(tmp.data(), D, s.rotation);
-        std::uint8_t* out = dst + b * batchStride + h * headStride + t * rowStride;
-        kernels::quantizeKvRow(type, tmp.data(), D, out);
-        if (back) {
-          kernels::dequantizeKvRow(type, out, D, back + r * D);
-          if (s.rotation > 0) kernels::hadamardRotate(back + r * D, D, s.rotation);
-        }
-      }
-    });
+    const at::Tensor rows = s.rows.tail(T, at::empty({B, H, 0, kernels::kvRowBytes(type, D)}, x.options().dtype(at::kByte)), at::kByte);
+    at::Tensor deq = kernels::storeKvRows(x, type, s.rotation, rows, !skipDecode);
     s.rows.commit(T);
     return deq;
   }

@@ -94,6 +94,7 @@ class SinkLayer final : public CacheLayer {
     inner_->setHostKernels(on);
   }
   Backend backend() const override { return inner_->backend(); }
+  at::Tensor roundQueries(const at::Tensor& q) const override { return inner_->roundQueries(q); }
 
   LayerMemory memory() const override {
     LayerMemory m = inner_->memory();

@@ -80,6 +80,7 @@ class SplitLayer final : public CacheLayer {
     v_->crop(n);
   }
   std::int64_t seqLength() const override { return k_->seqLength(); }
+  at::Tensor roundQueries(const at::Tensor& q) const override { return k_->roundQueries(q); }  // the keys' layer
   Backend backend() const override { return k_->backend(); }
   LayerMemory memory() const override { return {k_->memory().keys, v_->memory().values}; }
 

@@ -72,3 +72,37 @@ TEST(CacheCuda, Fp8LayerMatchesTheCpuLayer) {
     }
   }
 }
+
+// llama.cpp's cache types on CUDA states: the rows are written by the CUDA twin of the CPU codecs (the same scalar
+// code), so what update() returns is the CPU layer's bit for bit; attention (fused: one layer dequantized on the
+// device, then LibTorch's) agrees within float rounding, and so do the rounded queries.
+TEST(CacheCuda, LlamaCppLayerMatchesTheCpuLayer) {
+  KVS_NEED_CUDA();
+  const at::Device dev(at::kCUDA, 0);
+  for (const std::string spec : {"llamacpp", "llamacpp:type_k=q4_0,type_v=q4_0", "llamacpp:type_k=q4_1,type_v=q5_0",
+                                 "llamacpp:type_k=q5_1,type_v=iq4_nl,rot=off", "llamacpp:type_k=f16,type_v=bf16,rot=on",
+                                 "llamacpp:type_k=iq4_nl,type_v=q8_0,attention=reference"}) {
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE(spec + " " + std::string(c10::toString(dt)));
+      const auto cfg = cache::parseSpec(spec);
+      auto cpu = cache::makeLayer(cfg), gpu = cache::makeLayer(cfg);
+      int step = 0;
+      for (const at::Tensor& x : steps(2, 3, 128, dt)) {
+        const at::Tensor v = x.flip(3).clamp(-1e4, 1e4);
+        const at::Tensor k = x.clamp(-1e4, 1e4);
+        auto [kc, vc] = cpu->update(k, v);
+        auto [kg, vg] = gpu->update(k.to(dev), v.to(dev));
+        ASSERT_TRUE(kg.is_cuda());
+        EXPECT_TRUE(sameBits(kc, kg.cpu())) << "keys, step " << step;
+        EXPECT_TRUE(sameBits(vc, vg.cpu())) << "values, step " << step;
+        ++step;
+      }
+      const at::Tensor q = at::randn({2, 6, 1, 128}).to(dt);
+      EXPECT_TRUE(sameBits(cpu->roundQueries(q), gpu->roundQueries(q.to(dev)).cpu()));
+      const at::Tensor n = at::randn({2, 3, 1, 128}).to(dt);
+      const at::Tensor oc = cpu->attend(q, n, n).to(at::kFloat), og = gpu->attend(q.to(dev), n.to(dev), n.to(dev)).cpu().to(at::kFloat);
+      EXPECT_LT((oc - og).abs().max().item<double>(), dt == at::kFloat ? 1e-4 : 2e-2);
+      EXPECT_EQ(cpu->memory().keys.payload, gpu->memory().keys.payload);
+    }
+  }
+}

@@ -12,10 +12,13 @@
 #include <vector>
 
 #include "cache/config.h"
+#include "cache/kv_cache.h"
 #include "cache/layer.h"
 #include "kernels/cpu/blocks.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/kv_blocks.h"
+#include "kernels/kv_block_codec.h"
+#include "kernels/kv_blocks_tensor.h"
 #include "tensor_helpers.h"
 
 using namespace kvscope;
@@ -117,7 +120,8 @@ TEST(KvBlocks, SixteenBitRowsRoundToNearestEven) {
 
 // ggml's best_index_int8: the nearest of the 16 levels, ties to the upper one, the end levels beyond the ends.
 TEST(Iq4Nl, NearestLevelRule) {
-  const std::int8_t* v = kernels::kIq4NlLevels;
+  std::int8_t v[16];
+  for (int i = 0; i < 16; ++i) v[i] = static_cast<std::int8_t>(kernels::kvcodec::iq4NlLevel(i));
   EXPECT_EQ(kernels::iq4NlNearestLevel(-1000.0f), 0);
   EXPECT_EQ(kernels::iq4NlNearestLevel(-127.0f), 0);
   EXPECT_EQ(kernels::iq4NlNearestLevel(113.0f), 15);
@@ -146,8 +150,8 @@ TEST(Iq4Nl, DecodesScaleTimesLevel) {
   float y[32];
   kernels::dequantizeKvRow(kernels::kTypeIq4Nl, b, 32, y);
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(y[j], 0.25f * kernels::kIq4NlLevels[j]);             // low nibbles: values 0..15
-    EXPECT_EQ(y[j + 16], 0.25f * kernels::kIq4NlLevels[15 - j]);  // high nibbles: values 16..31
+    EXPECT_EQ(y[j], 0.25f * kernels::kvcodec::iq4NlLevel(j));             // low nibbles: values 0..15
+    EXPECT_EQ(y[j + 16], 0.25f * kernels::kvcodec::iq4NlLevel(15 - j));  // high nibbles: values 16..31
   }
 }
 
@@ -170,11 +174,11 @@ TEST(Iq4Nl, QuantizerSearchesTheScale) {
     float amax = 0.0f, max = 0.0f;
     for (int j = 0; j < 32; ++j)
       if (std::fabs(xb[j]) > amax) amax = std::fabs(xb[j]), max = xb[j];
-    const float d0 = -max / kernels::kIq4NlLevels[0];
+    const float d0 = -max / kernels::kvcodec::iq4NlLevel(0);
     for (int j = 0; j < 32; ++j) {
       const float w = xb[j] * xb[j];
       searched += w * (y[j] - xb[j]) * (y[j] - xb[j]);
-      const float q = d0 * kernels::kIq4NlLevels[kernels::iq4NlNearestLevel(xb[j] / d0)];
+      const float q = d0 * kernels::kvcodec::iq4NlLevel(kernels::iq4NlNearestLevel(xb[j] / d0));
       plain += w * (q - xb[j]) * (q - xb[j]);
     }
   }
@@ -235,6 +239,38 @@ TEST(LlamaCppLayer, FusedAttentionReadsTheStoredRows) {
   // Fused holds no full-precision copy; reference keeps one beside the rows.
   EXPECT_EQ(fused->memory().keys.transient, 0);
   EXPECT_EQ(reference->memory().keys.transient, 29 * 2 * 64 * 4);
+}
+
+TEST(LlamaCppLayer, QueriesRoundAsLlamaCppsAttentionRoundsThem) {
+  // llama.cpp converts Q to the keys' dot type before Q·K: q8 blocks of 32 (rotated where the keys are) for quantized
+  // keys, f16 for f16 keys. Attention is LibTorch's over the stored values with those queries.
+  at::manual_seed(4);
+  const at::Tensor q = randn(1, 4, 3, 128), k = randn(1, 2, 3, 128), v = randn(1, 2, 3, 128);
+  q.select(3, 5).mul_(25.0);  // an outlier channel: its block's scale coarsens the others
+  auto sdpa = [](const at::Tensor& qq, const at::Tensor& kk, const at::Tensor& vv) {
+    const at::Tensor mask = at::ones({3, 3}, at::kBool).tril().view({1, 1, 3, 3});
+    return at::scaled_dot_product_attention(qq, kk, vv, mask, 0.0, false, std::nullopt, /*enable_gqa=*/true);
+  };
+  for (const char* rot : {"auto", "off"}) {
+    const int n = std::string(rot) == "auto" ? 128 : 0;
+    for (const char* mode : {"fused", "reference"}) {
+      auto layer = makeLayer(parseSpec(std::string("llamacpp:type_k=q4_0,type_v=q8_0,rot=") + rot + ",attention=" + mode));
+      const at::Tensor got = layer->attend(q, k, v);
+      const at::Tensor kk = expectedStates(k, kQ4_0, n), vv = expectedStates(v, kQ8_0, n ? 64 : 0);
+      const at::Tensor want = sdpa(expectedStates(q, kQ8_0, n), kk, vv);
+      EXPECT_LT((got - want).abs().max().item<double>(), 2e-5) << rot << " " << mode;
+      EXPECT_GT((got - sdpa(q, kk, vv)).abs().max().item<double>(), 1e-4) << rot << " " << mode;  // not Q as it came
+    }
+  }
+  auto f16 = makeLayer(parseSpec("llamacpp:type_k=f16,type_v=q8_0,attention=reference"));
+  const at::Tensor want = sdpa(q.to(at::kHalf).to(at::kFloat), expectedStates(k, kF16, 0), expectedStates(v, kQ8_0, 64));
+  EXPECT_LT((f16->attend(q, k, v) - want).abs().max().item<double>(), 2e-5);
+  // Split configs round with their keys' layer; other backends leave Q as it is.
+  KvCache split(parseSpec("layers=*:K=llamacpp:type_k=q4_0,rot=off,V=dynamic"), 1);
+  EXPECT_TRUE(at::equal(split.layer(0).roundQueries(q), expectedStates(q, kQ8_0, 0)));
+  KvCache other(parseSpec("layers=*:K=dynamic,V=llamacpp:type_v=q4_0"), 1);
+  EXPECT_TRUE(at::equal(other.layer(0).roundQueries(q), q));
+  EXPECT_TRUE(at::equal(makeLayer(parseSpec("quanto:nbits=4"))->roundQueries(q), q));
 }
 
 TEST(LlamaCppLayer, MemoryIsTheBlocks) {
@@ -344,4 +380,42 @@ TEST(LlamaCppConfig, LlamaCppExportIsExact) {
   EXPECT_NE(hf.json.find("\"hqq\""), std::string::npos);
   EXPECT_NE(hf.notes.front().find("nearest"), std::string::npos);
   EXPECT_THROW(toHfCacheConfig(parseSpec("llamacpp:type_k=f16,type_v=f16")), ConfigError);
+}
+
+// The tensor entry points the layer and the device path use (kernels/kv_blocks_tensor.h): rows written in place into
+// a strided view (a buffer with room for more tokens), the bytes and values the row functions give, read back the
+// same; bad arguments named.
+TEST(KvBlocksTensor, StoreAndReadRowsAsTheRowFunctions) {
+  at::manual_seed(11);
+  const at::Tensor x = randn(2, 3, 5, 128);
+  for (std::uint32_t t : {kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kernels::kTypeIq4Nl}) {
+    for (int n : {0, 64, 128}) {
+      SCOPED_TRACE(std::to_string(t) + " rotation " + std::to_string(n));
+      const std::int64_t rb = kernels::kvRowBytes(t, 128);
+      at::Tensor buf = at::full({2, 3, 9, rb}, 0xAB, at::kByte);
+      const at::Tensor rows = buf.narrow(2, 2, 5);  // strided: written where it lies
+      const at::Tensor back = kernels::storeKvRows(x, t, n, rows, /*decode=*/true);
+      EXPECT_TRUE(at::equal(back, expectedStates(x, t, n)));
+      for (std::int64_t r = 0; r < 2 * 3 * 5; ++r) {
+        std::vector<float> row(x.const_data_ptr<float>() + r * 128, x.const_data_ptr<float>() + (r + 1) * 128);
+        if (n > 0) kernels::hadamardRotate(row.data(), 128, n);
+        std::vector<std::uint8_t> want(static_cast<std::size_t>(rb));
+        kernels::quantizeKvRow(t, row.data(), 128, want.data());
+        const at::Tensor got = rows.select(0, r / 15).select(0, r / 5 % 3).select(0, r % 5).contiguous();
+        ASSERT_EQ(std::memcmp(got.const_data_ptr(), want.data(), want.size()), 0) << "row " << r;
+      }
+      EXPECT_TRUE(at::equal(buf.narrow(2, 0, 2), at::full({2, 3, 2, rb}, 0xAB, at::kByte)));  // untouched around it
+      EXPECT_TRUE(at::equal(buf.narrow(2, 7, 2), at::full({2, 3, 2, rb}, 0xAB, at::kByte)));
+      EXPECT_TRUE(at::equal(kernels::readKvRows(rows, t, 128, n), back));
+      EXPECT_TRUE(at::equal(kernels::roundThroughKvRows(x, t, n), back));
+      EXPECT_FALSE(kernels::storeKvRows(x.to(at::kBFloat16), t, n, rows, /*decode=*/false).defined());
+    }
+  }
+  const at::Tensor rows = at::empty({2, 3, 5, 34}, at::kByte);
+  EXPECT_THROW(kernels::storeKvRows(x, kQ8_0, 0, at::empty({2, 3, 5, 33}, at::kByte), false), std::invalid_argument);
+  EXPECT_THROW(kernels::storeKvRows(x.narrow(3, 0, 48), kQ8_0, 0, rows, false), std::invalid_argument);  // not blocks
+  EXPECT_THROW(kernels::storeKvRows(x, kQ8_0, 48, rows.narrow(3, 0, 34), false), std::invalid_argument);  // rotation
+  EXPECT_THROW(kernels::readKvRows(rows, 99, 32, 0), std::invalid_argument);  // not a cache type
+  EXPECT_THROW(kernels::storeKvRows(randn(1, 1, 1, 1024), kF16, 0, at::empty({1, 1, 1, 2048}, at::kByte), false),
+               std::invalid_argument);  // above the row codecs' head size
 }

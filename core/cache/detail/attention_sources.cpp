@@ -8,8 +8,9 @@
 #include <stdexcept>
 
 #include "kernels/cpu/bitpack.h"
-#include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/kv_blocks.h"
+#include "kernels/kv_block_codec.h"
+#include "kernels/kv_blocks_tensor.h"
 #include "kernels/cpu/simd.h"
 
 #if KVS_HAVE_AVX2_PATHS
@@ -403,25 +404,15 @@ class LlamaCppSource final : public StoredSource {
   std::int64_t length() const override { return rows_.size(2); }
   std::int64_t dim() const override { return D_; }
   bool onHost() const override { return rows_.is_cpu(); }
-  at::Tensor dense(std::int64_t B, std::int64_t H, at::ScalarType dtype) const override {
-    checkHost(rows_);  // the llama.cpp types have no device decoder yet: the layer keeps them on the CPU
-    const std::int64_t L = length();
-    at::Tensor out = at::empty({B, H, L, D_}, at::kFloat);
-    float* p = out.mutable_data_ptr<float>();
-    at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t bh = begin; bh < end; ++bh)
-        if (L > 0) read(bh / H, bh % H, 0, L, p + bh * L * D_);
-    });
+  at::Tensor dense(std::int64_t /*B*/, std::int64_t /*H*/, at::ScalarType dtype) const override {  // the rows' own
+    const at::Tensor out = kernels::readKvRows(rows_, type_, D_, rotation_);
     return dtype == at::kFloat ? out : out.to(dtype);
   }
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
     checkHost(rows_);
     const std::uint8_t* row = rows_.const_data_ptr<std::uint8_t>() + b * rows_.stride(0) + h * rows_.stride(1) +
                               t0 * rows_.stride(2);
-    for (std::int64_t t = 0; t < n; ++t, row += rows_.stride(2)) {
-      kernels::dequantizeKvRow(type_, row, D_, out + t * D_);
-      if (rotation_ > 0) kernels::hadamardRotate(out + t * D_, D_, rotation_);
-    }
+    for (std::int64_t t = 0; t < n; ++t, row += rows_.stride(2)) kernels::kvcodec::readRow(type_, row, D_, rotation_, out + t * D_);
   }
 
  private:

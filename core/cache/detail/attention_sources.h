@@ -63,7 +63,7 @@ SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at:
 
 /// llama.cpp's cache rows: uint8 [B, H, S, kvRowBytes(ggmlType, D)] (last dim dense), each token's head row stored as
 /// ggml's blocks of `ggmlType` (kernels/cpu/kv_blocks.h); `rotation` > 0: the rows were Hadamard-rotated in chunks of
-/// that size before they were quantized, and are rotated back as they are read. CPU tensors only in this version.
+/// that size before they were quantized, and are rotated back as they are read. read(): CPU rows; dense(): either device.
 SourcePtr llamaCppSource(const at::Tensor& rows, std::uint32_t ggmlType, std::int64_t D, int rotation);
 
 /// What attention reads when it reads states as they came (a first update, an unquantized layer): the tensors

@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "kernels/kv_block_codec.h"
+
 namespace kvscope::kernels {
 
 namespace {
@@ -22,44 +24,12 @@ inline std::uint32_t u32(const std::uint8_t* p) {
   return v;
 }
 
-void q4_0(const std::uint8_t* b, float* y) {  // d, 16 bytes: low nibbles 0..15, high 16..31, offset 8
-  const float d = half(b);
-  for (int j = 0; j < 16; ++j) {
-    y[j] = static_cast<float>((b[2 + j] & 0x0F) - 8) * d;
-    y[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
-  }
+// The legacy 32-value blocks: the codecs shared with the CUDA kernels.
+template <std::uint32_t T>
+void legacy(const std::uint8_t* b, float* y) {
+  kvcodec::decodeBlock(T, b, y);
 }
-void q4_1(const std::uint8_t* b, float* y) {  // d, m, 16 bytes
-  const float d = half(b), m = half(b + 2);
-  for (int j = 0; j < 16; ++j) {
-    y[j] = static_cast<float>(b[4 + j] & 0x0F) * d + m;
-    y[j + 16] = static_cast<float>(b[4 + j] >> 4) * d + m;
-  }
-}
-void q5_0(const std::uint8_t* b, float* y) {  // d, qh (32 fifth bits), 16 bytes, offset 16
-  const float d = half(b);
-  const std::uint32_t qh = u32(b + 2);
-  for (int j = 0; j < 16; ++j) {
-    const int x0 = ((b[6 + j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16;
-    const int x1 = ((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
-    y[j] = static_cast<float>(x0) * d;
-    y[j + 16] = static_cast<float>(x1) * d;
-  }
-}
-void q5_1(const std::uint8_t* b, float* y) {  // d, m, qh, 16 bytes
-  const float d = half(b), m = half(b + 2);
-  const std::uint32_t qh = u32(b + 4);
-  for (int j = 0; j < 16; ++j) {
-    const int x0 = (b[8 + j] & 0x0F) | (((qh >> j) << 4) & 0x10);
-    const int x1 = (b[8 + j] >> 4) | ((qh >> (j + 12)) & 0x10);
-    y[j] = static_cast<float>(x0) * d + m;
-    y[j + 16] = static_cast<float>(x1) * d + m;
-  }
-}
-void q8_0(const std::uint8_t* b, float* y) {  // d, 32 int8
-  const float d = half(b);
-  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<std::int8_t>(b[2 + j])) * d;
-}
+
 // Q4_K: d, dmin, scales[12], qs[128]; Q5_K adds qh[32] (the fifth bits) before qs. 8 groups of 32, each with a
 // 6-bit scale and min.
 template <bool Five>
@@ -120,11 +90,11 @@ void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, flo
     case BlockType::BF16:
       for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(c10::BFloat16(u16(src + 2 * i), c10::BFloat16::from_bits()));
       return;
-    case BlockType::Q4_0: return blocks<q4_0>(src, n, dst, 32, 18);
-    case BlockType::Q4_1: return blocks<q4_1>(src, n, dst, 32, 20);
-    case BlockType::Q5_0: return blocks<q5_0>(src, n, dst, 32, 22);
-    case BlockType::Q5_1: return blocks<q5_1>(src, n, dst, 32, 24);
-    case BlockType::Q8_0: return blocks<q8_0>(src, n, dst, 32, 34);
+    case BlockType::Q4_0: return blocks<legacy<kvcodec::Q4_0>>(src, n, dst, 32, 18);
+    case BlockType::Q4_1: return blocks<legacy<kvcodec::Q4_1>>(src, n, dst, 32, 20);
+    case BlockType::Q5_0: return blocks<legacy<kvcodec::Q5_0>>(src, n, dst, 32, 22);
+    case BlockType::Q5_1: return blocks<legacy<kvcodec::Q5_1>>(src, n, dst, 32, 24);
+    case BlockType::Q8_0: return blocks<legacy<kvcodec::Q8_0>>(src, n, dst, 32, 34);
     case BlockType::Q4_K: return blocks<qk<false>>(src, n, dst, 256, 144);
     case BlockType::Q5_K: return blocks<qk<true>>(src, n, dst, 256, 176);
     case BlockType::Q6_K: return blocks<q6_k>(src, n, dst, 256, 210);

@@ -1,8 +1,9 @@
 #include "kernels/cpu/hadamard.h"
 
-#include <cmath>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/kv_block_codec.h"
 
 namespace kvscope::kernels {
 
@@ -19,18 +20,7 @@ void hadamardRotate(float* x, std::int64_t count, int n) {
   if (n < 1 || (n & (n - 1)) != 0 || count % n != 0)
     throw std::invalid_argument("hadamardRotate: chunks of " + std::to_string(n) + " over " + std::to_string(count) +
                                 " values (a power of two that divides the count)");
-  // ggml_gen_hadamard scales its first entry by 1.0 / sqrtf(n) in float32.
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<float>(n)));
-  for (float* c = x; c < x + count; c += n) {
-    for (int h = 1; h < n; h *= 2)
-      for (int i = 0; i < n; i += 2 * h)
-        for (int j = i; j < i + h; ++j) {
-          const float a = c[j], b = c[j + h];
-          c[j] = a + b;
-          c[j + h] = a - b;
-        }
-    for (int i = 0; i < n; ++i) c[i] *= scale;
-  }
+  kvcodec::hadamardChunks(x, count, n);
 }
 
 }  // namespace kvscope::kernels

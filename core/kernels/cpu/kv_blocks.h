@@ -5,7 +5,8 @@
 // quantizer writes it (quantize_row_iq4_nl_ref: the scale searched over 15 candidates, each value to its nearest
 // table level). F16 and BF16 rows are the values rounded to nearest even.
 //
-// Torch-free: the `llamacpp` cache layer calls these on its rows.
+// Torch-free: checked entry points (std::invalid_argument for a type or size they do not take) of the scalar codecs in
+// kernels/kv_block_codec.h, which the CUDA kernels share; kernels/kv_blocks_tensor.h runs them over tensors.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +32,7 @@ void quantizeKvRow(std::uint32_t ggmlType, const float* src, std::int64_t n, std
 /// The inverse: n values (whole blocks) of `ggmlType` into float32, as ggml dequantizes them.
 void dequantizeKvRow(std::uint32_t ggmlType, const std::uint8_t* src, std::int64_t n, float* dst);
 
-/// IQ4_NL's 16 levels (ggml's kvalues_iq4nl).
-inline constexpr std::int8_t kIq4NlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                 1,    13,   25,  38,  53,  69,  89,  113};
-/// The index of the level nearest to x (ggml's best_index_int8: ties between two levels go to the upper one; below
+/// The index of IQ4_NL's level (kvcodec::iq4NlLevel: ggml's kvalues_iq4nl) nearest to x (ggml's best_index_int8: ties between two levels go to the upper one; below
 /// the first or above the last level, the end level).
 int iq4NlNearestLevel(float x);
 

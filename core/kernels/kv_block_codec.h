@@ -1,0 +1,357 @@
+// The block types of llama.cpp's quantized KV cache (and the legacy weight blocks kvscope writes) as scalar
+// host/device functions: the CPU loops (kernels/cpu/quantize_blocks.cpp, kernels/cpu/blocks.cpp,
+// kernels/cpu/kv_blocks.cpp) and the CUDA kernels (kernels/cuda/kv_blocks_cuda.cu) share this one definition of every
+// rounding, and of the Hadamard rotation llama.cpp applies to a quantized cache's rows.
+//
+// Blocks are 32 values (ggml-common.h): Q8_0 {fp16 d, int8 q[32]}; Q4_0 {d, nibbles}; Q4_1 {d, m, nibbles};
+// Q5_0 {d, qh (the fifth bits), nibbles}; Q5_1 {d, m, qh, nibbles}; IQ4_NL {d, 4-bit indices into a fixed table}.
+// The legacy quantizers are the `gguf` Python package's (gguf.quants, float32 throughout, numpy's roundings); IQ4_NL's
+// is ggml's reference (quantize_row_iq4_nl_ref). Every multiply and add rounds on its own (mulRn / addRn: no fused
+// multiply-add on the device either; the CPU files are built with -ffp-contract=off).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+
+#include "kernels/int_codec.h"  // KVS_HD, addRn / mulRn / divRn, floatBits / bitsFloat
+
+namespace kvscope::kernels::kvcodec {
+
+/// ggml's type numbers of the cache types (BlockType's, and IQ4_NL's 20).
+enum Type : std::uint32_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, IQ4_NL = 20, BF16 = 30 };
+
+/// Largest head size the row functions take (their scratch row lives on the stack / in a thread's local memory).
+inline constexpr int kMaxRow = 512;
+
+KVS_HD bool isKvType(std::uint32_t t) {
+  return t == F16 || t == BF16 || t == Q8_0 || t == Q4_0 || t == Q4_1 || t == Q5_0 || t == Q5_1 || t == IQ4_NL;
+}
+KVS_HD bool isHalfWidth(std::uint32_t t) { return t == F16 || t == BF16; }
+
+/// Bytes of one block of 32 values (F16 / BF16: 64), and how many of them are fp16 scales (d, and m).
+KVS_HD int blockBytes(std::uint32_t t) {
+  switch (t) {
+    case Q8_0: return 34;
+    case Q4_0: return 18;
+    case Q4_1: return 20;
+    case Q5_0: return 22;
+    case Q5_1: return 24;
+    case IQ4_NL: return 18;
+    default: return 64;
+  }
+}
+KVS_HD int scaleBytes(std::uint32_t t) { return isHalfWidth(t) ? 0 : (t == Q4_1 || t == Q5_1 ? 4 : 2); }
+/// Bytes of a row of n values: 2n for F16 / BF16, n / 32 blocks for the others (n a multiple of 32).
+KVS_HD std::int64_t rowBytes(std::uint32_t t, std::int64_t n) { return isHalfWidth(t) ? 2 * n : n / 32 * blockBytes(t); }
+
+// fp16 and bf16, round to nearest even (c10::Half / __float2half_rn; c10::BFloat16's rule, NaN to 0x7FC0).
+KVS_HD std::uint16_t halfBits(float f) {
+#if defined(__CUDACC__)
+  const __half_raw r = __float2half_rn(f);
+  return r.x;
+#else
+  return c10::Half(f).x;
+#endif
+}
+KVS_HD float halfValue(std::uint16_t h) {
+#if defined(__CUDACC__)
+  __half_raw r;
+  r.x = h;
+  return __half2float(__half(r));
+#else
+  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
+#endif
+}
+KVS_HD std::uint16_t bf16Bits(float f) {
+  if (f != f) return 0x7FC0u;
+  const std::uint32_t u = floatBits(f);
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+KVS_HD float bf16Value(std::uint16_t h) { return bitsFloat(static_cast<std::uint32_t>(h) << 16); }
+
+KVS_HD std::uint16_t load16(const std::uint8_t* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
+KVS_HD std::uint32_t load32(const std::uint8_t* p) {
+  return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
+         (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
+}
+KVS_HD void store16(std::uint16_t h, std::uint8_t* p) {
+  p[0] = static_cast<std::uint8_t>(h & 0xFF);
+  p[1] = static_cast<std::uint8_t>(h >> 8);
+}
+
+KVS_HD float absf(float x) { return bitsFloat(floatBits(x) & 0x7FFFFFFFu); }
+KVS_HD float truncf_(float x) {
+#if defined(__CUDA_ARCH__)
+  return truncf(x);
+#else
+  return std::trunc(x);
+#endif
+}
+KVS_HD float floorf_(float x) {
+#if defined(__CUDA_ARCH__)
+  return floorf(x);
+#else
+  return std::floor(x);
+#endif
+}
+
+/// gguf.quants' np_roundf in float32: floor(|x|) + floor(2 (|x| - floor(|x|))), with x's sign (halves away from zero).
+KVS_HD float roundAway(float x) {
+  const float a = absf(x), f = floorf_(a);
+  const float r = addRn(f, floorf_(mulRn(2.0f, addRn(a, -f))));
+  return bitsFloat((floatBits(r) & 0x7FFFFFFFu) | (floatBits(x) & 0x80000000u));
+}
+
+/// IQ4_NL's 16 levels (ggml's kvalues_iq4nl).
+KVS_HD int iq4NlLevel(int i) {
+  constexpr std::int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  return v[i];
+}
+
+/// The index of the level nearest to x (ggml's best_index_int8: ties between two levels go to the upper one; below
+/// the first or above the last level, the end level).
+KVS_HD int iq4NlNearest(float x) {
+  if (x <= static_cast<float>(iq4NlLevel(0))) return 0;
+  if (x >= static_cast<float>(iq4NlLevel(15))) return 15;
+  int lo = 0, hi = 15;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (x < static_cast<float>(iq4NlLevel(mid))) hi = mid;
+    else lo = mid;
+  }
+  return addRn(x, -static_cast<float>(iq4NlLevel(hi - 1))) < addRn(static_cast<float>(iq4NlLevel(hi)), -x) ? hi - 1 : hi;
+}
+
+// Codes of a 4- or 5-bit block into its bytes: low nibbles hold values 0..15, high nibbles 16..31; a 5-bit code's
+// fifth bits go to qh (bit j for value j, little-endian), before the nibbles.
+KVS_HD void putCodes(const std::uint8_t* q, bool five, std::uint8_t* at) {
+  if (five) {
+    std::uint32_t qh = 0;
+    for (int i = 0; i < 32; ++i) qh |= static_cast<std::uint32_t>(q[i] >> 4) << i;
+    for (int k = 0; k < 4; ++k) at[k] = static_cast<std::uint8_t>(qh >> (8 * k));
+    at += 4;
+  }
+  for (int i = 0; i < 16; ++i) at[i] = static_cast<std::uint8_t>((q[i] & 0x0F) | ((q[i + 16] & 0x0F) << 4));
+}
+
+/// Q8_0 (gguf.quants): d = amax / 127, codes round-half-away(x / d).
+KVS_HD void encodeQ8_0(const float* x, std::uint8_t* b) {
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    const float a = absf(x[i]);
+    amax = amax < a ? a : amax;
+  }
+  const float d = divRn(amax, 127.0f), id = d == 0.0f ? 0.0f : divRn(1.0f, d);
+  store16(halfBits(d), b);
+  for (int i = 0; i < 32; ++i) b[2 + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(roundAway(mulRn(x[i], id))));
+}
+
+/// Q4_0 / Q5_0 (gguf.quants): the value of largest magnitude (the first of equals), d = max / -2^(bits-1), codes
+/// trunc(x / d + 2^(bits-1) + 0.5) clipped to 2^bits - 1.
+KVS_HD void encodeSymmetric(const float* x, bool five, std::uint8_t* b) {
+  const float half = five ? 16.0f : 8.0f, top = five ? 31.0f : 15.0f;
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < 32; ++i) {
+    const float a = absf(x[i]);
+    if (a > amax) amax = a, max = x[i];
+  }
+  const float d = divRn(max, -half), id = d == 0.0f ? 0.0f : divRn(1.0f, d);
+  store16(halfBits(d), b);
+  std::uint8_t q[32];
+  for (int i = 0; i < 32; ++i) {
+    const float t = truncf_(addRn(mulRn(x[i], id), half + 0.5f));
+    q[i] = static_cast<std::uint8_t>(t < top ? t : top);
+  }
+  putCodes(q, five, b + 2);
+}
+
+/// Q4_1 / Q5_1 (gguf.quants): d = (max - min) / (2^bits - 1), m = min, codes trunc((x - min) / d + 0.5) clipped to
+/// [0, 2^bits - 1].
+KVS_HD void encodeAffine(const float* x, bool five, std::uint8_t* b) {
+  const float top = five ? 31.0f : 15.0f;
+  float mn = x[0], mx = x[0];
+  for (int i = 1; i < 32; ++i) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = mx < x[i] ? x[i] : mx;
+  }
+  const float d = divRn(addRn(mx, -mn), top), id = d == 0.0f ? 0.0f : divRn(1.0f, d);
+  store16(halfBits(d), b);
+  store16(halfBits(mn), b + 2);
+  std::uint8_t q[32];
+  for (int i = 0; i < 32; ++i) {
+    const float t = truncf_(addRn(mulRn(addRn(x[i], -mn), id), 0.5f));
+    const float lo = 0.0f < t ? t : 0.0f;
+    q[i] = static_cast<std::uint8_t>(lo < top ? lo : top);
+  }
+  putCodes(q, five, b + 4);
+}
+
+/// IQ4_NL (ggml's quantize_row_iq4_nl_impl for one block, no importance weights): weights x², the scale from the
+/// value of largest magnitude refined by weighted least squares over its levels, then 15 trial scales (itry = -7..7)
+/// kept when they fit better; the indices from the final (fp32) scale.
+KVS_HD void encodeIq4Nl(const float* x, std::uint8_t* b) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float a = absf(x[j]);
+    if (a > amax) amax = a, max = x[j];
+  }
+  if (amax < 1e-15f) {  // ggml's GROUP_MAX_EPS: d = 0, every index the level nearest to 0
+    store16(0, b);
+    const auto zero = static_cast<std::uint8_t>(iq4NlNearest(0.0f));
+    for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<std::uint8_t>(zero | (zero << 4));
+    return;
+  }
+  float w[32];
+  for (int j = 0; j < 32; ++j) w[j] = mulRn(x[j], x[j]);
+  const float first = static_cast<float>(iq4NlLevel(0));
+  float sumqx = 0.0f, sumq2 = 0.0f;
+  const auto fit = [&](float id) {
+    sumqx = 0.0f, sumq2 = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      const float q = static_cast<float>(iq4NlLevel(iq4NlNearest(mulRn(id, x[j]))));
+      sumqx = addRn(sumqx, mulRn(mulRn(w[j], q), x[j]));
+      sumq2 = addRn(sumq2, mulRn(mulRn(w[j], q), q));
+    }
+  };
+  fit(divRn(1.0f, divRn(-max, first)));
+  float d = divRn(sumqx, sumq2), best = mulRn(d, sumqx);
+  for (int t = -7; t <= 7; ++t) {
+    fit(divRn(addRn(static_cast<float>(t), first), max));
+    if (sumq2 > 0.0f && mulRn(sumqx, sumqx) > mulRn(best, sumq2)) d = divRn(sumqx, sumq2), best = mulRn(d, sumqx);
+  }
+  store16(halfBits(d), b);
+  const float id = d != 0.0f ? divRn(1.0f, d) : 0.0f;
+  for (int j = 0; j < 16; ++j)
+    b[2 + j] = static_cast<std::uint8_t>(iq4NlNearest(mulRn(id, x[j])) | (iq4NlNearest(mulRn(id, x[j + 16])) << 4));
+}
+
+/// One block of 32 values of a quantized type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) into its bytes.
+KVS_HD void encodeBlock(std::uint32_t t, const float* x, std::uint8_t* b) {
+  switch (t) {
+    case Q8_0: return encodeQ8_0(x, b);
+    case Q4_0: return encodeSymmetric(x, false, b);
+    case Q5_0: return encodeSymmetric(x, true, b);
+    case Q4_1: return encodeAffine(x, false, b);
+    case Q5_1: return encodeAffine(x, true, b);
+    case IQ4_NL: return encodeIq4Nl(x, b);
+    default: return;
+  }
+}
+
+/// A block's 32 values as ggml dequantizes them (ggml-quants.c's dequantize_row_*).
+KVS_HD void decodeBlock(std::uint32_t t, const std::uint8_t* b, float* y) {
+  const float d = halfValue(load16(b));
+  switch (t) {
+    case Q8_0:
+      for (int j = 0; j < 32; ++j) y[j] = mulRn(static_cast<float>(static_cast<std::int8_t>(b[2 + j])), d);
+      return;
+    case Q4_0:
+      for (int j = 0; j < 16; ++j) {
+        y[j] = mulRn(static_cast<float>((b[2 + j] & 0x0F) - 8), d);
+        y[j + 16] = mulRn(static_cast<float>((b[2 + j] >> 4) - 8), d);
+      }
+      return;
+    case Q4_1: {
+      const float m = halfValue(load16(b + 2));
+      for (int j = 0; j < 16; ++j) {
+        y[j] = addRn(mulRn(static_cast<float>(b[4 + j] & 0x0F), d), m);
+        y[j + 16] = addRn(mulRn(static_cast<float>(b[4 + j] >> 4), d), m);
+      }
+      return;
+    }
+    case Q5_0: {
+      const std::uint32_t qh = load32(b + 2);
+      for (int j = 0; j < 16; ++j) {
+        const int x0 = static_cast<int>((b[6 + j] & 0x0F) | (((qh >> j) << 4) & 0x10)) - 16;
+        const int x1 = static_cast<int>((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+        y[j] = mulRn(static_cast<float>(x0), d);
+        y[j + 16] = mulRn(static_cast<float>(x1), d);
+      }
+      return;
+    }
+    case Q5_1: {
+      const float m = halfValue(load16(b + 2));
+      const std::uint32_t qh = load32(b + 4);
+      for (int j = 0; j < 16; ++j) {
+        const int x0 = static_cast<int>((b[8 + j] & 0x0F) | (((qh >> j) << 4) & 0x10));
+        const int x1 = static_cast<int>((b[8 + j] >> 4) | ((qh >> (j + 12)) & 0x10));
+        y[j] = addRn(mulRn(static_cast<float>(x0), d), m);
+        y[j + 16] = addRn(mulRn(static_cast<float>(x1), d), m);
+      }
+      return;
+    }
+    case IQ4_NL:
+      for (int j = 0; j < 16; ++j) {
+        y[j] = mulRn(d, static_cast<float>(iq4NlLevel(b[2 + j] & 0x0F)));
+        y[j + 16] = mulRn(d, static_cast<float>(iq4NlLevel(b[2 + j] >> 4)));
+      }
+      return;
+    default: return;
+  }
+}
+
+/// x[i * n .. i * n + n) = H_n x[i * n .. i * n + n) for each chunk of n values (n a power of two dividing count),
+/// in place: the fast Walsh-Hadamard transform (Sylvester's order), then one multiplication by 1/sqrt(n) (ggml_gen_hadamard's
+/// float32 scale). H_n is symmetric and its own inverse.
+KVS_HD void hadamardChunks(float* x, std::int64_t count, int n) {
+#if defined(__CUDA_ARCH__)
+  const float scale = static_cast<float>(1.0 / static_cast<double>(sqrtf(static_cast<float>(n))));
+#else
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<float>(n)));
+#endif
+  for (float* c = x; c < x + count; c += n) {
+    for (int h = 1; h < n; h *= 2)
+      for (int i = 0; i < n; i += 2 * h)
+        for (int j = i; j < i + h; ++j) {
+          const float a = c[j], b = c[j + h];
+          c[j] = addRn(a, b);
+          c[j + h] = addRn(a, -b);
+        }
+    for (int i = 0; i < n; ++i) c[i] = mulRn(c[i], scale);
+  }
+}
+
+/// n values into a row of type t (n a multiple of 32 for the block types; any n for F16 / BF16).
+KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint8_t* out) {
+  if (t == F16 || t == BF16) {
+    for (std::int64_t i = 0; i < n; ++i) store16(t == F16 ? halfBits(x[i]) : bf16Bits(x[i]), out + 2 * i);
+    return;
+  }
+  const int bytes = blockBytes(t);
+  for (std::int64_t i = 0; i < n / 32; ++i) encodeBlock(t, x + 32 * i, out + bytes * i);
+}
+
+/// A row of type t into its n values.
+KVS_HD void decodeRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y) {
+  if (t == F16 || t == BF16) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = t == F16 ? halfValue(load16(in + 2 * i)) : bf16Value(load16(in + 2 * i));
+    return;
+  }
+  const int bytes = blockBytes(t);
+  for (std::int64_t i = 0; i < n / 32; ++i) decodeBlock(t, in + bytes * i, y + 32 * i);
+}
+
+/// One cache row as llama.cpp stores it: x (n values) rotated in chunks of `rotation` (0: not rotated) in the
+/// scratch row `tmp` (n values), then encoded into `out`; when `back` is given, the row as attention reads it:
+/// decoded and rotated back.
+KVS_HD void storeRow(std::uint32_t t, const float* x, std::int64_t n, int rotation, float* tmp, std::uint8_t* out,
+                     float* back) {
+  for (std::int64_t i = 0; i < n; ++i) tmp[i] = x[i];
+  if (rotation > 0) hadamardChunks(tmp, n, rotation);
+  encodeRow(t, tmp, n, out);
+  if (back) {
+    decodeRow(t, out, n, back);
+    if (rotation > 0) hadamardChunks(back, n, rotation);
+  }
+}
+
+/// A stored row read back: decoded, then rotated back.
+KVS_HD void readRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, int rotation, float* y) {
+  decodeRow(t, in, n, y);
+  if (rotation > 0) hadamardChunks(y, n, rotation);
+}
+
+}  // namespace kvscope::kernels::kvcodec
