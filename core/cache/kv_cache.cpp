@@ -53,6 +53,10 @@ KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stat
   }
 }
 
+void KvCache::setInterleavedRopePairs(bool on) {
+  for (auto& l : layers_) l->setInterleavedRopePairs(on);
+}
+
 CacheLayer& KvCache::layer(int i) {
   if (i < 0 || i >= numLayers()) throw CacheError(fmt::format("layer {} out of range [0, {})", i, numLayers()));
   return *layers_[static_cast<std::size_t>(i)];

@@ -27,6 +27,9 @@ class KvCache {
   CacheLayer& layer(int i);
   const CacheLayer& layer(int i) const;
   const CacheConfig& config() const { return config_; }
+  /// Every layer's CacheLayer::setInterleavedRopePairs (LlamaModel::makeCache: on for the Llama family, whose Q/K
+  /// llama.cpp's converter permutes; off for Qwen2/Qwen3, which llama.cpp runs with NeoX RoPE in the file's order).
+  void setInterleavedRopePairs(bool on);
   bool hostKernels() const { return hostKernels_; }
 
   std::vector<LayerMemory> memory() const;

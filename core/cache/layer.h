@@ -78,6 +78,12 @@ class CacheLayer {
   /// attend() calls it after the update, so the layer knows its keys' form.
   virtual at::Tensor roundQueries(const at::Tensor& q) const { return q; }
 
+  /// Whether the model's keys, as llama.cpp holds them, interleave each head's two rotary halves: llama.cpp's converter
+  /// permutes the Q/K rows of Llama-family models for its adjacent-pair RoPE, so channel j * D/2 + i of a key here is
+  /// channel 2i + j there. `llamacpp` blocks its keys (and rounds the queries) in that order, as llama.cpp does; the
+  /// other layers ignore it. Set before the first update (KvCache::setInterleavedRopePairs); wrappers pass it on.
+  virtual void setInterleavedRopePairs(bool on) { (void)on; }
+
  protected:
   /// update() in reference mode: the layer's own storage, with its full-precision working copy.
   virtual std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& keys, const at::Tensor& values) = 0;

@@ -16,6 +16,11 @@
 // vector path may move a code by one on a tie) for every quantized key type, f16 for f16 keys, bf16 for bf16 keys. Q is rotated first where the keys are, as llama.cpp rotates it; roundQueries() gives
 // attention those values (rotated back, as the keys are read rotated back).
 //
+// Channel order: llama.cpp's converter permutes a Llama-family model's Q/K rows for its adjacent-pair RoPE, so its
+// cache holds each key head with the two rotary halves interleaved; blocks of 32 then hold other channels than in the
+// model's order (an outlier channel pair shares one block). With setInterleavedRopePairs (the model's makeCache, for
+// the Llama family) the keys are rotated and blocked in that order, and the queries rounded in it.
+//
 // Storage per side: uint8 rows [B, H, T, kvRowBytes(type, D)] in a SeqBuffer on the states' device, written and read
 // by kernels/kv_blocks_tensor.h (the CPU loops or their CUDA twins: the same bytes). Fused mode (the default) reads
 // them tile by tile on the CPU and dequantizes one layer at a time on a device (llamaCppSource); reference mode keeps
@@ -109,8 +114,12 @@ class LlamaCppLayer final : public CacheLayer {
 
   at::Tensor roundQueries(const at::Tensor& q) const override {
     const std::uint32_t dot = llamaCppQuantized(k_.type) ? static_cast<std::uint32_t>(kernels::BlockType::Q8_0) : ggmlType(k_.type);
-    return kernels::roundThroughKvRows(q, dot, k_.rotation).to(q.scalar_type());
+    if (!permuted(k_)) return kernels::roundThroughKvRows(q, dot, k_.rotation).to(q.scalar_type());
+    const at::Tensor r = kernels::roundThroughKvRows(kernels::interleaveHalves(q), dot, k_.rotation);
+    return kernels::deinterleaveHalves(r).to(q.scalar_type()).contiguous();
   }
+
+  void setInterleavedRopePairs(bool on) override { k_.interleaved = on; }  // keys only: V's rows are not permuted
 
   LayerMemory memory() const override {
     LayerMemory m;
@@ -131,13 +140,20 @@ class LlamaCppLayer final : public CacheLayer {
   struct Side {
     LlamaCppType type = LlamaCppType::Q8_0;
     int rotation = 0;                   // Hadamard chunk size; 0: not rotated
+    bool interleaved = false;           // llama.cpp holds the head's two rotary halves interleaved (setInterleavedRopePairs)
     SeqBuffer rows;                     // uint8 [B, H, T, kvRowBytes(type, D)]
     SeqBuffer mirror;                   // reference mode: the dequantized rows, input dtype
     std::int64_t elementsPerToken = 0;  // B * H * D
     std::int64_t inputElementSize = 0;
   };
 
-  SourcePtr source(const Side& s) const { return llamaCppSource(s.rows.view(), ggmlType(s.type), layout_.size(3), s.rotation); }
+  SourcePtr source(const Side& s) const {
+    return llamaCppSource(s.rows.view(), ggmlType(s.type), layout_.size(3), s.rotation, permuted(s));
+  }
+
+  // Whether a side's rows are stored in the interleaved order: where the order changes the stored values (blocks of
+  // 32, a rotation); a 16-bit side without rotation rounds each value on its own, in any order.
+  static bool permuted(const Side& s) { return s.interleaved && (s.rotation > 0 || llamaCppQuantized(s.type)); }
 
   // The rotation llama.cpp applies to a side of this type and head size (CacheError for rot=on with a head size it
   // cannot rotate).
@@ -196,9 +212,10 @@ class LlamaCppLayer final : public CacheLayer {
     const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
     const std::uint32_t type = ggmlType(s.type);
     const at::Tensor rows = s.rows.tail(T, at::empty({B, H, 0, kernels::kvRowBytes(type, D)}, x.options().dtype(at::kByte)), at::kByte);
-    at::Tensor deq = kernels::storeKvRows(x, type, s.rotation, rows, !skipDecode);
+    const bool perm = permuted(s);
+    at::Tensor deq = kernels::storeKvRows(perm ? kernels::interleaveHalves(x) : x, type, s.rotation, rows, !skipDecode);
     s.rows.commit(T);
-    return deq;
+    return perm && deq.defined() ? kernels::deinterleaveHalves(deq).contiguous() : deq;
   }
 
   Rotation rotation_;

@@ -95,6 +95,7 @@ class SinkLayer final : public CacheLayer {
   }
   Backend backend() const override { return inner_->backend(); }
   at::Tensor roundQueries(const at::Tensor& q) const override { return inner_->roundQueries(q); }
+  void setInterleavedRopePairs(bool on) override { inner_->setInterleavedRopePairs(on); }
 
   LayerMemory memory() const override {
     LayerMemory m = inner_->memory();

@@ -81,6 +81,10 @@ class SplitLayer final : public CacheLayer {
   }
   std::int64_t seqLength() const override { return k_->seqLength(); }
   at::Tensor roundQueries(const at::Tensor& q) const override { return k_->roundQueries(q); }  // the keys' layer
+  void setInterleavedRopePairs(bool on) override {
+    k_->setInterleavedRopePairs(on);
+    v_->setInterleavedRopePairs(on);
+  }
   Backend backend() const override { return k_->backend(); }
   LayerMemory memory() const override { return {k_->memory().keys, v_->memory().values}; }
 

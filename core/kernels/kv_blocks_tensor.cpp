@@ -106,4 +106,16 @@ at::Tensor roundThroughKvRows(const at::Tensor& x, std::uint32_t type, int rotat
   return storeKvRows(x, type, rotation, rows, /*decode=*/true);
 }
 
+at::Tensor interleaveHalves(const at::Tensor& x) {
+  const std::int64_t D = x.size(-1);
+  if (D % 2 != 0) throw std::invalid_argument(fmt::format("interleave halves: odd row size {}", D));
+  return x.unflatten(-1, {2, D / 2}).transpose(-1, -2).flatten(-2);
+}
+
+at::Tensor deinterleaveHalves(const at::Tensor& x) {
+  const std::int64_t D = x.size(-1);
+  if (D % 2 != 0) throw std::invalid_argument(fmt::format("deinterleave halves: odd row size {}", D));
+  return x.unflatten(-1, {D / 2, 2}).transpose(-1, -2).flatten(-2);
+}
+
 }  // namespace kvscope::kernels

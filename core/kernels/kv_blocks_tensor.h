@@ -24,4 +24,9 @@ at::Tensor readKvRows(const at::Tensor& rows, std::uint32_t type, std::int64_t D
 /// attention multiplies when it converts a query row to the keys' dot type.
 at::Tensor roundThroughKvRows(const at::Tensor& x, std::uint32_t type, int rotation);
 
+/// x [..., D] with each row's two halves interleaved: out[..., 2i + j] = x[..., j * D/2 + i] (llama.cpp's order of a
+/// Llama-family model's Q/K channels). deinterleaveHalves is its inverse. Either device.
+at::Tensor interleaveHalves(const at::Tensor& x);
+at::Tensor deinterleaveHalves(const at::Tensor& x);
+
 }  // namespace kvscope::kernels

@@ -419,3 +419,50 @@ TEST(KvBlocksTensor, StoreAndReadRowsAsTheRowFunctions) {
   EXPECT_THROW(kernels::storeKvRows(randn(1, 1, 1, 1024), kF16, 0, at::empty({1, 1, 1, 2048}, at::kByte), false),
                std::invalid_argument);  // above the row codecs' head size
 }
+
+// llama.cpp holds a Llama-family model's keys with each head's rotary halves interleaved (its converter permutes Q/K
+// for adjacent-pair RoPE): with setInterleavedRopePairs the keys are blocked, rotated and read in that order, and the
+// queries rounded in it; values, f16 keys without rotation, and caches without the setting keep the model's order.
+TEST(LlamaCppLayer, KeysAreBlockedInLlamaCppsChannelOrder) {
+  at::manual_seed(5);
+  const at::Tensor k = randn(1, 2, 4, 64), v = randn(1, 2, 4, 64), q = randn(1, 4, 1, 64);
+  k.select(3, 40).mul_(30.0);  // an outlier channel: which 32 others share its block decides their error
+  q.select(3, 40).mul_(30.0);
+  // Channel j * 32 + i of the model's order is 2i + j of llama.cpp's.
+  const at::Tensor order = at::arange(64).view({2, 32}).t().reshape({64});
+  auto llamaOrder = [&](const at::Tensor& x) { return x.index_select(3, order); };
+  auto modelOrder = [&](const at::Tensor& x) { return at::empty_like(x).index_copy_(3, order, x); };
+  EXPECT_TRUE(at::equal(kernels::interleaveHalves(k), llamaOrder(k)));
+  EXPECT_TRUE(at::equal(kernels::deinterleaveHalves(llamaOrder(k)), k));
+  auto sdpa = [](const at::Tensor& qq, const at::Tensor& kk, const at::Tensor& vv) {
+    return at::scaled_dot_product_attention(qq, kk, vv, {}, 0.0, false, std::nullopt, /*enable_gqa=*/true);
+  };
+  for (const char* rot : {"off", "auto"}) {
+    const int n = std::string(rot) == "auto" ? 64 : 0;
+    for (const char* mode : {"fused", "reference"}) {
+      SCOPED_TRACE(std::string(rot) + " " + mode);
+      KvCache cache(parseSpec(std::string("llamacpp:type_k=q4_0,type_v=q4_0,rot=") + rot + ",attention=" + mode), 1);
+      cache.setInterleavedRopePairs(true);
+      auto [kk, vv] = cache.update(0, k, v);
+      const at::Tensor wantK = modelOrder(expectedStates(llamaOrder(k), kQ4_0, n));
+      EXPECT_TRUE(at::equal(kk, wantK));
+      EXPECT_FALSE(at::equal(kk, expectedStates(k, kQ4_0, n)));  // the order changes what is stored
+      EXPECT_TRUE(at::equal(vv, expectedStates(v, kQ4_0, n)));   // values are not permuted
+      const at::Tensor wantQ = modelOrder(expectedStates(llamaOrder(q), kQ8_0, n));
+      EXPECT_TRUE(at::equal(cache.layer(0).roundQueries(q), wantQ));
+      KvCache plain(parseSpec(std::string("llamacpp:type_k=q4_0,type_v=q4_0,rot=") + rot + ",attention=" + mode), 1);
+      const at::Tensor k1 = randn(1, 2, 1, 64), v1 = randn(1, 2, 1, 64);
+      plain.update(0, k, v);
+      const at::Tensor qa = q / 40.0;  // logits that do not pick one key whatever the keys' error
+      const at::Tensor got = cache.layer(0).attend(qa, k1, v1);
+      const at::Tensor want = sdpa(modelOrder(expectedStates(llamaOrder(qa), kQ8_0, n)), at::cat({wantK, modelOrder(expectedStates(llamaOrder(k1), kQ4_0, n))}, 2),
+                                   at::cat({expectedStates(v, kQ4_0, n), expectedStates(v1, kQ4_0, n)}, 2));
+      EXPECT_LT((got - want).abs().max().item<double>(), 2e-5);
+      EXPECT_GT((got - plain.layer(0).attend(qa, k1, v1)).abs().max().item<double>(), 1e-4);
+    }
+  }
+  KvCache f16(parseSpec("layers=*:K=llamacpp:type_k=f16,V=llamacpp:type_v=q8_0"), 1);  // a split layer passes it on
+  f16.setInterleavedRopePairs(true);
+  EXPECT_TRUE(at::equal(f16.update(0, k, v).first, expectedStates(k, kF16, 0)));
+  EXPECT_TRUE(at::equal(f16.layer(0).roundQueries(q), expectedStates(q, kF16, 0)));
+}

@@ -395,8 +395,8 @@ class KiviSource final : public StoredSource {
 // inverse) when the layer rotated it before storing.
 class LlamaCppSource final : public StoredSource {
  public:
-  LlamaCppSource(at::Tensor rows, std::uint32_t type, std::int64_t D, int rotation)
-      : rows_(std::move(rows)), type_(type), D_(D), rotation_(rotation) {
+  LlamaCppSource(at::Tensor rows, std::uint32_t type, std::int64_t D, int rotation, bool interleaved)
+      : rows_(std::move(rows)), type_(type), D_(D), rotation_(rotation), interleaved_(interleaved) {
     checkDense(rows_, "llama.cpp cache rows");
     if (rows_.scalar_type() != at::kByte || rows_.size(3) != kernels::kvRowBytes(type, D))
       throw std::invalid_argument("attention source: llama.cpp rows must be uint8 [B, H, S, row bytes]");
@@ -405,14 +405,21 @@ class LlamaCppSource final : public StoredSource {
   std::int64_t dim() const override { return D_; }
   bool onHost() const override { return rows_.is_cpu(); }
   at::Tensor dense(std::int64_t /*B*/, std::int64_t /*H*/, at::ScalarType dtype) const override {  // the rows' own
-    const at::Tensor out = kernels::readKvRows(rows_, type_, D_, rotation_);
+    at::Tensor out = kernels::readKvRows(rows_, type_, D_, rotation_);
+    if (interleaved_) out = kernels::deinterleaveHalves(out);
     return dtype == at::kFloat ? out : out.to(dtype);
   }
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
     checkHost(rows_);
     const std::uint8_t* row = rows_.const_data_ptr<std::uint8_t>() + b * rows_.stride(0) + h * rows_.stride(1) +
                               t0 * rows_.stride(2);
-    for (std::int64_t t = 0; t < n; ++t, row += rows_.stride(2)) kernels::kvcodec::readRow(type_, row, D_, rotation_, out + t * D_);
+    float row0[kernels::kvcodec::kMaxRow];
+    for (std::int64_t t = 0; t < n; ++t, row += rows_.stride(2)) {
+      float* y = out + t * D_;
+      kernels::kvcodec::readRow(type_, row, D_, rotation_, interleaved_ ? row0 : y);
+      if (interleaved_)
+        for (std::int64_t i = 0; i < D_ / 2; ++i) y[i] = row0[2 * i], y[D_ / 2 + i] = row0[2 * i + 1];
+    }
   }
 
  private:
@@ -420,14 +427,16 @@ class LlamaCppSource final : public StoredSource {
   std::uint32_t type_;
   std::int64_t D_;
   int rotation_;
+  bool interleaved_;
 };
 
 }  // namespace
 
 SourcePtr fpSource(const at::Tensor& x) { return std::make_shared<FpSource>(x); }
 
-SourcePtr llamaCppSource(const at::Tensor& rows, std::uint32_t ggmlType, std::int64_t D, int rotation) {
-  return std::make_shared<LlamaCppSource>(rows, ggmlType, D, rotation);
+SourcePtr llamaCppSource(const at::Tensor& rows, std::uint32_t ggmlType, std::int64_t D, int rotation,
+                         bool interleaved) {
+  return std::make_shared<LlamaCppSource>(rows, ggmlType, D, rotation, interleaved);
 }
 
 SourcePtr fp8Source(const at::Tensor& codes, const at::Tensor& expandedScale, kernels::Fp8Format format) {
