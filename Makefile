@@ -19,10 +19,13 @@ cli-demo:
 	    --cache fp8:granularity=head,overflow=saturate --cache quanto:nbits=4 --cache quanto:nbits=2 --cache hqq:nbits=4
 
 # The whole test suite (unit, parity against the pinned Python packages, gui (offscreen and under xvfb-run), bench
-# smoke; gpu tests skip without a device).
+# smoke; gpu tests skip without a device). Two tests at a time, each with LibTorch's OpenMP threads: waiting threads
+# sleep (OMP_WAIT_POLICY=passive) rather than spin, or the two tests take each other's cores (an eval on the embedded
+# model: 2.3 s passive, 3.5 to 15 s spinning, beside a build).
+CTEST_ENV = OMP_WAIT_POLICY=passive
 test:
 	@bash packaging/build.sh >/dev/null
-	cd build && ctest --output-on-failure -j2 --timeout 1800
+	cd build && $(CTEST_ENV) ctest --output-on-failure -j2 --timeout 1800
 
 # The llamacpp backend against llama.cpp itself: builds llama.cpp's tools once (packaging/build_llamacpp.sh, into the
 # cache dir; several minutes on two cores), then the parity test that `make test` skips while they are missing.
@@ -40,7 +43,7 @@ test-asan:
 	@bash packaging/build.sh >/dev/null
 	@export CCACHE_DIR=$${CCACHE_DIR:-$${KVSCOPE_CACHE:-$$HOME/.cache/kvscope}/ccache} CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1; \
 	  cmake --preset asan >/dev/null && cmake --build build-asan -j 2 --target $(ASAN_TARGETS) >/dev/null
-	cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	cd build-asan && $(CTEST_ENV) ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j2 --timeout 1800 -L "unit|parity" \
 	  -E "BitExactForAllFloat32|packaging|llamacpp_kld|^cli\.(model_commands|calibrate|eval|tune|shard)$$"
 

@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 CONFIGS = [  # (-ctk, -ctv, rotation)
     ("q8_0", "q8_0", True), ("q8_0", "q8_0", False),
@@ -55,6 +56,7 @@ def main():
     if not os.access(a.llama_perplexity, os.X_OK):
         print(f"skipped: no llama-perplexity at {a.llama_perplexity} (`make test-llamacpp` builds it with packaging/build_llamacpp.sh)")
         return 77
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         base = os.path.join(tmp, "base.kld")
         out = subprocess.run([a.llama_perplexity, "-m", a.model, "-f", a.text, "-c", str(a.ctx), "--chunks",
@@ -64,6 +66,7 @@ def main():
             sys.exit(f"llama-perplexity (base run) failed:\n{(out.stdout + out.stderr)[-3000:]}")
         theirs = [llama_kld(a.llama_perplexity, a.model, base, k, v, r, a.threads, a.chunks, a.ctx)
                   for k, v, r in CONFIGS]
+    t1 = time.monotonic()
     specs = [f"llamacpp:type_k={k},type_v={v},rot={'auto' if r else 'off'}" for k, v, r in CONFIGS]
     cmd = [a.kvscope_cli, "eval", "--model", a.model, "--text", a.text, "--ctx", str(a.ctx), "--windows",
            str(a.chunks), "--prompt", str(a.ctx // 2), "--step", str(a.ctx // 2), "--activations", "q8",
@@ -73,6 +76,8 @@ def main():
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"kvscope-cli eval failed:\n{out.stderr[-3000:]}")
+    t2 = time.monotonic()
+    print(f"llama-perplexity: {t1 - t0:.0f} s for the base and {len(CONFIGS)} configs; kvscope-cli eval: {t2 - t1:.0f} s")
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     ours = [r["kld"]["mean"] for r in rows[1:]]  # the reference first, then the configs in the order given
     if len(ours) != len(specs):
