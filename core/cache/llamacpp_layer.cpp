@@ -114,9 +114,9 @@ class LlamaCppLayer final : public CacheLayer {
 
   at::Tensor roundQueries(const at::Tensor& q) const override {
     const std::uint32_t dot = llamaCppQuantized(k_.type) ? static_cast<std::uint32_t>(kernels::BlockType::Q8_0) : ggmlType(k_.type);
-    if (!permuted(k_)) return kernels::roundThroughKvRows(q, dot, k_.rotation).to(q.scalar_type());
-    const at::Tensor r = kernels::roundThroughKvRows(kernels::interleaveHalves(q), dot, k_.rotation);
-    return kernels::deinterleaveHalves(r).to(q.scalar_type()).contiguous();
+    const bool perm = permuted(k_);
+    const at::Tensor r = kernels::roundThroughKvRows(perm ? kernels::interleaveHalves(q) : q, dot, k_.rotation);
+    return (perm ? kernels::deinterleaveHalves(r) : r).to(q.scalar_type()).contiguous();
   }
 
   void setInterleavedRopePairs(bool on) override { k_.interleaved = on; }  // keys only: V's rows are not permuted

@@ -400,6 +400,8 @@ class LlamaCppSource final : public StoredSource {
     checkDense(rows_, "llama.cpp cache rows");
     if (rows_.scalar_type() != at::kByte || rows_.size(3) != kernels::kvRowBytes(type, D))
       throw std::invalid_argument("attention source: llama.cpp rows must be uint8 [B, H, S, row bytes]");
+    if (D > kernels::kvcodec::kMaxRow)  // read()'s scratch row; the rows' writer (storeKvRows) refuses such rows too
+      throw std::invalid_argument("attention source: llama.cpp rows above the row codecs' head size");
   }
   std::int64_t length() const override { return rows_.size(2); }
   std::int64_t dim() const override { return D_; }
