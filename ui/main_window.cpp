@@ -156,7 +156,7 @@ void MainWindow::openModel(const QString& path) {
   if (messageBar_->kind() != MessageBar::Kind::Info) messageBar_->dismiss();
   message_->setText(tr("Loading %1…").arg(path));
   updateActions();
-  Q_EMIT loadRequested(path, runPanel_->dtype(), runPanel_->device(), ++runSerial_);
+  Q_EMIT loadRequested(LoadRequest{runPanel_->loadOptions(path), ++runSerial_});
 }
 
 void MainWindow::askForModel() {
@@ -172,7 +172,8 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   loading_ = false;
   model_ = info;
   runPanel_->showModel(info);
-  message_->setText(tr("Model loaded (%1, %2).").arg(info.dtype, info.deviceLabel.isEmpty() ? info.device : info.deviceLabel));
+  message_->setText(tr("Model loaded (%1, %2, %3).")
+                        .arg(info.dtype, info.deviceLabel.isEmpty() ? info.device : info.deviceLabel, info.arithmetic));
   if (info.layers > 0 && selection_->layer() >= info.layers) selection_->clear();
   updateStatus();
   rememberModel(info.path);

@@ -113,7 +113,7 @@ class MainWindow : public QMainWindow {
   void offerAutosave();
 
  Q_SIGNALS:
-  void loadRequested(const QString& path, const QString& dtype, const QString& device, quint64 serial);
+  void loadRequested(const kvscope::ui::LoadRequest& request);
   void evalRequested(const kvscope::ui::EvalRequest& request);
   void tuneRequested(const kvscope::ui::TuneRequest& request);
   /// The selected layer changed while no run is going: the engine answers with onInspection().

@@ -23,10 +23,22 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   modelCard_->setWordWrap(true);
   progress_ = new QProgressBar(this);
   progress_->setVisible(false);
-  dtype_ = new QComboBox(this);
-  dtype_->setObjectName("dtype");
-  dtype_->addItems({"fp32", "bf16", "fp16"});
-  dtype_->setToolTip(tr("Weights and activations; changing it reloads the model"));
+  auto choices = [this](const char* name, const std::vector<std::string>& items, const QString& tip) {
+    auto* box = new QComboBox(this);
+    box->setObjectName(name);
+    for (const auto& i : items) box->addItem(QString::fromStdString(i));
+    box->setToolTip(tip + tr("; changing it reloads the model"));
+    return box;
+  };
+  dtype_ = choices("dtype", runtime::dtypeNames(), tr("Weights and activations"));
+  activations_ = choices("activations", runtime::activationsNames(),
+                         tr("How block-format weights (a GGUF's Q4_K, Q8_0, ...) are multiplied. auto: as their engine "
+                            "computes (8-bit activations, llama.cpp's arithmetic and speed, on a GGUF; float32 on "
+                            "float weights, transformers' arithmetic); f32: float32 always (transformers' numbers "
+                            "on a GGUF); q8: 8-bit always"));
+  weights_ = choices("weights", runtime::weightsNames(),
+                     tr("stored: every matrix as its file stores it; q8_0 ... q4_0: float matrices (a Hugging Face "
+                        "model's) quantized at load to that llama.cpp format"));
   device_ = new QComboBox(this);
   device_->setObjectName("device");
   device_->addItem("cpu");
@@ -34,7 +46,10 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   auto* modelRow = new QFormLayout();
   modelRow->addRow(tr("Device"), device_);
   modelRow->addRow(tr("Model dtype"), dtype_);
-  for (QComboBox* box : {dtype_, device_}) connect(box, &QComboBox::currentTextChanged, this, &RunPanel::reloadWanted);
+  modelRow->addRow(tr("Activations"), activations_);
+  modelRow->addRow(tr("Weights"), weights_);
+  for (QComboBox* box : {dtype_, device_, activations_, weights_})
+    connect(box, &QComboBox::currentTextChanged, this, &RunPanel::reloadWanted);
   config_ = new ConfigPanel(this);
   prompt_ = new QPlainTextEdit(this);
   prompt_->setObjectName("prompt");
@@ -133,7 +148,15 @@ RunRequest RunPanel::request() const {
 void RunPanel::setShadow(bool on) { shadow_->setChecked(on); }
 bool RunPanel::shadow() const { return shadow_->isChecked(); }
 QString RunPanel::device() const { return device_->currentText(); }
-QString RunPanel::dtype() const { return dtype_->currentText(); }
+runtime::LoadOptions RunPanel::loadOptions(const QString& path) const {
+  runtime::LoadOptions o;
+  o.path = path.toStdString();
+  o.device = device_->currentText().toStdString();
+  o.dtype = dtype_->currentText().toStdString();
+  o.activations = activations_->currentText().toStdString();
+  o.weights = weights_->currentText().toStdString();
+  return o;
+}
 void RunPanel::setRunEnabled(bool on) { runButton_->setEnabled(on); }
 void RunPanel::setStopEnabled(bool on) { stopButton_->setEnabled(on); }
 bool RunPanel::runEnabled() const { return runButton_->isEnabled(); }
@@ -166,7 +189,8 @@ void RunPanel::showNoModel() {
 
 void RunPanel::showModel(const ModelInfo& info) {
   progress_->setVisible(false);
-  modelCard_->setText(tr("<b>%1</b> (%2)<br>%3 layers, hidden %4, %5 heads / %6 KV heads x %7, vocab %8<br>weights: %9")
+  modelCard_->setText(tr("<b>%1</b> (%2)<br>%3 layers, hidden %4, %5 heads / %6 KV heads x %7, vocab %8<br>weights: "
+                         "%9<br>%10")
                           .arg(info.name.isEmpty() ? info.path : info.name, info.arch)
                           .arg(info.layers)
                           .arg(info.hidden)
@@ -174,7 +198,7 @@ void RunPanel::showModel(const ModelInfo& info) {
                           .arg(info.kvHeads)
                           .arg(info.headDim)
                           .arg(info.vocab)
-                          .arg(info.weightTypes.join(", ")));
+                          .arg(info.weightTypes.join(", "), info.arithmetic));
 }
 
 }  // namespace kvscope::ui

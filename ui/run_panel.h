@@ -1,4 +1,4 @@
-// The run panel (left dock): the model card and its device and dtype, the cache config form, the prompt and the
+// The run panel (left dock): the model card and how it loads (device, dtype, activations, weights), the cache config form, the prompt and the
 // generation options, Run and Stop. It builds RunRequests; the window decides when they go to the engine.
 #pragma once
 
@@ -32,7 +32,8 @@ class RunPanel : public QWidget {
   void setShadow(bool on);
   bool shadow() const;
   QString device() const;
-  QString dtype() const;
+  /// What the next load of `path` asks for: the device, dtype, activations and weights chosen here.
+  runtime::LoadOptions loadOptions(const QString& path) const;
   /// Devices the engine can run on ("cpu", "cuda:0", ...); the first is the default.
   void setDevices(const QStringList& devices);
   void setDevice(const QString& device);
@@ -47,7 +48,7 @@ class RunPanel : public QWidget {
  Q_SIGNALS:
   void runClicked();
   void stopClicked();
-  /// The device or the dtype changed: the model must be loaded again.
+  /// The device, the dtype, the activations or the weights changed: the model must be loaded again.
   void reloadWanted();
 
  private:
@@ -56,6 +57,8 @@ class RunPanel : public QWidget {
   QProgressBar* progress_;
   QComboBox* device_;
   QComboBox* dtype_;
+  QComboBox* activations_;
+  QComboBox* weights_;
   QPlainTextEdit* prompt_;
   QCheckBox* chat_;
   QCheckBox* shadow_;

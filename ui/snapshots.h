@@ -13,6 +13,7 @@
 #include "cache/config.h"
 #include "cache/stats.h"
 #include "cache/tune.h"
+#include "runtime/load_options.h"
 
 namespace kvscope::ui {
 
@@ -22,8 +23,18 @@ struct DeviceMemoryView {
   qint64 used = 0, total = 0;
 };
 
+/// Load a model (runtime::Session::open): the run panel's device, dtype, activations and weights, the path from the
+/// file dialog, the recent list or the command line.
+struct LoadRequest {
+  runtime::LoadOptions options;
+  quint64 serial = 0;  ///< shares the runs' numbering: Stop cancels the load (0: not cancellable)
+};
+
 struct ModelInfo {
   QString path, arch, name, dtype, device;
+  QString activations;  ///< as asked for ("auto", "f32", "q8")
+  QString arithmetic;   ///< what runs: "q8 activations (llama.cpp's arithmetic)", ...
+  QString weights;      ///< the --weights choice: "stored", or the format float matrices were quantized to
   QString deviceLabel;      ///< e.g. "cuda:0 — NVIDIA H200, 139.8 GiB" (the device name alone on the CPU)
   DeviceMemoryView memory;  ///< after the load
   int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0;
@@ -187,6 +198,7 @@ inline RunLabel parseRunLabel(const QString& label) {
 
 }  // namespace kvscope::ui
 
+Q_DECLARE_METATYPE(kvscope::ui::LoadRequest)
 Q_DECLARE_METATYPE(kvscope::ui::ModelInfo)
 Q_DECLARE_METATYPE(kvscope::ui::RunRequest)
 Q_DECLARE_METATYPE(kvscope::ui::RunSnapshotPtr)

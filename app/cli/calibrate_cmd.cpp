@@ -43,9 +43,9 @@ Runner addCalibrate(CLI::App& app) {
     co.percentileValue = o->percentile;
     co.headroom = cfg.headroom;
     if (o->threads > 0) at::set_num_threads(o->threads);
-    const Loaded m = loadModel(o->model, o->how);
+    const runtime::Session m = openSession(o->model, o->how);
     const auto windows = windowsOf(m, *o);
-    const int L = m.model->config().layers;
+    const int L = m.model().config().layers;
     cache::Fp8Calibrator cal(L, co);
     // The states each window puts in the cache (keys after RoPE), from an unquantized run.
     std::vector<std::vector<std::pair<at::Tensor, at::Tensor>>> states(windows.size());
@@ -53,8 +53,8 @@ Runner addCalibrate(CLI::App& app) {
     for (std::size_t wi = 0; wi < windows.size(); ++wi) {
       std::cerr << fmt::format("calibrate: window {}/{}\n", wi + 1, windows.size());
       states[wi].resize(static_cast<std::size_t>(L));
-      auto kv = m.model->makeCache(cache::parseSpec("dynamic"));
-      m.model->forward(model::idsTensor(windows[wi], 0, windows[wi].size()), *kv, [&](int l, const char* name, const at::Tensor& t) {
+      auto kv = m.model().makeCache(cache::parseSpec("dynamic"));
+      m.model().forward(model::idsTensor(windows[wi], 0, windows[wi].size()), *kv, [&](int l, const char* name, const at::Tensor& t) {
         const bool k = std::string(name) == "k", v = std::string(name) == "v";
         if (!k && !v) return;
         cal.add(l, k, t);

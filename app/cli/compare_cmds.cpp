@@ -188,13 +188,13 @@ Runner addCompare(CLI::App& app) {
     }
     if (o->threads > 0) at::set_num_threads(o->threads);
     const std::string text = promptText(o->prompt, o->promptFile);
-    const Loaded m = loadModel(o->model, o->how);
-    const auto prompt = encodePrompt(m, text, o->chat);
-    checkContext(m, prompt.size(), o->maxNew);
+    const runtime::Session m = openSession(o->model, o->how);
+    const auto prompt = m.encodePrompt(text, o->chat);
+    m.checkContext(prompt.size(), o->maxNew);
     if (!o->json && !o->csv) {
       std::cout << fmt::format("{} ({} layers, {} KV heads x {}), prompt {} tokens, {} greedy tokens per config; KL and "
                                "top-1 against the unquantized cache fed the same tokens\n",
-                               m.path, m.model->config().layers, m.model->config().kvHeads, m.model->config().headDim,
+                               m.path(), m.model().config().layers, m.model().config().kvHeads, m.model().config().headDim,
                                prompt.size(), o->maxNew);
       printTableHeader();
     } else if (o->csv) {
@@ -243,14 +243,14 @@ Runner addSweep(CLI::App& app) {
       writeOutput(*out, results);
     }
     if (shard) writeOutput(*out, "");
-    const Loaded m = loadModel(o->model, o->how);
-    const auto prompt = encodePrompt(m, text, o->chat);
-    checkContext(m, prompt.size(), o->maxNew);
+    const runtime::Session m = openSession(o->model, o->how);
+    const auto prompt = m.encodePrompt(text, o->chat);
+    m.checkContext(prompt.size(), o->maxNew);
     nlohmann::json specs = nlohmann::json::array();
     for (const auto& c : cfgs) specs.push_back(cache::toSpec(c));
-    const nlohmann::json run = {{"model", m.path},          {"prompt", text},         {"chat", o->chat},
+    const nlohmann::json run = {{"model", m.path()},          {"prompt", text},         {"chat", o->chat},
                                 {"prompt_tokens", prompt.size()}, {"max_new", o->maxNew}, {"ppl_chunk", o->pplChunk},
-                                {"configs", specs},         {"run_as", modelChoiceJson(o->how)}};
+                                {"configs", specs},         {"run_as", m.runAs()}};
     if (shard) {
       ShardOut file(*out, "sweep", *shard, cfgs.size() + 1, run);
       std::size_t done = 0;
@@ -288,21 +288,21 @@ namespace {
 
 // Many short generations in one process, each with a cache created and dropped, cycling the configs: the resident
 // memory after the first tenth (warm: allocator pools, LibTorch's caches) against the end.
-void soak(const Loaded& m, const std::vector<cache::CacheConfig>& cfgs, int runs, std::int64_t ctx, int newTokens,
+void soak(const runtime::Session& m, const std::vector<cache::CacheConfig>& cfgs, int runs, std::int64_t ctx, int newTokens,
           bool json) {
   at::manual_seed(1);
   const std::int64_t len = std::min<std::int64_t>(ctx, 256);
-  const at::Tensor ids = at::randint(3, m.model->config().vocab, {len}, at::kLong);
+  const at::Tensor ids = at::randint(3, m.model().config().vocab, {len}, at::kLong);
   const std::vector<std::int64_t> prompt(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + len);
   const int warm = std::max(1, runs / 10);
   std::int64_t warmRss = 0;
   for (int i = 0; i < runs; ++i) {
     {
-      auto kv = m.model->makeCache(cfgs[static_cast<std::size_t>(i) % cfgs.size()]);
+      auto kv = m.model().makeCache(cfgs[static_cast<std::size_t>(i) % cfgs.size()]);
       generate::GenerateOptions g;
       g.maxNew = newTokens;
       g.topCandidates = 0;
-      generate::generate(*m.model, *kv, prompt, g);
+      generate::generate(m.model(), *kv, prompt, g);
     }
     if (i + 1 == warm) warmRss = util::residentBytes();
   }
@@ -371,8 +371,8 @@ Runner addBench(CLI::App& app) {
       if (o->noBaseline || !(c.backend == cache::Backend::Dynamic && !c.mixed())) cfgs.push_back(c);
     }
     if (o->threads > 0) at::set_num_threads(o->threads);
-    const Loaded m = loadModel(o->model, o->how);
-    const auto& mc = m.model->config();
+    const runtime::Session m = openSession(o->model, o->how);
+    const auto& mc = m.model().config();
     for (auto ctx : o->contexts)
       if (!o->beyondContext && mc.contextLength > 0 && ctx + o->newTokens > mc.contextLength)
         throw UsageError(fmt::format("context {} + {} new tokens exceed the model's {} (--beyond-context measures past "
@@ -381,7 +381,7 @@ Runner addBench(CLI::App& app) {
     std::vector<std::int64_t> textIds;
     if (!o->text.empty()) {
       const std::string t = promptText("", o->text);
-      const auto ids = m.tok->encode(t, /*addSpecial=*/false, /*parseSpecial=*/false);
+      const auto ids = m.tokenizer().encode(t, /*addSpecial=*/false, /*parseSpecial=*/false);
       textIds.assign(ids.begin(), ids.end());
       if (textIds.empty()) throw UsageError(fmt::format("`{}` encodes to no tokens", o->text));
     }
@@ -414,19 +414,19 @@ Runner addBench(CLI::App& app) {
           // The peak memory during this run alone: on the CPU the process's resident set (freed heap returned and
           // the peak restarted first, Linux), so weights + LibTorch + this run's cache and working memory; on a
           // CUDA device what LibTorch's allocator held there (weights + cache + activations).
-          const device::ExecutionContext& dev = m.model->context();
+          const device::ExecutionContext& dev = m.model().context();
           dev.resetPeak();
           {
             // The cache's own cost: without the error maps and amax statistics the workbench's views draw.
             cache::StatsOptions quiet;
             quiet.enabled = false;
-            auto kv = m.model->makeCache(cfgs[i], quiet);
+            auto kv = m.model().makeCache(cfgs[i], quiet);
             generate::GenerateOptions g;
             g.maxNew = o->newTokens + 1;  // the first token comes from the prefill
             g.topCandidates = 0;
             g.prefillChunk = o->prefillChunk;
             g.beyondContext = o->beyondContext;
-            const auto r = generate::generate(*m.model, *kv, prompt, g);
+            const auto r = generate::generate(m.model(), *kv, prompt, g);
             prefill[i].push_back(ctx / r.prefillSeconds);
             decode[i].push_back(o->newTokens / r.decodeSeconds);
             mem[i] = kv->totalMemory();
@@ -443,8 +443,9 @@ Runner addBench(CLI::App& app) {
                                       {"decode_vs_dynamic", median(ratio[i])}, {"decode_vs_dynamic_min", *lo},
                                       {"decode_vs_dynamic_max", *hi}, {"kv_stored_bytes", mem[i].stored()},
                                       {"kv_held_bytes", mem[i].held()},
-                                      {"device", m.model->context().device().str()},
-                                      {m.model->context().device().is_cpu() ? "peak_rss_bytes" : "peak_device_bytes",
+                                      {"device", m.model().context().device().str()},
+                                      {"activations", model::activationsName(m.activations())},
+                                      {m.model().context().device().is_cpu() ? "peak_rss_bytes" : "peak_device_bytes",
                                        static_cast<std::int64_t>(median(peak[i]))}}
                            .dump()
                     << "\n" << std::flush;

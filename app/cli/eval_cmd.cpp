@@ -91,13 +91,13 @@ std::string csvRow(const nlohmann::json& r) {
 }
 
 // What the table's first line says of the run.
-nlohmann::json runJson(const Loaded& m, const TextOpts& o, const std::vector<cache::CacheConfig>& cfgs,
+nlohmann::json runJson(const runtime::Session& m, const TextOpts& o, const std::vector<cache::CacheConfig>& cfgs,
                        std::size_t windows, std::size_t windowTokens, int prompt, int step) {
   nlohmann::json specs = nlohmann::json::array();
   for (const auto& c : cfgs) specs.push_back(cache::toSpec(c));
-  return {{"model", m.path},       {"text", o.text},     {"ctx", o.ctx},
+  return {{"model", m.path()},       {"text", o.text},     {"ctx", o.ctx},
           {"windows", windows},    {"window_tokens", windowTokens}, {"prompt", prompt},
-          {"step", step},          {"configs", specs},   {"run_as", modelChoiceJson(o.how)}};
+          {"step", step},          {"configs", specs},   {"run_as", m.runAs()}};
 }
 
 }  // namespace
@@ -189,7 +189,7 @@ Runner addEval(CLI::App& app) {
     if (shard) shard->check(cfgs.size(), "configs");
     if (shard) writeOutput(o->out, "");  // an unwritable --out fails before the model loads
     if (o->threads > 0) at::set_num_threads(o->threads);
-    const Loaded m = loadModel(o->model, o->how);
+    const runtime::Session m = openSession(o->model, o->how);
     const auto windows = windowsOf(m, *o);
     const std::size_t prompt = std::min<std::size_t>(static_cast<std::size_t>(o->prompt), windows[0].size() - 1);
     const nlohmann::json run =
@@ -204,7 +204,7 @@ Runner addEval(CLI::App& app) {
     generate::EvalOptions eo;
     eo.prompt = static_cast<int>(prompt);
     eo.step = o->step;
-    const auto figs = generate::evaluate(*m.model, windows, mine, eo,
+    const auto figs = generate::evaluate(m.model(), windows, mine, eo,
                                          [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
                                            std::cerr << fmt::format("eval: window {}/{}, config {}/{} {} ({:.0f} s)\n",
                                                                     wi + 1, nw, ci + 1, nc, names[ci], elapsed());

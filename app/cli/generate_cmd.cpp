@@ -3,7 +3,6 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
-#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -24,7 +23,7 @@ namespace kvscope::cli {
 
 namespace {
 
-std::atomic<bool> gInterrupted{false};
+CancelToken gInterrupted;  // Ctrl-C
 
 struct GenOpts {
   std::string model, spec = "dynamic", prompt, promptFile;
@@ -72,11 +71,11 @@ Runner addGenerate(CLI::App& app) {
     const cache::CacheConfig cfg = cache::parseSpec(o->spec);  // a bad SPEC fails before the model loads
     const std::string text = promptText(o->prompt, o->promptFile);
     if (o->threads > 0) at::set_num_threads(o->threads);
-    std::signal(SIGINT, [](int) { gInterrupted = true; });
-    const Loaded m = loadModel(o->model, o->how);
-    const tokenizer::Tokenizer& tok = *m.tok;
-    const std::vector<std::int64_t> prompt = encodePrompt(m, text, o->chat);
-    auto kv = m.model->makeCache(cfg);
+    std::signal(SIGINT, [](int) { gInterrupted.request(); });
+    const runtime::Session m = openSession(o->model, o->how);
+    const tokenizer::Tokenizer& tok = m.tokenizer();
+    const std::vector<std::int64_t> prompt = m.encodePrompt(text, o->chat);
+    auto kv = m.model().makeCache(cfg);
 
     if (o->beams > 0) {
       if (o->shadow) throw UsageError("--shadow applies to greedy and sampled decoding, not to --beams");
@@ -86,7 +85,7 @@ Runner addGenerate(CLI::App& app) {
       bo.earlyStopping = o->earlyStopping;
       bo.prefillChunk = o->prefillChunk;
       const auto br = generate::beamSearch(
-          *m.model, *kv, prompt, o->maxNew, bo, stopIds(m),
+          m.model(), *kv, prompt, o->maxNew, bo, m.stopIds(),
           [&](const generate::BeamStepEvent& ev) {
             if (o->json)
               std::cout << nlohmann::json{{"step", ev.step}, {"parents", ev.parents}, {"tokens", ev.tokens},
@@ -123,14 +122,14 @@ Runner addGenerate(CLI::App& app) {
     go.sampling.topK = o->topK;
     go.sampling.topP = o->topP;
     go.sampling.seed = o->seed;
-    go.stopIds = stopIds(m);
+    go.stopIds = m.stopIds();
     go.shadow = o->shadow;
     go.prefillChunk = o->prefillChunk;
 
     std::vector<std::int32_t> out;
     std::string printed;
     const auto r = generate::generate(
-        *m.model, *kv, prompt, go,
+        m.model(), *kv, prompt, go,
         [&](const generate::StepEvent& ev) {
           out.push_back(static_cast<std::int32_t>(ev.token));
           if (o->json) {
@@ -164,6 +163,7 @@ Runner addGenerate(CLI::App& app) {
     if (o->json) {
       std::cout << nlohmann::json{{"summary", true},
                                   {"cache", cache::toSpec(cfg)},
+                                  {"run_as", m.runAs()},
                                   {"prompt_tokens", r.promptTokens},
                                   {"new_tokens", r.tokens.size()},
                                   {"stop_reason", generate::stopReasonName(r.stopReason)},
@@ -185,10 +185,10 @@ Runner addGenerate(CLI::App& app) {
       std::cout << "\n";
       std::cerr << fmt::format(
           "[{}] {} prompt + {} new tokens ({}); prefill {:.1f} tok/s, decode {:.1f} tok/s; KV stored {:.2f} MiB vs "
-          "{:.2f} MiB unquantized ({:.2f}x), held {:.2f} MiB; overflow {}, NaN/inf {}\n",
+          "{:.2f} MiB unquantized ({:.2f}x), held {:.2f} MiB; overflow {}, NaN/inf {}; {}\n",
           cache::toSpec(cfg), r.promptTokens, r.tokens.size(), generate::stopReasonName(r.stopReason), prefillTps, decodeTps,
           mem.stored() / 1048576.0, mem.unquantized / 1048576.0, mem.compressionRatio(),
-          mem.held() / 1048576.0, overflow, nonFinite);
+          mem.held() / 1048576.0, overflow, nonFinite, m.arithmetic());
       if (o->shadow)
         std::cerr << fmt::format("[shadow] mean KL {:.4g}, max KL {:.4g}, top-1 agreement {:.1f}%, first divergence {}\n",
                                  r.meanKl, r.maxKl, 100.0 * r.top1Agreement,

@@ -45,10 +45,8 @@ inline std::string readText(const std::string& path) {
 }
 
 // The text's tokens cut into whole windows of `ctx` (the last, shorter piece is dropped unless it is the only one).
-inline std::vector<std::vector<std::int64_t>> windowsOf(const Loaded& m, const TextOpts& o) {
-  const auto ids32 = m.tok->encode(readText(o.text), /*addSpecial=*/true, /*parseSpecial=*/false);
-  const std::vector<std::int64_t> ids(ids32.begin(), ids32.end());
-  if (ids.size() < 2) throw UsageError(fmt::format("`{}` encodes to fewer than 2 tokens", o.text));
+inline std::vector<std::vector<std::int64_t>> windowsOf(const runtime::Session& m, const TextOpts& o) {
+  const std::vector<std::int64_t> ids = m.encodeText(readText(o.text), o.text);
   const std::size_t whole = generate::textWindows(ids, o.ctx).size();
   auto w = generate::textWindows(ids, o.ctx, o.windows);
   std::cerr << fmt::format("{}: {} tokens, {} whole window(s) of {}; using {}\n", o.text, ids.size(), whole,

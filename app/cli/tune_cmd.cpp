@@ -131,11 +131,11 @@ Runner addTune(CLI::App& app) {
     const bool verify = !o->noVerify && (o->maxKl || o->maxBytes);
     if (o->threads > 0) at::set_num_threads(o->threads);
 
-    std::optional<Loaded> m;
+    std::optional<runtime::Session> m;
     std::vector<std::vector<std::int64_t>> windows;
     generate::EvalOptions eo;
     auto load = [&] {
-      m.emplace(loadModel(o->model, o->how));
+      m.emplace(openSession(o->model, o->how));
       windows = windowsOf(*m, *o);
       eo.prompt = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(o->prompt), windows[0].size() - 1));
       eo.step = o->step;
@@ -145,7 +145,7 @@ Runner addTune(CLI::App& app) {
     if (o->scanIn.empty()) {
       if (shard) writeOutput(o->scanOut, "");  // an unwritable file fails before the model loads
       load();
-      scan.plan = cache::planScan(cands, m->model->config().layers);
+      scan.plan = cache::planScan(cands, m->model().config().layers);
       // Sharded: item 0 is the unquantized run (every shard runs it: the KLs are against it), item k+1 point k.
       if (shard) shard->check(scan.plan.items.size(), "scan runs");
       std::vector<cache::CacheConfig> cfgs;
@@ -156,7 +156,7 @@ Runner addTune(CLI::App& app) {
           mine.push_back(k);
         }
       const auto figs = generate::evaluate(
-          *m->model, windows, cfgs, eo, [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
+          m->model(), windows, cfgs, eo, [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
             if (ci == 0 || ci % 10 == 0 || ci + 1 == nc)
               std::cerr << fmt::format("tune: scan window {}/{}, run {}/{} ({:.0f} s)\n", wi + 1, nw, ci + 1, nc,
                                        elapsed());
@@ -165,7 +165,7 @@ Runner addTune(CLI::App& app) {
       scan.referenceBytes = figs[0].memory.stored();
       for (std::size_t i = 0; i < mine.size(); ++i)
         scan.points.push_back({scan.plan.items[mine[i]], figs[i + 1].meanKl(), figs[i + 1].memory.stored()});
-      settings = {{"model", m->path},  {"text", o->text},     {"ctx", o->ctx},      {"windows", o->windows},
+      settings = {{"model", m->path()},  {"text", o->text},     {"ctx", o->ctx},      {"windows", o->windows},
                   {"prompt", o->prompt}, {"step", o->step}};
       std::cerr << fmt::format("tune: scan of {} runs done in {:.0f} s\n", cfgs.size(), elapsed());
       if (shard) {
@@ -174,7 +174,7 @@ Runner addTune(CLI::App& app) {
         const json run = {{"settings", settings},
                           {"candidates", whole.at("candidates")},
                           {"num_layers", scan.plan.numLayers},
-                          {"run_as", modelChoiceJson(o->how)}};
+                          {"run_as", m->runAs()}};
         ShardOut out(o->scanOut, "tune", *shard, scan.plan.items.size() + 1, run);
         if (shard->owns(0)) out.add(0, {{"stored_bytes", scan.referenceBytes}, {"scored_tokens", figs[0].scored}});
         for (std::size_t i = 0; i < mine.size(); ++i)
@@ -218,7 +218,7 @@ Runner addTune(CLI::App& app) {
         }
       if (!picks.empty()) {
         if (!m) load();
-        const auto figs = generate::evaluate(*m->model, windows, picks, eo,
+        const auto figs = generate::evaluate(m->model(), windows, picks, eo,
                                              [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
                                                std::cerr << fmt::format("tune: check window {}/{}, run {}/{}\n", wi + 1,
                                                                         nw, ci + 1, nc);

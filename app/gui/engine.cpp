@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "cache/config.h"
 #include "cache/error_history.h"
@@ -17,6 +18,7 @@
 #include "model/llama.h"
 #include "runtime/errors.h"
 #include "runtime/model_loader.h"
+#include "runtime/session.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvscope::app {
@@ -41,8 +43,7 @@ constexpr qint64 kInspectionMs = 500;
 }  // namespace
 
 struct Engine::Impl {
-  std::unique_ptr<model::LlamaModel> model;
-  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::optional<runtime::Session> session;  // the loaded model, its tokenizer and what runs ask of them
   int runs = 0;
   // Token x channel quantization error of the current (or latest) run, per layer, keys and values.
   std::vector<std::array<cache::ErrorHistory, 2>> errors;
@@ -109,20 +110,18 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   generate::BeamOptions bo;
   bo.numBeams = r.beams;
   bo.prefillChunk = r.prefillChunk;
-  std::vector<std::int64_t> stops{d_->tok->eosId()};
-  if (const auto e = d_->tok->tokenId("<|im_end|>")) stops.push_back(*e);
   QElapsedTimer sinceEmit, sinceInspection;
   sinceEmit.start();
   std::vector<cache::TensorMemory> stepMemory;  // the whole cache (every beam) after each step
   const auto result = generate::beamSearch(
-      *d_->model, kv, prompt, r.maxNew, bo, stops,
+      d_->session->model(), kv, prompt, r.maxNew, bo, d_->session->stopIds(),
       [&](const generate::BeamStepEvent& ev) {
         ui::BeamStepView v;
         v.step = ev.step;
         for (auto p : ev.parents) v.parents << p;
         for (auto t : ev.tokens) {
           v.ids << t;
-          v.tokens << QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(t)));
+          v.tokens << QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(t)));
         }
         for (auto sc : ev.scores) v.scores << sc;
         if (ev.snapshot && !ev.snapshot->stats.empty())
@@ -141,14 +140,14 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
       &cancel_);
   for (std::size_t b = 0; b < result.sequences.size(); ++b) {
     const std::vector<std::int32_t> ids(result.sequences[b].begin(), result.sequences[b].end());
-    snap->beamTexts << QString::fromStdString(d_->tok->decode(ids, true));
+    snap->beamTexts << QString::fromStdString(d_->session->tokenizer().decode(ids, true));
     snap->beamScores << result.scores[b];
   }
   if (!result.sequences.empty())
     for (auto id : result.sequences[0]) {
       ui::TokenView t;
       t.id = id;
-      t.text = QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id)));
+      t.text = QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(id)));
       // Step i's bytes: every beam's rows, as the cache holds them (the KV-per-step plot and the overlay).
       if (const auto i = static_cast<std::size_t>(snap->tokens.size()); i < stepMemory.size()) {
         t.kvStored = stepMemory[i].stored();
@@ -171,6 +170,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
 }
 
 void registerMetaTypes() {
+  qRegisterMetaType<kvscope::ui::LoadRequest>();
   qRegisterMetaType<kvscope::ui::ModelInfo>();
   qRegisterMetaType<kvscope::ui::RunRequest>();
   qRegisterMetaType<kvscope::ui::RunSnapshotPtr>();
@@ -194,35 +194,35 @@ QStringList availableDevices() {
 
 ui::DeviceMemoryView Engine::deviceMemory() const {
   ui::DeviceMemoryView v;
-  if (!d_->model || d_->model->context().device().is_cpu()) return v;
-  const device::DeviceMemory m = d_->model->context().memory();
+  if (!d_->session || d_->session->model().context().device().is_cpu()) return v;
+  const device::DeviceMemory m = d_->session->model().context().memory();
   v.used = m.used;
   v.total = m.total;
   return v;
 }
 
-void Engine::load(const QString& path, const QString& dtype, const QString& device, quint64 serial) {
-  beginRun(serial);
+void Engine::load(const ui::LoadRequest& r) {
+  beginRun(r.serial);
+  const QString path = QString::fromStdString(r.options.path);
   try {
-    // The context first: a device that is not here is one line, and the loaded model stays.
-    const device::ExecutionContext ctx = device::makeContext(device.toStdString(), runtime::parseDtype(dtype.toStdString()));
-    // The CLI's loader: the same lookup, readers and messages.
-    runtime::LoadedModel m = runtime::loadModel(path.toStdString(), ctx,
-                                                [this](std::int64_t done, std::int64_t total) {
-                                                  Q_EMIT loadProgress(static_cast<int>(done), static_cast<int>(total));
-                                                  return !cancel_.load();  // false: the loader throws LoadCancelled
-                                                });
+    // The CLI's session: the same lookup, options, readers and messages; a device that is not here is one line.
+    runtime::Session m = runtime::Session::open(r.options, [this](std::int64_t done, std::int64_t total) {
+      Q_EMIT loadProgress(static_cast<int>(done), static_cast<int>(total));
+      return !cancel_.requested();  // false: the loader throws LoadCancelled
+    });
     // Only a complete load replaces the previous model: a failure keeps what was there.
-    d_->model = std::move(m.model);
-    d_->tok = std::move(m.tokenizer);
-    const auto& c = d_->model->config();
+    d_->session.emplace(std::move(m));
+    const auto& c = d_->session->model().config();
     ui::ModelInfo info;
-    info.path = path;
+    info.path = QString::fromStdString(d_->session->path());
     info.arch = QString::fromStdString(c.arch);
     info.name = QString::fromStdString(c.name);
-    info.dtype = dtype;
-    info.device = device;
-    info.deviceLabel = QString::fromStdString(device::describeDevice(device.toStdString()));
+    info.dtype = QString::fromStdString(r.options.dtype);
+    info.device = QString::fromStdString(r.options.device);
+    info.activations = QString::fromStdString(r.options.activations);
+    info.arithmetic = QString::fromStdString(d_->session->arithmetic());
+    info.weights = QString::fromStdString(r.options.weights);
+    info.deviceLabel = QString::fromStdString(device::describeDevice(r.options.device));
     info.memory = deviceMemory();
     info.layers = c.layers;
     info.hidden = c.hidden;
@@ -234,7 +234,7 @@ void Engine::load(const QString& path, const QString& dtype, const QString& devi
     for (const auto& w : c.weightTypes) info.weightTypes << QString::fromStdString(w);
     Q_EMIT modelLoaded(info);
   } catch (...) {
-    Q_EMIT failed(serial, describeCurrent(QString("loading `%1`").arg(path), d_->model != nullptr));
+    Q_EMIT failed(r.serial, describeCurrent(QString("loading `%1`").arg(path), d_->session.has_value()));
   }
 }
 
@@ -242,8 +242,8 @@ void Engine::beginRun(quint64 serial) {
   // Order matters against requestStop() on the GUI thread (both sequentially consistent): publish the serial, clear
   // the flag, then look for a stop that came before the engine reached this run.
   runningSerial_ = serial;
-  cancel_ = false;
-  if (serial != 0 && stopSerial_.load() >= serial) cancel_ = true;  // 0: a request no stop can name
+  cancel_.reset();
+  if (serial != 0 && stopSerial_.load() >= serial) cancel_.request();  // 0: a request no stop can name
 }
 
 std::vector<std::vector<std::int64_t>> Engine::textWindows(const QString& path, int ctx, int windows) const {
@@ -251,18 +251,15 @@ std::vector<std::vector<std::int64_t>> Engine::textWindows(const QString& path, 
   if (!f.open(QIODevice::ReadOnly))
     throw Error(ErrorCode::BadFile, "cannot read text file `" + path.toStdString() + "`: " + f.errorString().toStdString());
   const QByteArray text = f.readAll();
-  const auto ids32 = d_->tok->encode(text.toStdString(), true, false);
-  if (ids32.size() < 2) throw Error(ErrorCode::BadInput, "`" + path.toStdString() + "` encodes to fewer than 2 tokens");
-  const std::vector<std::int64_t> ids(ids32.begin(), ids32.end());
-  return generate::textWindows(ids, ctx, windows);
+  return generate::textWindows(d_->session->encodeText(text.toStdString(), path.toStdString()), ctx, windows);
 }
 
 void Engine::tune(const ui::TuneRequest& r) {
   beginRun(r.serial);
   try {
-    if (!d_->model) throw Error(ErrorCode::BadInput, "no model is loaded");
+    if (!d_->session) throw Error(ErrorCode::BadInput, "no model is loaded");
     cache::Scan scan;
-    scan.plan = cache::planScan(r.candidates, d_->model->config().layers);
+    scan.plan = cache::planScan(r.candidates, d_->session->model().config().layers);
     const auto windows = textWindows(r.textPath, r.ctx, r.windows);
     generate::EvalOptions o;
     o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);
@@ -270,10 +267,10 @@ void Engine::tune(const ui::TuneRequest& r) {
     std::vector<cache::CacheConfig> cfgs;
     for (const auto& it : scan.plan.items) cfgs.push_back(scan.plan.config(it));
     const int total = static_cast<int>(windows.size() * (cfgs.size() + 1));
-    const auto figs = generate::evaluate(*d_->model, windows, cfgs, o,
+    const auto figs = generate::evaluate(d_->session->model(), windows, cfgs, o,
                                          [&](std::size_t wi, std::size_t, std::size_t ci, std::size_t nc) {
                                            Q_EMIT evalProgress(static_cast<int>(wi * nc + ci), total);
-                                           return !cancel_.load();
+                                           return !cancel_.requested();
                                          });
     scan.referenceBytes = figs[0].memory.stored();
     for (std::size_t i = 0; i < scan.plan.items.size(); ++i)
@@ -297,7 +294,7 @@ void Engine::tune(const ui::TuneRequest& r) {
 void Engine::evaluate(const ui::EvalRequest& r) {
   beginRun(r.serial);
   try {
-    if (!d_->model) throw Error(ErrorCode::BadInput, "no model is loaded");
+    if (!d_->session) throw Error(ErrorCode::BadInput, "no model is loaded");
     const std::vector<cache::CacheConfig>& cfgs = r.configs;
     for (const auto& c : cfgs) cache::validate(c);
     const auto windows = textWindows(r.textPath, r.ctx, r.windows);
@@ -305,10 +302,10 @@ void Engine::evaluate(const ui::EvalRequest& r) {
     o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);
     o.step = r.step;
     const int total = static_cast<int>(windows.size() * (cfgs.size() + 1));
-    const auto figs = generate::evaluate(*d_->model, windows, cfgs, o,
+    const auto figs = generate::evaluate(d_->session->model(), windows, cfgs, o,
                                          [&](std::size_t wi, std::size_t, std::size_t ci, std::size_t nc) {
                                            Q_EMIT evalProgress(static_cast<int>(wi * nc + ci), total);
-                                           return !cancel_.load();
+                                           return !cancel_.requested();
                                          });
     ui::EvalResultView out;
     out.textPath = r.textPath;
@@ -350,17 +347,13 @@ void Engine::evaluate(const ui::EvalRequest& r) {
 void Engine::run(const ui::RunRequest& r) {
   beginRun(r.serial);
   try {
-    if (!d_->model) throw Error(ErrorCode::BadInput, "no model is loaded");
+    if (!d_->session) throw Error(ErrorCode::BadInput, "no model is loaded");
     const cache::CacheConfig& cfg = r.config;
     cache::validate(cfg);
-    const std::string text = r.chat ? tokenizer::applyChatML({{"user", r.prompt.toStdString()}}, true)
-                                    : r.prompt.toStdString();
-    const auto ids32 = d_->tok->encode(text, true, r.chat);
-    if (ids32.empty()) throw Error(ErrorCode::BadInput, "the prompt is empty");
-    const std::vector<std::int64_t> prompt(ids32.begin(), ids32.end());
+    const std::vector<std::int64_t> prompt = d_->session->encodePrompt(r.prompt.toStdString(), r.chat);
     cache::StatsOptions stats;
     stats.tokenBin = 1;  // the token x channel map needs every token's own error
-    auto kv = d_->model->makeCache(cfg, stats);
+    auto kv = d_->session->model().makeCache(cfg, stats);
     d_->errors.clear();
     d_->headErrors.clear();
     d_->errorsRun = d_->runs + 1;
@@ -378,8 +371,7 @@ void Engine::run(const ui::RunRequest& r) {
     o.shadow = r.shadow;
     o.prefillChunk = r.prefillChunk;
     o.snapshots = false;  // the cache snapshot is taken only when a GUI update is due (below)
-    o.stopIds = {d_->tok->eosId()};
-    if (const auto e = d_->tok->tokenId("<|im_end|>")) o.stopIds.push_back(*e);
+    o.stopIds = d_->session->stopIds();
 
     auto snap = std::make_shared<ui::RunSnapshot>();
     snap->runId = ++d_->runs;
@@ -392,18 +384,18 @@ void Engine::run(const ui::RunRequest& r) {
     double decodeSeconds = 0;
     int steps = 0;
     const auto result = generate::generate(
-        *d_->model, *kv, prompt, o,
+        d_->session->model(), *kv, prompt, o,
         [&](const generate::StepEvent& ev) {
           ui::TokenView t;
           t.id = ev.token;
-          t.text = QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(ev.token)));
+          t.text = QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(ev.token)));
           t.logprob = ev.logprob;
           t.kl = ev.kl;
           t.top1Agrees = ev.top1Agrees;
           for (const auto& [id, lp] : ev.top)
-            t.top.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
+            t.top.append({QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(id))), lp});
           for (const auto& [id, lp] : ev.refTop)
-            t.refTop.append({QString::fromStdString(d_->tok->tokenText(static_cast<std::int32_t>(id))), lp});
+            t.refTop.append({QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(id))), lp});
           t.kvStored = ev.memory.stored();
           t.kvUnquantized = ev.memory.unquantized;
           snap->tokens.append(t);
@@ -436,7 +428,7 @@ void Engine::run(const ui::RunRequest& r) {
     fillHeadErrors(*snap);
     Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
   } catch (...) {
-    Q_EMIT failed(r.serial, describeCurrent("the run", d_->model != nullptr));
+    Q_EMIT failed(r.serial, describeCurrent("the run", d_->session.has_value()));
   }
 }
 

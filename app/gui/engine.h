@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "snapshots.h"
+#include "util/cancel.h"
 
 namespace kvscope::cache {
 struct CacheConfig;
@@ -31,14 +32,15 @@ class Engine : public QObject {
     quint64 cur = stopSerial_.load();
     while (cur < serial && !stopSerial_.compare_exchange_weak(cur, serial)) {
     }
-    if (serial >= runningSerial_.load()) cancel_ = true;
+    if (serial >= runningSerial_.load()) cancel_.request();
   }
   /// Thread-safe: which layer's token x channel error the snapshots carry from now on.
   void setInspectedLayer(int layer) { inspect_ = layer; }
 
  public Q_SLOTS:
-  /// Loads a model; `serial` (shared with runs) lets Stop cancel it while it loads (0: not cancellable).
-  void load(const QString& path, const QString& dtype, const QString& device = "cpu", quint64 serial = 0);
+  /// Loads a model (runtime::Session, as the CLI does); the request's serial (shared with runs) lets Stop cancel it
+  /// while it loads. A failure keeps the model that was loaded.
+  void load(const kvscope::ui::LoadRequest& request);
   void run(const kvscope::ui::RunRequest& request);
   /// Evaluates configs on a text (progress, then evalFinished or failed); Stop cancels it like a run.
   void evaluate(const kvscope::ui::EvalRequest& request);
@@ -73,7 +75,7 @@ class Engine : public QObject {
   std::vector<std::vector<std::int64_t>> textWindows(const QString& path, int ctx, int windows) const;
   /// The model's CUDA memory (zero on the CPU or without a model).
   ui::DeviceMemoryView deviceMemory() const;
-  std::atomic<bool> cancel_{false};
+  CancelToken cancel_;
   std::atomic<quint64> stopSerial_{0}, runningSerial_{0};
   std::atomic<int> inspect_{0};
 };

@@ -52,7 +52,16 @@ int main(int argc, char** argv) {
                                "Load the model on this device: cpu, cuda or cuda:N (default: cpu; the device selector "
                                "lists the devices here).",
                                "device");
-  cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, beamsOpt, quitOpt, capOpt, deviceOpt});
+  QCommandLineOption activationsOpt("activations",
+                                    "How block-format weights are multiplied: auto (default: 8-bit activations on a "
+                                    "GGUF's block weights, as llama.cpp), f32 or q8 (the run panel's Activations).",
+                                    "choice");
+  QCommandLineOption weightsOpt("weights",
+                                "stored (default), or q8_0, q5_1, q5_0, q4_1, q4_0: float matrices quantized at load "
+                                "(the run panel's Weights).",
+                                "format");
+  cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, beamsOpt, quitOpt, capOpt, deviceOpt,
+                  activationsOpt, weightsOpt});
   cli.process(app);
   if (cli.isSet(capOpt)) {
     bool ok = false;
@@ -113,6 +122,20 @@ int main(int argc, char** argv) {
       qCritical("kvscope: %s", qPrintable(m));
       if (!shot.isEmpty()) QApplication::exit(2);
     });
+  }
+  // The load choices the run panel offers, set before the first load (no model yet: no reload).
+  for (const auto* opt : {&activationsOpt, &weightsOpt}) {
+    if (!cli.isSet(*opt)) continue;
+    auto* box = w.findChild<QComboBox*>(opt->names().front());
+    if (box->findText(cli.value(*opt)) < 0) {
+      QStringList choices;
+      for (int i = 0; i < box->count(); ++i) choices << box->itemText(i);
+      std::fprintf(stderr, "kvscope: unknown %s `%s` (%s)\n", qPrintable(opt->names().front()),
+                   qPrintable(cli.value(*opt)), qPrintable(choices.join(", ")));
+      kvscope::app::shutdownEngine(engine, &engineThread);
+      return 2;
+    }
+    box->setCurrentText(cli.value(*opt));
   }
   w.maxNewBox()->setValue(cli.value(newOpt).toInt());
   if (cli.isSet(deviceOpt)) w.setDevice(cli.value(deviceOpt));

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 
 namespace kvscope::generate {
@@ -35,22 +34,12 @@ at::Tensor pick(const at::Tensor& logits, const SamplingOptions& s, at::Generato
   return at::multinomial(l.softmax(0), 1, false, gen);
 }
 
-// Thrown by cancelTap's function to leave a forward pass between two layers.
-
-
-// A tap that ends a forward pass at the next layer once `cancel` is set (no tap without a flag).
-model::TapFn cancelTap(const std::atomic<bool>* cancel) {
-  if (!cancel) return {};
-  return [cancel](int, const char* name, const at::Tensor&) {
-    if (std::strcmp(name, "attn_in") == 0 && cancel->load()) throw kvscope::Cancelled("cancelled during the forward pass");
-  };
-}
-
-model::ForwardOptions forwardOptions(std::int64_t chunk, model::TapFn tap = {}) {
+// Last-position logits; `cancel` ends the pass between layers and chunks (a prefill's: a decode step is short).
+model::ForwardOptions forwardOptions(std::int64_t chunk, const CancelToken* cancel = nullptr) {
   model::ForwardOptions f;
   f.lastLogitsOnly = true;
   f.chunk = chunk;
-  f.tap = std::move(tap);
+  f.cancel = cancel;
   return f;
 }
 
@@ -62,7 +51,7 @@ std::int64_t prefillChunkFor(const cache::KvCache& cache, std::int64_t requested
 }
 
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
-                        const GenerateOptions& o, const StepFn& onStep, const std::atomic<bool>* cancel) {
+                        const GenerateOptions& o, const StepFn& onStep, const CancelToken* cancel) {
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt is empty");
   if (o.maxNew < 0) throw std::invalid_argument("generate: max new tokens must be >= 0");
   if (!o.sampling.greedy && !(o.sampling.temperature > 0))
@@ -84,16 +73,15 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
   at::Tensor logits, refLogits;
   std::unique_ptr<cache::KvCache> shadow;
   try {
-    const model::TapFn stop = cancelTap(cancel);
     const std::int64_t chunk = prefillChunkFor(cache, o.prefillChunk);
-    logits = model.forward(ids, cache, forwardOptions(chunk, stop)).select(0, 0).select(0, -1);
+    logits = model.forward(ids, cache, forwardOptions(chunk, cancel)).select(0, 0).select(0, -1);
     model.context().synchronize();  // a device's work is queued: the time is the work's
     r.prefillSeconds = since(t0);
     if (o.shadow) {
       cache::StatsOptions quiet;
       quiet.enabled = false;
       shadow = model.makeCache(cache::parseSpec("dynamic"), quiet);
-      refLogits = model.forward(ids, *shadow, forwardOptions(chunk, stop)).select(0, 0).select(0, -1);
+      refLogits = model.forward(ids, *shadow, forwardOptions(chunk, cancel)).select(0, 0).select(0, -1);
     }
   } catch (const kvscope::Cancelled&) {
     r.stopReason = StopReason::Cancelled;  // during the prefill: no token, and the cache is not to be used further
@@ -104,7 +92,7 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
   int agree = 0;
   r.stopReason = StopReason::MaxNew;
   for (int step = 0; step < o.maxNew; ++step) {
-    if (cancel && cancel->load()) {
+    if (cancel && cancel->requested()) {
       r.stopReason = StopReason::Cancelled;
       break;
     }
@@ -189,7 +177,7 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
 
 BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
                       int maxNew, const BeamOptions& o, const std::vector<std::int64_t>& stopIds,
-                      const BeamStepFn& onStep, const std::atomic<bool>* cancel) {
+                      const BeamStepFn& onStep, const CancelToken* cancel) {
   const int B = o.numBeams;
   if (B < 1) throw std::invalid_argument("beam search: num_beams must be >= 1");
   if (prompt.empty()) throw std::invalid_argument("beam search: the prompt is empty");
@@ -216,7 +204,7 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
 
   at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1}).expand({B, -1}).contiguous();
   for (int t = 0; t < maxNew; ++t) {
-    if (cancel && cancel->load()) {
+    if (cancel && cancel->requested()) {
       r.stopReason = StopReason::Cancelled;
       break;
     }
@@ -224,7 +212,7 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
     try {
       // The first step is the prefill: long prompts make it long, so it checks the flag between layers.
       logits = model.forward(ids, cache, forwardOptions(t == 0 ? prefillChunkFor(cache, o.prefillChunk) : 0,
-                                                        t == 0 ? cancelTap(cancel) : model::TapFn{}))
+                                                        t == 0 ? cancel : nullptr))
                    .select(1, -1);  // [B, V] f32
     } catch (const kvscope::Cancelled&) {
       r.stopReason = StopReason::Cancelled;

@@ -2,7 +2,6 @@
 // top candidates, the cache's memory), stop tokens, cancel at any step.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,6 +12,7 @@
 
 #include "cache/kv_cache.h"
 #include "model/llama.h"
+#include "util/cancel.h"
 
 namespace kvscope::generate {
 
@@ -88,11 +88,12 @@ struct GenerateResult {
   int firstDivergence = -1;    ///< first step whose argmax differs (-1: none)
 };
 
-/// Runs the prompt (the cache must be empty) and then up to maxNew tokens. Throws std::invalid_argument on bad
+/// Runs the prompt (the cache must be empty) and then up to maxNew tokens. `cancel`: checked before each step and,
+/// during the prompt, by the model between layers and chunks (StopReason::Cancelled). Throws std::invalid_argument on bad
 /// options, cache::CacheError from the cache.
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
                         const GenerateOptions& options, const StepFn& onStep = {},
-                        const std::atomic<bool>* cancel = nullptr);
+                        const CancelToken* cancel = nullptr);
 
 struct BeamOptions {
   int numBeams = 4;
@@ -128,6 +129,6 @@ struct BeamResult {
 /// chosen parents every step. The prompt is run once per beam, as transformers does.
 BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
                       int maxNew, const BeamOptions& options, const std::vector<std::int64_t>& stopIds = {},
-                      const BeamStepFn& onStep = {}, const std::atomic<bool>* cancel = nullptr);
+                      const BeamStepFn& onStep = {}, const CancelToken* cancel = nullptr);
 
 }  // namespace kvscope::generate

@@ -320,6 +320,13 @@ void LlamaModel::setActivations(Activations a) {
   form(lmHead_);
 }
 
+bool LlamaModel::blockWeights() const {
+  for (const Layer& L : layers_)
+    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown})
+      if (w->blockFormat()) return true;
+  return false;
+}
+
 std::uint64_t LlamaModel::weightBytes() const {
   // A tied output matrix shares the embedding's bytes until it is packed into memory of its own.
   std::uint64_t n = embed_.bytes() + (cfg_.tiedEmbeddings && !lmHead_.isPacked() ? 0 : lmHead_.bytes());
@@ -371,12 +378,12 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
     throw std::invalid_argument(fmt::format("forward: token ids must lie in [0, {})", cfg_.vocab));
   if (o.chunk < 0) throw std::invalid_argument(fmt::format("forward: chunk must be >= 0, got {}", o.chunk));
   const std::int64_t T = ids.size(1);
-  if (o.chunk == 0 || T <= o.chunk) return forwardChunk(ids, cache, o.tap, o.lastLogitsOnly);
+  if (o.chunk == 0 || T <= o.chunk) return forwardChunk(ids, cache, o);
   std::vector<at::Tensor> logits;
   for (std::int64_t s = 0; s < T; s += o.chunk) {
     const std::int64_t n = std::min(o.chunk, T - s);
     const bool last = s + n == T;
-    at::Tensor l = forwardChunk(ids.narrow(1, s, n), cache, o.tap, o.lastLogitsOnly);
+    at::Tensor l = forwardChunk(ids.narrow(1, s, n), cache, o);
     // Each chunk frees many short-lived buffers of many sizes: give their pages back before the next one, or the
     // allocator's fragments keep the resident size above what the cache holds.
     util::releaseFreeMemory();
@@ -386,8 +393,8 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
   return at::cat(logits, 1);
 }
 
-at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap,
-                                    bool lastOnly) const {
+at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& fo) const {
+  const TapFn& tap = fo.tap;
   const std::int64_t B = ids.size(0), T = ids.size(1), past = cache.seqLength();
   const std::int64_t Dh = cfg_.headDim;
   at::Tensor h = embed_.gather(ids).to(ctx_.dtype());
@@ -400,6 +407,7 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
     return x * cos + at::cat({-x2, x1}, -1) * sin;
   };
   for (int l = 0; l < cfg_.layers; ++l) {
+    if (fo.cancel) fo.cancel->check("the forward pass");
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     const at::Tensor x = rmsNorm(h, L.attnNorm);
     if (tap) tap(l, "attn_in", x);
@@ -430,7 +438,7 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
     if (tap) tap(l, "mlp_out", mlp);
     h = h + mlp;
   }
-  if (lastOnly) h = h.narrow(1, T - 1, 1);
+  if (fo.lastLogitsOnly) h = h.narrow(1, T - 1, 1);
   h = rmsNorm(h, finalNorm_);
   return lmHead_.linear(h, {}, activations_).to(at::kFloat);
 }

@@ -15,6 +15,7 @@
 #include "device/context.h"
 #include "model/model_config.h"
 #include "model/weight.h"
+#include "util/cancel.h"
 
 namespace kvscope::model {
 
@@ -40,6 +41,9 @@ struct ForwardOptions {
   /// the chunk, and later chunks read what the earlier ones stored in the cache. 0: all positions at once.
   std::int64_t chunk = 0;
   TapFn tap;
+  /// Checked before each layer (so between chunks too): once requested, the pass throws kvscope::Cancelled, and
+  /// the cache holds the layers and chunks before it (not to be used further).
+  const CancelToken* cancel = nullptr;
 };
 
 class LlamaModel {
@@ -77,6 +81,9 @@ class LlamaModel {
   /// packed form (Weight::packed: the embedding used for lookups stays as stored), F32 puts them back.
   Activations activations() const { return activations_; }
   void setActivations(Activations a);
+  /// True when a layer's matrices are llama.cpp block formats (a GGUF's, or float matrices quantized at load) that
+  /// this context multiplies with its own kernels: where 8-bit activations compute as llama.cpp does.
+  bool blockWeights() const;
 
   /// ids [batch, T] (int64, best on the CPU: they are checked there) at positions pastLength .. pastLength + T - 1;
   /// K/V go through `cache` (which holds pastLength tokens already). Returns logits [batch, T, vocab] in float32 on
@@ -103,7 +110,7 @@ class LlamaModel {
   };
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(std::int64_t start, std::int64_t T) const;
-  at::Tensor forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap, bool lastOnly) const;
+  at::Tensor forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& o) const;
 
   ModelConfig cfg_;
   device::ExecutionContext ctx_;

@@ -24,11 +24,6 @@ Weight::Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const s
 
 const char* activationsName(Activations a) { return a == Activations::Q8 ? "q8" : "f32"; }
 
-const std::vector<std::string>& weightFormatNames() {
-  static const std::vector<std::string> names{"stored", "q8_0", "q5_1", "q5_0", "q4_1", "q4_0"};
-  return names;
-}
-
 std::uint32_t parseWeightFormat(const std::string& name) {
   if (name == "stored") return 0;
   if (name == "q8_0") return static_cast<std::uint32_t>(kernels::BlockType::Q8_0);
@@ -164,6 +159,8 @@ void Weight::dequantizeRows(std::int64_t r0, std::int64_t n, float* dst) const {
   if (packed_) kernels::packedDequantize(*packed_, r0, r0 + n, dst);
   else dequantizeRow(m_.type, m_.data + r0 * m_.rowBytes, n * m_.cols, dst);
 }
+
+bool Weight::blockFormat() const { return defined() && !isDense() && kernels::blockLayout(m_.type).quantized(); }
 
 Weight Weight::packed() const {
   if (!owner_ || dense_.defined() || packed_ || !kernels::packableType(m_.type)) return *this;

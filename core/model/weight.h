@@ -28,7 +28,6 @@ enum class Activations { F32, Q8 };
 /// quantized to at load: "q8_0", "q4_0", "q4_1" (ggml's numbers). parseWeightFormat throws std::invalid_argument naming
 /// the choices.
 std::uint32_t parseWeightFormat(const std::string& name);
-const std::vector<std::string>& weightFormatNames();
 
 /// "f32" / "q8"; parseActivations throws std::invalid_argument naming the choices.
 const char* activationsName(Activations a);
@@ -60,6 +59,9 @@ class Weight {
   /// are dequantized in float32 first, then rounded once to the dtype.
   Weight toDense(const at::TensorOptions& options) const;
   bool isDense() const { return dense_.defined(); }
+  /// True for a llama.cpp block format (Q8_0, Q4_K, ...) kept as such, stored or packed: the matrices whose products
+  /// the activations' arithmetic (Activations) changes.
+  bool blockFormat() const;
 
   /// The form for 8-bit activations (kernels/cpu/packed_matmul.h): the same values with sixteen rows interleaved, in
   /// memory of its own, rows split over LibTorch's threads; the mapped file's pages it replaces are given back. A

@@ -58,11 +58,6 @@ std::string defaultModelPath() {
   return {};
 }
 
-const std::vector<std::string>& dtypeNames() {
-  static const std::vector<std::string> names{"fp32", "bf16", "fp16"};
-  return names;
-}
-
 at::ScalarType parseDtype(const std::string& name) {
   if (name == "fp32" || name == "float32") return at::kFloat;
   if (name == "bf16" || name == "bfloat16") return at::kBFloat16;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/llama.h"
+#include "runtime/load_options.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvscope::runtime {
@@ -36,8 +37,6 @@ std::string defaultModelPath();
 
 /// "fp32", "bf16" or "fp16"; an Error (BadInput) naming the value otherwise.
 at::ScalarType parseDtype(const std::string& name);
-/// The dtype names parseDtype() takes, for option checks and help.
-const std::vector<std::string>& dtypeNames();
 
 /// A GGUF file (tokenizer from its metadata) or a Hugging Face directory (config.json, safetensors, tokenizer.json),
 /// loaded into the execution context `ctx` (its device and dtype: device::makeContext). An empty path loads

@@ -9,11 +9,15 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "generate/generate.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
+#include "runtime/session.h"
+#include "util/cancel.h"
 #include "tensor_helpers.h"
 
 using namespace kvscope;
@@ -37,6 +41,9 @@ Fixture& fixture() {
     Fixture x;
     x.ref = std::make_unique<model::SafetensorsFile>(refPath());
     x.model = model::LlamaModel::load(modelPath(), at::kFloat);
+    // Transformers' arithmetic, named: the apps' default (activations=auto) runs a GGUF's block weights with 8-bit
+    // activations, as llama.cpp does.
+    x.model->setActivations(model::Activations::F32);
     return x;
   }();
   return f;
@@ -157,6 +164,70 @@ TEST(ModelLoad, ProgressCancelAndTaps) {
   ASSERT_TRUE(k0.defined());
   EXPECT_EQ(k0.sizes(), (std::vector<std::int64_t>{1, c.kvHeads, 8, c.headDim}));
   EXPECT_EQ(cache->seqLength(), 8);
+  // A cancel token is checked before each layer: requested during layer 1, the pass ends before layer 2 stores.
+  CancelToken cancel;
+  model::ForwardOptions fo;
+  fo.cancel = &cancel;
+  fo.tap = [&](int layer, const char* name, const at::Tensor&) {
+    if (layer == 1 && std::string(name) == "mlp_out") cancel.request();
+  };
+  auto partial = m->makeCache(cache::parseSpec("dynamic"));
+  EXPECT_THROW(m->forward(at::arange(3, 11, at::kLong).view({1, -1}), *partial, fo), kvscope::Cancelled);
+  EXPECT_EQ(partial->layer(1).seqLength(), 8);
+  EXPECT_EQ(partial->layer(2).seqLength(), 0);
+  // Requested before a chunked pass: nothing is stored; a generation reports it as its stop reason, with no token.
+  cancel.request();
+  fo.tap = {};
+  fo.chunk = 4;
+  auto none = m->makeCache(cache::parseSpec("dynamic"));
+  EXPECT_THROW(m->forward(at::arange(3, 11, at::kLong).view({1, -1}), *none, fo), kvscope::Cancelled);
+  EXPECT_EQ(none->layer(0).seqLength(), 0);
+  generate::GenerateOptions go;
+  go.maxNew = 4;
+  auto g = m->makeCache(cache::parseSpec("dynamic"));
+  const auto r = generate::generate(*m, *g, {3, 4, 5, 6}, go, {}, &cancel);
+  EXPECT_EQ(r.stopReason, generate::StopReason::Cancelled);
+  EXPECT_TRUE(r.tokens.empty());
+}
+
+// The model session (runtime::Session) the CLI and the GUI's engine load through: a GGUF runs with 8-bit activations
+// by default (llama.cpp's arithmetic), and says so; f32 is transformers' arithmetic; prompts, stop ids, the context
+// check and perplexity come from it.
+TEST(ModelSession, RunsAGgufAsItsEngineComputesIt) {
+  if (!modelPath() || std::filesystem::path(modelPath()).extension() != ".gguf")
+    GTEST_SKIP() << "KVSCOPE_PARITY_MODEL is not a GGUF file";
+  runtime::LoadOptions o;
+  o.path = modelPath();
+  const runtime::Session q8 = runtime::Session::open(o);
+  EXPECT_EQ(q8.activations(), model::Activations::Q8);
+  EXPECT_EQ(q8.arithmetic(), "q8 activations (llama.cpp's arithmetic)");
+  EXPECT_EQ(q8.runAs()["activations"], "q8");
+  EXPECT_EQ(q8.path(), modelPath());
+  o.activations = "f32";
+  const runtime::Session f32 = runtime::Session::open(o);
+  EXPECT_EQ(f32.activations(), model::Activations::F32);
+  EXPECT_EQ(f32.runAs()["activations"], "f32");
+  // The chat template wraps the prompt (special tokens parsed); plain text does not.
+  const auto plain = f32.encodePrompt("Hello", false), chat = f32.encodePrompt("Hello", true);
+  EXPECT_GT(chat.size(), plain.size() + 4);
+  const auto imEnd = f32.tokenizer().tokenId("<|im_end|>");
+  ASSERT_TRUE(imEnd.has_value());
+  EXPECT_NE(std::find(chat.begin(), chat.end(), *imEnd), chat.end());
+  EXPECT_NE(std::find(f32.stopIds().begin(), f32.stopIds().end(), *imEnd), f32.stopIds().end());
+  EXPECT_NO_THROW(f32.checkContext(plain.size(), 16));
+  try {
+    f32.checkContext(plain.size(), static_cast<int>(f32.model().config().contextLength));
+    FAIL() << "a prompt past the context was accepted";
+  } catch (const kvscope::Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::BadInput);
+    EXPECT_NE(std::string(e.what()).find("exceed the model's context"), std::string::npos) << e.what();
+  }
+  // Perplexity of a text through a cache: finite, the same twice, and the two arithmetics differ.
+  const auto ids = f32.encodeText("The quick brown fox jumps over the lazy dog. It was a sunny day.", "text");
+  const double p1 = f32.perplexity(cache::parseSpec("dynamic"), ids, 4);
+  EXPECT_TRUE(std::isfinite(p1) && p1 > 1.0) << p1;
+  EXPECT_EQ(p1, f32.perplexity(cache::parseSpec("dynamic"), ids, 4));
+  EXPECT_NE(p1, q8.perplexity(cache::parseSpec("dynamic"), ids, 4));
 }
 
 class GreedyParity : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};

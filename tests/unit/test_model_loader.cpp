@@ -1,5 +1,5 @@
-// runtime::loadModel / defaultModelPath, the lookup the CLI and the GUI share: where a model is found when none is
-// named, and the messages when none is.
+// runtime::loadModel / defaultModelPath and the model session's options, what the CLI and the GUI share: where a model
+// is found when none is named, the messages when none is, and how the session's options are checked and resolved.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -7,7 +7,10 @@
 #include <optional>
 #include <string>
 
+#include "model/weight.h"
+#include "random_model.h"
 #include "runtime/model_loader.h"
+#include "runtime/session.h"
 #include "test_helpers.h"
 
 using namespace kvscope;
@@ -104,4 +107,45 @@ TEST(ModelLoader, DtypesAreNamedOrRefused) {
   } catch (const kvscope::Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown dtype `int8`"), std::string::npos) << e.what();
   }
+}
+
+// The model session's options: every bad value is one line naming the option and the choices, before the device is
+// probed or the file looked for.
+TEST(ModelSession, BadLoadOptionsAreRefusedBeforeAnythingIsRead) {
+  const std::vector<std::pair<runtime::LoadOptions, const char*>> bad = {
+      {{"/no/such/model.gguf", "cpu", "fp64", "auto", "stored"}, "unknown dtype `fp64` (fp32, bf16, fp16)"},
+      {{"/no/such/model.gguf", "cpu", "fp32", "int4", "stored"}, "unknown activations `int4` (auto, f32, q8)"},
+      {{"/no/such/model.gguf", "cuda:9", "fp32", "auto", "q3_k"},
+       "unknown weights `q3_k` (stored, q8_0, q5_1, q5_0, q4_1, q4_0)"},
+  };
+  for (const auto& [o, msg] : bad) {
+    try {
+      (void)runtime::Session::open(o);
+      FAIL() << msg;
+    } catch (const kvscope::Error& e) {
+      EXPECT_EQ(e.code(), kvscope::ErrorCode::BadInput);
+      EXPECT_EQ(std::string(e.what()), msg);
+    }
+  }
+  runtime::checkLoadOptions({});  // the defaults are among the choices
+  EXPECT_EQ(runtime::LoadOptions{}.activations, runtime::activationsNames().front());
+}
+
+// auto: 8-bit activations where the weights are llama.cpp block formats (llama.cpp's arithmetic), float32 where they
+// are float tensors (transformers'); f32 and q8 as named.
+TEST(ModelSession, AutoActivationsFollowTheWeightsFormat) {
+  const auto f32 = model::LlamaModel::load(testutil::randomModel());
+  EXPECT_FALSE(f32->blockWeights());
+  EXPECT_EQ(runtime::resolveActivations("auto", *f32), model::Activations::F32);
+  EXPECT_EQ(runtime::resolveActivations("q8", *f32), model::Activations::Q8);
+  const auto q4 = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(), {},
+                                          model::parseWeightFormat("q4_0"));
+  EXPECT_TRUE(q4->blockWeights());
+  EXPECT_EQ(runtime::resolveActivations("auto", *q4), model::Activations::Q8);
+  EXPECT_EQ(runtime::resolveActivations("f32", *q4), model::Activations::F32);
+  // The device path holds dense matrices: no block weights, float arithmetic.
+  const auto dense = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(c10::kCPU, at::kFloat, true),
+                                             {}, model::parseWeightFormat("q4_0"));
+  EXPECT_FALSE(dense->blockWeights());
+  EXPECT_EQ(runtime::resolveActivations("auto", *dense), model::Activations::F32);
 }
