@@ -212,11 +212,10 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-std::string_view fp8FormatName(Fp8Format f) { return kFormats[static_cast<std::size_t>(f)]; }
-std::string_view overflowName(OverflowPolicy p) { return kOverflows[static_cast<std::size_t>(p)]; }
-
 }  // namespace detail
 
+std::string_view fp8FormatName(Fp8Format f) { return detail::kFormats[static_cast<std::size_t>(f)]; }
+std::string_view overflowName(OverflowPolicy p) { return detail::kOverflows[static_cast<std::size_t>(p)]; }
 std::string_view granularityName(Fp8Granularity g) { return detail::kGranularities[static_cast<std::size_t>(g)]; }
 std::string_view attentionName(AttentionMode m) { return detail::kAttention[static_cast<std::size_t>(m)]; }
 std::string_view llamaCppTypeName(LlamaCppType t) { return detail::kLlamaCppTypes[static_cast<std::size_t>(t)]; }
