@@ -191,8 +191,7 @@ void MainWindow::run() {
 }
 
 void MainWindow::runConfig(const cache::CacheConfig& cfg) {
-  configPanel()->setConfig(cfg);
-  run();
+  if (configPanel()->setConfig(cfg)) run();
 }
 
 void MainWindow::stop() {
@@ -228,9 +227,8 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
   compare_->addRun(run);
   autosave();
   // A sweep goes on with its own configs: the fix is offered once it has ended.
-  showOverflowAdvice(messageBar_, *run, !compare_->sweeping(), [this](const QString& spec) {
-    if (configPanel()->setSpec(spec)) this->run();
-  });
+  showOverflowAdvice(messageBar_, *run, !compare_->sweeping(),
+                     [this](const cache::CacheConfig& fixed) { runConfig(fixed); });
   Q_EMIT runFinished(run);
 }
 

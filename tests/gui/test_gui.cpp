@@ -48,6 +48,7 @@
 #include "engine.h"
 #include "main_window.h"
 #include "message_bar.h"
+#include "overflow_advice.h"
 #include "runs_model.h"
 #include "session.h"
 #include "thread_handoff.h"
@@ -84,12 +85,14 @@ class WindowTest : public QObject {
   QString barText() const { return bar()->findChild<QLabel*>("messageText")->text(); }
   ui::MessageBar::Kind barKind() const { return w_->messageBar()->kind(); }
 
-  /// A finished fp8 run of two layers whose second layer's values stored `nan` NaN/inf codes.
-  static ui::RunSnapshotPtr nanRun(const QString& spec, std::int64_t nan) {
+  /// A finished run of two layers whose second layer's values stored `nan` NaN/inf codes; its config is `spec`'s, its
+  /// label `label` (the SPEC when empty).
+  static ui::RunSnapshotPtr nanRun(const QString& spec, std::int64_t nan, const QString& label = {}) {
     static int id = 0;
     auto r = std::make_shared<ui::RunSnapshot>();
     r->runId = ++id;
-    r->spec = spec;
+    r->spec = label.isEmpty() ? spec : label;
+    r->config = cache::parseSpec(spec.toStdString());
     r->finished = true;
     r->stopReason = "max_new";
     r->cache.memory.resize(2);
@@ -218,15 +221,52 @@ class WindowTest : public QObject {
     QVERIFY(bar()->isHidden());
     w_->onRunUpdated(nanRun("fp8", 0));
     QVERIFY(bar()->isHidden());
-    // A per-layer config: explained, but the form cannot hold it, so no button.
-    w_->onRunUpdated(nanRun("layers=*:K=fp8,V=quanto:nbits=4", 5));
-    QVERIFY2(bar()->isVisible() && barText().contains("448 for e4m3fn"), qPrintable(barText()));
-    QVERIFY(!bar()->findChild<QPushButton*>("rerunSaturate"));
-    // Beam search labels its runs "SPEC (N beams)": still the run's config.
-    w_->onRunUpdated(nanRun("fp8:granularity=head (3 beams)", 4));
-    QVERIFY2(barText().contains("per-head"), qPrintable(barText()));
+    // The run's recorded config decides, not its label: a beam search's "SPEC (N beams)", or a label that is no SPEC.
+    w_->onRunUpdated(nanRun("fp8:granularity=head,headroom=1.5,sink=4", 4, "my run (3 beams)"));
+    QVERIFY2(barText().contains("per-head") && barText().contains("448 for e4m3fn"), qPrintable(barText()));
     QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
-    QCOMPARE(w_->configPanel()->spec(), QString("fp8:granularity=head,overflow=saturate"));
+    QVERIFY2(w_->configPanel()->config() == cache::parseSpec("fp8:granularity=head,headroom=1.5,sink=4,overflow=saturate"),
+             qPrintable(w_->configPanel()->spec()));
+    // A run without a recorded config says nothing (its label is not read).
+    auto bare = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8", 5));
+    bare->config.reset();
+    w_->onRunUpdated(bare);
+    QVERIFY(bar()->isHidden());
+  }
+
+  void overflowAdviceRerunsThePerLayerAndCalibratedConfigWhole() {
+    // A per-layer config: every fp8 side under overflow=nan is explained (both formats' max) and saturated; the other
+    // sides, the rules and the mirrored fields stay as they were.
+    const QString mixed = "layers=0:K=fp8:format=e5m2,V=dynamic;*:K=fp8:granularity=channel,V=quanto:nbits=2";
+    w_->onRunUpdated(nanRun(mixed, 5));
+    QVERIFY2(bar()->isVisible() && barText().contains("57344 for e5m2, 448 for e4m3fn") &&
+                 barText().contains("per-tensor/per-channel") && barText().contains("stored as inf/NaN"),
+             qPrintable(barText()));
+    const auto advice = ui::overflowAdvice(*w_->lastRun());
+    QVERIFY(advice);
+    const auto fixed = cache::parseSpec("layers=0:K=fp8:format=e5m2,overflow=saturate,V=dynamic;"
+                                        "*:K=fp8:granularity=channel,overflow=saturate,V=quanto:nbits=2");
+    QVERIFY2(advice->rerun == fixed, cache::toSpec(advice->rerun).c_str());
+    QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
+    QVERIFY(w_->configPanel()->config() == fixed);  // the form holds it whole
+    QVERIFY(w_->configPanel()->isValid());
+    // A side with another policy is left alone, and only the nan side is named.
+    w_->onRunUpdated(nanRun("layers=*:K=fp8:overflow=recalibrate,V=fp8:format=e5m2", 2));
+    QVERIFY2(barText().contains("57344 for e5m2") && !barText().contains("448"), qPrintable(barText()));
+    QVERIFY(ui::overflowAdvice(*w_->lastRun())->rerun ==
+            cache::parseSpec("layers=*:K=fp8:overflow=recalibrate,V=fp8:format=e5m2,overflow=saturate"));
+    // Offline-calibrated scales (no SPEC holds them): said so, and kept in the rerun's config.
+    auto calibrated = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8:granularity=head", 3, "fp8 [calibrated]"));
+    calibrated->config->keyScales = calibrated->config->valueScales = {{0.5f, 0.5f}, {0.25f, 0.75f}};
+    w_->onRunUpdated(calibrated);
+    QVERIFY2(barText().contains("calibrated offline"), qPrintable(barText()));
+    QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
+    cache::CacheConfig expected = *calibrated->config;
+    expected.overflow = cache::OverflowPolicy::Saturate;
+    QVERIFY(w_->configPanel()->config() == expected);
+    // scale=unit: no calibration at all, the scale is 1.0.
+    w_->onRunUpdated(nanRun("fp8:scale=unit", 1));
+    QVERIFY2(barText().contains("fixed at 1.0"), qPrintable(barText()));
   }
 
   void nanNeverLooksLikeALowError() {
@@ -546,7 +586,7 @@ class WindowTest : public QObject {
   }
 
   void sessionKeepsConfigsScalesAndErrorMaps() {
-    auto run = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8 [calibrated]", 3));
+    auto run = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8", 3, "fp8 [calibrated]"));
     cache::CacheConfig cfg = cache::parseSpec("fp8:overflow=saturate");
     cfg.keyScales = cfg.valueScales = {{0.5f}, {0.25f}};
     run->config = cfg;
