@@ -187,7 +187,7 @@ class WindowTest : public QObject {
     QVERIFY(fits1366(w_->minimumSizeHint()));
     QTest::mouseClick(bar()->findChild<QToolButton*>("messageBarClose"), Qt::LeftButton);
     QVERIFY(bar()->isHidden());
-    // The window's own errors show there too (they all go through onFailed).
+    // The window's own errors show there too.
     w_->exportPlotsTo("/nonexistent/folder");
     QVERIFY(bar()->isVisible());
     QVERIFY(barText().contains("could not write kv_memory.png"));
@@ -267,6 +267,39 @@ class WindowTest : public QObject {
     // scale=unit: no calibration at all, the scale is 1.0.
     w_->onRunUpdated(nanRun("fp8:scale=unit", 1));
     QVERIFY2(barText().contains("fixed at 1.0"), qPrintable(barText()));
+  }
+
+  void oneBusyStateDrivesTheActions() {
+    using Busy = ui::MainWindow::Busy;
+    auto enabled = [this](const char* name) { return w_->findChild<QPushButton*>(name)->isEnabled(); };
+    quint64 stopped = 0;
+    w_->setStopHandler([&](quint64 serial) { stopped = serial; });
+    // No model: nothing can start, nothing to stop.
+    QVERIFY(w_->busy() == Busy::Idle);
+    for (const char* b : {"runButton", "stopButton", "sweepButton", "evalButton", "tuneButton"}) QVERIFY2(!enabled(b), b);
+    // A load (no engine here: it stays pending): Stop cancels it, nothing else starts.
+    QSignalSpy loads(w_, &ui::MainWindow::loadRequested);
+    w_->openModel("/nonexistent/model.gguf");
+    QCOMPARE(loads.count(), 1);
+    const quint64 serial = loads.takeFirst().at(3).toULongLong();
+    QVERIFY(w_->busy() == Busy::Loading);
+    QVERIFY(enabled("stopButton"));
+    for (const char* b : {"runButton", "sweepButton", "evalButton", "tuneButton"}) QVERIFY2(!enabled(b), b);
+    w_->findChild<QPushButton*>("stopButton")->click();
+    QCOMPARE(stopped, serial);
+    // The window's own error (an export) and a run's late final snapshot leave the load pending.
+    QVERIFY(!w_->exportPlotsTo("/nonexistent/folder"));
+    QVERIFY(w_->busy() == Busy::Loading);
+    w_->onRunUpdated(nanRun("fp8:overflow=saturate", 0));
+    QVERIFY(w_->busy() == Busy::Loading);
+    QVERIFY(enabled("stopButton"));
+    // An earlier request's failure is shown but leaves it; the load's own failure ends it.
+    w_->onRequestFailed(serial - 1, "an earlier request failed");
+    QVERIFY(w_->busy() == Busy::Loading);
+    w_->onRequestFailed(serial, "cannot read `/nonexistent/model.gguf`");
+    QVERIFY(w_->busy() == Busy::Idle);
+    QVERIFY(!enabled("stopButton"));
+    QCOMPARE(barText(), QString("cannot read `/nonexistent/model.gguf`"));
   }
 
   void nanNeverLooksLikeALowError() {
@@ -779,7 +812,7 @@ class GuiTest : public QObject {
     const auto r = done.takeFirst().at(0).value<ui::RunSnapshotPtr>();
     QCOMPARE(r->stopReason, QString("cancelled"));
     QVERIFY(r->tokens.size() < 2000);
-    QVERIFY(!w_->isRunning());
+    QVERIFY(w_->busy() == ui::MainWindow::Busy::Idle);
   }
 
   void stopBeforeTheEngineStartsCancelsInThePrefill() {
@@ -952,7 +985,15 @@ class GuiTest : public QObject {
     w_->findChild<QSpinBox*>("evalCtx")->setValue(96);
     w_->findChild<QSpinBox*>("evalWindows")->setValue(1);
     w_->startEval(text, {cache::parseSpec("fp8:overflow=saturate"), cache::parseSpec("quanto:nbits=2,q_group_size=32,residual_length=0")});
-    QVERIFY(!w_->findChild<QPushButton*>("runButton")->isEnabled());  // the engine is busy
+    // The engine is busy: Stop cancels the evaluation, nothing else starts (Run, Sweep, Evaluate, Scan).
+    QVERIFY(w_->busy() == ui::MainWindow::Busy::Evaluating);
+    for (const char* b : {"runButton", "sweepButton", "evalButton", "tuneButton"})
+      QVERIFY2(!w_->findChild<QPushButton*>(b)->isEnabled(), b);
+    QVERIFY(w_->findChild<QPushButton*>("stopButton")->isEnabled());
+    QSignalSpy runs(w_, &ui::MainWindow::runRequested);
+    w_->run();
+    w_->startSweep("quanto:nbits=2,4");
+    QCOMPARE(runs.count(), 0);
     QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 180000);
     auto* t = w_->findChild<QTableWidget*>("evalTable");
     QCOMPARE(t->rowCount(), 3);
@@ -976,6 +1017,9 @@ class GuiTest : public QObject {
     QVERIFY(positions->graph(1)->dataCount() > 0 && positions->graph(1)->dataCount() <= 96);
     QVERIFY(w_->findChild<QLabel*>("evalSummary")->text().contains("scored tokens"));
     QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
+    QVERIFY(w_->busy() == ui::MainWindow::Busy::Idle);
+    for (const char* b : {"sweepButton", "evalButton", "tuneButton"}) QVERIFY2(w_->findChild<QPushButton*>(b)->isEnabled(), b);
+    QVERIFY(!w_->findChild<QPushButton*>("stopButton")->isEnabled());
     // A missing text is refused before the engine is asked.
     w_->startEval("/nonexistent/text.txt", {cache::parseSpec("fp8")});
     QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("/nonexistent/text.txt"));
