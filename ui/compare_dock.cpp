@@ -34,7 +34,7 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   grid_ = new QLineEdit("quanto:nbits=2,4;q_group_size=32,64", this);
   grid_->setObjectName("sweepGrid");
   grid_->setToolTip(tr("backend:key=v1,v2;key2=v1,v2 — every combination runs on the current prompt"));
-  auto* sweep = new QPushButton(tr("Sweep"), this);
+  auto* sweep = sweep_ = new QPushButton(tr("Sweep"), this);
   sweep->setObjectName("sweepButton");
   budgetKind_ = new QComboBox(this);
   budgetKind_->addItems({tr("smallest KV with mean KL ≤"), tr("lowest mean KL with KV MiB ≤")});
@@ -156,6 +156,7 @@ bool CompareDock::startSweep(const QString& grid) {
   }
   sweepRuns_.clear();
   sweeping_ = true;
+  sweep_->setEnabled(false);
   progress_->setRange(0, static_cast<int>(queue_.size()));
   progress_->setValue(0);
   progress_->setVisible(true);
@@ -179,6 +180,7 @@ void CompareDock::nextInSweep() {
 
 void CompareDock::finishSweep() {
   sweeping_ = false;
+  sweep_->setEnabled(startEnabled_);
   progress_->setVisible(false);
   const bool byKl = budgetKind_->currentIndex() == 0;
   const double limit = budget_->value();
@@ -217,6 +219,13 @@ std::vector<cache::CacheConfig> CompareDock::evalConfigs() const {
   if (rows.isEmpty())
     for (const auto& r : model_->runs()) add(r);
   return out;
+}
+
+void CompareDock::setStartEnabled(bool on) {
+  startEnabled_ = on;
+  sweep_->setEnabled(on && !sweeping_);
+  eval_->setStartEnabled(on);
+  tune_->setStartEnabled(on);
 }
 
 void CompareDock::showProgress(int done, int total) {

@@ -14,6 +14,7 @@ class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
 class QProgressBar;
+class QPushButton;
 class QSplitter;
 class QTabWidget;
 class QTableView;
@@ -47,6 +48,9 @@ class CompareDock : public QWidget {
   /// The configs the text evaluation takes: the selected runs' (every run's when none is selected), without repeats
   /// or the unquantized `dynamic` (always the reference); empty when no run has one.
   std::vector<cache::CacheConfig> evalConfigs() const;
+  /// Whether Sweep, Evaluate and Scan can start (a model loaded, the engine idle: the window's busy state). Sweep also
+  /// waits for a sweep to end.
+  void setStartEnabled(bool on);
   /// A busy indicator for an evaluation (total 0: unknown; done < 0 hides it).
   void showProgress(int done, int total);
 
@@ -80,6 +84,7 @@ class CompareDock : public QWidget {
   QTabWidget* tabs_;
   QLabel* common_;
   QLineEdit* grid_;
+  QPushButton* sweep_;
   QComboBox* budgetKind_;
   QDoubleSpinBox* budget_;
   QLabel* best_;
@@ -87,6 +92,7 @@ class CompareDock : public QWidget {
   std::vector<cache::CacheConfig> queue_;
   QVector<RunSnapshotPtr> sweepRuns_;
   bool sweeping_ = false;
+  bool startEnabled_ = true;
 };
 
 }  // namespace kvscope::ui

@@ -60,7 +60,7 @@ EvalPage::EvalPage(QWidget* parent) : QWidget(parent) {
   QPushButton* browse = picker.browse;
   ctx_ = picker.ctx;
   windows_ = picker.windows;
-  auto* evalButton = new QPushButton(tr("Evaluate"), this);
+  auto* evalButton = evaluate_ = new QPushButton(tr("Evaluate"), this);
   evalButton->setObjectName("evalButton");
   evalButton->setToolTip(tr("The configs of the selected runs (all runs when none is selected; the form's config when "
                             "there is no run) on the text"));
@@ -126,6 +126,8 @@ void EvalPage::showStarted(const EvalRequest& r) {
 }
 
 void EvalPage::showFailed(const QString& message) { summary_->setText(message.toHtmlEscaped()); }
+
+void EvalPage::setStartEnabled(bool on) { evaluate_->setEnabled(on); }
 
 void EvalPage::showResult(const EvalResultView& result) {
   table_->setRowCount(0);

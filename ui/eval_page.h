@@ -37,11 +37,14 @@ class EvalPage : public QWidget {
   void showStarted(const EvalRequest& r);
   void showResult(const EvalResultView& result);
   void showFailed(const QString& message);
+  /// Whether Evaluate can start one (a model loaded, the engine idle).
+  void setStartEnabled(bool on);
 
  Q_SIGNALS:
   void evaluateClicked();
 
  private:
+  QPushButton* evaluate_;
   QLineEdit* text_;
   QSpinBox* ctx_;
   QSpinBox* windows_;

@@ -52,12 +52,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(runPanel_, &RunPanel::runClicked, this, &MainWindow::run);
   connect(runPanel_, &RunPanel::stopClicked, this, &MainWindow::stop);
   connect(runPanel_, &RunPanel::reloadWanted, this, [this] {
-    if (hasModel() && !loading_) openModel(model_.path);
+    if (hasModel() && busy_ != Busy::Loading) openModel(model_.path);
   });
   connect(configPanel(), &ConfigPanel::changed, this, [this] { updateActions(); });
   connect(compare_, &CompareDock::runRequested, this, &MainWindow::runConfig);
   connect(compare_, &CompareDock::configChosen, this, [this](const cache::CacheConfig& c) { configPanel()->setConfig(c); });
-  connect(compare_, &CompareDock::failed, this, &MainWindow::onFailed);
+  connect(compare_, &CompareDock::failed, this, &MainWindow::showError);  // a bad grid, the tuner page's pick or save
   connect(compare_, &CompareDock::tuneRequested, this, &MainWindow::startTune);
   connect(compare_, &CompareDock::layerChosen, this, [this](int layer) { selection_->setLayer(layer); });
   connect(selection_, &Selection::changed, this, [this] { compare_->tunePage()->setSelectedLayer(selection_->layer()); });
@@ -111,7 +111,8 @@ void MainWindow::buildDocks() {
     if (selection_->layer() == inspected) return;
     inspected = selection_->layer();
     if (inspect_) inspect_(inspected);
-    if (!running_) Q_EMIT inspectionRequested();
+    // A run, an evaluation or a scan sends the errors with its snapshots; otherwise the engine answers (after a load).
+    if (busy_ == Busy::Idle || busy_ == Busy::Loading) Q_EMIT inspectionRequested();
   });
   beamDock_ = new BeamDock(selection_, this);
   auto* bd = addDock(this, tr("Beams"), "beamDock", beamDock_, Qt::BottomDockWidgetArea);
@@ -143,19 +144,27 @@ void MainWindow::resetLayout() {
   sizeDocks(this);
 }
 
+void MainWindow::setBusy(Busy busy) {
+  // An evaluation's or a scan's progress ends with it (finished, failed, or stopped for a load).
+  if ((busy_ == Busy::Evaluating || busy_ == Busy::Tuning) && busy != busy_) compare_->showProgress(-1, 0);
+  busy_ = busy;
+  updateActions();
+}
+
 void MainWindow::updateActions() {
-  runPanel_->setRunEnabled(hasModel() && !running_ && !loading_ && configPanel()->isValid());
-  runPanel_->setStopEnabled(running_ || loading_);  // Stop also cancels a load
+  const bool idle = busy_ == Busy::Idle;
+  runPanel_->setRunEnabled(hasModel() && idle && configPanel()->isValid());
+  runPanel_->setStopEnabled(!idle);  // Stop also cancels a load, an evaluation and a scan
+  compare_->setStartEnabled(hasModel() && idle);  // Sweep, Evaluate, Scan
 }
 
 void MainWindow::openModel(const QString& path) {
-  if (running_) stop();
-  loading_ = true;
+  if (busy_ != Busy::Idle && busy_ != Busy::Loading) stop();  // the load replaces what the engine was doing
   runPanel_->showLoadProgress(0, 1);
   // An error was about the model before; an offer (the autosave) still stands.
   if (messageBar_->kind() != MessageBar::Kind::Info) messageBar_->dismiss();
   message_->setText(tr("Loading %1…").arg(path));
-  updateActions();
+  setBusy(Busy::Loading);
   Q_EMIT loadRequested(LoadRequest{runPanel_->loadOptions(path), ++runSerial_});
 }
 
@@ -169,7 +178,6 @@ void MainWindow::askForModel() {
 void MainWindow::onLoadProgress(int done, int total) { runPanel_->showLoadProgress(done, std::max(total, 1)); }
 
 void MainWindow::onModelLoaded(const ModelInfo& info) {
-  loading_ = false;
   model_ = info;
   runPanel_->showModel(info);
   message_->setText(tr("Model loaded (%1, %2, %3).")
@@ -177,32 +185,30 @@ void MainWindow::onModelLoaded(const ModelInfo& info) {
   if (info.layers > 0 && selection_->layer() >= info.layers) selection_->clear();
   updateStatus();
   rememberModel(info.path);
-  updateActions();
+  setBusy(Busy::Idle);
 }
 
 void MainWindow::run() {
   if (!runPanel_->runEnabled()) return;
   RunRequest r = runPanel_->request();
   r.serial = ++runSerial_;
-  running_ = true;
   message_->clear();
   messageBar_->dismiss();
-  updateActions();
+  setBusy(Busy::Running);
   Q_EMIT runRequested(r);
 }
 
 void MainWindow::runConfig(const cache::CacheConfig& cfg) {
-  configPanel()->setConfig(cfg);
-  run();
+  if (configPanel()->setConfig(cfg)) run();
 }
 
 void MainWindow::stop() {
   compare_->stopSweep();  // a stop ends the sweep too
-  if ((running_ || loading_) && stop_) stop_(runSerial_);  // the latest request: a run, an evaluation or a load
+  if (busy_ != Busy::Idle && stop_) stop_(runSerial_);  // the latest request: a run, an evaluation, a scan or a load
 }
 
 void MainWindow::startSweep(const QString& grid) {
-  if (running_ || loading_ || !hasModel()) return;
+  if (busy_ != Busy::Idle || !hasModel()) return;
   compare_->startSweep(grid);
 }
 
@@ -224,14 +230,12 @@ void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
   showRun(run);
   updateStatus();
   if (!run->finished) return;
-  running_ = false;
-  updateActions();
+  if (busy_ == Busy::Running) setBusy(Busy::Idle);  // (a run stopped for a load finishes while the load waits)
   compare_->addRun(run);
   autosave();
   // A sweep goes on with its own configs: the fix is offered once it has ended.
-  showOverflowAdvice(messageBar_, *run, !compare_->sweeping(), [this](const QString& spec) {
-    if (configPanel()->setSpec(spec)) this->run();
-  });
+  showOverflowAdvice(messageBar_, *run, !compare_->sweeping(),
+                     [this](const cache::CacheConfig& fixed) { runConfig(fixed); });
   Q_EMIT runFinished(run);
 }
 
@@ -242,58 +246,52 @@ void MainWindow::onInspection(const TokenErrorViewPtr& view) {
 }
 
 void MainWindow::startEval(const QString& textPath, const std::vector<cache::CacheConfig>& configs) {
-  if (running_ || loading_ || !hasModel()) return;
+  if (busy_ != Busy::Idle || !hasModel()) return;
   if (!QFileInfo(textPath).isFile()) {
-    onFailed(tr("evaluation text `%1` not found").arg(textPath));
+    showError(tr("evaluation text `%1` not found").arg(textPath));
     return;
   }
   EvalRequest r = compare_->evalPage()->request(configs);
   r.textPath = textPath;
   r.serial = ++runSerial_;
-  running_ = evaluating_ = true;
+  setBusy(Busy::Evaluating);
   compare_->showProgress(0, 0);
   compare_->evalPage()->showStarted(r);
-  updateActions();
   Q_EMIT evalRequested(r);
 }
 
 void MainWindow::onEvalProgress(int done, int total) { compare_->showProgress(done, total); }
 
 void MainWindow::onEvalFinished(const EvalResultView& result) {
-  running_ = evaluating_ = false;
-  compare_->showProgress(-1, 0);
+  if (busy_ == Busy::Evaluating) setBusy(Busy::Idle);
   compare_->evalPage()->showResult(result);
-  updateActions();
   Q_EMIT evalDone();
 }
 
 void MainWindow::startTune() {
-  if (running_ || loading_ || !hasModel()) return;
+  if (busy_ != Busy::Idle || !hasModel()) return;
   TuneRequest r;
   try {
     r = compare_->tunePage()->request();
   } catch (const cache::ConfigError& e) {
-    onFailed(tr("tuner: %1").arg(QString::fromUtf8(e.what())));
+    showError(tr("tuner: %1").arg(QString::fromUtf8(e.what())));
     return;
   }
   if (!QFileInfo(r.textPath).isFile()) {
-    onFailed(tr("tuning text `%1` not found").arg(r.textPath));
+    showError(tr("tuning text `%1` not found").arg(r.textPath));
     return;
   }
   r.modelPath = model_.path;
   r.serial = ++runSerial_;
-  running_ = evaluating_ = tuning_ = true;
+  setBusy(Busy::Tuning);
   compare_->showProgress(0, 0);
   compare_->tunePage()->showStarted(r);
-  updateActions();
   Q_EMIT tuneRequested(r);
 }
 
 void MainWindow::onTuneFinished(const TuneResultView& result) {
-  running_ = evaluating_ = tuning_ = false;
-  compare_->showProgress(-1, 0);
+  if (busy_ == Busy::Tuning) setBusy(Busy::Idle);
   compare_->tunePage()->showResult(result);
-  updateActions();
   Q_EMIT tuneDone();
 }
 
@@ -303,31 +301,28 @@ void MainWindow::updateStatus() {
 
 void MainWindow::onRequestFailed(quint64 serial, const QString& message) {
   if (serial == runSerial_) return onFailed(message);
-  message_->setError(message);
-  messageBar_->showError(message);
+  showError(message);
 }
 
 void MainWindow::onFailed(const QString& message) {
-  // Non-blocking: the message shows whole in the bar until dismissed, and stays in the status bar; the window keeps
-  // its state. A failed run ends a sweep (its later configs would fail alike).
-  if (running_ && !evaluating_) compare_->stopSweep();
-  if (evaluating_) {
-    compare_->showProgress(-1, 0);
-    if (tuning_)
-      compare_->tunePage()->showFailed(message);
-    else
-      compare_->evalPage()->showFailed(message);
-  }
-  loading_ = running_ = evaluating_ = tuning_ = false;
+  // A failed run ends a sweep (its later configs would fail alike); an evaluation or a scan says so on its page.
+  if (busy_ == Busy::Running) compare_->stopSweep();
+  if (busy_ == Busy::Evaluating) compare_->evalPage()->showFailed(message);
+  if (busy_ == Busy::Tuning) compare_->tunePage()->showFailed(message);
   runPanel_->showLoadProgress(0, 0);
+  setBusy(Busy::Idle);
+  showError(message);
+}
+
+void MainWindow::showError(const QString& message) {
+  // Non-blocking: the message shows whole in the bar until dismissed, and stays in the status bar.
   message_->setError(message);
   messageBar_->showError(message);
-  updateActions();
 }
 
 bool MainWindow::report(const ExportResult& r) {
   if (!r.ok) {
-    onFailed(r.message);
+    showError(r.message);
     return false;
   }
   message_->setText(r.message);
@@ -378,7 +373,7 @@ void MainWindow::autosave() {
   try {
     saveSession(Session{model_.path, runsModel()->runs()}, path);
   } catch (const SessionError& e) {
-    onFailed(tr("autosave: %1").arg(QString::fromStdString(e.what())));
+    showError(tr("autosave: %1").arg(QString::fromStdString(e.what())));
   }
 }
 
@@ -387,7 +382,7 @@ void MainWindow::saveSessionTo(const QString& path) {
     saveSession(Session{model_.path, runsModel()->runs()}, path);
     message_->setText(tr("Saved %1 runs to %2").arg(runsModel()->rowCount()).arg(path));
   } catch (const SessionError& e) {
-    onFailed(QString::fromStdString(e.what()));
+    showError(QString::fromStdString(e.what()));
   }
 }
 
@@ -396,7 +391,7 @@ void MainWindow::openSession(const QString& path) {
   try {
     s = loadSession(path);  // nothing changes unless the whole file reads
   } catch (const SessionError& e) {
-    onFailed(QString::fromStdString(e.what()));
+    showError(QString::fromStdString(e.what()));
     return;
   }
   compare_->setRuns(s.runs);

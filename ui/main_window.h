@@ -34,6 +34,9 @@ class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
   using ExportTarget = ui::ExportTarget;
+  /// What the engine is doing for the window: one request at a time. Run, Stop, Sweep, Evaluate and Scan follow it
+  /// (updateActions()).
+  enum class Busy { Idle, Loading, Running, Evaluating, Tuning };
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
@@ -65,7 +68,7 @@ class MainWindow : public QMainWindow {
   Selection* selection() const { return selection_; }
   /// Errors and run advice, above the generated text.
   MessageBar* messageBar() const { return messageBar_; }
-  bool isRunning() const { return running_; }
+  Busy busy() const { return busy_; }
   bool hasModel() const { return !model_.path.isEmpty(); }
   RunSnapshotPtr lastRun() const { return last_; }
 
@@ -81,6 +84,7 @@ class MainWindow : public QMainWindow {
   void onModelLoaded(const kvscope::ui::ModelInfo& info);
   void onRunUpdated(const kvscope::ui::RunSnapshotPtr& run);
   void onInspection(const kvscope::ui::TokenErrorViewPtr& view);
+  /// The current request failed (or a sweep could not start): the message shown, the window idle again.
   void onFailed(const QString& message);
   /// Request `serial` failed (the engine's `failed`): a failure of an earlier request than the latest is shown but
   /// leaves the latest one's state alone.
@@ -134,7 +138,13 @@ class MainWindow : public QMainWindow {
  private:
   void buildDocks();
   void showRun(const RunSnapshotPtr& run);
+  /// The engine's new state; the actions follow it.
+  void setBusy(Busy busy);
+  /// Enables what depends on the busy state, the model and the form: Run, Stop, Sweep, Evaluate, Scan.
   void updateActions();
+  /// `message` in the message bar and the status bar; the busy state stays (the window's own errors: an export, the
+  /// autosave, a session file).
+  void showError(const QString& message);
   void updateStatus();
   void autosave();
   /// An export's result in the status bar, its notes in the message bar, or its error; its `ok`.
@@ -159,10 +169,7 @@ class MainWindow : public QMainWindow {
   ModelInfo model_;
   RunSnapshotPtr last_;
   int beamsRaisedFor_ = 0;  ///< the beam-search run whose Beams tab was brought to the front
-  bool running_ = false;
-  bool loading_ = false;
-  bool evaluating_ = false;  ///< an evaluation or a tuner scan (tuning_) is running
-  bool tuning_ = false;
+  Busy busy_ = Busy::Idle;
 };
 
 }  // namespace kvscope::ui

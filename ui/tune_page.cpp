@@ -58,7 +58,7 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   QPushButton* browse = picker.browse;
   ctx_ = picker.ctx;
   windows_ = picker.windows;
-  auto* scan = new QPushButton(tr("Scan"), this);
+  auto* scan = scan_ = new QPushButton(tr("Scan"), this);
   scan->setObjectName("tuneButton");
   scan->setToolTip(tr("One run per candidate, layer and side on the text (2 x layers x candidates runs)"));
   form->addRow(tr("Candidates"), candidates_);
@@ -189,6 +189,8 @@ void TunePage::showStarted(const TuneRequest& r) {
 }
 
 void TunePage::showFailed(const QString& message) { summary_->setText(message.toHtmlEscaped()); }
+
+void TunePage::setStartEnabled(bool on) { scan_->setEnabled(on); }
 
 void TunePage::showResult(const TuneResultView& result) {
   result_ = result;

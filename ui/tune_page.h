@@ -14,6 +14,7 @@ class QCustomPlot;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
+class QPushButton;
 class QSpinBox;
 
 namespace kvscope::ui {
@@ -27,6 +28,8 @@ class TunePage : public QWidget {
   void showStarted(const TuneRequest& r);
   void showResult(const TuneResultView& result);
   void showFailed(const QString& message);
+  /// Whether Scan can start one (a model loaded, the engine idle).
+  void setStartEnabled(bool on);
   /// The shown scan (nullopt before the first).
   const std::optional<TuneResultView>& result() const { return result_; }
   /// The front point `index` of `target` (by bytes ascending) as a config: what a click on it loads.
@@ -46,6 +49,7 @@ class TunePage : public QWidget {
   void pickClicked();
   void saveScan();
 
+  QPushButton* scan_;
   QLineEdit* text_;
   QLineEdit* candidates_;
   QSpinBox* ctx_;

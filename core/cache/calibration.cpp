@@ -12,8 +12,6 @@
 namespace kvscope::cache {
 
 namespace {
-float formatMax(Fp8Format f) { return f == Fp8Format::E5M2 ? 57344.0f : 448.0f; }
-
 std::int64_t groupCount(Fp8Granularity g, std::int64_t H, std::int64_t D) {
   return g == Fp8Granularity::Tensor ? 1 : g == Fp8Granularity::Head ? H : H * D;
 }
@@ -84,7 +82,7 @@ std::vector<std::vector<float>> Fp8Calibrator::scales(bool keys) const {
         std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(rank), v.end());
         stat = v[rank];
       }
-      s.push_back(std::max(static_cast<float>(stat * opt_.headroom) / formatMax(opt_.format), FLT_MIN));
+      s.push_back(std::max(static_cast<float>(stat * opt_.headroom) / fp8Max(opt_.format), FLT_MIN));
     }
     out.push_back(std::move(s));
   }
@@ -103,7 +101,7 @@ OverflowCount countOverflow(const at::Tensor& x, const std::vector<float>& scale
                                             : s.view({1, H, 1, D});
   const at::Tensor a = x.to(at::kFloat) / s.to(x.device());
   c.values = x.numel();
-  c.beyondMax = (a.abs() > formatMax(format)).sum().item<std::int64_t>();
+  c.beyondMax = (a.abs() > fp8Max(format)).sum().item<std::int64_t>();
   const at::Tensor q = a.to(format == Fp8Format::E5M2 ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn).to(at::kFloat);
   c.nonFinite = (~q.isfinite()).sum().item<std::int64_t>();
   return c;

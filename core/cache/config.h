@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/fp8_format.h"
 #include "util/error.h"
 
 namespace kvscope::cache {
@@ -23,7 +24,6 @@ enum class LlamaCppType { F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL };
 /// its type is quantized and the head size is a multiple of 64. On: both sides rotated whatever their type (an error
 /// for a head size that is not a multiple of 64). Off: none, as with LLAMA_ATTN_ROT_DISABLE=1.
 enum class Rotation { Auto, On, Off };
-enum class Fp8Format { E4M3FN, E5M2 };
 enum class Fp8Granularity { Tensor, Head, Channel };
 /// Where an fp8 cache's scale comes from when no calibrated scales are given. Amax: the first update's amax
 /// (transformers). Unit: 1.0, what vLLM's FP8 cache uses when the checkpoint carries no k_scale / v_scale.
@@ -200,6 +200,10 @@ std::string toSpec(const CacheConfig& cfg);
 std::string_view attentionName(AttentionMode m);
 /// True when every layer of `cfg` (every rule's keys and values) attends in fused mode.
 bool allFused(const CacheConfig& cfg);
+/// The SPEC value of an FP8 format: "e4m3fn" or "e5m2" (its largest finite value: fp8Max, cache/fp8_format.h).
+std::string_view fp8FormatName(Fp8Format f);
+/// The SPEC value of an overflow policy: "nan", "saturate" or "recalibrate".
+std::string_view overflowName(OverflowPolicy p);
 /// The SPEC value of a granularity: "tensor", "head" or "channel".
 std::string_view granularityName(Fp8Granularity g);
 /// llama.cpp's name of a cache type ("q8_0", "iq4_nl", ...), as -ctk / -ctv and SPECs write it.

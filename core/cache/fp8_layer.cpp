@@ -28,7 +28,7 @@ class Fp8Layer final : public CacheLayer {
  public:
   Fp8Layer(const CacheConfig& cfg, const StatsOptions& s)
       : CacheLayer(s, cfg.attention),
-        format_(cfg.fp8Format == Fp8Format::E5M2 ? kernels::Fp8Format::E5M2 : kernels::Fp8Format::E4M3FN),
+        format_(cfg.fp8Format),
         granularity_(cfg.granularity),
         headroom_(cfg.headroom),
         policy_(cfg.overflow),
@@ -109,7 +109,7 @@ class Fp8Layer final : public CacheLayer {
     at::Tensor expanded;    // float32 [H, D]: the scale of every (head, channel), what the kernels read
   };
 
-  float fmax() const { return kernels::fp8Max(format_); }
+  float fmax() const { return fp8Max(format_); }
 
   // An update's counts: the overflow of its first encode, the non-finite codes of what it stored.
   static void count(TensorStats& st, std::int64_t overflow, const Fp8Counts& stored) {
@@ -283,7 +283,7 @@ class Fp8Layer final : public CacheLayer {
                                    scale.numel(), side, granularityName(granularity_), H, D, want));
   }
 
-  kernels::Fp8Format format_;
+  Fp8Format format_;
   Fp8Granularity granularity_;
   double headroom_;
   OverflowPolicy policy_;

@@ -6,18 +6,13 @@
 #include <cstring>
 #include <limits>
 
-#if defined(__CUDACC__)
-#define KVS_HD __host__ __device__ __forceinline__
-#else
-#define KVS_HD inline
-#endif
+#include "cache/fp8_format.h"  // Fp8Format and fp8Max: the config library's, one enum for the cache and the kernels
+#include "util/host_device.h"
 
 namespace kvscope::kernels {
 
-enum class Fp8Format : std::uint8_t { E4M3FN, E5M2 };
-
-/// Largest finite magnitude of each format (448 and 57344).
-KVS_HD constexpr float fp8Max(Fp8Format f) { return f == Fp8Format::E4M3FN ? 448.0f : 57344.0f; }
+using cache::Fp8Format;
+using cache::fp8Max;
 
 KVS_HD std::uint32_t floatBits(float f) {
 #if defined(__CUDA_ARCH__)

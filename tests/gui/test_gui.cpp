@@ -48,6 +48,7 @@
 #include "engine.h"
 #include "main_window.h"
 #include "message_bar.h"
+#include "overflow_advice.h"
 #include "runs_model.h"
 #include "session.h"
 #include "thread_handoff.h"
@@ -84,12 +85,14 @@ class WindowTest : public QObject {
   QString barText() const { return bar()->findChild<QLabel*>("messageText")->text(); }
   ui::MessageBar::Kind barKind() const { return w_->messageBar()->kind(); }
 
-  /// A finished fp8 run of two layers whose second layer's values stored `nan` NaN/inf codes.
-  static ui::RunSnapshotPtr nanRun(const QString& spec, std::int64_t nan) {
+  /// A finished run of two layers whose second layer's values stored `nan` NaN/inf codes; its config is `spec`'s, its
+  /// label `label` (the SPEC when empty).
+  static ui::RunSnapshotPtr nanRun(const QString& spec, std::int64_t nan, const QString& label = {}) {
     static int id = 0;
     auto r = std::make_shared<ui::RunSnapshot>();
     r->runId = ++id;
-    r->spec = spec;
+    r->spec = label.isEmpty() ? spec : label;
+    r->config = cache::parseSpec(spec.toStdString());
     r->finished = true;
     r->stopReason = "max_new";
     r->cache.memory.resize(2);
@@ -184,7 +187,7 @@ class WindowTest : public QObject {
     QVERIFY(fits1366(w_->minimumSizeHint()));
     QTest::mouseClick(bar()->findChild<QToolButton*>("messageBarClose"), Qt::LeftButton);
     QVERIFY(bar()->isHidden());
-    // The window's own errors show there too (they all go through onFailed).
+    // The window's own errors show there too.
     w_->exportPlotsTo("/nonexistent/folder");
     QVERIFY(bar()->isVisible());
     QVERIFY(barText().contains("could not write kv_memory.png"));
@@ -218,15 +221,85 @@ class WindowTest : public QObject {
     QVERIFY(bar()->isHidden());
     w_->onRunUpdated(nanRun("fp8", 0));
     QVERIFY(bar()->isHidden());
-    // A per-layer config: explained, but the form cannot hold it, so no button.
-    w_->onRunUpdated(nanRun("layers=*:K=fp8,V=quanto:nbits=4", 5));
-    QVERIFY2(bar()->isVisible() && barText().contains("448 for e4m3fn"), qPrintable(barText()));
-    QVERIFY(!bar()->findChild<QPushButton*>("rerunSaturate"));
-    // Beam search labels its runs "SPEC (N beams)": still the run's config.
-    w_->onRunUpdated(nanRun("fp8:granularity=head (3 beams)", 4));
-    QVERIFY2(barText().contains("per-head"), qPrintable(barText()));
+    // The run's recorded config decides, not its label: a beam search's "SPEC (N beams)", or a label that is no SPEC.
+    w_->onRunUpdated(nanRun("fp8:granularity=head,headroom=1.5,sink=4", 4, "my run (3 beams)"));
+    QVERIFY2(barText().contains("per-head") && barText().contains("448 for e4m3fn"), qPrintable(barText()));
     QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
-    QCOMPARE(w_->configPanel()->spec(), QString("fp8:granularity=head,overflow=saturate"));
+    QVERIFY2(w_->configPanel()->config() == cache::parseSpec("fp8:granularity=head,headroom=1.5,sink=4,overflow=saturate"),
+             qPrintable(w_->configPanel()->spec()));
+    // A run without a recorded config says nothing (its label is not read).
+    auto bare = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8", 5));
+    bare->config.reset();
+    w_->onRunUpdated(bare);
+    QVERIFY(bar()->isHidden());
+  }
+
+  void overflowAdviceRerunsThePerLayerAndCalibratedConfigWhole() {
+    // A per-layer config: every fp8 side under overflow=nan is explained (both formats' max) and saturated; the other
+    // sides, the rules and the mirrored fields stay as they were.
+    const QString mixed = "layers=0:K=fp8:format=e5m2,V=dynamic;*:K=fp8:granularity=channel,V=quanto:nbits=2";
+    w_->onRunUpdated(nanRun(mixed, 5));
+    QVERIFY2(bar()->isVisible() && barText().contains("57344 for e5m2, 448 for e4m3fn") &&
+                 barText().contains("per-tensor/per-channel") && barText().contains("stored as inf/NaN"),
+             qPrintable(barText()));
+    const auto advice = ui::overflowAdvice(*w_->lastRun());
+    QVERIFY(advice);
+    const auto fixed = cache::parseSpec("layers=0:K=fp8:format=e5m2,overflow=saturate,V=dynamic;"
+                                        "*:K=fp8:granularity=channel,overflow=saturate,V=quanto:nbits=2");
+    QVERIFY2(advice->rerun == fixed, cache::toSpec(advice->rerun).c_str());
+    QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
+    QVERIFY(w_->configPanel()->config() == fixed);  // the form holds it whole
+    QVERIFY(w_->configPanel()->isValid());
+    // A side with another policy is left alone, and only the nan side is named.
+    w_->onRunUpdated(nanRun("layers=*:K=fp8:overflow=recalibrate,V=fp8:format=e5m2", 2));
+    QVERIFY2(barText().contains("57344 for e5m2") && !barText().contains("448"), qPrintable(barText()));
+    QVERIFY(ui::overflowAdvice(*w_->lastRun())->rerun ==
+            cache::parseSpec("layers=*:K=fp8:overflow=recalibrate,V=fp8:format=e5m2,overflow=saturate"));
+    // Offline-calibrated scales (no SPEC holds them): said so, and kept in the rerun's config.
+    auto calibrated = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8:granularity=head", 3, "fp8 [calibrated]"));
+    calibrated->config->keyScales = calibrated->config->valueScales = {{0.5f, 0.5f}, {0.25f, 0.75f}};
+    w_->onRunUpdated(calibrated);
+    QVERIFY2(barText().contains("calibrated offline"), qPrintable(barText()));
+    QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
+    cache::CacheConfig expected = *calibrated->config;
+    expected.overflow = cache::OverflowPolicy::Saturate;
+    QVERIFY(w_->configPanel()->config() == expected);
+    // scale=unit: no calibration at all, the scale is 1.0.
+    w_->onRunUpdated(nanRun("fp8:scale=unit", 1));
+    QVERIFY2(barText().contains("fixed at 1.0"), qPrintable(barText()));
+  }
+
+  void oneBusyStateDrivesTheActions() {
+    using Busy = ui::MainWindow::Busy;
+    auto enabled = [this](const char* name) { return w_->findChild<QPushButton*>(name)->isEnabled(); };
+    quint64 stopped = 0;
+    w_->setStopHandler([&](quint64 serial) { stopped = serial; });
+    // No model: nothing can start, nothing to stop.
+    QVERIFY(w_->busy() == Busy::Idle);
+    for (const char* b : {"runButton", "stopButton", "sweepButton", "evalButton", "tuneButton"}) QVERIFY2(!enabled(b), b);
+    // A load (no engine here: it stays pending): Stop cancels it, nothing else starts.
+    QSignalSpy loads(w_, &ui::MainWindow::loadRequested);
+    w_->openModel("/nonexistent/model.gguf");
+    QCOMPARE(loads.count(), 1);
+    const quint64 serial = loads.takeFirst().at(3).toULongLong();
+    QVERIFY(w_->busy() == Busy::Loading);
+    QVERIFY(enabled("stopButton"));
+    for (const char* b : {"runButton", "sweepButton", "evalButton", "tuneButton"}) QVERIFY2(!enabled(b), b);
+    w_->findChild<QPushButton*>("stopButton")->click();
+    QCOMPARE(stopped, serial);
+    // The window's own error (an export) and a run's late final snapshot leave the load pending.
+    QVERIFY(!w_->exportPlotsTo("/nonexistent/folder"));
+    QVERIFY(w_->busy() == Busy::Loading);
+    w_->onRunUpdated(nanRun("fp8:overflow=saturate", 0));
+    QVERIFY(w_->busy() == Busy::Loading);
+    QVERIFY(enabled("stopButton"));
+    // An earlier request's failure is shown but leaves it; the load's own failure ends it.
+    w_->onRequestFailed(serial - 1, "an earlier request failed");
+    QVERIFY(w_->busy() == Busy::Loading);
+    w_->onRequestFailed(serial, "cannot read `/nonexistent/model.gguf`");
+    QVERIFY(w_->busy() == Busy::Idle);
+    QVERIFY(!enabled("stopButton"));
+    QCOMPARE(barText(), QString("cannot read `/nonexistent/model.gguf`"));
   }
 
   void nanNeverLooksLikeALowError() {
@@ -546,7 +619,7 @@ class WindowTest : public QObject {
   }
 
   void sessionKeepsConfigsScalesAndErrorMaps() {
-    auto run = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8 [calibrated]", 3));
+    auto run = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8", 3, "fp8 [calibrated]"));
     cache::CacheConfig cfg = cache::parseSpec("fp8:overflow=saturate");
     cfg.keyScales = cfg.valueScales = {{0.5f}, {0.25f}};
     run->config = cfg;
@@ -767,7 +840,7 @@ class GuiTest : public QObject {
     const auto r = done.takeFirst().at(0).value<ui::RunSnapshotPtr>();
     QCOMPARE(r->stopReason, QString("cancelled"));
     QVERIFY(r->tokens.size() < 2000);
-    QVERIFY(!w_->isRunning());
+    QVERIFY(w_->busy() == ui::MainWindow::Busy::Idle);
   }
 
   void stopBeforeTheEngineStartsCancelsInThePrefill() {
@@ -940,7 +1013,15 @@ class GuiTest : public QObject {
     w_->findChild<QSpinBox*>("evalCtx")->setValue(96);
     w_->findChild<QSpinBox*>("evalWindows")->setValue(1);
     w_->startEval(text, {cache::parseSpec("fp8:overflow=saturate"), cache::parseSpec("quanto:nbits=2,q_group_size=32,residual_length=0")});
-    QVERIFY(!w_->findChild<QPushButton*>("runButton")->isEnabled());  // the engine is busy
+    // The engine is busy: Stop cancels the evaluation, nothing else starts (Run, Sweep, Evaluate, Scan).
+    QVERIFY(w_->busy() == ui::MainWindow::Busy::Evaluating);
+    for (const char* b : {"runButton", "sweepButton", "evalButton", "tuneButton"})
+      QVERIFY2(!w_->findChild<QPushButton*>(b)->isEnabled(), b);
+    QVERIFY(w_->findChild<QPushButton*>("stopButton")->isEnabled());
+    QSignalSpy runs(w_, &ui::MainWindow::runRequested);
+    w_->run();
+    w_->startSweep("quanto:nbits=2,4");
+    QCOMPARE(runs.count(), 0);
     QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 180000);
     auto* t = w_->findChild<QTableWidget*>("evalTable");
     QCOMPARE(t->rowCount(), 3);
@@ -964,6 +1045,9 @@ class GuiTest : public QObject {
     QVERIFY(positions->graph(1)->dataCount() > 0 && positions->graph(1)->dataCount() <= 96);
     QVERIFY(w_->findChild<QLabel*>("evalSummary")->text().contains("scored tokens"));
     QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
+    QVERIFY(w_->busy() == ui::MainWindow::Busy::Idle);
+    for (const char* b : {"sweepButton", "evalButton", "tuneButton"}) QVERIFY2(w_->findChild<QPushButton*>(b)->isEnabled(), b);
+    QVERIFY(!w_->findChild<QPushButton*>("stopButton")->isEnabled());
     // A missing text is refused before the engine is asked.
     w_->startEval("/nonexistent/text.txt", {cache::parseSpec("fp8")});
     QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("/nonexistent/text.txt"));

@@ -239,3 +239,55 @@ TEST(Config, OptionValueIsTheResolvedValue) {
   EXPECT_EQ(optionValue(parseSpec("hqq"), "optimize"), "true");
   EXPECT_THROW(optionValue(parseSpec("fp8"), "nbits"), ConfigError);
 }
+
+TEST(Config, OptionTableHoldsEveryChoiceAndDefaultOnce) {
+  // Each option's default is what a config with nothing set holds, and every choice the table offers is one the
+  // option parses and writes back as itself: the table, the parser and the SPEC writer agree.
+  for (Backend b : allBackends()) {
+    CacheConfig unset;
+    unset.backend = b;
+    for (const OptionInfo& o : backendOptions(b)) {
+      SCOPED_TRACE(std::string(backendName(b)) + ":" + o.name);
+      EXPECT_FALSE(o.defaultValue.empty());
+      EXPECT_EQ(o.defaultValue, optionValue(unset, o.name));
+      for (const std::string& choice : o.choices) {
+        CacheConfig c = unset;
+        setOption(c, o.name, choice);
+        EXPECT_EQ(optionValue(c, o.name), choice);
+        EXPECT_NO_THROW(validate(c));  // int choices are the reference's limits, which validate() checks
+        EXPECT_EQ(parseSpec(toSpec(c)), c);
+      }
+      if (o.kind == "int" && !o.choices.empty()) {
+        CacheConfig c = unset;
+        setOption(c, o.name, "7");  // in no int option's set
+        try {
+          validate(c);
+          ADD_FAILURE() << "7 accepted";
+        } catch (const ConfigError& e) {
+          EXPECT_EQ(e.key(), o.name);
+        }
+      }
+      if (o.kind == "choice") {
+        CacheConfig c = unset;
+        try {
+          setOption(c, o.name, "bogus");
+          ADD_FAILURE() << "bogus accepted";
+        } catch (const ConfigError& e) {
+          std::string listed;
+          for (const auto& ch : o.choices) listed += (listed.empty() ? "" : ", ") + ch;
+          EXPECT_NE(std::string(e.what()).find(listed), std::string::npos) << e.what();
+        }
+      }
+    }
+  }
+  EXPECT_EQ(errorOf("kivi:nbits=3"), "`nbits` for `kivi` has to be 2 or 4, got 3");
+}
+
+TEST(Config, Fp8FormatsNamesAndMaxima) {
+  EXPECT_EQ(fp8FormatName(Fp8Format::E4M3FN), "e4m3fn");
+  EXPECT_EQ(fp8FormatName(Fp8Format::E5M2), "e5m2");
+  static_assert(fp8Max(Fp8Format::E4M3FN) == 448.0f && fp8Max(Fp8Format::E5M2) == 57344.0f);
+  EXPECT_EQ(parseSpec("fp8:format=e5m2").fp8Format, Fp8Format::E5M2);
+  EXPECT_EQ(overflowName(OverflowPolicy::Saturate), "saturate");
+  EXPECT_EQ(optionValue(parseSpec("fp8:overflow=recalibrate"), "overflow"), overflowName(OverflowPolicy::Recalibrate));
+}

@@ -2,7 +2,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/fp8_cpu.h"
 #include "kernels/fp8.h"
@@ -73,6 +75,18 @@ TEST(Fp8Codec, DecodeEveryCodeAsTorch) {
         EXPECT_EQ(std::memcmp(&r, &ours, 4), 0) << "code " << i << ": torch " << r << " ours " << ours;
       }
     }
+  }
+}
+
+TEST(Fp8Codec, FormatMaxIsTheLargestFiniteCode) {
+  // One Fp8Format for the kernels and the config (cache/fp8_format.h), and its max is each format's largest finite.
+  static_assert(std::is_same_v<Fp8Format, kvscope::cache::Fp8Format>);
+  for (Fp8Format f : {Fp8Format::E4M3FN, Fp8Format::E5M2}) {
+    float largest = 0.0f;
+    for (int i = 0; i < 256; ++i)
+      if (!fp8NonFinite(static_cast<std::uint8_t>(i), f))
+        largest = std::max(largest, decodeFp8(static_cast<std::uint8_t>(i), f));
+    EXPECT_EQ(largest, fp8Max(f));
   }
 }
 

@@ -114,11 +114,10 @@ void ScalesDock::show(const RunSnapshotPtr& run) {
     ka << need(st.keys);
     va << need(st.values);
   }
-  const QString over = maxima.size() == 1
-                           ? (maxima.front() == 448.0f ? tr("448 (e4m3fn max)")
-                              : maxima.front() == 57344.0f ? tr("57344 (e5m2 max)")
-                                                           : QString::number(maxima.front()))
-                           : tr("format max");
+  QString over = maxima.size() == 1 ? QString::number(maxima.front()) : tr("format max");
+  for (const auto f : {cache::Fp8Format::E4M3FN, cache::Fp8Format::E5M2})
+    if (maxima.size() == 1 && maxima.front() == cache::fp8Max(f))
+      over = tr("%1 (%2 max)").arg(over, QString::fromUtf8(std::string(cache::fp8FormatName(f))));
   plot_->graph(2)->setName(tr("K amax / %1, latest step").arg(over));
   plot_->graph(3)->setName(tr("V amax / %1").arg(over));
   plot_->graph(0)->setData(x, ks);

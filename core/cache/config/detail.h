@@ -50,8 +50,6 @@ json specValue(std::string_view text);
 std::string valueText(const json& v);
 
 std::string trim(std::string_view s);
-std::string_view fp8FormatName(Fp8Format f);
-std::string_view overflowName(OverflowPolicy p);
 
 /// transformers' cache_config of a uniform config: the backend and its transformers keys, resolved.
 json hfDict(const CacheConfig& cfg);

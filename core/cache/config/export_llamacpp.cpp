@@ -11,38 +11,37 @@ namespace kvscope::cache {
 namespace {
 
 // The -ctk/-ctv type of a uniform config, and the notes of its mapping.
-std::string cacheType(const CacheConfig& cfg, bool keys, std::vector<std::string>& notes) {
+LlamaCppType cacheType(const CacheConfig& cfg, bool keys, std::vector<std::string>& notes) {
   switch (cfg.backend) {
     case Backend::LlamaCpp: {
       const LlamaCppType t = keys ? cfg.typeK : cfg.typeV;
       if (cfg.rotation == Rotation::On && !llamaCppQuantized(t))
         notes.push_back(fmt::format("rot=on: llama.cpp rotates only quantized cache types; its {} {} are stored "
                                     "unrotated", llamaCppTypeName(t), keys ? "keys" : "values"));
-      return std::string(llamaCppTypeName(t));
+      return t;
     }
     case Backend::Dynamic:
-      notes.push_back("f16 is llama.cpp's default cache type (kvscope's dynamic cache keeps the model's dtype)");
-      return "f16";
+      notes.push_back(fmt::format("{} is llama.cpp's default cache type (kvscope's dynamic cache keeps the model's "
+                                  "dtype)", llamaCppTypeName(LlamaCppType::F16)));
+      return LlamaCppType::F16;
     case Backend::Fp8:
-      notes.push_back("nearest equivalent only: llama.cpp has no FP8 cache type; q8_0 (int8, one scale per 32 "
-                      "values) is its 8-bit type");
-      return "q8_0";
+      notes.push_back(fmt::format("nearest equivalent only: llama.cpp has no FP8 cache type; {} (int8, one scale per "
+                                  "32 values) is its 8-bit type", llamaCppTypeName(LlamaCppType::Q8_0)));
+      return LlamaCppType::Q8_0;
     case Backend::Quanto:
     case Backend::Hqq:
     case Backend::Kivi: {
       const int nb = cfg.resolvedNbits();
-      std::string type = nb >= 8 ? "q8_0" : nb >= 4 ? "q4_1" : "q4_0";
+      const LlamaCppType type = nb >= 8 ? LlamaCppType::Q8_0 : nb >= 4 ? LlamaCppType::Q4_1 : LlamaCppType::Q4_0;
       notes.push_back(fmt::format("nearest equivalent only: {}-bit groups of {} with a full-precision residual map to "
                                   "llama.cpp's {} (blocks of 32, no residual window){}",
-                                  nb, cfg.resolvedGroupSize(), type,
+                                  nb, cfg.resolvedGroupSize(), llamaCppTypeName(type),
                                   nb < 4 ? "; llama.cpp has no cache type below 4 bits" : ""));
       return type;
     }
   }
-  return "f16";
+  return LlamaCppType::F16;
 }
-
-bool quantizedType(const std::string& t) { return t != "f16" && t != "bf16"; }
 
 // LLAMA_ATTN_ROT_DISABLE=1 where rot=off turns off a rotation llama.cpp would apply (a quantized side).
 std::string rotationEnv(const CacheConfig& cfg) {
@@ -51,10 +50,10 @@ std::string rotationEnv(const CacheConfig& cfg) {
                                                                                          : "";
 }
 
-FlagExport flags(const std::string& kt, const std::string& vt, std::string env, std::vector<std::string> notes) {
+FlagExport flags(LlamaCppType kt, LlamaCppType vt, std::string env, std::vector<std::string> notes) {
   FlagExport e;
-  e.flags = fmt::format("-ctk {} -ctv {}", kt, vt);
-  if (quantizedType(vt)) e.flags += " -fa on";
+  e.flags = fmt::format("-ctk {} -ctv {}", llamaCppTypeName(kt), llamaCppTypeName(vt));
+  if (llamaCppQuantized(vt)) e.flags += " -fa on";
   e.env = std::move(env);
   e.notes = std::move(notes);
   return e;
@@ -70,27 +69,24 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
       if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(std::move(n));
   };
   if (!cfg.mixed()) {
-    const std::string kt = cacheType(cfg, true, notes), vt = cacheType(cfg, false, notes);
+    const LlamaCppType kt = cacheType(cfg, true, notes), vt = cacheType(cfg, false, notes);
     addUnique(detail::optionNotes(cfg, &detail::OptionField::llamaCppWhy, false));
-    if (quantizedType(vt)) notes.push_back("a quantized V cache needs flash attention (-fa on)");
+    if (llamaCppQuantized(vt)) notes.push_back("a quantized V cache needs flash attention (-fa on)");
     return flags(kt, vt, rotationEnv(cfg), std::move(notes));
   }
   const LayerRule* all = detail::wildcardRule(cfg);
   if (!all) throw ConfigError("layers", "llama.cpp takes one K and one V cache type: add a `*` rule");
   const FlagExport k = toLlamaCppFlags(all->keys), v = toLlamaCppFlags(all->values);
-  const auto typeOf = [](const std::string& f, const char* flag) {
-    const auto p = f.find(flag) + std::string(flag).size() + 1;
-    return f.substr(p, f.find(' ', p) - p);
-  };
   addUnique(k.notes);
   addUnique(v.notes);
   for (const auto& r : cfg.layers)
     if (!r.wildcard()) notes.push_back(detail::notExported(r, "llama.cpp's cache types apply to every layer"));
-  const std::string kt = typeOf(k.flags, "-ctk"), vt = typeOf(v.flags, "-ctv");
+  std::vector<std::string> said;  // the sides' notes, already added with their flags
+  const LlamaCppType kt = cacheType(all->keys, true, said), vt = cacheType(all->values, false, said);
   // LLAMA_ATTN_ROT_DISABLE is one switch for K and V: a side that rotates cannot keep rotating beside one that does not.
   std::string env = k.env.empty() ? v.env : k.env;
-  const auto rotates = [](const CacheConfig& c, const std::string& type) {
-    return c.backend == Backend::LlamaCpp && c.rotation != Rotation::Off && quantizedType(type);
+  const auto rotates = [](const CacheConfig& c, LlamaCppType type) {
+    return c.backend == Backend::LlamaCpp && c.rotation != Rotation::Off && llamaCppQuantized(type);
   };
   if (!env.empty() && (rotates(all->keys, kt) || rotates(all->values, vt)))
     notes.push_back(fmt::format("{} turns off llama.cpp's rotation of K and V together: the side this config rotates "

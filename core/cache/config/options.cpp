@@ -76,6 +76,12 @@ constexpr std::array<std::string_view, 8> kLlamaCppTypes{"f16", "bf16", "q8_0", 
 constexpr std::array<std::string_view, 3> kRotations{"auto", "on", "off"};
 constexpr std::array<std::string_view, 2> kScales{"amax", "unit"};
 
+// A choice option's choices, as OptionInfo lists them: the names above, in the enum's order.
+template <std::size_t N>
+std::vector<std::string> choicesOf(const std::array<std::string_view, N>& names) {
+  return {names.begin(), names.end()};
+}
+
 // transformers' group-wise keys: std::optional<int> fields, written into SPECs when given, into files resolved.
 #define KVS_INT_FIELD(NAME, MEMBER, RESOLVED)                                                            \
   OptionField {                                                                                          \
@@ -212,11 +218,21 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-std::string_view fp8FormatName(Fp8Format f) { return kFormats[static_cast<std::size_t>(f)]; }
-std::string_view overflowName(OverflowPolicy p) { return kOverflows[static_cast<std::size_t>(p)]; }
+namespace {
+// Each option's default: its field's value in a config of backend `b` with nothing set (CacheConfig's defaults,
+// transformers' resolved keys), so that no default is written twice.
+std::vector<OptionInfo> withDefaults(Backend b, std::vector<OptionInfo> options) {
+  CacheConfig unset;
+  unset.backend = b;
+  for (auto& o : options) o.defaultValue = valueText(findField(o.name)->value(unset));
+  return options;
+}
+}  // namespace
 
 }  // namespace detail
 
+std::string_view fp8FormatName(Fp8Format f) { return detail::kFormats[static_cast<std::size_t>(f)]; }
+std::string_view overflowName(OverflowPolicy p) { return detail::kOverflows[static_cast<std::size_t>(p)]; }
 std::string_view granularityName(Fp8Granularity g) { return detail::kGranularities[static_cast<std::size_t>(g)]; }
 std::string_view attentionName(AttentionMode m) { return detail::kAttention[static_cast<std::size_t>(m)]; }
 std::string_view llamaCppTypeName(LlamaCppType t) { return detail::kLlamaCppTypes[static_cast<std::size_t>(t)]; }
@@ -248,65 +264,81 @@ Backend parseBackend(std::string_view name) {
 }
 
 const std::vector<OptionInfo>& backendOptions(Backend b) {
-  static const OptionInfo kSinkOption{"sink", "int", {}, "0", false,
+  using detail::choicesOf;
+  using detail::withDefaults;
+  // The defaults are filled in by withDefaults() from CacheConfig; the choices of a choice option are the names its
+  // field parses (choicesOf); int choices are the reference's limits (validate.cpp checks them from this table).
+  static const OptionInfo kSinkOption{"sink", "int", {}, {}, false,
                                       "first tokens kept in full precision (attention sinks); 0: none"};
   static const OptionInfo kAttentionOption{
-      "attention", "choice", {"fused", "reference"}, "fused", false,
+      "attention", "choice", choicesOf(detail::kAttention), {}, false,
       "fused: attention reads the stored codes tile by tile (no full-precision copy; chunked prefill); reference: "
       "transformers' computation bit for bit (a dequantized copy of the history; one-shot prefill)"};
-  static const std::vector<OptionInfo> dynamic = {kAttentionOption};
-  static const std::vector<OptionInfo> fp8 = {
-      {"format", "choice", {"e4m3fn", "e5m2"}, "e4m3fn", false, "FP8 format of the stored states"},
-      {"granularity", "choice", {"tensor", "head", "channel"}, "tensor", false,
-       "one scale per tensor (transformers), per KV head, or per (head, channel)"},
-      {"headroom", "number", {}, "1", false, "scale = amax x headroom / format max, calibrated on the first update"},
-      {"scale", "choice", {"amax", "unit"}, "amax", false,
-       "without calibrated scales: from the first update's amax (transformers), or 1.0 (vLLM without checkpoint "
-       "k_scale/v_scale)"},
-      {"overflow", "choice", {"nan", "saturate", "recalibrate"}, "nan", false,
-       "values beyond the frozen scale: NaN as PyTorch's cast (transformers), clamp, or grow the scale"},
-      kSinkOption,
-      kAttentionOption,
-  };
-  static const std::vector<OptionInfo> quanto = {
-      {"nbits", "int", {"2", "4"}, "4", true, "bits per value"},
-      {"axis_key", "int", {"0", "-1"}, "0", true, "quantization axis of the keys"},
-      {"axis_value", "int", {"0", "-1"}, "0", true, "quantization axis of the values"},
-      {"q_group_size", "int", {}, "64", true, "values per scale/zero-point group"},
-      {"residual_length", "int", {}, "128", true, "full-precision window before the history is re-quantized"},
-      kSinkOption,
-      kAttentionOption,
-  };
-  static const std::vector<OptionInfo> hqq = {
-      {"nbits", "int", {"1", "2", "3", "4", "8"}, "4", true, "bits per value"},
-      {"axis_key", "int", {"0", "1"}, "0", true, "quantization axis of the keys"},
-      {"axis_value", "int", {"0", "1"}, "0", true, "quantization axis of the values"},
-      {"q_group_size", "int", {}, "64", true, "values per scale/zero-point group"},
-      {"residual_length", "int", {}, "128", true, "full-precision window before the history is re-quantized"},
-      {"optimize", "bool", {"true", "false"}, "true", false,
-       "hqq's half-quadratic zero-point optimizer (hqq's default, so transformers runs it)"},
-      kSinkOption,
-      kAttentionOption,
-  };
-  static const std::vector<OptionInfo> kivi = {
-      {"nbits", "int", {"2", "4"}, "2", false, "bits per value (keys and values)"},
-      {"q_group_size", "int", {}, "32", false,
-       "keys: tokens per group (one scale/zero per channel); values: channels per group of each token"},
-      {"residual_length", "int", {}, "128", false,
-       "full-precision window of the newest tokens; older tokens leave it one whole group at a time"},
-      kSinkOption,
-      kAttentionOption,
-  };
-  static const std::vector<std::string> kTypes(detail::kLlamaCppTypes.begin(), detail::kLlamaCppTypes.end());
-  static const std::vector<OptionInfo> llamacpp = {
-      {"type_k", "choice", kTypes, "q8_0", false, "llama.cpp's cache type of the keys (-ctk)"},
-      {"type_v", "choice", kTypes, "q8_0", false, "llama.cpp's cache type of the values (-ctv)"},
-      {"rot", "choice", {"auto", "on", "off"}, "auto", false,
-       "Hadamard rotation of K and V before they are stored: llama.cpp's rule (quantized types, head size a multiple "
-       "of 64), always, or never (LLAMA_ATTN_ROT_DISABLE=1)"},
-      kSinkOption,
-      kAttentionOption,
-  };
+  static const std::vector<OptionInfo> dynamic = withDefaults(Backend::Dynamic, {kAttentionOption});
+  static const std::vector<OptionInfo> fp8 = withDefaults(
+      Backend::Fp8,
+      {
+          {"format", "choice", choicesOf(detail::kFormats), {}, false, "FP8 format of the stored states"},
+          {"granularity", "choice", choicesOf(detail::kGranularities), {}, false,
+           "one scale per tensor (transformers), per KV head, or per (head, channel)"},
+          {"headroom", "number", {}, {}, false,
+           "scale = amax x headroom / format max, calibrated on the first update"},
+          {"scale", "choice", choicesOf(detail::kScales), {}, false,
+           "without calibrated scales: from the first update's amax (transformers), or 1.0 (vLLM without checkpoint "
+           "k_scale/v_scale)"},
+          {"overflow", "choice", choicesOf(detail::kOverflows), {}, false,
+           "values beyond the frozen scale: NaN as PyTorch's cast (transformers), clamp, or grow the scale"},
+          kSinkOption,
+          kAttentionOption,
+      });
+  static const std::vector<OptionInfo> quanto = withDefaults(
+      Backend::Quanto,
+      {
+          {"nbits", "int", {"2", "4"}, {}, true, "bits per value"},
+          {"axis_key", "int", {"0", "-1"}, {}, true, "quantization axis of the keys"},
+          {"axis_value", "int", {"0", "-1"}, {}, true, "quantization axis of the values"},
+          {"q_group_size", "int", {}, {}, true, "values per scale/zero-point group"},
+          {"residual_length", "int", {}, {}, true, "full-precision window before the history is re-quantized"},
+          kSinkOption,
+          kAttentionOption,
+      });
+  static const std::vector<OptionInfo> hqq = withDefaults(
+      Backend::Hqq,
+      {
+          {"nbits", "int", {"1", "2", "3", "4", "8"}, {}, true, "bits per value"},
+          {"axis_key", "int", {"0", "1"}, {}, true, "quantization axis of the keys"},
+          {"axis_value", "int", {"0", "1"}, {}, true, "quantization axis of the values"},
+          {"q_group_size", "int", {}, {}, true, "values per scale/zero-point group"},
+          {"residual_length", "int", {}, {}, true, "full-precision window before the history is re-quantized"},
+          {"optimize", "bool", {"true", "false"}, {}, false,
+           "hqq's half-quadratic zero-point optimizer (hqq's default, so transformers runs it)"},
+          kSinkOption,
+          kAttentionOption,
+      });
+  static const std::vector<OptionInfo> kivi = withDefaults(
+      Backend::Kivi,
+      {
+          {"nbits", "int", {"2", "4"}, {}, false, "bits per value (keys and values)"},
+          {"q_group_size", "int", {}, {}, false,
+           "keys: tokens per group (one scale/zero per channel); values: channels per group of each token"},
+          {"residual_length", "int", {}, {}, false,
+           "full-precision window of the newest tokens; older tokens leave it one whole group at a time"},
+          kSinkOption,
+          kAttentionOption,
+      });
+  static const std::vector<OptionInfo> llamacpp = withDefaults(
+      Backend::LlamaCpp,
+      {
+          {"type_k", "choice", choicesOf(detail::kLlamaCppTypes), {}, false,
+           "llama.cpp's cache type of the keys (-ctk)"},
+          {"type_v", "choice", choicesOf(detail::kLlamaCppTypes), {}, false,
+           "llama.cpp's cache type of the values (-ctv)"},
+          {"rot", "choice", choicesOf(detail::kRotations), {}, false,
+           "Hadamard rotation of K and V before they are stored: llama.cpp's rule (quantized types, head size a "
+           "multiple of 64), always, or never (LLAMA_ATTN_ROT_DISABLE=1)"},
+          kSinkOption,
+          kAttentionOption,
+      });
   switch (b) {
     case Backend::Dynamic: return dynamic;
     case Backend::LlamaCpp: return llamacpp;

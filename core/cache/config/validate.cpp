@@ -42,6 +42,17 @@ void validateScales(const CacheConfig& cfg) {
     }
 }
 
+// An int option with a fixed set of values (the option table's choices for `cfg.backend`): transformers' message
+// (`what` names the backend as the reference does) when `value` is not one of them.
+void checkIntChoice(const CacheConfig& cfg, std::string_view key, int value, std::string_view what) {
+  const std::vector<std::string>& allowed = detail::findOption(cfg.backend, key)->choices;
+  if (std::find(allowed.begin(), allowed.end(), std::to_string(value)) != allowed.end()) return;
+  std::vector<std::string> quoted;
+  for (const auto& a : allowed) quoted.push_back(fmt::format("`{}`", a));
+  throw ConfigError(std::string(key), fmt::format("`{}` for `{}` backend has to be one of [{}] but got {}", key, what,
+                                                  fmt::join(quoted, ", "), value));
+}
+
 }  // namespace
 
 void validate(const CacheConfig& cfg) {
@@ -81,19 +92,11 @@ void validate(const CacheConfig& cfg) {
     }
     case Backend::Quanto:
     case Backend::Hqq: {
-      const bool quanto = cfg.backend == Backend::Quanto;
-      const int nb = cfg.resolvedNbits();
-      if (quanto && nb != 2 && nb != 4)
-        throw ConfigError("nbits", fmt::format("`nbits` for `quanto` backend has to be one of [`2`, `4`] but got {}", nb));
-      if (!quanto && nb != 1 && nb != 2 && nb != 3 && nb != 4 && nb != 8)
-        throw ConfigError("nbits", fmt::format("`nbits` for `HQQ` backend has to be one of [`1`, `2`, `3`, `4`, `8`] "
-                                               "but got {}", nb));
-      const char* name = quanto ? "quanto" : "HQQ";
-      const char* allowed = quanto ? "[`0`, `-1`]" : "[`0`, `1`]";
-      const int other = quanto ? -1 : 1;
-      for (auto [key, v] : {std::pair{"axis_key", cfg.resolvedAxisKey()}, std::pair{"axis_value", cfg.resolvedAxisValue()}})
-        if (v != 0 && v != other)
-          throw ConfigError(key, fmt::format("`{}` for `{}` backend has to be one of {} but got {}", key, name, allowed, v));
+      // transformers' messages, word for word (QuantizedCache's checks); the allowed values are the option table's.
+      const char* name = cfg.backend == Backend::Quanto ? "quanto" : "HQQ";
+      checkIntChoice(cfg, "nbits", cfg.resolvedNbits(), name);
+      checkIntChoice(cfg, "axis_key", cfg.resolvedAxisKey(), name);
+      checkIntChoice(cfg, "axis_value", cfg.resolvedAxisValue(), name);
       checkGroupAndWindow(cfg);
       return;
     }
@@ -108,7 +111,9 @@ void validate(const CacheConfig& cfg) {
     }
     case Backend::Kivi: {
       const int nb = cfg.resolvedNbits();
-      if (nb != 2 && nb != 4) throw ConfigError("nbits", fmt::format("`nbits` for `kivi` has to be 2 or 4, got {}", nb));
+      const std::vector<std::string>& bits = detail::findOption(Backend::Kivi, "nbits")->choices;
+      if (std::find(bits.begin(), bits.end(), std::to_string(nb)) == bits.end())
+        throw ConfigError("nbits", fmt::format("`nbits` for `kivi` has to be {}, got {}", fmt::join(bits, " or "), nb));
       for (auto [key, v] : {std::pair{"axis_key", cfg.axisKey}, std::pair{"axis_value", cfg.axisValue}})
         if (v) throw ConfigError(key, fmt::format("`kivi` fixes the axes (keys per channel, values per token): `{}` "
                                                   "does not apply", key));
