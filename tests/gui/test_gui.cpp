@@ -695,32 +695,6 @@ class GuiTest : public QObject {
     QVERIFY(w_->findChild<QLabel*>("modelCard")->text().contains("30 layers"));
   }
 
-  // The GGUF runs as llama.cpp computes it by default (8-bit activations on its block weights); the run panel
-  // offers the arithmetic and the weight format, and a change reloads the model with it.
-  void loadsWithTheEnginesArithmeticAndOffersTheChoice() {
-    auto* card = w_->findChild<QLabel*>("modelCard");
-    auto* activations = w_->findChild<QComboBox*>("activations");
-    auto* weights = w_->findChild<QComboBox*>("weights");
-    QVERIFY(activations && weights);
-    QCOMPARE(activations->currentText(), QString("auto"));
-    QCOMPARE(weights->currentText(), QString("stored"));
-    QCOMPARE(weights->count(), 6);
-    QVERIFY2(card->text().contains("q8 activations (llama.cpp's arithmetic)"), qPrintable(card->text()));
-    EngineSpy spy(engine_);
-    activations->setCurrentText("f32");
-    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() == 1, 60000);
-    QCOMPARE(spy.loads.front().activations, QString("f32"));
-    QTRY_VERIFY(card->text().contains("f32 activations (transformers' arithmetic)"));
-    const auto f32 = runAndWait("fp8:overflow=saturate", 4);
-    activations->setCurrentText("auto");
-    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() == 2, 60000);
-    QTRY_VERIFY(card->text().contains("q8 activations"));
-    const auto q8 = runAndWait("fp8:overflow=saturate", 4);
-    QVERIFY(f32 && q8 && f32->tokens.size() == 4 && q8->tokens.size() == 4);
-    // The two arithmetics give different numbers for the same tokens: the switch reached the model.
-    QVERIFY(f32->tokens.front().logprob != q8->tokens.front().logprob);
-  }
-
   void runsTwoBackends() {
     const auto fp8 = runAndWait("fp8:overflow=saturate", 12);
     QVERIFY(fp8);
@@ -1244,6 +1218,32 @@ class GuiTest : public QObject {
     for (const auto& st : fixed->cache.stats) nan += st.keys.nonFiniteTotal + st.values.nonFiniteTotal;
     QCOMPARE(nan, std::int64_t(0));
     QVERIFY(bar->isHidden());
+  }
+
+  // The GGUF runs as llama.cpp computes it by default (8-bit activations on its block weights); the run panel
+  // offers the arithmetic and the weight format, and a change reloads the model with it.
+  void loadsWithTheEnginesArithmeticAndOffersTheChoice() {
+    auto* card = w_->findChild<QLabel*>("modelCard");
+    auto* activations = w_->findChild<QComboBox*>("activations");
+    auto* weights = w_->findChild<QComboBox*>("weights");
+    QVERIFY(activations && weights);
+    QCOMPARE(activations->currentText(), QString("auto"));
+    QCOMPARE(weights->currentText(), QString("stored"));
+    QCOMPARE(weights->count(), 6);
+    QVERIFY2(card->text().contains("q8 activations (llama.cpp's arithmetic)"), qPrintable(card->text()));
+    EngineSpy spy(engine_);
+    activations->setCurrentText("f32");
+    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() == 1, 60000);
+    QCOMPARE(spy.loads.front().activations, QString("f32"));
+    QTRY_VERIFY(card->text().contains("f32 activations (transformers' arithmetic)"));
+    const auto f32 = runAndWait("fp8:overflow=saturate", 4);
+    activations->setCurrentText("auto");
+    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() == 2, 60000);
+    QTRY_VERIFY(card->text().contains("q8 activations"));
+    const auto q8 = runAndWait("fp8:overflow=saturate", 4);
+    QVERIFY(f32 && q8 && f32->tokens.size() == 4 && q8->tokens.size() == 4);
+    // The two arithmetics give different numbers for the same tokens: the switch reached the model.
+    QVERIFY(f32->tokens.front().logprob != q8->tokens.front().logprob);
   }
 
   void cleanupTestCase() {
