@@ -38,7 +38,11 @@ TEST(Errors, EveryKvscopeErrorCarriesItsCode) {
   EXPECT_EQ(failureOf([] { throw cache::CacheError("bad beam index"); }).code, ErrorCode::BadInput);
   EXPECT_EQ(failureOf([] { throw model::FormatError("m.gguf: truncated"); }).code, ErrorCode::BadFile);
   EXPECT_EQ(failureOf([] { throw tokenizer::TokenizerError("tokenizer.json: no model"); }).code, ErrorCode::BadFile);
-  EXPECT_EQ(failureOf([] { runtime::loadModel("/no/such/model.gguf", "fp32"); }).code, ErrorCode::BadInput);
+  // A model that is not there is a file the user names (or fetches), not a bad option: BadFile, still exit 2.
+  const auto missing = failureOf([] { runtime::loadModel("/no/such/model.gguf", "fp32"); });
+  EXPECT_EQ(missing.code, ErrorCode::BadFile);
+  EXPECT_EQ(exitStatus(missing.code), 2);
+  EXPECT_EQ(failureOf([] { throw runtime::ModelNotFound("no model found"); }).code, ErrorCode::BadFile);
   // Every cancel is one kvscope::Cancelled, whoever throws it.
   for (const auto& f : {failureOf([] { throw model::LoadCancelled(); }), failureOf([] { throw generate::EvalCancelled(); })}) {
     EXPECT_EQ(f.code, ErrorCode::Cancelled);
@@ -52,6 +56,9 @@ TEST(Errors, ForeignExceptionsAreClassifiedOnce) {
   EXPECT_EQ(failureOf([] { throw std::bad_alloc(); }).code, ErrorCode::OutOfMemory);
   EXPECT_EQ(failureOf([] { throw std::invalid_argument("two query tokens"); }).code, ErrorCode::BadInput);
   EXPECT_EQ(failureOf([] { throw std::runtime_error("oops"); }).code, ErrorCode::Internal);
+  // An Error keeps its code, whichever it is.
+  for (ErrorCode c : {ErrorCode::BadInput, ErrorCode::BadFile, ErrorCode::Unavailable, ErrorCode::Internal})
+    EXPECT_EQ(failureOf([c] { throw Error(c, "x"); }).code, c);
   // LibTorch's own checks: the message without its C++ backtrace, one line.
   const auto torch = failureOf([] { TORCH_CHECK(false, "shapes do not match"); });
   EXPECT_EQ(torch.code, ErrorCode::Internal);
