@@ -24,14 +24,8 @@ std::string defaultModelPath() { return runtime::defaultModelPath(); }
 
 Loaded loadModel(const std::string& path, const ModelChoice& how) {
   const at::ScalarType dt = runtime::parseDtype(how.dtype);  // usage errors before anything is read
-  model::Activations act;
-  std::uint32_t requantize = 0;
-  try {
-    act = model::parseActivations(how.activations);
-    requantize = model::parseWeightFormat(how.weights);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  const model::Activations act = model::parseActivations(how.activations);  // Errors (BadInput) naming the choices
+  const std::uint32_t requantize = model::parseWeightFormat(how.weights);
   const device::ExecutionContext ctx = device::makeContext(how.device, dt);
   runtime::LoadedModel r = runtime::loadModel(path, ctx, {}, requantize);
   Loaded m;

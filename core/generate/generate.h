@@ -88,7 +88,7 @@ struct GenerateResult {
   int firstDivergence = -1;    ///< first step whose argmax differs (-1: none)
 };
 
-/// Runs the prompt (the cache must be empty) and then up to maxNew tokens. Throws std::invalid_argument on bad
+/// Runs the prompt (the cache must be empty) and then up to maxNew tokens. Throws an Error (BadInput) on bad
 /// options, cache::CacheError from the cache.
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
                         const GenerateOptions& options, const StepFn& onStep = {},
