@@ -63,8 +63,14 @@ TEST(Errors, EveryKvscopeErrorCarriesItsCode) {
 
 TEST(Errors, ForeignExceptionsAreClassifiedOnce) {
   EXPECT_EQ(failureOf([] { throw std::bad_alloc(); }).code, ErrorCode::OutOfMemory);
-  EXPECT_EQ(failureOf([] { throw std::invalid_argument("two query tokens"); }).code, ErrorCode::BadInput);
+  // kvscope raises whatever the user can fix as a kvscope::Error: a bare std:: exception is a broken invariant.
+  const auto bare = failureOf([] { throw std::invalid_argument("two query tokens"); });
+  EXPECT_EQ(bare.code, ErrorCode::Internal);
+  EXPECT_EQ(bare.message, "two query tokens");
+  EXPECT_EQ(exitStatus(bare.code), 1);
+  EXPECT_EQ(failureOf([] { throw std::logic_error("unreachable"); }).code, ErrorCode::Internal);
   EXPECT_EQ(failureOf([] { throw std::runtime_error("oops"); }).code, ErrorCode::Internal);
+  EXPECT_EQ(failureOf([] { throw 42; }).code, ErrorCode::Internal);
   // An Error keeps its code, whichever it is.
   for (ErrorCode c : {ErrorCode::BadInput, ErrorCode::BadFile, ErrorCode::Unavailable, ErrorCode::Internal})
     EXPECT_EQ(failureOf([c] { throw Error(c, "x"); }).code, c);
@@ -126,4 +132,9 @@ TEST(Errors, UserReachableChecksAreBadInputInvariantsAreInternal) {
   auto used = m->makeCache(cache::parseSpec("dynamic"));
   m->forward(at::tensor(std::vector<std::int64_t>{1, 2}).view({1, 2}), *used);
   EXPECT_ERROR_CODE(generate::generate(*m, *used, {1, 2, 3}, greedy), ErrorCode::Internal);
+}
+
+TEST(Errors, AnInternalFailureAsksForAReport) {
+  EXPECT_NE(std::string(runtime::kReportHint).find("please report"), std::string::npos);
+  EXPECT_EQ(std::string(runtime::kReportHint).find('\n'), std::string::npos);
 }
