@@ -31,11 +31,15 @@ int main(int argc, char** argv) {
     for (auto& run : runners)
       if (const int rc = run(); rc >= 0) return rc;
   } catch (...) {
-    // Bad input (a SPEC, a file, an option) is exit 2 with one line; anything else is kvscope's own failure.
+    // Bad input (a SPEC, a file, an option) is exit 2 with one line; a broken invariant of kvscope's own is exit 1,
+    // one line that says so.
     const auto f = kvscope::runtime::currentFailure();
     const int rc = kvscope::exitStatus(f.code);
-    std::cerr << "kvscope-cli: " << (rc == 2 ? "error: " : f.code == kvscope::ErrorCode::Internal ? "internal error: " : "")
-              << (f.code == kvscope::ErrorCode::OutOfMemory ? "out of memory: " : "") << f.message << "\n";
+    const bool internal = f.code == kvscope::ErrorCode::Internal;
+    const char* kind = rc == 2 ? "error: " : internal ? "internal error: " : "";
+    std::cerr << "kvscope-cli: " << kind << (f.code == kvscope::ErrorCode::OutOfMemory ? "out of memory: " : "")
+              << f.message << (internal ? std::string(" (") + kvscope::runtime::kReportHint + ")" : std::string())
+              << "\n";
     return rc;
   }
   return 0;

@@ -21,7 +21,6 @@ namespace kvscope::cli {
 
 std::string defaultModelPath() { return runtime::defaultModelPath(); }
 
-
 runtime::Session openSession(const std::string& path, ModelChoice how) {
   how.path = path;
   return runtime::Session::open(how);

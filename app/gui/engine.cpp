@@ -25,11 +25,13 @@ namespace kvscope::app {
 
 namespace {
 // One line for the user, for the exception in flight (runtime::currentFailure: LibTorch's backtrace dropped); out
-// of memory says during what and what is kept.
+// of memory says during what and what is kept; kvscope's own failure says so and asks for a report.
 QString describeCurrent(const QString& during, bool modelKept) {
   const runtime::Failure f = runtime::currentFailure();
   const QString what = QString::fromStdString(f.message);
   if (f.code == ErrorCode::Cancelled) return QString("%1 cancelled%2").arg(during, modelKept ? "; the loaded model is kept" : "");
+  if (f.code == ErrorCode::Internal)
+    return QString("internal error during %1: %2 (%3)").arg(during, what, QString(runtime::kReportHint));
   if (f.code != ErrorCode::OutOfMemory) return what;
   return QString("out of memory during %1 (%2)%3").arg(during, what, modelKept ? "; the loaded model is kept" : QString());
 }

@@ -7,11 +7,11 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <stdexcept>
 
 #include "cache/kv_cache.h"
 #include "generate/generate.h"
 #include "model/llama.h"
+#include "util/error.h"
 
 namespace kvscope::generate {
 
@@ -83,7 +83,7 @@ std::vector<double> klByPosition(const EvalFigures& f) {
 }
 
 std::vector<std::vector<std::int64_t>> textWindows(const std::vector<std::int64_t>& ids, int ctx, int maxWindows) {
-  if (ctx < 2) throw std::invalid_argument(fmt::format("windows of {} tokens are too short", ctx));
+  if (ctx < 2) throw Error(ErrorCode::BadInput, fmt::format("windows of {} tokens are too short", ctx));
   std::vector<std::vector<std::int64_t>> w;
   const auto n = static_cast<std::size_t>(ctx);
   for (std::size_t s = 0; s + n <= ids.size(); s += n)
@@ -96,8 +96,8 @@ std::vector<std::vector<std::int64_t>> textWindows(const std::vector<std::int64_
 std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vector<std::vector<std::int64_t>>& windows,
                                   const std::vector<cache::CacheConfig>& configs, const EvalOptions& o,
                                   const EvalProgress& progress) {
-  if (windows.empty() || windows[0].size() < 2) throw std::invalid_argument("the text has fewer than 2 tokens");
-  if (o.step < 1) throw std::invalid_argument(fmt::format("step must be >= 1, got {}", o.step));
+  if (windows.empty() || windows[0].size() < 2) throw Error(ErrorCode::BadInput, "the text has fewer than 2 tokens");
+  if (o.step < 1) throw Error(ErrorCode::BadInput, fmt::format("step must be >= 1, got {}", o.step));
   const std::size_t prompt = std::min<std::size_t>(static_cast<std::size_t>(std::max(o.prompt, 1)),
                                                    windows[0].size() - 1);
   for (const auto& c : configs) (void)model.makeCache(c);  // per-layer rules against this model, before any work

@@ -74,7 +74,7 @@ struct EvalCancelled : Cancelled {
 };
 
 /// Figures for the unquantized reference (first, spec "dynamic (reference)") and then each config.
-/// Throws std::invalid_argument when the prompt leaves nothing to score.
+/// Throws an Error (BadInput) for windows of fewer than 2 tokens or a step below 1.
 std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vector<std::vector<std::int64_t>>& windows,
                                   const std::vector<cache::CacheConfig>& configs, const EvalOptions& o = {},
                                   const EvalProgress& progress = {});

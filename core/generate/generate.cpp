@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <stdexcept>
+
+#include "util/error.h"
 
 namespace kvscope::generate {
 
@@ -52,18 +53,19 @@ std::int64_t prefillChunkFor(const cache::KvCache& cache, std::int64_t requested
 
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
                         const GenerateOptions& o, const StepFn& onStep, const CancelToken* cancel) {
-  if (prompt.empty()) throw std::invalid_argument("generate: the prompt is empty");
-  if (o.maxNew < 0) throw std::invalid_argument("generate: max new tokens must be >= 0");
+  if (prompt.empty()) throw Error(ErrorCode::BadInput, "generate: the prompt is empty");
+  if (o.maxNew < 0) throw Error(ErrorCode::BadInput, "generate: max new tokens must be >= 0");
   if (!o.sampling.greedy && !(o.sampling.temperature > 0))
-    throw std::invalid_argument(fmt::format("generate: temperature must be > 0, got {}", o.sampling.temperature));
+    throw Error(ErrorCode::BadInput, fmt::format("generate: temperature must be > 0, got {}", o.sampling.temperature));
   if (!(o.sampling.topP > 0 && o.sampling.topP <= 1))
-    throw std::invalid_argument(fmt::format("generate: top_p must be in (0, 1], got {}", o.sampling.topP));
-  if (o.sampling.topK < 0) throw std::invalid_argument("generate: top_k must be >= 0");
-  if (cache.seqLength() != 0) throw std::invalid_argument("generate: the cache must start empty");
+    throw Error(ErrorCode::BadInput, fmt::format("generate: top_p must be in (0, 1], got {}", o.sampling.topP));
+  if (o.sampling.topK < 0) throw Error(ErrorCode::BadInput, "generate: top_k must be >= 0");
+  if (cache.seqLength() != 0) throw Error(ErrorCode::Internal, "generate: the cache must start empty");
   const auto ctx = model.config().contextLength;
   if (!o.beyondContext && ctx > 0 && static_cast<std::int64_t>(prompt.size()) + o.maxNew > ctx)
-    throw std::invalid_argument(fmt::format("generate: prompt ({} tokens) + {} new tokens exceed the model's context of "
-                                            "{}", prompt.size(), o.maxNew, ctx));
+    throw Error(ErrorCode::BadInput,
+                fmt::format("generate: prompt ({} tokens) + {} new tokens exceed the model's context of {}",
+                            prompt.size(), o.maxNew, ctx));
 
   GenerateResult r;
   r.promptTokens = static_cast<int>(prompt.size());
@@ -179,13 +181,13 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
                       int maxNew, const BeamOptions& o, const std::vector<std::int64_t>& stopIds,
                       const BeamStepFn& onStep, const CancelToken* cancel) {
   const int B = o.numBeams;
-  if (B < 1) throw std::invalid_argument("beam search: num_beams must be >= 1");
-  if (prompt.empty()) throw std::invalid_argument("beam search: the prompt is empty");
-  if (maxNew < 1) throw std::invalid_argument("beam search: max new tokens must be >= 1");
+  if (B < 1) throw Error(ErrorCode::BadInput, "beam search: num_beams must be >= 1");
+  if (prompt.empty()) throw Error(ErrorCode::BadInput, "beam search: the prompt is empty");
+  if (maxNew < 1) throw Error(ErrorCode::BadInput, "beam search: max new tokens must be >= 1");
   if (o.earlyStopping != "true" && o.earlyStopping != "false" && o.earlyStopping != "never")
-    throw std::invalid_argument(fmt::format("beam search: early_stopping must be true, false or never, got `{}`",
-                                            o.earlyStopping));
-  if (cache.seqLength() != 0) throw std::invalid_argument("beam search: the cache must start empty");
+    throw Error(ErrorCode::BadInput,
+                fmt::format("beam search: early_stopping must be true, false or never, got `{}`", o.earlyStopping));
+  if (cache.seqLength() != 0) throw Error(ErrorCode::Internal, "beam search: the cache must start empty");
   const int numReturn = o.numReturn > 0 ? std::min(o.numReturn, B) : B;
   const int K = std::max<int>(2, 1 + static_cast<int>(stopIds.size())) * B;
   constexpr float kNeg = -1.0e9f;

@@ -89,7 +89,7 @@ struct GenerateResult {
 };
 
 /// Runs the prompt (the cache must be empty) and then up to maxNew tokens. `cancel`: checked before each step and,
-/// during the prompt, by the model between layers and chunks (StopReason::Cancelled). Throws std::invalid_argument on bad
+/// during the prompt, by the model between layers and chunks (StopReason::Cancelled). Throws an Error (BadInput) on bad
 /// options, cache::CacheError from the cache.
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
                         const GenerateOptions& options, const StepFn& onStep = {},

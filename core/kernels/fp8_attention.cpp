@@ -5,10 +5,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/fp8_attention_cpu.h"
+#include "util/error.h"
 #if defined(KVSCOPE_WITH_CUDA)
 #include "kernels/cuda/fp8_attention_cuda.h"
 #include "kernels/cuda/runtime.h"
@@ -23,8 +23,10 @@ std::string shapeOf(const at::Tensor& t) {
   return s + "]";
 }
 
-void check(bool ok, const std::string& msg) {
-  if (!ok) throw std::invalid_argument("fp8 decode attention: " + msg);
+// The kernel's arguments come from kvscope's caches (Internal when they do not fit), except where a model and a device
+// ask for what it does not do (BadInput).
+void check(bool ok, const std::string& msg, ErrorCode code = ErrorCode::Internal) {
+  if (!ok) throw Error(code, "fp8 decode attention: " + msg);
 }
 
 }  // namespace
@@ -78,7 +80,7 @@ at::Tensor fp8DecodeAttention(const at::Tensor& q, const at::Tensor& kCodes, con
   }
 #if defined(KVSCOPE_WITH_CUDA)
   if (q.is_cuda()) {
-    check(D <= 256, fmt::format("head_dim {} is above the CUDA kernel's 256", D));
+    check(D <= 256, fmt::format("head_dim {} is above the CUDA kernel's 256", D), ErrorCode::BadInput);
     cuda::DeviceScope guard(q.get_device());
     cuda::Fp8AttentionArgs a;
     a.q = qf.const_data_ptr<float>();
@@ -98,7 +100,7 @@ at::Tensor fp8DecodeAttention(const at::Tensor& q, const at::Tensor& kCodes, con
     return out.to(q.scalar_type());
   }
 #endif
-  throw std::invalid_argument(fmt::format("fp8 decode attention: no kernel for device {}", q.device().str()));
+  throw Error(ErrorCode::Internal, fmt::format("fp8 decode attention: no kernel for device {}", q.device().str()));
 }
 
 }  // namespace kvscope::kernels

@@ -16,7 +16,7 @@ namespace kvscope::kernels {
 /// q [B, Hq, 1, D] (fp32/bf16/fp16); kCodes, vCodes uint8 [B, Hkv, L, D] on q's device whose last dim is dense (the
 /// cache buffer's valid view is); kScale, vScale float32 [Hkv, D]: every (head, channel)'s scale (a per-tensor or
 /// per-head scale expanded). Hq a multiple of Hkv; query head h reads KV head h / (Hq / Hkv). `scale` is the softmax
-/// scale (default 1/sqrt(D)). Returns [B, Hq, 1, D] in q's dtype. Throws std::invalid_argument naming a bad input.
+/// scale (default 1/sqrt(D)). Returns [B, Hq, 1, D] in q's dtype. Throws an Error naming a bad input.
 at::Tensor fp8DecodeAttention(const at::Tensor& q, const at::Tensor& kCodes, const at::Tensor& vCodes,
                               const at::Tensor& kScale, const at::Tensor& vScale, Fp8Format format,
                               std::optional<double> scale = std::nullopt);

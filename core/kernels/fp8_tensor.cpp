@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <stdexcept>
+#include "util/error.h"
 
 #if defined(KVSCOPE_WITH_CUDA)
 #include "kernels/cuda/fp8_cuda.h"
@@ -18,8 +18,9 @@ ElemType elemOf(at::ScalarType t) {
     case at::kFloat: return ElemType::F32;
     case at::kBFloat16: return ElemType::BF16;
     case at::kHalf: return ElemType::F16;
-    default: throw std::invalid_argument(fmt::format("fp8 codec: dtype {} is not supported (fp32, bf16, fp16)",
-                                                     c10::toString(t)));
+    default:
+      throw Error(ErrorCode::Internal,
+                  fmt::format("fp8 codec: dtype {} is not supported (fp32, bf16, fp16)", c10::toString(t)));
   }
 }
 
@@ -31,11 +32,12 @@ ElemType elemOf(at::ScalarType t) {
 [[maybe_unused]] void checkShapes(const at::Tensor& a, const at::Tensor& b, const at::Tensor& expanded,
                                   const char* what) {
   if (a.dim() != 4 || a.sizes() != b.sizes())
-    throw std::invalid_argument(fmt::format("{}: states and codes must have the same [B, H, T, D] shape", what));
+    throw Error(ErrorCode::Internal, fmt::format("{}: states and codes must have the same [B, H, T, D] shape", what));
   if (expanded.dim() != 2 || expanded.size(0) != a.size(1) || expanded.size(1) != a.size(3))
-    throw std::invalid_argument(fmt::format("{}: the scale must be [H, D] = [{}, {}]", what, a.size(1), a.size(3)));
+    throw Error(ErrorCode::Internal,
+                fmt::format("{}: the scale must be [H, D] = [{}, {}]", what, a.size(1), a.size(3)));
   if (!densePlanes(a) || !densePlanes(b))
-    throw std::invalid_argument(fmt::format("{}: each (batch, head) plane must be dense", what));
+    throw Error(ErrorCode::Internal, fmt::format("{}: each (batch, head) plane must be dense", what));
 }
 
 }  // namespace
@@ -130,7 +132,7 @@ at::Tensor fp8EncodeCuda(const at::Tensor& x, const at::Tensor& dst, const at::T
   if (!x.is_cuda()) return {};
   checkShapes(x, dst, expanded, "fp8 encode");
   if (!dst.is_cuda() || dst.get_device() != x.get_device() || dst.scalar_type() != at::kByte)
-    throw std::invalid_argument("fp8 encode: the codes must be uint8 on the states' device");
+    throw Error(ErrorCode::Internal, "fp8 encode: the codes must be uint8 on the states' device");
   const ElemType type = elemOf(x.scalar_type());
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
   at::Tensor counts = at::zeros({2}, x.options().dtype(at::kLong));
@@ -172,7 +174,7 @@ bool fp8DecodeOnDevice(const at::Tensor& q, const at::Tensor& dst, const at::Ten
   if (!q.is_cuda()) return false;
   checkShapes(dst, q, expanded, "fp8 decode");
   if (!dst.is_cuda() || dst.get_device() != q.get_device() || q.scalar_type() != at::kByte)
-    throw std::invalid_argument("fp8 decode: uint8 codes and the output must be on one device");
+    throw Error(ErrorCode::Internal, "fp8 decode: uint8 codes and the output must be on one device");
   const ElemType type = elemOf(dst.scalar_type());
   const std::int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   if (q.numel() == 0) return true;

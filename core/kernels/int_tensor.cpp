@@ -3,10 +3,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <stdexcept>
-
 #include "kernels/cpu/bitpack.h"
 #include "kernels/cpu/int_cpu.h"
+#include "util/error.h"
 #if defined(KVSCOPE_WITH_CUDA)
 #include "kernels/cuda/int_cuda.h"
 #include "kernels/cuda/runtime.h"
@@ -20,32 +19,34 @@ IntElem elemOf(at::ScalarType t) {
     case at::kFloat: return IntElem::F32;
     case at::kBFloat16: return IntElem::BF16;
     case at::kHalf: return IntElem::F16;
-    default: throw std::invalid_argument(fmt::format("int codec: dtype {} is not supported (fp32, bf16, fp16)",
-                                                     c10::toString(t)));
+    default:
+      throw Error(ErrorCode::Internal,
+                  fmt::format("int codec: dtype {} is not supported (fp32, bf16, fp16)", c10::toString(t)));
   }
 }
 
 void checkArgs(std::int64_t R, std::int64_t C, int dim, int bits, const char* what) {
-  if (dim != 0 && dim != 1) throw std::invalid_argument(fmt::format("{}: dim must be 0 or 1, got {}", what, dim));
+  if (dim != 0 && dim != 1) throw Error(ErrorCode::Internal, fmt::format("{}: dim must be 0 or 1, got {}", what, dim));
   if (bits != 1 && bits != 2 && bits != 3 && bits != 4 && bits != 8)
-    throw std::invalid_argument(fmt::format("{}: bits must be one of 1, 2, 3, 4, 8, got {}", what, bits));
-  if (R < 0 || C < 0) throw std::invalid_argument(fmt::format("{}: negative shape", what));
+    throw Error(ErrorCode::Internal, fmt::format("{}: bits must be one of 1, 2, 3, 4, 8, got {}", what, bits));
+  if (R < 0 || C < 0) throw Error(ErrorCode::Internal, fmt::format("{}: negative shape", what));
 }
 
 at::Tensor perGroup(const at::Tensor& t, std::int64_t groups, const at::Device& dev, const char* what) {
   if (t.numel() != groups)
-    throw std::invalid_argument(fmt::format("{}: {} per-group values for {} groups", what, t.numel(), groups));
+    throw Error(ErrorCode::Internal, fmt::format("{}: {} per-group values for {} groups", what, t.numel(), groups));
   return t.to(dev, at::kFloat).contiguous();
 }
 
 [[noreturn]] void noKernel(const at::Device& d, const char* what) {
-  throw std::invalid_argument(fmt::format("{}: no kernel for device {}", what, d.str()));
+  throw Error(ErrorCode::Internal, fmt::format("{}: no kernel for device {}", what, d.str()));
 }
 
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> groupMinMax(const at::Tensor& g, int dim) {
-  if (g.dim() != 2 || !g.is_contiguous()) throw std::invalid_argument("group min/max: g must be a contiguous [R, C]");
+  if (g.dim() != 2 || !g.is_contiguous())
+    throw Error(ErrorCode::Internal, "group min/max: g must be a contiguous [R, C]");
   const std::int64_t R = g.size(0), C = g.size(1);
   checkArgs(R, C, dim, 8, "group min/max");
   const IntElem t = elemOf(g.scalar_type());
@@ -69,7 +70,8 @@ std::pair<at::Tensor, at::Tensor> groupMinMax(const at::Tensor& g, int dim) {
 
 at::Tensor quantizePack(const at::Tensor& g, int dim, const at::Tensor& scale, const at::Tensor& zero, IntScheme s,
                         int bits) {
-  if (g.dim() != 2 || !g.is_contiguous()) throw std::invalid_argument("quantize+pack: g must be a contiguous [R, C]");
+  if (g.dim() != 2 || !g.is_contiguous())
+    throw Error(ErrorCode::Internal, "quantize+pack: g must be a contiguous [R, C]");
   const std::int64_t R = g.size(0), C = g.size(1);
   checkArgs(R, C, dim, bits, "quantize+pack");
   const IntElem t = elemOf(g.scalar_type());
@@ -99,8 +101,8 @@ at::Tensor unpackDequantize(const at::Tensor& packed, std::int64_t R, std::int64
   checkArgs(R, C, dim, bits, "unpack+dequantize");
   const IntElem t = elemOf(dtype);
   if (packed.scalar_type() != at::kByte || !packed.is_contiguous() || packed.numel() != packedBytes(R * C, bits))
-    throw std::invalid_argument(fmt::format("unpack+dequantize: expected {} contiguous packed bytes, got {}",
-                                            packedBytes(R * C, bits), packed.numel()));
+    throw Error(ErrorCode::Internal, fmt::format("unpack+dequantize: expected {} contiguous packed bytes, got {}",
+                                                 packedBytes(R * C, bits), packed.numel()));
   const std::int64_t groups = dim == 1 ? R : C;
   const at::Tensor sc = perGroup(scale, groups, packed.device(), "unpack+dequantize scale");
   const at::Tensor ze = perGroup(zero, groups, packed.device(), "unpack+dequantize zero");

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/kv_blocks.h"
 #include "kernels/kv_block_codec.h"
+#include "util/error.h"
 #if defined(KVSCOPE_WITH_CUDA)
 #include "kernels/cuda/kv_blocks_cuda.h"
 #include "kernels/cuda/runtime.h"
@@ -18,35 +19,35 @@ namespace kvscope::kernels {
 namespace {
 
 void checkRowArgs(std::uint32_t type, std::int64_t D, int rotation, const char* what) {
-  kvRowBytes(type, D);  // the type and the row size (whole blocks) or std::invalid_argument
+  kvRowBytes(type, D);  // the type and the row size (whole blocks), or an Internal error
   if (D > kvcodec::kMaxRow)
-    throw std::invalid_argument(fmt::format("{}: head size {} is above the {} the row codecs take", what, D,
-                                            kvcodec::kMaxRow));
+    throw Error(ErrorCode::BadInput,
+                fmt::format("{}: head size {} is above the {} the row codecs take", what, D, kvcodec::kMaxRow));
   if (rotation < 0 || (rotation > 0 && ((rotation & (rotation - 1)) != 0 || D % rotation != 0)))
-    throw std::invalid_argument(fmt::format("{}: rotation chunks of {} over rows of {}", what, rotation, D));
+    throw Error(ErrorCode::Internal, fmt::format("{}: rotation chunks of {} over rows of {}", what, rotation, D));
 }
 
 void checkRows(const at::Tensor& rows, std::int64_t rowBytes, const char* what) {
   if (rows.scalar_type() != at::kByte || rows.dim() != 4 || rows.size(3) != rowBytes ||
       (rows.size(3) > 1 && rows.stride(3) != 1))
-    throw std::invalid_argument(fmt::format("{}: rows must be uint8 [B, H, T, {}] with a dense last dimension", what,
-                                            rowBytes));
+    throw Error(ErrorCode::Internal,
+                fmt::format("{}: rows must be uint8 [B, H, T, {}] with a dense last dimension", what, rowBytes));
 }
 
 [[noreturn]] void noKernel(const at::Device& d, const char* what) {
-  throw std::invalid_argument(fmt::format("{}: no kernel for device {}", what, d.str()));
+  throw Error(ErrorCode::Internal, fmt::format("{}: no kernel for device {}", what, d.str()));
 }
 
 }  // namespace
 
 at::Tensor storeKvRows(const at::Tensor& x, std::uint32_t type, int rotation, const at::Tensor& rows, bool decode) {
-  if (x.dim() != 4) throw std::invalid_argument("store kv rows: x must be [B, H, T, D]");
+  if (x.dim() != 4) throw Error(ErrorCode::Internal, "store kv rows: x must be [B, H, T, D]");
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
   checkRowArgs(type, D, rotation, "store kv rows");
   const std::int64_t rowBytes = kvRowBytes(type, D);
   checkRows(rows, rowBytes, "store kv rows");
   if (rows.size(0) != B || rows.size(1) != H || rows.size(2) != T || rows.device() != x.device())
-    throw std::invalid_argument("store kv rows: rows must match x's [B, H, T] and device");
+    throw Error(ErrorCode::Internal, "store kv rows: rows must match x's [B, H, T] and device");
   const at::Tensor xf = x.to(at::kFloat).contiguous();
   at::Tensor back = decode ? at::empty({B, H, T, D}, xf.options()) : at::Tensor();
   const float* src = xf.const_data_ptr<float>();
@@ -100,7 +101,7 @@ at::Tensor readKvRows(const at::Tensor& rows, std::uint32_t type, std::int64_t D
 }
 
 at::Tensor roundThroughKvRows(const at::Tensor& x, std::uint32_t type, int rotation) {
-  if (x.dim() != 4) throw std::invalid_argument("round through kv rows: x must be [B, H, T, D]");
+  if (x.dim() != 4) throw Error(ErrorCode::Internal, "round through kv rows: x must be [B, H, T, D]");
   const at::Tensor rows = at::empty({x.size(0), x.size(1), x.size(2), kvRowBytes(type, x.size(3))},
                                     x.options().dtype(at::kByte));
   return storeKvRows(x, type, rotation, rows, /*decode=*/true);
@@ -108,13 +109,13 @@ at::Tensor roundThroughKvRows(const at::Tensor& x, std::uint32_t type, int rotat
 
 at::Tensor interleaveHalves(const at::Tensor& x) {
   const std::int64_t D = x.size(-1);
-  if (D % 2 != 0) throw std::invalid_argument(fmt::format("interleave halves: odd row size {}", D));
+  if (D % 2 != 0) throw Error(ErrorCode::Internal, fmt::format("interleave halves: odd row size {}", D));
   return x.unflatten(-1, {2, D / 2}).transpose(-1, -2).flatten(-2);
 }
 
 at::Tensor deinterleaveHalves(const at::Tensor& x) {
   const std::int64_t D = x.size(-1);
-  if (D % 2 != 0) throw std::invalid_argument(fmt::format("deinterleave halves: odd row size {}", D));
+  if (D % 2 != 0) throw Error(ErrorCode::Internal, fmt::format("deinterleave halves: odd row size {}", D));
   return x.unflatten(-1, {D / 2, 2}).transpose(-1, -2).flatten(-2);
 }
 

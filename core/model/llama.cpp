@@ -16,6 +16,7 @@
 #include "model/gguf.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
+#include "util/error.h"
 #include "util/process_memory.h"
 
 namespace kvscope::model {
@@ -371,12 +372,13 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& o) const {
-  if (ids.dim() != 2) throw std::invalid_argument("forward: ids must be [batch, T]");
+  if (ids.dim() != 2) throw Error(ErrorCode::Internal, "forward: ids must be [batch, T]");
   if (cache.numLayers() != cfg_.layers)
-    throw std::invalid_argument(fmt::format("forward: cache has {} layers, model {}", cache.numLayers(), cfg_.layers));
+    throw Error(ErrorCode::Internal,
+                fmt::format("forward: cache has {} layers, model {}", cache.numLayers(), cfg_.layers));
   if (ids.numel() > 0 && (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= cfg_.vocab))
-    throw std::invalid_argument(fmt::format("forward: token ids must lie in [0, {})", cfg_.vocab));
-  if (o.chunk < 0) throw std::invalid_argument(fmt::format("forward: chunk must be >= 0, got {}", o.chunk));
+    throw Error(ErrorCode::BadFile, fmt::format("forward: token ids must lie in [0, {})", cfg_.vocab));
+  if (o.chunk < 0) throw Error(ErrorCode::Internal, fmt::format("forward: chunk must be >= 0, got {}", o.chunk));
   const std::int64_t T = ids.size(1);
   if (o.chunk == 0 || T <= o.chunk) return forwardChunk(ids, cache, o);
   std::vector<at::Tensor> logits;

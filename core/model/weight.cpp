@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
 
 #include "kernels/cpu/blocks.h"
 #include "model/dequant.h"
 #include "model/mapped_file.h"
+#include "util/error.h"
 
 namespace kvscope::model {
 
@@ -18,7 +18,7 @@ Weight::Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const s
     : owner_(std::move(owner)), mapping_(mapping) {
   const kernels::BlockLayout L = kernels::blockLayout(type);
   if (L.values == 0 || cols % L.values != 0)
-    throw std::invalid_argument("Weight: a type without a layout, or rows that are not whole blocks");
+    throw Error(ErrorCode::BadFile, "Weight: a type without a layout, or rows that are not whole blocks");
   m_ = {type, rows, cols, data, cols / L.values * L.bytes};
 }
 
@@ -31,13 +31,13 @@ std::uint32_t parseWeightFormat(const std::string& name) {
   if (name == "q4_1") return static_cast<std::uint32_t>(kernels::BlockType::Q4_1);
   if (name == "q5_0") return static_cast<std::uint32_t>(kernels::BlockType::Q5_0);
   if (name == "q5_1") return static_cast<std::uint32_t>(kernels::BlockType::Q5_1);
-  throw std::invalid_argument("weights must be stored, q8_0, q5_1, q5_0, q4_1 or q4_0, got `" + name + "`");
+  throw Error(ErrorCode::BadInput, "weights must be stored, q8_0, q5_1, q5_0, q4_1 or q4_0, got `" + name + "`");
 }
 
 Activations parseActivations(const std::string& name) {
   if (name == "f32") return Activations::F32;
   if (name == "q8") return Activations::Q8;
-  throw std::invalid_argument("activations must be f32 or q8, got `" + name + "`");
+  throw Error(ErrorCode::BadInput, "activations must be f32 or q8, got `" + name + "`");
 }
 
 at::Tensor Weight::linear(const at::Tensor& x, const at::Tensor& bias, Activations a) const {
@@ -202,11 +202,12 @@ Weight Weight::toDense(const at::TensorOptions& options) const {
 Weight Weight::requantized(std::uint32_t type) const {
   const kernels::BlockLayout L = kernels::blockLayout(type);
   if (!kernels::quantizable(type))
-    throw std::invalid_argument("Weight::requantized: kvscope writes Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1");
+    throw Error(ErrorCode::Internal, "Weight::requantized: kvscope writes Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1");
   if (!owner_ || dense_.defined() || packed_)
-    throw std::invalid_argument("Weight::requantized: a weight in its stored form only");
+    throw Error(ErrorCode::Internal, "Weight::requantized: a weight in its stored form only");
   if (m_.cols % L.values != 0)
-    throw std::invalid_argument("Weight::requantized: rows of " + std::to_string(m_.cols) + " values are not whole blocks of 32");
+    throw Error(ErrorCode::BadInput,
+                "Weight::requantized: rows of " + std::to_string(m_.cols) + " values are not whole blocks of 32");
   const std::int64_t rowBytes = m_.cols / L.values * L.bytes;
   auto bytes = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(m_.rows * rowBytes));
   std::uint8_t* out = bytes->data();

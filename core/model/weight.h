@@ -25,11 +25,11 @@ class MappedFile;
 enum class Activations { F32, Q8 };
 
 /// What --weights names: "stored" (0: keep each matrix as its file stores it), or a type float matrices are
-/// quantized to at load: "q8_0", "q4_0", "q4_1" (ggml's numbers). parseWeightFormat throws std::invalid_argument naming
-/// the choices.
+/// quantized to at load: "q8_0", "q4_0", "q4_1" (ggml's numbers). parseWeightFormat throws an Error (BadInput)
+/// naming the choices.
 std::uint32_t parseWeightFormat(const std::string& name);
 
-/// "f32" / "q8"; parseActivations throws std::invalid_argument naming the choices.
+/// "f32" / "q8"; parseActivations throws an Error (BadInput) naming the choices.
 const char* activationsName(Activations a);
 Activations parseActivations(const std::string& name);
 
@@ -85,9 +85,9 @@ class Weight {
   at::Tensor gather(const at::Tensor& ids) const;
   /// The whole matrix as a float32 [rows, cols] tensor.
   at::Tensor dense() const;
-  /// The same matrix quantized to `type` (kernels::quantizable: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) in memory of its own, as the
-  /// `gguf` package quantizes its float values; rows split over LibTorch's threads. Throws std::invalid_argument for
-  /// another type, or rows that are not whole blocks of 32.
+  /// The same matrix quantized to `type` (kernels::quantizable: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) in memory of its own, as
+  /// the `gguf` package quantizes its float values; rows split over LibTorch's threads. Throws an Error: BadInput for
+  /// rows that are not whole blocks of 32, Internal for another type or a matrix not in its stored form.
   Weight requantized(std::uint32_t type) const;
   /// The same weight with new row i = old row order[i], in memory of its own (llama.cpp's Q/K row order undone).
   /// requantized() and permuteRows() give back the mapped file's pages their copy replaces (see packed()).

@@ -6,7 +6,6 @@
 
 #include <exception>
 #include <new>
-#include <stdexcept>
 
 namespace kvscope::runtime {
 
@@ -52,8 +51,6 @@ Failure currentFailure() {
     return {ErrorCode::OutOfMemory, "an allocation failed"};
   } catch (const c10::Error& e) {
     return {ErrorCode::Internal, firstLine(e.what_without_backtrace())};
-  } catch (const std::invalid_argument& e) {
-    return {ErrorCode::BadInput, firstLine(e.what())};
   } catch (const std::exception& e) {
     return {ErrorCode::Internal, firstLine(e.what())};
   } catch (...) {

@@ -14,9 +14,13 @@ struct Failure {
 };
 
 /// Call inside a catch block: the exception in flight as a Failure. kvscope::Error keeps its code; an allocation
-/// failure (std::bad_alloc, c10::OutOfMemoryError) is OutOfMemory; std::invalid_argument (a kernel's argument check)
-/// is BadInput; anything else Internal.
+/// failure (std::bad_alloc, c10::OutOfMemoryError) is OutOfMemory; anything else is Internal: kvscope raises every
+/// error the user can fix as a kvscope::Error, so a bare std:: exception (std::invalid_argument included) or a
+/// LibTorch check (c10::Error) that fails means kvscope broke its own invariant or passed LibTorch what it should not.
 Failure currentFailure();
+
+/// What kvscope's programs add to the one line of an Internal failure.
+inline constexpr const char* kReportHint = "this is a bug in kvscope; please report it";
 
 /// Makes a failed CPU allocation throw c10::OutOfMemoryError (LibTorch's CPU allocator throws a plain c10::Error),
 /// so that out of memory is a type, not a message to match. Call once at start-up, before any tensor exists.

@@ -15,10 +15,11 @@
 
 namespace kvscope::runtime {
 
-/// The named model path does not exist, or no model was named and none is where one is looked for.
+/// The named model path does not exist, or no model was named and none is where one is looked for (ErrorCode::BadFile:
+/// a file the user can supply, exit 2).
 class ModelNotFound : public Error {
  public:
-  explicit ModelNotFound(const std::string& what) : Error(ErrorCode::BadInput, what) {}
+  explicit ModelNotFound(const std::string& what) : Error(ErrorCode::BadFile, what) {}
 };
 
 struct LoadedModel {

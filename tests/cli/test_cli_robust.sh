@@ -80,6 +80,13 @@ PY
 
 # ---- prompts ----
 bad empty-prompt 'empty prompt' "$cli" generate --model "$model" --prompt ""
+# Options core checks (generate.cpp) are the user's too: exit 2, not an internal error.
+bad temperature-0 'generate: temperature must be > 0, got 0' "$cli" generate --model "$model" --prompt hi --sample \
+  --temperature 0 --max-new 1
+bad top-p-above-1 'generate: top_p must be in (0, 1], got 1.5' "$cli" generate --model "$model" --prompt hi --sample \
+  --top-p 1.5 --max-new 1
+bad beams-nothing-new 'beam search: max new tokens must be >= 1' "$cli" generate --model "$model" --prompt hi --beams 2 \
+  --max-new 0
 : > "$tmp/empty.txt"
 bad empty-prompt-file "prompt file \`$tmp/empty.txt\` is empty" "$cli" generate --model "$model" --prompt-file "$tmp/empty.txt"
 bad missing-prompt-file "cannot read prompt file \`$tmp/none.txt\`" "$cli" generate --model "$model" --prompt-file "$tmp/none.txt"

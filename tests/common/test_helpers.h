@@ -1,5 +1,5 @@
-// Helpers shared by the C++ tests (std and GoogleTest only; no LibTorch, no Qt): the message of an expected
-// exception, "does this message name all of these", and files and folders in the temporary directory.
+// Helpers shared by the C++ tests (std, GoogleTest and util/error.h only; no LibTorch, no Qt): the message or the code
+// of an expected exception, "does this message name all of these", and files and folders in the temporary directory.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,8 +10,11 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "util/error.h"
 
 namespace kvscope::testutil {
 
@@ -25,6 +28,21 @@ std::string errorOf(const std::function<void()>& f, const std::string& none = ""
   }
   return none;
 }
+
+/// The code of the kvscope::Error that `f` throws, or nullopt when it throws nothing (any other exception goes
+/// through: a test expecting a code fails on a bare std:: exception).
+inline std::optional<ErrorCode> errorCodeOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return std::nullopt;
+}
+
+/// Expects `statement` to throw a kvscope::Error with `code` (EXPECT_THROW for a code rather than a type).
+#define EXPECT_ERROR_CODE(statement, code) \
+  EXPECT_EQ(::kvscope::testutil::errorCodeOf([&] { (void)(statement); }), (code))
 
 /// Success when `msg` holds every one of `parts`; otherwise a failure naming the first part it lacks.
 inline ::testing::AssertionResult mentions(const std::string& msg, std::initializer_list<const char*> parts) {

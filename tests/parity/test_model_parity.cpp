@@ -20,6 +20,7 @@
 #include "runtime/session.h"
 #include "util/cancel.h"
 #include "tensor_helpers.h"
+#include "test_helpers.h"
 
 using namespace kvscope;
 using testutil::loadTensor;
@@ -136,8 +137,8 @@ TEST(Generate, SamplingIsReproducibleAndShadowMeasuresTheCache) {
   bad.sampling.greedy = false;
   bad.sampling.temperature = 0;
   auto c2 = f.model->makeCache(cache::parseSpec("dynamic"));
-  EXPECT_THROW(generate::generate(*f.model, *c2, prompt, bad), std::invalid_argument);
-  EXPECT_THROW(generate::generate(*f.model, *c2, {}, o), std::invalid_argument);
+  EXPECT_ERROR_CODE(generate::generate(*f.model, *c2, prompt, bad), ErrorCode::BadInput);
+  EXPECT_ERROR_CODE(generate::generate(*f.model, *c2, {}, o), ErrorCode::BadInput);
 }
 
 TEST(ModelLoad, ProgressCancelAndTaps) {

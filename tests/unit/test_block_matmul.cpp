@@ -20,6 +20,7 @@
 #include "model/llama.h"
 #include "model/weight.h"
 #include "random_model.h"
+#include "test_helpers.h"
 
 using namespace kvscope;
 using kernels::BlockType;
@@ -301,7 +302,7 @@ TEST(Weight, EightBitActivationsThroughLinear) {
   EXPECT_FALSE(at::equal(q8, exact));  // the activations were rounded
   EXPECT_TRUE(at::allclose(q8, at::linear(codesTimesScales(x), W.dense()), 1e-4, 1e-4));
   EXPECT_EQ(model::parseActivations("q8"), model::Activations::Q8);
-  EXPECT_THROW(model::parseActivations("q4"), std::invalid_argument);
+  EXPECT_ERROR_CODE(model::parseActivations("q4"), ErrorCode::BadInput);
 }
 
 const BlockType kPackable[] = {BlockType::Q4_0, BlockType::Q4_1, BlockType::Q8_0, BlockType::Q4_K};
@@ -402,7 +403,7 @@ TEST(Weight, PackedForEightBitActivations) {
     const model::Weight U = P.unpacked();
     EXPECT_FALSE(U.isPacked());
     EXPECT_TRUE(at::equal(U.dense(), W.dense())) << name(t);
-    EXPECT_THROW(P.requantized(static_cast<std::uint32_t>(BlockType::Q8_0)), std::invalid_argument);
+    EXPECT_ERROR_CODE(P.requantized(static_cast<std::uint32_t>(BlockType::Q8_0)), ErrorCode::Internal);
   }
   // Q8_0's M (-128 d) is not stored: a scale whose M is past fp16's range still packs, exactly.
   auto big = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(BlockType::Q8_0, 16, 32, 5));
@@ -439,16 +440,16 @@ TEST(Weight, RequantizedAtLoadToTheFormatsKvscopeWrites) {
     EXPECT_TRUE(at::allclose(q.linear(a), at::mm(a, q.dense().t()), 1e-4, 1e-4));
   }
   for (auto bad : {BlockType::Q6_K, BlockType::Q4_K, BlockType::F16})
-    EXPECT_THROW(w.requantized(static_cast<std::uint32_t>(bad)), std::invalid_argument);
+    EXPECT_ERROR_CODE(w.requantized(static_cast<std::uint32_t>(bad)), ErrorCode::Internal);
   const auto odd = std::make_shared<at::Tensor>(at::randn({4, 40}));
-  EXPECT_THROW(model::Weight(0, 4, 40, static_cast<const std::uint8_t*>(odd->data_ptr()), odd)
-                   .requantized(static_cast<std::uint32_t>(BlockType::Q8_0)),
-               std::invalid_argument);
+  EXPECT_ERROR_CODE(model::Weight(0, 4, 40, static_cast<const std::uint8_t*>(odd->data_ptr()), odd)
+                        .requantized(static_cast<std::uint32_t>(BlockType::Q8_0)),
+                    ErrorCode::BadInput);
   EXPECT_EQ(model::parseWeightFormat("stored"), 0u);
   EXPECT_EQ(model::parseWeightFormat("q4_1"), static_cast<std::uint32_t>(BlockType::Q4_1));
   EXPECT_EQ(model::parseWeightFormat("q5_0"), static_cast<std::uint32_t>(BlockType::Q5_0));
   EXPECT_EQ(model::parseWeightFormat("q5_1"), static_cast<std::uint32_t>(BlockType::Q5_1));
-  EXPECT_THROW(model::parseWeightFormat("q6_k"), std::invalid_argument);
+  EXPECT_ERROR_CODE(model::parseWeightFormat("q6_k"), ErrorCode::BadInput);
 }
 
 // A model's float matrices quantized at load: the card says so, the weights shrink, the output (a tied embedding

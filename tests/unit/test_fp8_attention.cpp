@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/fp8_attention.h"
+#include "test_helpers.h"
 
 using namespace kvscope;
 using kernels::Fp8Format;
@@ -87,15 +88,16 @@ TEST(Fp8Attention, BadInputsAreClearErrors) {
     return kernels::fp8DecodeAttention(qq, c.kCodes, c.vCodes, ks, c.vScale, Fp8Format::E4M3FN);
   };
   EXPECT_NO_THROW(call(q, c.kScale));
-  EXPECT_THROW(call(at::randn({1, 4, 2, 16}), c.kScale), std::invalid_argument);  // two query tokens
-  EXPECT_THROW(call(at::randn({1, 3, 1, 16}), c.kScale), std::invalid_argument);  // 3 heads over 2 KV heads
-  EXPECT_THROW(call(q, at::ones({2})), std::invalid_argument);                    // a bare per-head scale
-  EXPECT_THROW(call(q.to(at::kDouble), c.kScale), std::invalid_argument);
+  EXPECT_ERROR_CODE(call(at::randn({1, 4, 2, 16}), c.kScale), ErrorCode::Internal);  // two query tokens
+  EXPECT_ERROR_CODE(call(at::randn({1, 3, 1, 16}), c.kScale), ErrorCode::Internal);  // 3 heads over 2 KV heads
+  EXPECT_ERROR_CODE(call(q, at::ones({2})), ErrorCode::Internal);                    // a bare per-head scale
+  EXPECT_ERROR_CODE(call(q.to(at::kDouble), c.kScale), ErrorCode::Internal);
   try {
     kernels::fp8DecodeAttention(q, c.kCodes.narrow(2, 0, 0), c.vCodes.narrow(2, 0, 0), c.kScale, c.vScale,
                                 Fp8Format::E4M3FN);
     FAIL() << "an empty cache was accepted";
-  } catch (const std::invalid_argument& e) {
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Internal);
     EXPECT_NE(std::string(e.what()).find("empty cache"), std::string::npos);
   }
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/hadamard.h"
+#include "test_helpers.h"
 
 using namespace kvscope;
 
@@ -55,8 +56,8 @@ TEST(Hadamard, FastTransformIsTheExplicitMatrix) {
     for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(back[i], x[i], 1e-5f) << i;
   }
   std::vector<float> x(96);
-  EXPECT_THROW(kernels::hadamardRotate(x.data(), 96, 64), std::invalid_argument);  // not whole chunks
-  EXPECT_THROW(kernels::hadamardRotate(x.data(), 96, 48), std::invalid_argument);  // not a power of two
+  EXPECT_ERROR_CODE(kernels::hadamardRotate(x.data(), 96, 64), ErrorCode::Internal);  // not whole chunks
+  EXPECT_ERROR_CODE(kernels::hadamardRotate(x.data(), 96, 48), ErrorCode::Internal);  // not a power of two
 }
 
 TEST(Hadamard, LlamaCppRotationSizes) {

@@ -10,6 +10,7 @@
 #include "kernels/cpu/bitpack.h"
 #include "kernels/int_tensor.h"
 #include "tensor_helpers.h"
+#include "test_helpers.h"
 
 using namespace kvscope;
 using kernels::IntScheme;
@@ -107,12 +108,12 @@ TEST(IntKernelsCpu, PackingIsTheBitpackLayout) {
 
 TEST(IntKernelsCpu, BadArgumentsAreClearErrors) {
   const at::Tensor g = at::zeros({4, 8});
-  EXPECT_THROW(kernels::quantizePack(g, 1, at::ones({4, 1}), at::zeros({4, 1}), IntScheme::Hqq, 5),
-               std::invalid_argument);
-  EXPECT_THROW(kernels::quantizePack(g, 1, at::ones({3, 1}), at::zeros({4, 1}), IntScheme::Hqq, 4),
-               std::invalid_argument);
-  EXPECT_THROW(kernels::groupMinMax(g.t(), 1), std::invalid_argument);
-  EXPECT_THROW(kernels::unpackDequantize(at::zeros({3}, at::kByte), 4, 8, 1, at::ones({4, 1}), at::zeros({4, 1}),
-                                         IntScheme::Hqq, 4, at::kFloat),
-               std::invalid_argument);
+  EXPECT_ERROR_CODE(kernels::quantizePack(g, 1, at::ones({4, 1}), at::zeros({4, 1}), IntScheme::Hqq, 5),
+                    ErrorCode::Internal);
+  EXPECT_ERROR_CODE(kernels::quantizePack(g, 1, at::ones({3, 1}), at::zeros({4, 1}), IntScheme::Hqq, 4),
+                    ErrorCode::Internal);
+  EXPECT_ERROR_CODE(kernels::groupMinMax(g.t(), 1), ErrorCode::Internal);
+  EXPECT_ERROR_CODE(kernels::unpackDequantize(at::zeros({3}, at::kByte), 4, 8, 1, at::ones({4, 1}), at::zeros({4, 1}),
+                                              IntScheme::Hqq, 4, at::kFloat),
+                    ErrorCode::Internal);
 }

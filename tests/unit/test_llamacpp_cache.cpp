@@ -20,6 +20,7 @@
 #include "kernels/kv_block_codec.h"
 #include "kernels/kv_blocks_tensor.h"
 #include "tensor_helpers.h"
+#include "test_helpers.h"
 
 using namespace kvscope;
 using namespace kvscope::cache;
@@ -81,8 +82,8 @@ TEST(KvBlocks, RowBytesOfEveryType) {
   EXPECT_EQ(kernels::kvRowBytes(kernels::kTypeIq4Nl, 64), 36);
   EXPECT_EQ(kernels::kvRowBytes(kF16, 40), 80);  // 16-bit rows take any head size
   EXPECT_EQ(kernels::kvRowBytes(kBF16, 40), 80);
-  EXPECT_THROW(kernels::kvRowBytes(kQ4_0, 40), std::invalid_argument);
-  EXPECT_THROW(kernels::kvBlockBytes(12), std::invalid_argument);  // Q4_K is no KV cache type
+  EXPECT_ERROR_CODE(kernels::kvRowBytes(kQ4_0, 40), ErrorCode::Internal);
+  EXPECT_ERROR_CODE(kernels::kvBlockBytes(12), ErrorCode::Internal);  // Q4_K is no KV cache type
   EXPECT_EQ(kernels::kvBlockBytes(kQ4_1).scales, 4);
   EXPECT_EQ(kernels::kvBlockBytes(kQ8_0).scales, 2);
 }
@@ -412,12 +413,13 @@ TEST(KvBlocksTensor, StoreAndReadRowsAsTheRowFunctions) {
     }
   }
   const at::Tensor rows = at::empty({2, 3, 5, 34}, at::kByte);
-  EXPECT_THROW(kernels::storeKvRows(x, kQ8_0, 0, at::empty({2, 3, 5, 33}, at::kByte), false), std::invalid_argument);
-  EXPECT_THROW(kernels::storeKvRows(x.narrow(3, 0, 48), kQ8_0, 0, rows, false), std::invalid_argument);  // not blocks
-  EXPECT_THROW(kernels::storeKvRows(x, kQ8_0, 48, rows.narrow(3, 0, 34), false), std::invalid_argument);  // rotation
-  EXPECT_THROW(kernels::readKvRows(rows, 99, 32, 0), std::invalid_argument);  // not a cache type
-  EXPECT_THROW(kernels::storeKvRows(randn(1, 1, 1, 1024), kF16, 0, at::empty({1, 1, 1, 2048}, at::kByte), false),
-               std::invalid_argument);  // above the row codecs' head size
+  EXPECT_ERROR_CODE(kernels::storeKvRows(x, kQ8_0, 0, at::empty({2, 3, 5, 33}, at::kByte), false), ErrorCode::Internal);
+  EXPECT_ERROR_CODE(kernels::storeKvRows(x.narrow(3, 0, 48), kQ8_0, 0, rows, false),
+                    ErrorCode::Internal);  // not blocks
+  EXPECT_ERROR_CODE(kernels::storeKvRows(x, kQ8_0, 48, rows.narrow(3, 0, 34), false), ErrorCode::Internal);  // rotation
+  EXPECT_ERROR_CODE(kernels::readKvRows(rows, 99, 32, 0), ErrorCode::Internal);  // not a cache type
+  EXPECT_ERROR_CODE(kernels::storeKvRows(randn(1, 1, 1, 1024), kF16, 0, at::empty({1, 1, 1, 2048}, at::kByte), false),
+                    ErrorCode::BadInput);  // above the row codecs' head size
 }
 
 // llama.cpp holds a Llama-family model's keys with each head's rotary halves interleaved (its converter permutes Q/K

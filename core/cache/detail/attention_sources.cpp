@@ -5,13 +5,12 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
-#include <stdexcept>
-
 #include "kernels/cpu/bitpack.h"
 #include "kernels/cpu/kv_blocks.h"
 #include "kernels/kv_block_codec.h"
 #include "kernels/kv_blocks_tensor.h"
 #include "kernels/cpu/simd.h"
+#include "util/error.h"
 
 #if KVS_HAVE_AVX2_PATHS
 #include <immintrin.h>
@@ -109,19 +108,20 @@ void widenAny(const at::Tensor& t, const void* p, std::int64_t n, float* out) {
     case at::kFloat: widen(static_cast<const float*>(p), n, out); break;
     case at::kBFloat16: widen(static_cast<const c10::BFloat16*>(p), n, out); break;
     case at::kHalf: widen(static_cast<const c10::Half*>(p), n, out); break;
-    default: throw std::invalid_argument("attention source: states must be fp32, bf16 or fp16");
+    default:
+      throw Error(ErrorCode::Internal, "attention source: states must be fp32, bf16 or fp16");
   }
 }
 
 void checkDense(const at::Tensor& x, const char* what) {
   if (x.dim() != 4 || (x.size(3) > 1 && x.stride(3) != 1))
-    throw std::invalid_argument(std::string("attention source: ") + what + " must be [B, H, S, D] with a dense D");
+    throw Error(ErrorCode::Internal, std::string("attention source: ") + what + " must be [B, H, S, D] with a dense D");
 }
 
 // read() is the CPU kernels' access: a source over device tensors is read whole (dense()) instead.
 void checkHost(const at::Tensor& x) {
   if (!x.is_cpu())
-    throw std::invalid_argument("attention source: read() on " + x.device().str() + " states (use dense())");
+    throw Error(ErrorCode::Internal, "attention source: read() on " + x.device().str() + " states (use dense())");
 }
 
 using detail::StoredSource;
@@ -399,9 +399,9 @@ class LlamaCppSource final : public StoredSource {
       : rows_(std::move(rows)), type_(type), D_(D), rotation_(rotation), interleaved_(interleaved) {
     checkDense(rows_, "llama.cpp cache rows");
     if (rows_.scalar_type() != at::kByte || rows_.size(3) != kernels::kvRowBytes(type, D))
-      throw std::invalid_argument("attention source: llama.cpp rows must be uint8 [B, H, S, row bytes]");
+      throw Error(ErrorCode::Internal, "attention source: llama.cpp rows must be uint8 [B, H, S, row bytes]");
     if (D > kernels::kvcodec::kMaxRow)  // read()'s scratch row; the rows' writer (storeKvRows) refuses such rows too
-      throw std::invalid_argument("attention source: llama.cpp rows above the row codecs' head size");
+      throw Error(ErrorCode::Internal, "attention source: llama.cpp rows above the row codecs' head size");
   }
   std::int64_t length() const override { return rows_.size(2); }
   std::int64_t dim() const override { return D_; }
@@ -452,7 +452,7 @@ SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, c
 
 SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& zero, int bits,
                      std::int64_t group, bool keys, std::int64_t D, std::int64_t length) {
-  if (D > 4096) throw std::invalid_argument("attention source: kivi head_dim above 4096");
+  if (D > 4096) throw Error(ErrorCode::BadInput, "attention source: kivi head_dim above 4096");
   return std::make_shared<KiviSource>(codes, scale, zero, bits, group, keys, D, length);
 }
 
@@ -464,7 +464,7 @@ class Concat final : public StoredSource {
     for (const auto& p : parts)
       if (p && p->length() > 0) {
         if (!dynamic_cast<const StoredSource*>(p.get()))
-          throw std::invalid_argument("attention source: concat of a source that is not a cache layer's");
+          throw Error(ErrorCode::Internal, "attention source: concat of a source that is not a cache layer's");
         parts_.push_back(p);
         cat_.add(p);
       }
@@ -503,7 +503,7 @@ at::Tensor packRows(const at::Tensor& codes, int bits, bool hostKernels) {
   const std::int64_t D = codes.size(3), pb = kernels::packedBytes(D, bits);
   if (!hostKernels || !codes.is_cpu()) {
     // LSB-first: code i of a row sits in byte i / per at bit (i % per) * bits.
-    if (8 % bits != 0) throw std::invalid_argument("packRows: a device packs 1, 2, 4 or 8 bits");
+    if (8 % bits != 0) throw Error(ErrorCode::Internal, "packRows: a device packs 1, 2, 4 or 8 bits");
     const std::int64_t per = 8 / bits;
     const at::Tensor c = at::constant_pad_nd(codes.to(at::kInt), {0, pb * per - D})
                              .view({codes.size(0), codes.size(1), codes.size(2), pb, per});
@@ -525,7 +525,7 @@ at::Tensor packRows(const at::Tensor& codes, int bits, bool hostKernels) {
 
 at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits, bool hostKernels) {
   if (!hostKernels || !packed.is_cpu()) {
-    if (8 % bits != 0) throw std::invalid_argument("unpackRows: a device unpacks 1, 2, 4 or 8 bits");
+    if (8 % bits != 0) throw Error(ErrorCode::Internal, "unpackRows: a device unpacks 1, 2, 4 or 8 bits");
     const std::int64_t per = 8 / bits;
     const at::Tensor p = packed.to(at::kInt).unsqueeze(-1);
     const at::Tensor shifts = at::arange(0, 8, bits, p.options());

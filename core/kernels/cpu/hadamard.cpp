@@ -1,9 +1,9 @@
 #include "kernels/cpu/hadamard.h"
 
-#include <stdexcept>
 #include <string>
 
 #include "kernels/kv_block_codec.h"
+#include "util/error.h"
 
 namespace kvscope::kernels {
 
@@ -18,8 +18,8 @@ int hadamardSizeForValues(int headDim) { return headDim > 0 && headDim % 64 == 0
 
 void hadamardRotate(float* x, std::int64_t count, int n) {
   if (n < 1 || (n & (n - 1)) != 0 || count % n != 0)
-    throw std::invalid_argument("hadamardRotate: chunks of " + std::to_string(n) + " over " + std::to_string(count) +
-                                " values (a power of two that divides the count)");
+    throw Error(ErrorCode::Internal, "hadamardRotate: chunks of " + std::to_string(n) + " over " +
+                                         std::to_string(count) + " values (a power of two that divides the count)");
   kvcodec::hadamardChunks(x, count, n);
 }
 

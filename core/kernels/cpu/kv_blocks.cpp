@@ -3,23 +3,25 @@
 // quantizers round each operation on its own.
 #include "kernels/cpu/kv_blocks.h"
 
-#include <stdexcept>
 #include <string>
 
 #include "kernels/kv_block_codec.h"
+#include "util/error.h"
 
 namespace kvscope::kernels {
 
 namespace {
 
 [[noreturn]] void unsupported(std::uint32_t type) {
-  throw std::invalid_argument("kv cache blocks: ggml type " + std::to_string(type) +
-                              " is not a llama.cpp KV cache type kvscope writes (f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                              "q5_1, iq4_nl)");
+  throw Error(ErrorCode::Internal,
+              "kv cache blocks: ggml type " + std::to_string(type) +
+                  " is not a llama.cpp KV cache type kvscope writes (f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                  "q5_1, iq4_nl)");
 }
 
 void checkWhole(std::int64_t n) {
-  if (n % 32 != 0) throw std::invalid_argument("kv cache blocks: " + std::to_string(n) + " values are not whole blocks of 32");
+  if (n % 32 != 0)
+    throw Error(ErrorCode::Internal, "kv cache blocks: " + std::to_string(n) + " values are not whole blocks of 32");
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 // quantizer writes it (quantize_row_iq4_nl_ref: the scale searched over 15 candidates, each value to its nearest
 // table level). F16 and BF16 rows are the values rounded to nearest even.
 //
-// Torch-free: checked entry points (std::invalid_argument for a type or size they do not take) of the scalar codecs in
+// Torch-free: checked entry points (an Internal Error for a type or size they do not take) of the scalar codecs in
 // kernels/kv_block_codec.h, which the CUDA kernels share; kernels/kv_blocks_tensor.h runs them over tensors.
 #pragma once
 
@@ -17,14 +17,14 @@ namespace kvscope::kernels {
 inline constexpr std::uint32_t kTypeIq4Nl = 20;
 
 /// Bytes one block of 32 values of a KV cache type takes (its scale bytes included), and the bytes of that that are
-/// scales (fp16 d, and m for Q4_1 / Q5_1). F16 / BF16: 64 and 0. Throws std::invalid_argument for other types.
+/// scales (fp16 d, and m for Q4_1 / Q5_1). F16 / BF16: 64 and 0. Throws an Error (Internal) for other types.
 struct KvBlockBytes {
   std::int64_t block = 0, scales = 0;
 };
 KvBlockBytes kvBlockBytes(std::uint32_t ggmlType);
 
 /// Bytes a row of n values takes: 2n for F16 / BF16 (any n), whole blocks for the others (n a multiple of 32, else
-/// std::invalid_argument).
+/// an Error, Internal).
 std::int64_t kvRowBytes(std::uint32_t ggmlType, std::int64_t n);
 
 /// n values (a multiple of 32; any n for F16 / BF16) into blocks of `ggmlType` (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL).

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 
 #include "kernels/cpu/simd.h"
+#include "util/error.h"
 
 // The inner loops are dot products and axpys over head_dim: KVS_CLONES (kernels/cpu/simd.h), or the AVX2 tile.
 // Their sums may be reassociated (core/CMakeLists: -fassociative-math on this file), which is why fused
@@ -18,8 +18,8 @@ void ConcatSource::add(std::shared_ptr<const TokenSource> part) {
   if (!part || part->length() == 0) return;
   if (dim_ == 0) dim_ = part->dim();
   if (part->dim() != dim_)
-    throw std::invalid_argument("segmented attention: parts of one side have head_dim " + std::to_string(dim_) +
-                                " and " + std::to_string(part->dim()));
+    throw Error(ErrorCode::Internal, "segmented attention: parts of one side have head_dim " + std::to_string(dim_) +
+                                         " and " + std::to_string(part->dim()));
   starts_.push_back(length_);
   length_ += part->length();
   parts_.push_back(std::move(part));
@@ -247,13 +247,13 @@ void segmentedAttention(const SegmentedAttentionArgs& a, const TokenSource& keys
                         const ParallelFor& parallel) {
   const std::int64_t L = keys.length();
   if (values.length() != L)
-    throw std::invalid_argument("segmented attention: " + std::to_string(L) + " keys but " +
-                                std::to_string(values.length()) + " values");
+    throw Error(ErrorCode::Internal, "segmented attention: " + std::to_string(L) + " keys but " +
+                                         std::to_string(values.length()) + " values");
   if (a.Hkv <= 0 || a.Hq % a.Hkv != 0)
-    throw std::invalid_argument("segmented attention: query heads are not a multiple of the KV heads");
-  if (L < a.T || L == 0) throw std::invalid_argument("segmented attention: fewer keys than queries");
+    throw Error(ErrorCode::Internal, "segmented attention: query heads are not a multiple of the KV heads");
+  if (L < a.T || L == 0) throw Error(ErrorCode::Internal, "segmented attention: fewer keys than queries");
   if (keys.dim() != a.D || values.dim() != a.D)
-    throw std::invalid_argument("segmented attention: head_dim of the cache differs from the queries'");
+    throw Error(ErrorCode::Internal, "segmented attention: head_dim of the cache differs from the queries'");
   const std::int64_t B = a.B, Hkv = a.Hkv, G = a.Hq / a.Hkv, T = a.T, D = a.D, rows = G * T;
   const std::int64_t tile = std::max<std::int64_t>(a.tile, 1);
   // Split the sequence so that every worker has several tasks of whole tiles, none shorter than 4 tiles, and the

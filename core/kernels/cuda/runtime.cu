@@ -1,9 +1,9 @@
 #include <cuda_runtime.h>
 
-#include <stdexcept>
 #include <string>
 
 #include "kernels/cuda/runtime.h"
+#include "util/error.h"
 
 namespace kvscope::kernels::cuda {
 
@@ -19,7 +19,10 @@ DeviceScope::~DeviceScope() {
 
 void checkLastError(const char* what) {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": CUDA error: " + cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  // kvscope's kernels launched with arguments kvscope checked: a failed launch is kvscope's (or the device's) failure.
+  throw Error(e == cudaErrorMemoryAllocation ? ErrorCode::OutOfMemory : ErrorCode::Internal,
+              std::string(what) + ": CUDA error: " + cudaGetErrorString(e));
 }
 
 }  // namespace kvscope::kernels::cuda

@@ -19,7 +19,7 @@ class DeviceScope {
   int previous_ = -1;
 };
 
-/// Throws std::runtime_error naming `what` when the last launch or call failed.
+/// Throws an Error naming `what` when the last launch or call failed (Internal; OutOfMemory for a failed allocation).
 void checkLastError(const char* what);
 
 /// CUDA devices the runtime sees (0 without a driver or a device); asks the runtime only, not LibTorch.
