@@ -278,10 +278,12 @@ class WindowTest : public QObject {
     QVERIFY(w_->busy() == Busy::Idle);
     for (const char* b : {"runButton", "stopButton", "sweepButton", "evalButton", "tuneButton"}) QVERIFY2(!enabled(b), b);
     // A load (no engine here: it stays pending): Stop cancels it, nothing else starts.
+    qRegisterMetaType<ui::LoadRequest>();
     QSignalSpy loads(w_, &ui::MainWindow::loadRequested);
     w_->openModel("/nonexistent/model.gguf");
     QCOMPARE(loads.count(), 1);
-    const quint64 serial = loads.takeFirst().at(3).toULongLong();
+    const quint64 serial = loads.takeFirst().at(0).value<ui::LoadRequest>().serial;
+    QVERIFY(serial > 0);
     QVERIFY(w_->busy() == Busy::Loading);
     QVERIFY(enabled("stopButton"));
     for (const char* b : {"runButton", "sweepButton", "evalButton", "tuneButton"}) QVERIFY2(!enabled(b), b);
