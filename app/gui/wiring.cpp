@@ -5,25 +5,9 @@
 #include "engine.h"
 #include "main_window.h"
 #include "thread_handoff.h"
+#include "thread_link.h"
 
 namespace kvscope::app {
-
-namespace {
-
-/// A connection between the engine's thread and the GUI's (queued: the receiver lives in the other thread) whose
-/// hand-off ThreadSanitizer can see (ui/thread_handoff.h). The direct connection is made first, so Qt calls it first:
-/// it releases in the sending thread before Qt posts the event; the receiver acquires before its slot runs.
-template <typename Sender, typename Receiver, typename... Args>
-void link(Sender* from, void (Sender::*signal)(Args...), Receiver* to, void (Receiver::*slot)(Args...)) {
-  if constexpr (ui::handoff::enabled)
-    QObject::connect(from, signal, from, [] { ui::handoff::release(); }, Qt::DirectConnection);
-  QObject::connect(from, signal, to, [to, slot](Args... args) {
-    ui::handoff::acquire();
-    (to->*slot)(args...);
-  });
-}
-
-}  // namespace
 
 void wire(Engine* engine, ui::MainWindow* w) {
   registerMetaTypes();

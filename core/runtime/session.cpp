@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <nlohmann/json.hpp>
 
@@ -16,9 +15,7 @@ namespace kvscope::runtime {
 
 model::Activations resolveActivations(const std::string& choice, const model::LlamaModel& model) {
   if (choice == "auto") return model.blockWeights() ? model::Activations::Q8 : model::Activations::F32;
-  if (choice == "q8") return model::Activations::Q8;
-  if (choice == "f32") return model::Activations::F32;
-  throw Error(ErrorCode::BadInput, fmt::format("unknown activations `{}` ({})", choice, fmt::join(activationsNames(), ", ")));
+  return model::parseActivations(choice);
 }
 
 Session Session::open(const LoadOptions& o, const model::ProgressFn& progress) {

@@ -53,24 +53,20 @@
 #include "session.h"
 #include "thread_handoff.h"
 #include "tune_page.h"
+#include "thread_link.h"
 #include "wiring.h"
 
 using namespace kvscope;
 
 /// The engine's `failed` and `modelLoaded` signals as the test thread sees them. The engine emits from its own thread,
 /// and QSignalSpy records with a direct connection in the emitting thread, unlocked, while the test reads it: a data
-/// race (ThreadSanitizer reports it). Connected to this main-thread object, they arrive queued, as the GUI gets them.
+/// race (ThreadSanitizer reports it). Linked to this main-thread object as the window is (app/gui/thread_link.h), they
+/// arrive queued, as the GUI gets them.
 class EngineSpy : public QObject {
  public:
   explicit EngineSpy(app::Engine* engine) {
-    connect(engine, &app::Engine::failed, this, [this](quint64, const QString& m) {
-      ui::handoff::acquire();  // the engine's release comes from wire()'s connections (ui/thread_handoff.h)
-      failures << m;
-    });
-    connect(engine, &app::Engine::modelLoaded, this, [this](const ui::ModelInfo& m) {
-      ui::handoff::acquire();
-      loads << m;
-    });
+    app::link(engine, &app::Engine::failed, this, [this](quint64, const QString& m) { failures << m; });
+    app::link(engine, &app::Engine::modelLoaded, this, [this](const ui::ModelInfo& m) { loads << m; });
   }
   QStringList failures;
   QList<ui::ModelInfo> loads;
@@ -797,7 +793,7 @@ class GuiTest : public QObject {
     ui::LoadRequest r;
     r.options.path = model_.toStdString();
     r.options.device = "cuda:7";
-    QMetaObject::invokeMethod(engine_, "load", Qt::QueuedConnection, Q_ARG(kvscope::ui::LoadRequest, r));
+    Q_EMIT w_->loadRequested(r);  // straight to the engine, through wire()'s link, past the window's own checks
     QTRY_VERIFY_WITH_TIMEOUT(spy.failures.size() > 0, 30000);
     QVERIFY(spy.failures.takeFirst().contains("device `cuda:7` is not available"));
     // The window shows it through its own queued slot: wait for that before the next test starts a run.
