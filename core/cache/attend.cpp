@@ -2,11 +2,13 @@
 // transformers) or in fused mode (the stored form, read by kernels/cpu/segmented_attention a tile at a time).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 
 #include <optional>
 
 #include "cache/detail/attention_sources.h"
 #include "cache/detail/layers.h"
+#include "cache/detail/seq_buffer.h"
 #include "cache/layer.h"
 #include "kernels/fp8_attention.h"
 
@@ -37,10 +39,9 @@ kernels::ParallelFor torchParallel() {
 
 }  // namespace
 
-at::Tensor detail::materialize(const kernels::TokenSource& s, std::int64_t B, std::int64_t H, at::ScalarType dtype,
-                               bool hostKernels) {
-  const auto* stored = dynamic_cast<const detail::StoredSource*>(&s);
-  if (stored && (!hostKernels || !stored->onHost())) return stored->dense(B, H, dtype);
+at::Tensor detail::materialize(const StoredSource& s, std::int64_t B, std::int64_t H, at::ScalarType dtype,
+                               kernels::KernelPath path) {
+  if (path == kernels::KernelPath::Device) return s.dense(B, H, dtype);
   const std::int64_t L = s.length(), D = s.dim();
   at::Tensor out = at::empty({B, H, L, D}, at::kFloat);
   float* p = out.mutable_data_ptr<float>();
@@ -68,7 +69,23 @@ Staged CacheLayer::stage(const at::Tensor& keys, const at::Tensor& values) {
   return detail::stagedAsIs(k, v);
 }
 
+void CacheLayer::validateStates(const at::Tensor& keys, const at::Tensor& values) const {
+  const std::string name(backendName(backend()));
+  detail::checkStates(keys, (name + " keys").c_str());
+  detail::checkStates(values, (name + " values").c_str());
+  detail::checkSameLayout(values, keys, (name + " values").c_str());
+  if (hostPath() && !(kernels::inHostMemory(keys) && kernels::inHostMemory(values)))
+    throw CacheError(fmt::format("{}: {} states in a cache of the CPU's host kernels (a cache on a device takes the "
+                                 "device path: the model's makeCache, or makeLayer with KernelPath::Device)",
+                                 name, (kernels::inHostMemory(keys) ? values : keys).device().str()));
+}
+
 std::pair<at::Tensor, at::Tensor> CacheLayer::update(const at::Tensor& keys, const at::Tensor& values) {
+  validateStates(keys, values);
+  return updateValidated(keys, values);
+}
+
+std::pair<at::Tensor, at::Tensor> CacheLayer::updateValidated(const at::Tensor& keys, const at::Tensor& values) {
   if (!fused()) return updateReference(keys, values);
   // Fused mode keeps no full-precision history: what update() returns is built from the stored form, once.
   Staged s = stage(keys, values);
@@ -76,14 +93,16 @@ std::pair<at::Tensor, at::Tensor> CacheLayer::update(const at::Tensor& keys, con
   if (s.denseKeys.defined()) {
     out = {s.denseKeys, s.denseValues};
   } else {
-    out = {detail::materialize(*s.keys, keys.size(0), keys.size(1), keys.scalar_type(), hostKernels_),
-           detail::materialize(*s.values, values.size(0), values.size(1), values.scalar_type(), hostKernels_)};
+    out = {detail::materialize(*s.keys, keys.size(0), keys.size(1), keys.scalar_type(), path_),
+           detail::materialize(*s.values, values.size(0), values.size(1), values.scalar_type(), path_)};
   }
   if (s.finish) s.finish();
   return out;
 }
 
 at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values) {
+  validateStates(keys, values);
+  detail::checkQueries(queries, keys, (std::string(backendName(backend())) + " queries").c_str());
   if (!fused()) {
     auto [k, v] = updateReference(keys, values);
     return sdpa(roundQueries(queries), k, v);
@@ -92,15 +111,15 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
   const at::Tensor q = roundQueries(queries);  // after the store: what the layer holds decides the rounding
   at::Tensor out;
   const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3), Hkv = keys.size(1);
-  // A decode step on the CPU reads the layer where it lies, unquantized layers too (LibTorch's sdpa would first copy a
-  // strided view of the buffer and repeat K/V for GQA); a prefill goes to sdpa. The device path: an fp8 decode step
-  // reads the codes with the fused kernel, anything else is dequantized for this layer only and goes to sdpa.
+  // On the host path a decode step reads the layer where it lies, unquantized layers too (LibTorch's sdpa would first
+  // copy a strided view of the buffer and repeat K/V for GQA); a prefill goes to sdpa. The device path: an fp8 decode
+  // step reads the codes with the fused kernel, anything else is dequantized for this layer only and goes to sdpa.
   const auto fp8Decode = [&]() -> std::pair<const detail::Fp8View*, const detail::Fp8View*> {
     if (T != 1 || !s.keys || !s.values) return {nullptr, nullptr};
-    const detail::Fp8View *k = detail::fp8View(*s.keys), *v = detail::fp8View(*s.values);
+    const detail::Fp8View *k = s.keys->fp8View(), *v = s.values->fp8View();
     return k && v && k->format == v->format ? std::pair{k, v} : std::pair{nullptr, nullptr};
   };
-  if (T <= kMaxSegmentedQueries && hostKernels_ && q.is_cpu() && s.keys) {
+  if (T <= kMaxSegmentedQueries && hostPath() && s.keys) {
     const at::Tensor qf = q.to(at::kFloat).contiguous();
     at::Tensor o = at::empty({B, Hq, T, D}, qf.options());
     kernels::SegmentedAttentionArgs a;
@@ -116,8 +135,8 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
   } else if (const auto [fk, fv] = fp8Decode(); fk) {
     out = kernels::fp8DecodeAttention(q, fk->codes, fv->codes, fk->scale, fv->scale, fk->format);
   } else {
-    out = sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), hostKernels_),
-               detail::materialize(*s.values, B, Hkv, q.scalar_type(), hostKernels_));
+    out = sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), path_),
+               detail::materialize(*s.values, B, Hkv, q.scalar_type(), path_));
   }
   if (s.finish) s.finish();
   return out;

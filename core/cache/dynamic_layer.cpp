@@ -10,12 +10,10 @@ namespace {
 
 class DynamicLayer final : public CacheLayer {
  public:
-  DynamicLayer(const CacheConfig& cfg, const StatsOptions& s) : CacheLayer(s, cfg.attention) {}
+  DynamicLayer(const CacheConfig& cfg, const StatsOptions& s, kernels::KernelPath path)
+      : CacheLayer(s, cfg.attention, path) {}
 
   std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
-    checkStates(k, "dynamic keys");
-    checkStates(v, "dynamic values");
-    checkSameLayout(v, k, "dynamic values");
     if (k_.defined()) {
       checkSameLayout(k, k_.view(), "dynamic keys");
       checkSameLayout(v, v_.view(), "dynamic values");
@@ -24,8 +22,8 @@ class DynamicLayer final : public CacheLayer {
     v_.append(v);
     ++stats_.updates;
     if (statsOptions_.enabled) {
-      stats_.keys.amaxPerHead = amaxPerHead(k);
-      stats_.values.amaxPerHead = amaxPerHead(v);
+      stats_.keys.amaxPerHead = amaxPerHead(k, kernelPath());
+      stats_.values.amaxPerHead = amaxPerHead(v, kernelPath());
     }
     return {k_.view(), v_.view()};
   }
@@ -69,8 +67,9 @@ class DynamicLayer final : public CacheLayer {
 
 }  // namespace
 
-std::unique_ptr<CacheLayer> makeDynamicLayer(const CacheConfig& cfg, const StatsOptions& stats) {
-  return std::make_unique<DynamicLayer>(cfg, stats);
+std::unique_ptr<CacheLayer> makeDynamicLayer(const CacheConfig& cfg, const StatsOptions& stats,
+                                             kernels::KernelPath path) {
+  return std::make_unique<DynamicLayer>(cfg, stats, path);
 }
 
 }  // namespace kvscope::cache::detail

@@ -26,8 +26,8 @@ using kernels::Fp8Counts;
 
 class Fp8Layer final : public CacheLayer {
  public:
-  Fp8Layer(const CacheConfig& cfg, const StatsOptions& s)
-      : CacheLayer(s, cfg.attention),
+  Fp8Layer(const CacheConfig& cfg, const StatsOptions& s, kernels::KernelPath path)
+      : CacheLayer(s, cfg.attention, path),
         format_(cfg.fp8Format),
         granularity_(cfg.granularity),
         headroom_(cfg.headroom),
@@ -138,11 +138,9 @@ class Fp8Layer final : public CacheLayer {
     pending_ = {};
   }
 
-  // Checks and stores new states (codes, and the mirror in reference mode). Returns true for the first update.
+  // Checks that new states continue the stored ones and stores them (codes, and the mirror in reference mode).
+  // Returns true for the first update.
   bool store(const at::Tensor& kIn, const at::Tensor& vIn) {
-    checkStates(kIn, "fp8 keys");
-    checkStates(vIn, "fp8 values");
-    checkSameLayout(vIn, kIn, "fp8 values");
     const bool first = !k_.q.defined() || !k_.scale.defined();
     if (!first) {
       checkSameLayout(kIn, k_.like, "fp8 keys");
@@ -212,7 +210,7 @@ class Fp8Layer final : public CacheLayer {
           kernels::fp8EncodeDeferred(x, slot, s.expanded, format_, policy_ == OverflowPolicy::Saturate);
       s.q.commit(T);
       // The device path keeps the counts as a tensor until they are read, on the CPU in portable mode too.
-      if (!hostKernels_ && !d.device.defined())
+      if (!hostPath() && !d.device.defined())
         d.device = at::tensor(std::vector<std::int64_t>{d.host.overflow, d.host.nonFinite}, at::kLong);
       if (d.device.defined()) {
         // Counted on the device: read with the other side's when the statistics are (settleStats).
@@ -253,8 +251,8 @@ class Fp8Layer final : public CacheLayer {
       st.scaleShape = s.scale.sizes().vec();
     }
     if (statsOptions_.enabled) {
-      st.amaxPerHead = amaxPerHead(x);
-      st.error = errorMap(x, dslot, start, statsOptions_.tokenBin);
+      st.amaxPerHead = amaxPerHead(x, kernelPath());
+      st.error = errorMap(x, dslot, start, statsOptions_.tokenBin, kernelPath());
     }
   }
 
@@ -300,8 +298,8 @@ class Fp8Layer final : public CacheLayer {
 
 }  // namespace
 
-std::unique_ptr<CacheLayer> makeFp8Layer(const CacheConfig& cfg, const StatsOptions& stats) {
-  return std::make_unique<Fp8Layer>(cfg, stats);
+std::unique_ptr<CacheLayer> makeFp8Layer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path) {
+  return std::make_unique<Fp8Layer>(cfg, stats, path);
 }
 
 }  // namespace kvscope::cache::detail

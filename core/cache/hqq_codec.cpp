@@ -28,7 +28,8 @@ at::Tensor shrinkLp(const at::Tensor& x) {
 
 class HqqCodec final : public GroupCodec {
  public:
-  HqqCodec(int nbits, int groupSize, bool optimize) : bits_(nbits), groupSize_(groupSize), optimize_(optimize) {}
+  HqqCodec(int nbits, int groupSize, bool optimize, kernels::KernelPath path)
+      : bits_(nbits), groupSize_(groupSize), optimize_(optimize), device_(path == kernels::KernelPath::Device) {}
 
   QuantizedBlock quantize(const at::Tensor& x, int axis) const override {
     const std::int64_t gs = groupSize_;
@@ -38,9 +39,9 @@ class HqqCodec final : public GroupCodec {
     }
     at::Tensor W = x.to(at::kFloat);
     W = axis == 1 ? W.reshape({-1, gs}) : W.reshape({gs, -1});
-    // CUDA states go through kvscope's kernels (kernels/int_tensor.h) for the O(n) passes, with these roundings.
+    // The device path: kvscope's kernels (kernels/int_tensor.h) for the O(n) passes, with these roundings.
     at::Tensor mn, mx;
-    if (W.is_cuda()) {
+    if (device_) {
       std::tie(mn, mx) = kernels::groupMinMax(W.contiguous(), axis);
     } else {
       mn = std::get<0>(W.min(axis, true)), mx = std::get<0>(W.max(axis, true));
@@ -53,9 +54,9 @@ class HqqCodec final : public GroupCodec {
     at::Tensor zero = -mn * scale;
 
     if (optimize_) {
-      // hqq's loop: each iteration updates the zero, then stops once the error no longer improves. The CPU reads
-      // that test as it goes; a device would wait for it every iteration, so there every iteration runs and the
-      // updates after the stop are masked out (the same zero, no host round trip).
+      // hqq's loop: each iteration updates the zero, then stops once the error no longer improves. The host path
+      // reads that test as it goes; a device would wait for it every iteration, so the device path runs every
+      // iteration and masks out the updates after the stop (the same zero, no host round trip).
       at::Tensor best = at::full({}, INFINITY, W.options());
       at::Tensor going = at::ones({}, W.options().dtype(at::kBool));
       for (int i = 0; i < kIters; ++i) {
@@ -64,7 +65,7 @@ class HqqCodec final : public GroupCodec {
         const at::Tensor we = shrinkLp(W - wr);
         const at::Tensor next = at::mean(wq - (W - we) * scale, {axis}, true);
         const at::Tensor err = at::abs(W - wr).mean().to(at::kFloat);
-        if (W.is_cpu()) {
+        if (!device_) {
           zero = next;
           if (!err.lt(best).item<bool>()) break;
           best = err;
@@ -76,7 +77,7 @@ class HqqCodec final : public GroupCodec {
       }
     }
     QuantizedBlock q;
-    if (W.is_cuda()) {
+    if (device_) {
       q.packed = kernels::quantizePack(W.contiguous(), axis, scale, zero, kernels::IntScheme::Hqq, bits_);
     } else {
       q.packed = packCodes(at::round(W * scale + zero).clamp_(0, maxv).to(at::kByte), bits_);
@@ -90,7 +91,7 @@ class HqqCodec final : public GroupCodec {
   }
 
   void dequantizeInto(const QuantizedBlock& q, const at::Tensor& dst) const override {
-    if (q.packed.is_cuda()) {
+    if (device_) {
       dst.copy_(kernels::unpackDequantize(q.packed, q.grouped[0], q.grouped[1], q.axis, q.scale, q.zero,
                                           kernels::IntScheme::Hqq, bits_, q.scale.scalar_type())
                     .reshape(q.shape));
@@ -104,12 +105,13 @@ class HqqCodec final : public GroupCodec {
   int bits_;
   int groupSize_;
   bool optimize_;
+  bool device_;  // the device path
 };
 
 }  // namespace
 
-std::unique_ptr<GroupCodec> makeHqqCodec(int nbits, int groupSize, bool optimize) {
-  return std::make_unique<HqqCodec>(nbits, groupSize, optimize);
+std::unique_ptr<GroupCodec> makeHqqCodec(int nbits, int groupSize, bool optimize, kernels::KernelPath path) {
+  return std::make_unique<HqqCodec>(nbits, groupSize, optimize, path);
 }
 
 }  // namespace kvscope::cache::detail

@@ -31,8 +31,8 @@ namespace {
 
 class KiviLayer final : public CacheLayer {
  public:
-  KiviLayer(const CacheConfig& cfg, const StatsOptions& s)
-      : CacheLayer(s, cfg.attention),
+  KiviLayer(const CacheConfig& cfg, const StatsOptions& s, kernels::KernelPath path)
+      : CacheLayer(s, cfg.attention, path),
         bits_(cfg.resolvedNbits()),
         group_(cfg.resolvedGroupSize()),
         window_(cfg.resolvedResidualLength()) {}
@@ -53,12 +53,9 @@ class KiviLayer final : public CacheLayer {
     return st;
   }
 
-  // Checks and stores new states: whole groups leave the window first, then the new states join it. Returns true
-  // for the first update.
+  // Checks that new states continue the stored ones and stores them: whole groups leave the window first, then the
+  // new states join it. Returns true for the first update.
   bool store(const at::Tensor& k, const at::Tensor& v) {
-    checkStates(k, "kivi keys");
-    checkStates(v, "kivi values");
-    checkSameLayout(v, k, "kivi values");
     const std::int64_t D = k.size(3);
     const std::int64_t vg = std::min<std::int64_t>(group_, D);
     if (D % vg != 0)
@@ -90,11 +87,11 @@ class KiviLayer final : public CacheLayer {
       st->quantized = quantized_ > before;
       st->quantizedTokens = quantized_ - before;
       if (!st->quantized) st->error = {};
-      if (statsOptions_.enabled) st->amaxPerHead = amaxPerHead(*x);
+      if (statsOptions_.enabled) st->amaxPerHead = amaxPerHead(*x, kernelPath());
     }
     if (statsOptions_.enabled && quantized_ > before) {
-      stats_.keys.error = errorMap(pendingK_, pendingDeqK_, before, statsOptions_.tokenBin);
-      stats_.values.error = errorMap(pendingV_, pendingDeqV_, before, statsOptions_.tokenBin);
+      stats_.keys.error = errorMap(pendingK_, pendingDeqK_, before, statsOptions_.tokenBin, kernelPath());
+      stats_.values.error = errorMap(pendingV_, pendingDeqV_, before, statsOptions_.tokenBin, kernelPath());
     }
     pendingK_ = pendingV_ = pendingDeqK_ = pendingDeqV_ = at::Tensor();
     k_.out.append(k);
@@ -135,8 +132,9 @@ class KiviLayer final : public CacheLayer {
         const std::int64_t q = keep / group_ * group_;
         const at::Tensor like = k_.out.view();
         const std::int64_t B = like.size(0), H = like.size(1), D = like.size(3);
-        const at::Tensor backK = materialize(*quantizedSource(k_, true, D, keep), B, H, like.scalar_type(), hostKernels_);
-        const at::Tensor backV = materialize(*quantizedSource(v_, false, D, keep), B, H, like.scalar_type(), hostKernels_);
+        const at::ScalarType dt = like.scalar_type();
+        const at::Tensor backK = materialize(*quantizedSource(k_, true, D, keep), B, H, dt, kernelPath());
+        const at::Tensor backV = materialize(*quantizedSource(v_, false, D, keep), B, H, dt, kernelPath());
         k_.out.setLength(0);
         v_.out.setLength(0);
         k_.out.append(backK.narrow(2, q, keep - q));
@@ -230,9 +228,9 @@ class KiviLayer final : public CacheLayer {
 
   // Stores the packed codes and returns them as read back from storage (as uint8 [B, H, G, D] on x's device).
   at::Tensor storeCodes(Side& s, const at::Tensor& codes) {
-    s.codes.append(packRows(codes, bits_, hostKernels_));  // on the codes' device
+    s.codes.append(packRows(codes, bits_, kernelPath()));  // on the codes' device
     const std::int64_t n = codes.size(2);
-    return unpackRows(s.codes.view().narrow(2, s.codes.length() - n, n), codes.size(3), bits_, hostKernels_);
+    return unpackRows(s.codes.view().narrow(2, s.codes.length() - n, n), codes.size(3), bits_, kernelPath());
   }
 
   void quantizeKeys(std::int64_t start) {
@@ -285,8 +283,8 @@ class KiviLayer final : public CacheLayer {
 
 }  // namespace
 
-std::unique_ptr<CacheLayer> makeKiviLayer(const CacheConfig& cfg, const StatsOptions& stats) {
-  return std::make_unique<KiviLayer>(cfg, stats);
+std::unique_ptr<CacheLayer> makeKiviLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path) {
+  return std::make_unique<KiviLayer>(cfg, stats, path);
 }
 
 }  // namespace kvscope::cache::detail

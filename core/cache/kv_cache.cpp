@@ -7,30 +7,31 @@
 namespace kvscope::cache {
 
 namespace {
-std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const StatsOptions& stats,
+                                             kernels::KernelPath path) {
   switch (cfg.backend) {
-    case Backend::Dynamic: return detail::makeDynamicLayer(cfg, stats);
-    case Backend::Fp8: return detail::makeFp8Layer(cfg, stats);
-    case Backend::Quanto: return detail::makeQuantoLayer(cfg, stats);
-    case Backend::Hqq: return detail::makeHqqLayer(cfg, stats);
-    case Backend::Kivi: return detail::makeKiviLayer(cfg, stats);
-    case Backend::LlamaCpp: return detail::makeLlamaCppLayer(cfg, stats);
+    case Backend::Dynamic: return detail::makeDynamicLayer(cfg, stats, path);
+    case Backend::Fp8: return detail::makeFp8Layer(cfg, stats, path);
+    case Backend::Quanto: return detail::makeQuantoLayer(cfg, stats, path);
+    case Backend::Hqq: return detail::makeHqqLayer(cfg, stats, path);
+    case Backend::Kivi: return detail::makeKiviLayer(cfg, stats, path);
+    case Backend::LlamaCpp: return detail::makeLlamaCppLayer(cfg, stats, path);
   }
   throw ConfigError("backend", "unknown backend");
 }
 }  // namespace
 
-std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path) {
   validate(cfg);
   if (cfg.mixed())
     throw ConfigError("layers", "a per-layer config builds a whole cache (KvCache), not a single layer");
-  auto layer = makeBackendLayer(cfg, stats);
+  auto layer = makeBackendLayer(cfg, stats, path);
   if (cfg.sink > 0) return detail::makeSinkLayer(cfg.sink, std::move(layer), stats);
   return layer;
 }
 
-KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats, bool hostKernels)
-    : config_(cfg), hostKernels_(hostKernels) {
+KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats, kernels::KernelPath path)
+    : config_(cfg), path_(path) {
   if (numLayers <= 0) throw ConfigError("num_layers", fmt::format("a cache needs at least one layer, got {}", numLayers));
   validate(cfg);
   layers_.reserve(static_cast<std::size_t>(numLayers));
@@ -46,10 +47,9 @@ KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stat
       side->valueScales = {side->valueScales[static_cast<std::size_t>(i)]};
     }
     if (keys == values)
-      layers_.push_back(makeLayer(keys, stats));
+      layers_.push_back(makeLayer(keys, stats, path));
     else
-      layers_.push_back(detail::makeSplitLayer(makeLayer(keys, stats), makeLayer(values, stats), stats));
-    layers_.back()->setHostKernels(hostKernels);
+      layers_.push_back(detail::makeSplitLayer(makeLayer(keys, stats, path), makeLayer(values, stats, path), stats));
   }
 }
 

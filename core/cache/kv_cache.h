@@ -13,9 +13,11 @@ namespace kvscope::cache {
 
 class KvCache {
  public:
-  /// Validates cfg (throws ConfigError). `hostKernels`: the execution context's (CacheLayer::setHostKernels); a model
-  /// makes its caches with its context's (LlamaModel::makeCache).
-  KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats = {}, bool hostKernels = true);
+  /// Validates cfg (throws ConfigError). `path`: the kernels every layer runs (CacheLayer::kernelPath), chosen from
+  /// the execution context (ExecutionContext::kernelPath): a model makes its caches with its context's
+  /// (LlamaModel::makeCache).
+  KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats = {},
+          kernels::KernelPath path = kernels::KernelPath::Host);
 
   std::pair<at::Tensor, at::Tensor> update(int layer, const at::Tensor& keys, const at::Tensor& values);
   void reorder(const at::Tensor& beamIdx);
@@ -30,7 +32,7 @@ class KvCache {
   /// Every layer's CacheLayer::setInterleavedRopePairs (LlamaModel::makeCache: on for the Llama family, whose Q/K
   /// llama.cpp's converter permutes; off for Qwen2/Qwen3, which llama.cpp runs with NeoX RoPE in the file's order).
   void setInterleavedRopePairs(bool on);
-  bool hostKernels() const { return hostKernels_; }
+  kernels::KernelPath kernelPath() const { return path_; }
 
   std::vector<LayerMemory> memory() const;
   /// Memory and statistics of every layer, copied (for views on another thread).
@@ -41,7 +43,7 @@ class KvCache {
 
  private:
   CacheConfig config_;
-  bool hostKernels_ = true;
+  kernels::KernelPath path_ = kernels::KernelPath::Host;
   std::vector<std::unique_ptr<CacheLayer>> layers_;
 };
 

@@ -12,9 +12,13 @@
 
 #include "cache/config.h"
 #include "cache/stats.h"
-#include "kernels/cpu/segmented_attention.h"
+#include "kernels/path.h"
 
 namespace kvscope::cache {
+
+namespace detail {
+class StoredSource;  // cache/detail/attention_sources.h
+}
 
 /// A call the layer cannot honour (shape change mid-sequence, group size that does not divide, bad beam index).
 class CacheError : public Error {
@@ -25,7 +29,7 @@ class CacheError : public Error {
 /// What fused attention reads after a layer stored new states: its keys and values in their stored form, and the
 /// work the layer does once attention has read them (quanto/hqq re-quantize the history after the step that reads it).
 struct Staged {
-  std::shared_ptr<const kernels::TokenSource> keys, values;
+  std::shared_ptr<const detail::StoredSource> keys, values;
   /// The same states as dense tensors, where the layer has them at no cost (the first update's inputs, `dynamic`):
   /// a prefill then goes through LibTorch's attention without a copy.
   at::Tensor denseKeys, denseValues;
@@ -37,19 +41,23 @@ class CacheLayer {
   virtual ~CacheLayer() = default;
 
   /// Stores the new states and returns the keys and values attention should use now (transformers' update()). In
-  /// fused mode the returned history is dequantized from the stored form for this call only.
+  /// fused mode the returned history is dequantized from the stored form for this call only. The states are
+  /// validated here, once (floating [B, H, T, D], values like keys; on the host path in the CPU's memory): the
+  /// layers below check only that they continue what is stored.
   std::pair<at::Tensor, at::Tensor> update(const at::Tensor& keys, const at::Tensor& values);
 
   /// Stores keys/values [B, Hkv, T, D] and returns attention [B, Hq, T, D] (q's dtype) of the queries q
   /// [B, Hq, T, D] at the newest T positions over everything the layer holds, causally. Reference mode: update()
   /// then LibTorch's scaled_dot_product_attention, exactly what transformers computes. Fused mode: the layer's
   /// stored form read tile by tile (no full-precision history); the values attention sees are the same as in
-  /// reference mode, only the accumulation order differs (docs/attention.md).
+  /// reference mode, only the accumulation order differs (docs/attention.md). Validates q and the states once, as
+  /// update() does.
   at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values);
   AttentionMode attentionMode() const { return mode_; }
 
   /// Fused mode: stores the states as update() does (the same semantics) and returns what attention reads now,
-  /// without building the full-precision history. The default: update()'s result as it is.
+  /// without building the full-precision history. The default: update()'s result as it is. The states were
+  /// validated by the update() or attend() that stages them (a wrapping layer stages its inner layers' with them).
   virtual Staged stage(const at::Tensor& keys, const at::Tensor& values);
   /// Beam search: batch row i becomes the old row beamIdx[i] (int64, length = batch).
   virtual void reorder(const at::Tensor& beamIdx) = 0;
@@ -68,10 +76,11 @@ class CacheLayer {
     return stats_;
   }
 
-  /// Whether attention may use kvscope's CPU kernels on CPU states (the execution context's hostKernels(): on by
-  /// default); off, attention takes the device path (layers dequantized whole for LibTorch's attention, fp8 decode
-  /// steps through the fused kernel) on the CPU too. A wrapping layer passes it on to the layers it holds.
-  virtual void setHostKernels(bool on) { hostKernels_ = on; }
+  /// The kernels the layer runs, chosen when it was made (makeLayer; a model's caches: its execution context's).
+  /// Host: kvscope's CPU kernels, attention reading the stored form in place; CPU states only. Device: the codecs'
+  /// device passes, layers dequantized whole for LibTorch's attention, fp8 decode steps through the fused kernel, on
+  /// the states' device (the CPU too, in portable mode).
+  kernels::KernelPath kernelPath() const { return path_; }
 
   /// The queries [B, Hq, T, D] as this layer's attention multiplies them with its keys: `llamacpp` rounds them as
   /// llama.cpp's attention does (to the keys' dot type); the others, and wrappers of none, leave them as they are.
@@ -85,21 +94,36 @@ class CacheLayer {
   virtual void setInterleavedRopePairs(bool on) { (void)on; }
 
  protected:
-  /// update() in reference mode: the layer's own storage, with its full-precision working copy.
+  /// update() in reference mode: the layer's own storage, with its full-precision working copy. The states were
+  /// validated (update()).
   virtual std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& keys, const at::Tensor& values) = 0;
 
-  explicit CacheLayer(StatsOptions opts, AttentionMode mode = AttentionMode::Reference)
-      : statsOptions_(opts), mode_(mode) {}
+  CacheLayer(StatsOptions opts, AttentionMode mode, kernels::KernelPath path)
+      : statsOptions_(opts), mode_(mode), path_(path) {}
   bool fused() const { return mode_ == AttentionMode::Fused; }
+  bool hostPath() const { return path_ == kernels::KernelPath::Host; }
+  /// `inner`'s update() on states its wrapper has validated: the wrapper's call validates them once.
+  static std::pair<at::Tensor, at::Tensor> updateInner(CacheLayer& inner, const at::Tensor& keys,
+                                                       const at::Tensor& values) {
+    return inner.updateValidated(keys, values);
+  }
   /// Brings counters left on the device into stats_; a no-op for layers that count on the host.
   virtual void settleStats() const {}
   mutable LayerStats stats_;
   StatsOptions statsOptions_;
   AttentionMode mode_;
-  bool hostKernels_ = true;
+
+ private:
+  /// Throws CacheError unless keys and values are floating [B, H, T, D] of one layout (any T), in the CPU's memory
+  /// on the host path.
+  void validateStates(const at::Tensor& keys, const at::Tensor& values) const;
+  std::pair<at::Tensor, at::Tensor> updateValidated(const at::Tensor& keys, const at::Tensor& values);
+
+  kernels::KernelPath path_;
 };
 
-/// A layer for `cfg` (validated here; throws ConfigError).
-std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats = {});
+/// A layer for `cfg` (validated here; throws ConfigError) running the kernels of `path`.
+std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats = {},
+                                      kernels::KernelPath path = kernels::KernelPath::Host);
 
 }  // namespace kvscope::cache

@@ -61,8 +61,8 @@ std::uint32_t ggmlType(LlamaCppType t) {
 
 class LlamaCppLayer final : public CacheLayer {
  public:
-  LlamaCppLayer(const CacheConfig& cfg, const StatsOptions& s)
-      : CacheLayer(s, cfg.attention), rotation_(cfg.rotation) {
+  LlamaCppLayer(const CacheConfig& cfg, const StatsOptions& s, kernels::KernelPath path)
+      : CacheLayer(s, cfg.attention, path), rotation_(cfg.rotation) {
     k_.type = cfg.typeK;
     v_.type = cfg.typeV;
   }
@@ -171,9 +171,6 @@ class LlamaCppLayer final : public CacheLayer {
   }
 
   void store(const at::Tensor& k, const at::Tensor& v) {
-    checkStates(k, "llamacpp keys");
-    checkStates(v, "llamacpp values");
-    checkSameLayout(v, k, "llamacpp values");
     const std::int64_t D = k.size(3);
     const bool first = !k_.rows.defined();
     if (first) {
@@ -199,8 +196,8 @@ class LlamaCppLayer final : public CacheLayer {
       st->quantized = llamaCppQuantized(side->type);
       st->quantizedTokens = st->quantized ? x->size(2) : 0;
       if (statsOptions_.enabled) {
-        st->amaxPerHead = amaxPerHead(*x);
-        st->error = errorMap(*x, deq.to(x->scalar_type()), start, statsOptions_.tokenBin);
+        st->amaxPerHead = amaxPerHead(*x, kernelPath());
+        st->error = errorMap(*x, deq.to(x->scalar_type()), start, statsOptions_.tokenBin, kernelPath());
       }
       if (!fused()) side->mirror.append(deq.to(x->scalar_type()));
     }
@@ -225,8 +222,9 @@ class LlamaCppLayer final : public CacheLayer {
 
 }  // namespace
 
-std::unique_ptr<CacheLayer> makeLlamaCppLayer(const CacheConfig& cfg, const StatsOptions& stats) {
-  return std::make_unique<LlamaCppLayer>(cfg, stats);
+std::unique_ptr<CacheLayer> makeLlamaCppLayer(const CacheConfig& cfg, const StatsOptions& stats,
+                                              kernels::KernelPath path) {
+  return std::make_unique<LlamaCppLayer>(cfg, stats, path);
 }
 
 }  // namespace kvscope::cache::detail

@@ -12,24 +12,25 @@
 namespace kvscope::cache::detail {
 
 at::Tensor packCodes(const at::Tensor& codes, int bits) {
-  const at::Tensor c = codes.contiguous().cpu();
+  const at::Tensor c = codes.contiguous();
   at::Tensor out = at::empty({kernels::packedBytes(c.numel(), bits)}, c.options());
   kernels::packBits(c.const_data_ptr<std::uint8_t>(), c.numel(), bits, out.mutable_data_ptr<std::uint8_t>());
-  return codes.is_cpu() ? out : out.to(codes.device());
+  return out;
 }
 
 at::Tensor unpackCodes(const at::Tensor& packed, const std::vector<std::int64_t>& shape, int bits) {
-  const at::Tensor p = packed.cpu();
+  const at::Tensor p = packed.contiguous();
   at::Tensor out = at::empty(shape, p.options());
   kernels::unpackBits(p.const_data_ptr<std::uint8_t>(), out.numel(), bits, out.mutable_data_ptr<std::uint8_t>());
-  return packed.is_cpu() ? out : out.to(packed.device());
+  return out;
 }
 
 namespace {
 
 class QuantoCodec final : public GroupCodec {
  public:
-  QuantoCodec(int nbits, int groupSize) : bits_(nbits), groupSize_(groupSize) {}
+  QuantoCodec(int nbits, int groupSize, kernels::KernelPath path)
+      : bits_(nbits), groupSize_(groupSize), device_(path == kernels::KernelPath::Device) {}
 
   QuantizedBlock quantize(const at::Tensor& x, int axis) const override {
     const std::int64_t gs = groupSize_;
@@ -51,8 +52,8 @@ class QuantoCodec final : public GroupCodec {
     }
     // AffineOptimizer drops the axis when the grouped tensor has a single row/column along it.
     const std::int64_t dim = (axis == 0 && g.size(0) != 1) ? 1 : 0;
-    // CUDA states go through kvscope's kernels (kernels/int_tensor.h), which do these ops' roundings element-wise.
-    const bool device = g.is_cuda();
+    // The device path: kvscope's kernels (kernels/int_tensor.h), which do these ops' roundings element-wise.
+    const bool device = device_;
     const at::Tensor gc = device ? g.contiguous() : g;
     at::Tensor rmin, rmax;
     if (device) {
@@ -80,7 +81,7 @@ class QuantoCodec final : public GroupCodec {
 
   void dequantizeInto(const QuantizedBlock& q, const at::Tensor& dst) const override {
     at::Tensor dq;
-    if (q.packed.is_cuda()) {
+    if (device_) {
       const int dim = (q.axis == 0 && q.grouped[0] != 1) ? 1 : 0;
       dq = kernels::unpackDequantize(q.packed, q.grouped[0], q.grouped[1], dim, q.scale, q.zero,
                                      kernels::IntScheme::Quanto, bits_, q.scale.scalar_type());
@@ -101,12 +102,13 @@ class QuantoCodec final : public GroupCodec {
  private:
   int bits_;
   int groupSize_;
+  bool device_;  // the device path
 };
 
 }  // namespace
 
-std::unique_ptr<GroupCodec> makeQuantoCodec(int nbits, int groupSize) {
-  return std::make_unique<QuantoCodec>(nbits, groupSize);
+std::unique_ptr<GroupCodec> makeQuantoCodec(int nbits, int groupSize, kernels::KernelPath path) {
+  return std::make_unique<QuantoCodec>(nbits, groupSize, path);
 }
 
 }  // namespace kvscope::cache::detail

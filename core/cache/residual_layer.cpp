@@ -31,8 +31,8 @@ namespace {
 class ResidualQuantizedLayer final : public CacheLayer {
  public:
   ResidualQuantizedLayer(Backend backend, std::unique_ptr<GroupCodec> codec, const CacheConfig& cfg,
-                         const StatsOptions& s)
-      : CacheLayer(s, cfg.attention),
+                         const StatsOptions& s, kernels::KernelPath path)
+      : CacheLayer(s, cfg.attention, path),
         backend_(backend),
         bits_(cfg.resolvedNbits()),
         codec_(std::move(codec)),
@@ -43,9 +43,6 @@ class ResidualQuantizedLayer final : public CacheLayer {
 
   std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
     const char* name = backend_ == Backend::Quanto ? "quanto" : "hqq";
-    checkStates(k, fmt::format("{} keys", name).c_str());
-    checkStates(v, fmt::format("{} values", name).c_str());
-    checkSameLayout(v, k, fmt::format("{} values", name).c_str());
     if (!initialized_) {
       // Quantize both sides before storing either, so that a failure leaves the layer as it was.
       const at::Tensor kc = k.contiguous(), vc = v.contiguous();
@@ -78,7 +75,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
       st->quantized = false;
       st->quantizedTokens = 0;
       st->error = {};
-      if (statsOptions_.enabled) st->amaxPerHead = amaxPerHead(*x);
+      if (statsOptions_.enabled) st->amaxPerHead = amaxPerHead(*x, kernelPath());
     }
     return {k_.buf.view(), v_.buf.view()};
   }
@@ -86,9 +83,6 @@ class ResidualQuantizedLayer final : public CacheLayer {
   Staged stage(const at::Tensor& k, const at::Tensor& v) override {
     if (!fused()) return CacheLayer::stage(k, v);
     const char* name = backend_ == Backend::Quanto ? "quanto" : "hqq";
-    checkStates(k, fmt::format("{} keys", name).c_str());
-    checkStates(v, fmt::format("{} values", name).c_str());
-    checkSameLayout(v, k, fmt::format("{} values", name).c_str());
     Staged st;
     if (!initialized_) {
       const at::Tensor kc = k.contiguous(), vc = v.contiguous();
@@ -130,7 +124,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
       ts->quantized = false;
       ts->quantizedTokens = 0;
       ts->error = {};
-      if (statsOptions_.enabled) ts->amaxPerHead = amaxPerHead(*x);
+      if (statsOptions_.enabled) ts->amaxPerHead = amaxPerHead(*x, kernelPath());
     }
     st.keys = detail::concat({storeSource(k_), residualSource(k_)});
     st.values = detail::concat({storeSource(v_), residualSource(v_)});
@@ -286,8 +280,8 @@ class ResidualQuantizedLayer final : public CacheLayer {
     if (statsOptions_.enabled && source.defined()) {
       at::Tensor deq = at::empty_like(source);
       codec_->dequantizeInto(*s.store, deq);
-      st.amaxPerHead = amaxPerHead(source);
-      st.error = errorMap(source, deq, 0, statsOptions_.tokenBin);
+      st.amaxPerHead = amaxPerHead(source, kernelPath());
+      st.error = errorMap(source, deq, 0, statsOptions_.tokenBin, kernelPath());
     }
   }
 
@@ -315,8 +309,8 @@ class ResidualQuantizedLayer final : public CacheLayer {
     st.quantized = true;
     st.quantizedTokens = S;
     if (statsOptions_.enabled) {
-      st.amaxPerHead = amaxPerHead(source);
-      st.error = errorMap(source, slot, tokenStart, statsOptions_.tokenBin);
+      st.amaxPerHead = amaxPerHead(source, kernelPath());
+      st.error = errorMap(source, slot, tokenStart, statsOptions_.tokenBin, kernelPath());
     }
   }
 
@@ -335,14 +329,16 @@ class ResidualQuantizedLayer final : public CacheLayer {
 
 }  // namespace
 
-std::unique_ptr<CacheLayer> makeQuantoLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+std::unique_ptr<CacheLayer> makeQuantoLayer(const CacheConfig& cfg, const StatsOptions& stats,
+                                            kernels::KernelPath path) {
   return std::make_unique<ResidualQuantizedLayer>(
-      Backend::Quanto, makeQuantoCodec(cfg.resolvedNbits(), cfg.resolvedGroupSize()), cfg, stats);
+      Backend::Quanto, makeQuantoCodec(cfg.resolvedNbits(), cfg.resolvedGroupSize(), path), cfg, stats, path);
 }
 
-std::unique_ptr<CacheLayer> makeHqqLayer(const CacheConfig& cfg, const StatsOptions& stats) {
+std::unique_ptr<CacheLayer> makeHqqLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path) {
   return std::make_unique<ResidualQuantizedLayer>(
-      Backend::Hqq, makeHqqCodec(cfg.resolvedNbits(), cfg.resolvedGroupSize(), cfg.hqqOptimize), cfg, stats);
+      Backend::Hqq, makeHqqCodec(cfg.resolvedNbits(), cfg.resolvedGroupSize(), cfg.hqqOptimize, path), cfg, stats,
+      path);
 }
 
 }  // namespace kvscope::cache::detail

@@ -18,7 +18,7 @@ namespace {
 class SinkLayer final : public CacheLayer {
  public:
   SinkLayer(std::int64_t sinks, std::unique_ptr<CacheLayer> inner, const StatsOptions& s)
-      : CacheLayer(s, inner->attentionMode()), sinks_(sinks), inner_(std::move(inner)) {}
+      : CacheLayer(s, inner->attentionMode(), inner->kernelPath()), sinks_(sinks), inner_(std::move(inner)) {}
 
   std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
     const std::int64_t toSink = check(k, v);
@@ -26,7 +26,7 @@ class SinkLayer final : public CacheLayer {
     const std::int64_t T = k.size(2);
     if (toSink < T) {
       // The inner layer may throw (a group size that does not fit): nothing is stored before it has accepted.
-      inner = inner_->update(k.narrow(2, toSink, T - toSink), v.narrow(2, toSink, T - toSink));
+      inner = updateInner(*inner_, k.narrow(2, toSink, T - toSink), v.narrow(2, toSink, T - toSink));
     }
     storeSinks(k, v, toSink);
     if (!inner.first.defined()) return {k_.view(), v_.view()};
@@ -89,10 +89,6 @@ class SinkLayer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return k_.length() + inner_->seqLength(); }
-  void setHostKernels(bool on) override {
-    CacheLayer::setHostKernels(on);
-    inner_->setHostKernels(on);
-  }
   Backend backend() const override { return inner_->backend(); }
   at::Tensor roundQueries(const at::Tensor& q) const override { return inner_->roundQueries(q); }
   void setInterleavedRopePairs(bool on) override { inner_->setInterleavedRopePairs(on); }
@@ -108,11 +104,8 @@ class SinkLayer final : public CacheLayer {
   }
 
  private:
-  // Checks the states; returns how many of them are sink tokens.
+  // Checks that the states continue the stored ones; returns how many of them are sink tokens.
   std::int64_t check(const at::Tensor& k, const at::Tensor& v) const {
-    checkStates(k, "sink keys");
-    checkStates(v, "sink values");
-    checkSameLayout(v, k, "sink values");
     if (k_.defined()) {
       checkSameLayout(k, k_.view(), "sink keys");
       checkSameLayout(v, v_.view(), "sink values");

@@ -14,15 +14,10 @@ class SplitLayer final : public CacheLayer {
   SplitLayer(std::unique_ptr<CacheLayer> keys, std::unique_ptr<CacheLayer> values, const StatsOptions& s)
       : CacheLayer(s, keys->attentionMode() == AttentionMode::Fused && values->attentionMode() == AttentionMode::Fused
                           ? AttentionMode::Fused
-                          : AttentionMode::Reference),
+                          : AttentionMode::Reference,
+                   keys->kernelPath()),
         k_(std::move(keys)),
         v_(std::move(values)) {}
-
-  void setHostKernels(bool on) override {
-    CacheLayer::setHostKernels(on);
-    k_->setHostKernels(on);
-    v_->setHostKernels(on);
-  }
 
   Staged stage(const at::Tensor& k, const at::Tensor& v) override {
     if (!fused()) return CacheLayer::stage(k, v);
@@ -53,10 +48,10 @@ class SplitLayer final : public CacheLayer {
 
   std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
     // A failure of the values' layer resets both: sides holding different numbers of tokens would be worse.
-    auto rk = k_->update(k, v);
+    auto rk = updateInner(*k_, k, v);
     std::pair<at::Tensor, at::Tensor> rv;
     try {
-      rv = v_->update(k, v);
+      rv = updateInner(*v_, k, v);
     } catch (...) {
       k_->reset();
       throw;

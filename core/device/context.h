@@ -1,7 +1,8 @@
 // The execution context: where a model, its caches and a generation run (the device, the activations' dtype, the
 // stream kernels launch on, the random numbers), created once by the CLI or the GUI's engine and passed to the model
 // (LlamaModel::load), the cache (LlamaModel::makeCache) and the generation (through the model). Code below it asks
-// the context, never `is_cuda()`, where two paths differ.
+// the context, never `is_cuda()`, where two paths differ: the model its hostKernels(), a cache the kernel path chosen
+// from it once (kernelPath(), kernels/path.h), which the cache hands to its layers and their codecs.
 //
 // Two paths exist. Host kernels: the CPU runs kvscope's own kernels (weights in their block formats, attention that
 // reads a layer's stored form in place). Device path: weights as dense tensors of the context's dtype, LibTorch's
@@ -17,6 +18,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "kernels/path.h"
 
 namespace kvscope::device {
 
@@ -39,6 +42,10 @@ class ExecutionContext {
   at::ScalarType dtype() const { return dtype_; }
   /// True where kvscope's CPU kernels run (block weights, attention over the stored form in place).
   bool hostKernels() const { return device_.is_cpu() && !portable_; }
+  /// The kernels a cache of this context runs: Host where hostKernels(), else Device (CUDA, or the portable CPU).
+  kernels::KernelPath kernelPath() const {
+    return hostKernels() ? kernels::KernelPath::Host : kernels::KernelPath::Device;
+  }
   /// "cpu", "cpu (portable)", "cuda:0".
   std::string name() const;
 

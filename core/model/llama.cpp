@@ -344,7 +344,7 @@ std::uint64_t LlamaModel::weightBytes() const {
 
 std::unique_ptr<cache::KvCache> LlamaModel::makeCache(const cache::CacheConfig& cfg,
                                                       const cache::StatsOptions& stats) const {
-  auto kv = std::make_unique<cache::KvCache>(cfg, cfg_.layers, stats, ctx_.hostKernels());
+  auto kv = std::make_unique<cache::KvCache>(cfg, cfg_.layers, stats, ctx_.kernelPath());
   // llama.cpp runs the Llama family with adjacent-pair RoPE on Q/K rows its converter permuted (unpermuteQK undoes
   // that here): a llama.cpp cache holds each key head's channels in that order.
   kv->setInterleavedRopePairs(cfg_.arch == "llama");

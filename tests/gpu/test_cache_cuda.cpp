@@ -42,7 +42,7 @@ TEST(CacheCuda, Fp8LayerMatchesTheCpuLayer) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
       SCOPED_TRACE(spec + " " + std::string(c10::toString(dt)));
       const auto cfg = cache::parseSpec(spec);
-      auto cpu = cache::makeLayer(cfg), gpu = cache::makeLayer(cfg);
+      auto cpu = cache::makeLayer(cfg), gpu = cache::makeLayer(cfg, {}, kernels::KernelPath::Device);
       int step = 0;
       for (const at::Tensor& x : steps(2, 3, 64, dt)) {
         const at::Tensor v = x.flip(3);
@@ -85,7 +85,7 @@ TEST(CacheCuda, LlamaCppLayerMatchesTheCpuLayer) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
       SCOPED_TRACE(spec + " " + std::string(c10::toString(dt)));
       const auto cfg = cache::parseSpec(spec);
-      auto cpu = cache::makeLayer(cfg), gpu = cache::makeLayer(cfg);
+      auto cpu = cache::makeLayer(cfg), gpu = cache::makeLayer(cfg, {}, kernels::KernelPath::Device);
       int step = 0;
       for (const at::Tensor& x : steps(2, 3, 128, dt)) {
         const at::Tensor v = x.flip(3).clamp(-1e4, 1e4);

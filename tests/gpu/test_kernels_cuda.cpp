@@ -37,28 +37,30 @@ TEST(IntCuda, QuantoAndHqqCodecsMatchTheCpu) {
     const at::Tensor x = states(dt);
     struct Case {
       std::string name;
-      std::unique_ptr<cache::detail::GroupCodec> codec;
+      std::unique_ptr<cache::detail::GroupCodec> codec, device;  // the host path's, the device path's
       std::vector<int> axes;
       bool exact;
     };
     std::vector<Case> cases;
-    for (int bits : {2, 4}) {
-      cases.push_back({"quanto" + std::to_string(bits), cache::detail::makeQuantoCodec(bits, 64), {0, -1}, true});
-      cases.push_back({"quanto-g32-" + std::to_string(bits), cache::detail::makeQuantoCodec(bits, 32), {0, -1}, true});
-    }
-    for (int bits : {1, 2, 3, 4, 8}) {
-      cases.push_back({"hqq" + std::to_string(bits), cache::detail::makeHqqCodec(bits, 64, false), {0, 1}, true});
-      cases.push_back({"hqq-opt" + std::to_string(bits), cache::detail::makeHqqCodec(bits, 64, true), {0, 1}, false});
-    }
+    constexpr auto kDevice = kernels::KernelPath::Device;
+    for (int bits : {2, 4})
+      for (int gs : {64, 32})
+        cases.push_back({(gs == 64 ? "quanto" : "quanto-g32-") + std::to_string(bits),
+                         cache::detail::makeQuantoCodec(bits, gs), cache::detail::makeQuantoCodec(bits, gs, kDevice),
+                         {0, -1}, true});
+    for (int bits : {1, 2, 3, 4, 8})
+      for (bool opt : {false, true})
+        cases.push_back({(opt ? "hqq-opt" : "hqq") + std::to_string(bits), cache::detail::makeHqqCodec(bits, 64, opt),
+                         cache::detail::makeHqqCodec(bits, 64, opt, kDevice), {0, 1}, !opt});
     for (const Case& c : cases)
       for (int axis : c.axes) {
         SCOPED_TRACE(c.name + " axis " + std::to_string(axis) + " " + c10::toString(dt));
         const auto qc = c.codec->quantize(x, axis);
-        const auto qg = c.codec->quantize(x.to(kDev), axis);
+        const auto qg = c.device->quantize(x.to(kDev), axis);
         ASSERT_TRUE(qg.packed.is_cuda());
         at::Tensor dc = at::empty(x.sizes(), x.options()), dg = at::empty(x.sizes(), x.options().device(kDev));
         c.codec->dequantizeInto(qc, dc);
-        c.codec->dequantizeInto(qg, dg);
+        c.device->dequantizeInto(qg, dg);
         const at::Tensor g = dg.cpu();
         if (c.exact) {
           EXPECT_TRUE(sameBits(qc.scale, qg.scale.cpu()));
@@ -83,7 +85,7 @@ TEST(IntCuda, ResidualLayersOnTheDeviceMatchTheCpu) {
                                  "hqq:nbits=3,axis_key=1,axis_value=1,residual_length=8,optimize=false"}) {
     SCOPED_TRACE(spec);
     const auto cfg = cache::parseSpec(spec);
-    auto cpu = cache::makeLayer(cfg), gpu = cache::makeLayer(cfg);
+    auto cpu = cache::makeLayer(cfg), gpu = cache::makeLayer(cfg, {}, kernels::KernelPath::Device);
     at::manual_seed(5);
     for (int step = 0; step < 20; ++step) {
       const at::Tensor x = at::randn({1, 4, step == 0 ? 32 : 1, 64});  // 4 * 8k tokens: quanto axis -1 groups fit

@@ -1,13 +1,17 @@
 // The execution context (device/context.h) and the device path it selects: dense weights and LibTorch's operators,
-// caches read whole for attention, fp8 decode steps through the fused kernel, one host copy a step. A CUDA device
-// always runs this path; here the CPU runs it in portable mode, against the host kernels, so that every line of it
-// is tested on a machine without a GPU.
+// caches read whole for attention, the codecs' device kernels, fp8 decode steps through the fused kernel, one host
+// copy a step. A CUDA device always runs this path; here the CPU runs it in portable mode, against the host kernels,
+// so that every line of it is tested on a machine without a GPU.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "cache/config.h"
+#include "cache/detail/group_codec.h"
 #include "cache/kv_cache.h"
 #include "device/context.h"
 #include "generate/generate.h"
@@ -20,19 +24,35 @@ namespace kvscope {
 namespace {
 
 using device::ExecutionContext;
+using kernels::KernelPath;
 using testutil::randomModel;
 using testutil::prompt;
 using testutil::stepLogits;
 
 const ExecutionContext kPortable(c10::kCPU, at::kFloat, /*portable=*/true);
 
+// Statistics equal within `rtol` (relative to 1 + |x|), NaN and infinite values alike on both sides.
+bool near(const std::vector<float>& x, const std::vector<float>& y, double rtol) {
+  if (x.size() != y.size()) return false;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i]) || std::isinf(x[i]) || std::isinf(y[i])) {
+      if (!(std::isnan(x[i]) && std::isnan(y[i])) && x[i] != y[i]) return false;
+    } else if (std::fabs(x[i] - y[i]) > rtol * (1 + std::fabs(x[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 TEST(ExecutionContext, NamesDevicesAndRefusesWhatIsNotHere) {
   const ExecutionContext cpu = device::makeContext("cpu", at::kBFloat16);
   EXPECT_TRUE(cpu.device().is_cpu());
   EXPECT_EQ(cpu.dtype(), at::kBFloat16);
   EXPECT_TRUE(cpu.hostKernels());
+  EXPECT_EQ(cpu.kernelPath(), KernelPath::Host);
   EXPECT_EQ(cpu.name(), "cpu");
   EXPECT_FALSE(device::makeContext("cpu", at::kFloat, true).hostKernels());
+  EXPECT_EQ(kPortable.kernelPath(), KernelPath::Device);
   EXPECT_EQ(kPortable.name(), "cpu (portable)");
   const auto devices = device::availableDevices();
   ASSERT_FALSE(devices.empty());
@@ -100,8 +120,9 @@ TEST(DevicePath, GreedyAndBeamTokensMatchTheHostKernels) {
   o.maxNew = 24;
   o.shadow = true;
   auto k1 = host->makeCache(cache::parseSpec("dynamic")), k2 = dev->makeCache(cache::parseSpec("dynamic"));
-  EXPECT_TRUE(k1->hostKernels());
-  EXPECT_FALSE(k2->hostKernels());
+  EXPECT_EQ(k1->kernelPath(), KernelPath::Host);
+  EXPECT_EQ(k2->kernelPath(), KernelPath::Device);
+  EXPECT_EQ(k2->layer(0).kernelPath(), KernelPath::Device);
   std::vector<generate::StepEvent> e1, e2;
   const auto r1 = generate::generate(*host, *k1, prompt(16), o, [&](const auto& e) { return e1.push_back(e), true; });
   const auto r2 = generate::generate(*dev, *k2, prompt(16), o, [&](const auto& e) { return e2.push_back(e), true; });
@@ -181,11 +202,13 @@ TEST(DevicePath, EveryBackendFusedMatchesReference) {
 // operators (StoredSource::dense), bit for bit the values the host kernels decode.
 TEST(DevicePath, StoredFormsDecodeBitForBitAsOnTheHost) {
   for (const char* spec : {"fp8", "fp8:granularity=channel,format=e5m2", "quanto:nbits=2,q_group_size=16,residual_length=4",
+                           "quanto:nbits=4,q_group_size=32,residual_length=4,attention=reference",
                            "hqq:nbits=3,q_group_size=16,residual_length=4,optimize=false",
+                           "hqq:nbits=4,q_group_size=16,residual_length=4",
                            "kivi:nbits=2,q_group_size=8,residual_length=4", "kivi:nbits=4,q_group_size=8,residual_length=4",
-                           "fp8:sink=3"}) {
+                           "fp8:sink=3", "hqq:nbits=2,q_group_size=16,residual_length=4,sink=2"}) {
     SCOPED_TRACE(spec);
-    cache::KvCache a(cache::parseSpec(spec), 1), b(cache::parseSpec(spec), 1, {}, /*hostKernels=*/false);
+    cache::KvCache a(cache::parseSpec(spec), 1), b(cache::parseSpec(spec), 1, {}, KernelPath::Device);
     at::manual_seed(3);
     const at::Tensor k0 = at::randn({2, 2, 12, 16}), v0 = at::randn({2, 2, 12, 16});
     (void)a.update(0, k0, v0);
@@ -203,6 +226,12 @@ TEST(DevicePath, StoredFormsDecodeBitForBitAsOnTheHost) {
         EXPECT_EQ(sa.nonFinite, sb.nonFinite) << "step " << s;
         EXPECT_EQ(sa.overflowTotal, sb.overflowTotal) << "step " << s;
         EXPECT_EQ(sa.nonFiniteTotal, sb.nonFiniteTotal) << "step " << s;
+        // The statistics: the host's loops and the device's operators, the same maxima, sums in another order (NaN
+        // and infinite values where fp8 overflowed, alike).
+        EXPECT_TRUE(near(sa.amaxPerHead, sb.amaxPerHead, 0)) << "step " << s;
+        EXPECT_TRUE(near(sa.error.maxAbs, sb.error.maxAbs, 0)) << "step " << s;
+        EXPECT_TRUE(near(sa.error.relL2, sb.error.relL2, 1e-5)) << "step " << s;
+        EXPECT_TRUE(near(sa.error.headRelL2, sb.error.headRelL2, 1e-5)) << "step " << s;
       }
       if (s % 4 == 3) {  // steps whose counters nobody read in between are summed when read
         const auto [k2, v2] = std::pair{at::randn({2, 2, 1, 16}) * 5, at::randn({2, 2, 1, 16})};
@@ -224,10 +253,53 @@ TEST(DevicePath, StoredFormsDecodeBitForBitAsOnTheHost) {
   }
 }
 
+// The quanto and hqq codecs on the device path (kvscope's int kernels, here their CPU loops; hqq's optimizer running
+// all its iterations with the updates after its stop masked out) against the host path (LibTorch's CPU operators, as
+// the Python packages; the optimizer stopping early): the same scales, zero-points and dequantized values bit for bit,
+// and the same codes (quanto's zero-range groups aside: their codes are 0/0 and decode to the minimum whatever they
+// are).
+TEST(DevicePath, CodecsMatchTheHostPathBitForBit) {
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    const at::Tensor x = testutil::codecStates(17, dt);
+    struct Case {
+      std::string name;
+      std::unique_ptr<cache::detail::GroupCodec> host, dev;
+      std::vector<int> axes;
+      bool sameCodes;
+    };
+    std::vector<Case> cases;
+    for (int bits : {2, 4})
+      for (int gs : {32, 64})
+        cases.push_back({"quanto" + std::to_string(bits) + "-g" + std::to_string(gs),
+                         cache::detail::makeQuantoCodec(bits, gs, KernelPath::Host),
+                         cache::detail::makeQuantoCodec(bits, gs, KernelPath::Device), {0, -1}, false});
+    for (int bits : {1, 2, 3, 4, 8})
+      for (bool optimize : {false, true})
+        cases.push_back({"hqq" + std::to_string(bits) + (optimize ? "-opt" : ""),
+                         cache::detail::makeHqqCodec(bits, 64, optimize, KernelPath::Host),
+                         cache::detail::makeHqqCodec(bits, 64, optimize, KernelPath::Device), {0, 1}, true});
+    for (const Case& c : cases)
+      for (int axis : c.axes) {
+        SCOPED_TRACE(c.name + " axis " + std::to_string(axis) + " " + c10::toString(dt));
+        const auto qh = c.host->quantize(x, axis);
+        const auto qd = c.dev->quantize(x, axis);
+        EXPECT_TRUE(testutil::sameBits(qh.scale, qd.scale));
+        EXPECT_TRUE(testutil::sameBits(qh.zero, qd.zero));
+        EXPECT_EQ(qh.grouped, qd.grouped);
+        ASSERT_EQ(qh.packed.numel(), qd.packed.numel());
+        if (c.sameCodes) EXPECT_TRUE(at::equal(qh.packed, qd.packed));
+        at::Tensor dh = at::empty(x.sizes(), x.options()), dd = at::empty(x.sizes(), x.options());
+        c.host->dequantizeInto(qh, dh);
+        c.dev->dequantizeInto(qd, dd);
+        EXPECT_TRUE(testutil::sameBits(dh, dd));
+      }
+  }
+}
+
 // A decode step of a pure fp8 layer on the device path goes through the fused kernel (kernels::fp8DecodeAttention)
 // and agrees with LibTorch's attention over the decoded states.
 TEST(DevicePath, Fp8DecodeStepsReadTheCodes) {
-  cache::KvCache dev(cache::parseSpec("fp8:granularity=head,overflow=saturate"), 1, {}, false);
+  cache::KvCache dev(cache::parseSpec("fp8:granularity=head,overflow=saturate"), 1, {}, KernelPath::Device);
   cache::KvCache ref(cache::parseSpec("fp8:granularity=head,overflow=saturate,attention=reference"), 1);
   at::manual_seed(9);
   const at::Tensor k0 = at::randn({1, 2, 30, 16}), v0 = at::randn({1, 2, 30, 16}), q0 = at::randn({1, 4, 30, 16});

@@ -57,6 +57,10 @@ TEST(DynamicLayer, RejectsAChangedLayout) {
   }
   EXPECT_THROW(layer->update(at::randn({2, 8}), at::randn({2, 8})), CacheError);
   EXPECT_THROW(layer->update(randn(1, 2, 1, 8).to(at::kInt), randn(1, 2, 1, 8)), CacheError);
+  // attend() checks the queries against the states before it stores them: head size, KV head groups, tokens.
+  EXPECT_THROW(layer->attend(randn(1, 4, 1, 16), randn(1, 2, 1, 8), randn(1, 2, 1, 8)), CacheError);
+  EXPECT_THROW(layer->attend(randn(1, 3, 1, 8), randn(1, 2, 1, 8), randn(1, 2, 1, 8)), CacheError);
+  EXPECT_THROW(layer->attend(randn(1, 4, 2, 8), randn(1, 2, 1, 8), randn(1, 2, 1, 8)), CacheError);
   EXPECT_EQ(layer->seqLength(), 4);  // nothing was lost
 }
 

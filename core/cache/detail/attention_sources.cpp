@@ -120,7 +120,7 @@ void checkDense(const at::Tensor& x, const char* what) {
 
 // read() is the CPU kernels' access: a source over device tensors is read whole (dense()) instead.
 void checkHost(const at::Tensor& x) {
-  if (!x.is_cpu())
+  if (!kernels::inHostMemory(x))
     throw Error(ErrorCode::Internal, "attention source: read() on " + x.device().str() + " states (use dense())");
 }
 
@@ -132,7 +132,6 @@ class FpSource final : public StoredSource {
   std::int64_t length() const override { return x_.size(2); }
   std::int64_t dim() const override { return x_.size(3); }
   at::Tensor dense(std::int64_t, std::int64_t, at::ScalarType dtype) const override { return x_.to(dtype); }
-  bool onHost() const override { return x_.is_cpu(); }
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
     checkHost(x_);
     const std::int64_t D = x_.size(3), es = static_cast<std::int64_t>(x_.element_size());
@@ -154,8 +153,7 @@ class Fp8Source final : public StoredSource {
   }
   std::int64_t length() const override { return view_.codes.size(2); }
   std::int64_t dim() const override { return view_.codes.size(3); }
-  const detail::Fp8View& view() const { return view_; }
-  bool onHost() const override { return view_.codes.is_cpu(); }
+  const detail::Fp8View* fp8View() const override { return &view_; }
   // LibTorch's float8 cast (the definition the codecs are bit-exact with) times the scale, in float32.
   at::Tensor dense(std::int64_t, std::int64_t H, at::ScalarType dtype) const override {
     const at::ScalarType f8 = view_.format == kernels::Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
@@ -241,7 +239,6 @@ class GroupSource final : public StoredSource {
   std::int64_t length() const override { return S_; }
   std::int64_t dim() const override { return D_; }
 
-  bool onHost() const override { return packed_.is_cpu(); }
   // The codec's own dequantization (its device kernels), batch rows in the order attention reads them.
   at::Tensor dense(std::int64_t, std::int64_t, at::ScalarType dtype) const override {
     at::Tensor d = at::empty(block_.shape, packed_.options().dtype(dtype));
@@ -334,10 +331,10 @@ class KiviSource final : public StoredSource {
         length_(length) {}
   std::int64_t length() const override { return length_; }
   std::int64_t dim() const override { return D_; }
-  bool onHost() const override { return codes_.is_cpu(); }
   // code * scale + zero in float32 (each op rounded on its own, as read()), scales broadcast over their groups.
   at::Tensor dense(std::int64_t, std::int64_t, at::ScalarType dtype) const override {
-    const at::Tensor c = detail::unpackRows(codes_.narrow(2, 0, length_), D_, bits_, false).to(at::kFloat);
+    const at::Tensor c =
+        detail::unpackRows(codes_.narrow(2, 0, length_), D_, bits_, kernels::KernelPath::Device).to(at::kFloat);
     at::Tensor s, z;
     if (keys_) {  // [B, H, groups, D]: one row per group of tokens
       s = scale_.repeat_interleave(group_, 2).narrow(2, 0, length_);
@@ -405,7 +402,6 @@ class LlamaCppSource final : public StoredSource {
   }
   std::int64_t length() const override { return rows_.size(2); }
   std::int64_t dim() const override { return D_; }
-  bool onHost() const override { return rows_.is_cpu(); }
   at::Tensor dense(std::int64_t /*B*/, std::int64_t /*H*/, at::ScalarType dtype) const override {  // the rows' own
     at::Tensor out = kernels::readKvRows(rows_, type_, D_, rotation_);
     if (interleaved_) out = kernels::deinterleaveHalves(out);
@@ -463,8 +459,6 @@ class Concat final : public StoredSource {
   explicit Concat(const std::vector<SourcePtr>& parts) {
     for (const auto& p : parts)
       if (p && p->length() > 0) {
-        if (!dynamic_cast<const StoredSource*>(p.get()))
-          throw Error(ErrorCode::Internal, "attention source: concat of a source that is not a cache layer's");
         parts_.push_back(p);
         cat_.add(p);
       }
@@ -474,14 +468,9 @@ class Concat final : public StoredSource {
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
     cat_.read(b, h, t0, n, out);
   }
-  bool onHost() const override {
-    for (const auto& p : parts_)
-      if (!static_cast<const StoredSource&>(*p).onHost()) return false;
-    return true;
-  }
   at::Tensor dense(std::int64_t B, std::int64_t H, at::ScalarType dtype) const override {
     std::vector<at::Tensor> xs;
-    for (const auto& p : parts_) xs.push_back(static_cast<const StoredSource&>(*p).dense(B, H, dtype));
+    for (const auto& p : parts_) xs.push_back(p->dense(B, H, dtype));
     if (xs.empty()) return at::empty({B, H, 0, 0}, at::TensorOptions().dtype(dtype));
     return xs.size() == 1 ? xs[0] : at::cat(xs, 2);
   }
@@ -494,14 +483,9 @@ class Concat final : public StoredSource {
 
 SourcePtr concat(const std::vector<SourcePtr>& parts) { return std::make_shared<Concat>(parts); }
 
-const Fp8View* fp8View(const kernels::TokenSource& s) {
-  const auto* f = dynamic_cast<const Fp8Source*>(&s);
-  return f ? &f->view() : nullptr;
-}
-
-at::Tensor packRows(const at::Tensor& codes, int bits, bool hostKernels) {
+at::Tensor packRows(const at::Tensor& codes, int bits, kernels::KernelPath path) {
   const std::int64_t D = codes.size(3), pb = kernels::packedBytes(D, bits);
-  if (!hostKernels || !codes.is_cpu()) {
+  if (path == kernels::KernelPath::Device) {
     // LSB-first: code i of a row sits in byte i / per at bit (i % per) * bits.
     if (8 % bits != 0) throw Error(ErrorCode::Internal, "packRows: a device packs 1, 2, 4 or 8 bits");
     const std::int64_t per = 8 / bits;
@@ -523,8 +507,8 @@ at::Tensor packRows(const at::Tensor& codes, int bits, bool hostKernels) {
   return out;
 }
 
-at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits, bool hostKernels) {
-  if (!hostKernels || !packed.is_cpu()) {
+at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits, kernels::KernelPath path) {
+  if (path == kernels::KernelPath::Device) {
     if (8 % bits != 0) throw Error(ErrorCode::Internal, "unpackRows: a device unpacks 1, 2, 4 or 8 bits");
     const std::int64_t per = 8 / bits;
     const at::Tensor p = packed.to(at::kInt).unsqueeze(-1);

@@ -12,6 +12,7 @@
 #include "cache/detail/group_codec.h"
 #include "kernels/cpu/segmented_attention.h"
 #include "kernels/fp8.h"
+#include "kernels/path.h"
 
 namespace kvscope::cache {
 struct Staged;
@@ -19,26 +20,25 @@ struct Staged;
 
 namespace kvscope::cache::detail {
 
-using SourcePtr = std::shared_ptr<const kernels::TokenSource>;
-
-/// Every source a cache layer makes: read a tile at a time by the CPU kernels (read(), CPU tensors only), or whole by
-/// LibTorch's operators on the tensors' own device (dense(): the device path, a transient of one layer).
-class StoredSource : public kernels::TokenSource {
- public:
-  /// The states [B, H, length(), dim()] in `dtype`, on the device the stored form is on.
-  virtual at::Tensor dense(std::int64_t B, std::int64_t H, at::ScalarType dtype) const = 0;
-  /// The stored form is in the CPU's memory (read() can read it).
-  virtual bool onHost() const = 0;
-};
-
-/// FP8 codes and scales behind a source made by fp8Source (null for any other): what the fused fp8 decode kernel
-/// reads.
+/// FP8 codes and scales behind a source made by fp8Source: what the fused fp8 decode kernel reads.
 struct Fp8View {
   at::Tensor codes;     ///< uint8 [B, H, S, D]
   at::Tensor scale;     ///< float32 [H, D]
   kernels::Fp8Format format;
 };
-const Fp8View* fp8View(const kernels::TokenSource& s);
+
+/// Every source a cache layer makes, read as its layer's kernel path reads: on the host path a tile at a time by the
+/// CPU kernels (read(): CPU tensors), on the device path whole by LibTorch's operators on the tensors' own device
+/// (dense(): a transient of one layer).
+class StoredSource : public kernels::TokenSource {
+ public:
+  /// The states [B, H, length(), dim()] in `dtype`, on the device the stored form is on.
+  virtual at::Tensor dense(std::int64_t B, std::int64_t H, at::ScalarType dtype) const = 0;
+  /// The fp8 codes and scales of a source made by fp8Source; null for any other.
+  virtual const Fp8View* fp8View() const { return nullptr; }
+};
+
+using SourcePtr = std::shared_ptr<const StoredSource>;
 
 /// Full-precision states [B, H, S, D] (fp32, bf16 or fp16; the last dim dense), as they are.
 SourcePtr fpSource(const at::Tensor& x);
@@ -77,9 +77,9 @@ cache::Staged stagedAsIs(const at::Tensor& keys, const at::Tensor& values);
 SourcePtr concat(const std::vector<SourcePtr>& parts);
 
 /// Packs each row (last dim) of uint8 codes [B, H, T, D] LSB-first into [B, H, T, packedBytes(D, bits)] on the
-/// codes' device (kernels::packBits' layout), and the inverse: kvscope's CPU kernels for CPU tensors with
-/// `hostKernels`, else LibTorch's operators (1, 2, 4 or 8 bits).
-at::Tensor packRows(const at::Tensor& codes, int bits, bool hostKernels = true);
-at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits, bool hostKernels = true);
+/// codes' device (kernels::packBits' layout), and the inverse: kvscope's CPU kernels on the host path, else
+/// LibTorch's operators (1, 2, 4 or 8 bits).
+at::Tensor packRows(const at::Tensor& codes, int bits, kernels::KernelPath path);
+at::Tensor unpackRows(const at::Tensor& packed, std::int64_t D, int bits, kernels::KernelPath path);
 
 }  // namespace kvscope::cache::detail

@@ -12,8 +12,8 @@ namespace kvscope::cache::detail {
 
 namespace {
 
-// The statistics run on every update, on a handful of tokens: plain loops over the CPU tensors, without the
-// per-op dispatch cost of a dozen small ATen calls. Other devices take the ATen path.
+// The statistics run on every update, on a handful of tokens: on the host path plain loops over the CPU tensors,
+// without the per-op dispatch cost of a dozen small ATen calls; the device path takes the ATen ops.
 
 template <class T>
 void amaxLoop(const at::Tensor& x, std::vector<float>& out) {
@@ -77,8 +77,8 @@ void errorLoop(const at::Tensor& x, const at::Tensor& xq, std::int64_t bin, Erro
 }
 
 template <class F>
-bool dispatchCpu(const at::Tensor& x, F&& f) {
-  if (!x.is_cpu()) return false;
+bool dispatchHost(const at::Tensor& x, kernels::KernelPath path, F&& f) {
+  if (path != kernels::KernelPath::Host) return false;
   switch (x.scalar_type()) {
     case at::kFloat: f(float{}); return true;
     case at::kBFloat16: f(c10::BFloat16{}); return true;
@@ -96,13 +96,14 @@ std::vector<float> toVector(const at::Tensor& t) {
   return v;
 }
 
-std::vector<float> amaxPerHead(const at::Tensor& x) {
+std::vector<float> amaxPerHead(const at::Tensor& x, kernels::KernelPath path) {
   std::vector<float> out;
-  if (dispatchCpu(x, [&](auto tag) { amaxLoop<decltype(tag)>(x, out); })) return out;
+  if (dispatchHost(x, path, [&](auto tag) { amaxLoop<decltype(tag)>(x, out); })) return out;
   return toVector(x.abs().amax({0, 2, 3}));
 }
 
-ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart, std::int64_t bin) {
+ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart, std::int64_t bin,
+                  kernels::KernelPath path) {
   ErrorMap m;
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
   if (T == 0) return m;
@@ -114,7 +115,7 @@ ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenS
   m.tokenStart = tokenStart;
   m.tokenBin = bin;
   if (xq.scalar_type() == x.scalar_type() &&
-      dispatchCpu(x, [&](auto tag) { errorLoop<decltype(tag)>(x, xq, bin, m); }))
+      dispatchHost(x, path, [&](auto tag) { errorLoop<decltype(tag)>(x, xq, bin, m); }))
     return m;
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor e = xq.to(at::kFloat) - xf;

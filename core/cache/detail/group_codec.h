@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/path.h"
+
 namespace kvscope::cache::detail {
 
 struct QuantizedBlock {
@@ -30,12 +32,20 @@ class GroupCodec {
   virtual void dequantizeInto(const QuantizedBlock& q, const at::Tensor& dst) const = 0;
 };
 
-/// optimum-quanto 0.2.7 MaxOptimizer + quantize_weight (int2/int4, axis 0/-1).
-std::unique_ptr<GroupCodec> makeQuantoCodec(int nbits, int groupSize);
-/// hqq 0.2.8 Quantizer.quantize / dequantize (int1-8, axis 0/1), with or without its proximal optimizer.
-std::unique_ptr<GroupCodec> makeHqqCodec(int nbits, int groupSize, bool optimize);
+// A codec runs the kernels of its layer's path, on the states' device: Host, LibTorch's CPU operators as the Python
+// package runs them (CPU states only); Device, kvscope's device kernels (kernels/int_tensor.h: the CUDA twins, or
+// their CPU loops in portable mode) for the O(n) passes, with the same roundings: the same scales, zero-points and
+// dequantized values either way.
 
-/// Packs uint8 codes (any shape, contiguous) / unpacks into a uint8 tensor of `shape`.
+/// optimum-quanto 0.2.7 MaxOptimizer + quantize_weight (int2/int4, axis 0/-1).
+std::unique_ptr<GroupCodec> makeQuantoCodec(int nbits, int groupSize,
+                                            kernels::KernelPath path = kernels::KernelPath::Host);
+/// hqq 0.2.8 Quantizer.quantize / dequantize (int1-8, axis 0/1), with or without its proximal optimizer.
+std::unique_ptr<GroupCodec> makeHqqCodec(int nbits, int groupSize, bool optimize,
+                                         kernels::KernelPath path = kernels::KernelPath::Host);
+
+/// Packs uint8 codes (any shape, contiguous) / unpacks into a uint8 tensor of `shape`: the host path's packing, CPU
+/// tensors.
 at::Tensor packCodes(const at::Tensor& codes, int bits);
 at::Tensor unpackCodes(const at::Tensor& packed, const std::vector<std::int64_t>& shape, int bits);
 

@@ -88,6 +88,16 @@ void checkSameLayout(const at::Tensor& t, const at::Tensor& ref, const char* wha
   }
 }
 
+void checkQueries(const at::Tensor& q, const at::Tensor& keys, const char* what) {
+  checkStates(q, what);
+  if (q.size(0) != keys.size(0) || q.size(2) != keys.size(2) || q.size(3) != keys.size(3) ||
+      q.size(1) % keys.size(1) != 0 || q.device() != keys.device()) {
+    throw CacheError(fmt::format("{}: shape {} on {} does not fit the keys {} on {} (the same batch, tokens, head "
+                                 "size and device; query heads a multiple of the KV heads)",
+                                 what, shapeText(q), q.device().str(), shapeText(keys), keys.device().str()));
+  }
+}
+
 at::Tensor checkBeamIndex(const at::Tensor& idx, std::int64_t batch, const at::Device& device) {
   if (!idx.defined() || idx.dim() != 1 || idx.size(0) != batch)
     throw CacheError(fmt::format("beam index: expected {} indices, got shape {}", batch,

@@ -51,6 +51,9 @@ class SeqBuffer {
 void checkStates(const at::Tensor& t, const char* what);
 /// The same B, H, D as `ref` (any T); throws CacheError naming both shapes.
 void checkSameLayout(const at::Tensor& t, const at::Tensor& ref, const char* what);
+/// Queries [B, Hq, T, D] for keys [B, Hkv, T, D]: floating, the same batch, tokens, head size and device, Hq a
+/// multiple of Hkv; throws CacheError naming both shapes.
+void checkQueries(const at::Tensor& q, const at::Tensor& keys, const char* what);
 /// Validates a beam index for `batch` rows and returns it as int64 on `device`.
 at::Tensor checkBeamIndex(const at::Tensor& idx, std::int64_t batch, const at::Device& device);
 
