@@ -4,13 +4,12 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
-#include <array>
 #include <cmath>
 #include <filesystem>
 #include <optional>
 
 #include "cache/config.h"
-#include "cache/error_history.h"
+#include "cache/recorder.h"
 #include "device/context.h"
 #include "generate/eval.h"
 #include "generate/generate.h"
@@ -47,29 +46,18 @@ constexpr qint64 kInspectionMs = 500;
 struct Engine::Impl {
   std::optional<runtime::Session> session;  // the loaded model, its tokenizer and what runs ask of them
   int runs = 0;
-  // Token x channel quantization error of the current (or latest) run, per layer, keys and values.
-  std::vector<std::array<cache::ErrorHistory, 2>> errors;
-  /// Per layer: the keys' and values' per-head error of the latest update that quantized anything.
-  std::vector<std::array<std::vector<float>, 2>> headErrors;
+  // The current (or latest) run's error history and per-head errors, per layer, keys and values.
+  cache::CacheRecorder recorder;
   int errorsRun = 0;
 };
-
-void Engine::recordErrors(const cache::KvCache& kv) {
-  d_->errors.resize(static_cast<std::size_t>(kv.numLayers()));
-  d_->headErrors.resize(d_->errors.size());
-  for (int l = 0; l < kv.numLayers(); ++l) {
-    const auto& st = kv.layer(l).stats();
-    d_->errors[l][0].add(st.keys);
-    d_->errors[l][1].add(st.values);
-    if (!st.keys.error.empty()) d_->headErrors[l][0] = st.keys.error.headRelL2;
-    if (!st.values.error.empty()) d_->headErrors[l][1] = st.values.error.headRelL2;
-  }
-}
 
 void Engine::fillHeadErrors(ui::RunSnapshot& snap) const {
   snap.headErrorK.clear();
   snap.headErrorV.clear();
-  for (const auto& [k, v] : d_->headErrors) {
+  const cache::CacheRecorder& r = d_->recorder;
+  for (int l = 0; l < r.layers(); ++l) {
+    const auto& k = r.headError(l, cache::CacheRecorder::Keys);
+    const auto& v = r.headError(l, cache::CacheRecorder::Values);
     snap.headErrorK.append(QVector<float>(k.begin(), k.end()));
     snap.headErrorV.append(QVector<float>(v.begin(), v.end()));
   }
@@ -77,8 +65,9 @@ void Engine::fillHeadErrors(ui::RunSnapshot& snap) const {
 
 ui::TokenErrorViewPtr Engine::inspection() const {
   const int layer = inspect_;
-  if (layer < 0 || layer >= static_cast<int>(d_->errors.size())) return nullptr;
-  const auto& [k, v] = d_->errors[layer];
+  if (layer < 0 || layer >= d_->recorder.layers()) return nullptr;
+  const cache::ErrorHistory& k = d_->recorder.history(layer, cache::CacheRecorder::Keys);
+  const cache::ErrorHistory& v = d_->recorder.history(layer, cache::CacheRecorder::Values);
   auto view = std::make_shared<ui::TokenErrorView>();
   view->runId = d_->errorsRun;
   view->layer = layer;
@@ -130,7 +119,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
           for (auto row : ev.snapshot->stats[0].storeRows) v.storeRows << row;
         snap->beamSteps.append(v);
         if (ev.snapshot) snap->cache = *ev.snapshot, stepMemory.push_back(ev.snapshot->total());
-        recordErrors(kv);
+        d_->recorder.record(kv);
         if (sinceEmit.elapsed() >= kEmitMs) {
           snap->tokenErrors = inspectionIfDue(sinceInspection);
           fillHeadErrors(*snap);
@@ -356,8 +345,7 @@ void Engine::run(const ui::RunRequest& r) {
     cache::StatsOptions stats;
     stats.tokenBin = 1;  // the token x channel map needs every token's own error
     auto kv = d_->session->model().makeCache(cfg, stats);
-    d_->errors.clear();
-    d_->headErrors.clear();
+    d_->recorder.reset();
     d_->errorsRun = d_->runs + 1;
     if (r.beams > 0) {
       runBeams(r, cfg, prompt, *kv);
@@ -401,7 +389,7 @@ void Engine::run(const ui::RunRequest& r) {
           t.kvStored = ev.memory.stored();
           t.kvUnquantized = ev.memory.unquantized;
           snap->tokens.append(t);
-          recordErrors(*kv);
+          d_->recorder.record(*kv);
           if (ev.step == 0) snap->prefillTokS = snap->promptTokens / std::max(ev.seconds, 1e-9);
           else decodeSeconds += ev.seconds, ++steps;
           snap->decodeTokS = steps ? steps / decodeSeconds : 0.0;

@@ -66,7 +66,6 @@ class Engine : public QObject {
                 cache::KvCache& kv);
   struct Impl;
   std::unique_ptr<Impl> d_;
-  void recordErrors(const cache::KvCache& kv);
   void fillHeadErrors(ui::RunSnapshot& snap) const;
   ui::TokenErrorViewPtr inspection() const;
   ui::TokenErrorViewPtr inspectionIfDue(QElapsedTimer& since) const;

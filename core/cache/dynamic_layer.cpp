@@ -20,10 +20,10 @@ class DynamicLayer final : public CacheLayer {
     }
     k_.append(k);
     v_.append(v);
-    ++stats_.updates;
+    beginUpdate();
     if (statsOptions_.enabled) {
-      stats_.keys.amaxPerHead = amaxPerHead(k, kernelPath());
-      stats_.values.amaxPerHead = amaxPerHead(v, kernelPath());
+      recordAmax(stats_.keys, k);
+      recordAmax(stats_.values, v);
     }
     return {k_.view(), v_.view()};
   }
@@ -38,7 +38,7 @@ class DynamicLayer final : public CacheLayer {
   void reset() override {
     k_.clear();
     v_.clear();
-    stats_ = {};
+    clearStats();
   }
 
   void crop(std::int64_t n) override {

@@ -71,8 +71,8 @@ class Fp8Layer final : public CacheLayer {
   void reset() override {
     k_ = Side{};
     v_ = Side{};
-    pending_ = {};
-    stats_ = {};
+    clearStats();
+    unreadCounts_ = {};
   }
 
   void crop(std::int64_t n) override {
@@ -119,25 +119,6 @@ class Fp8Layer final : public CacheLayer {
     st.nonFiniteTotal += stored.nonFinite;
   }
 
-  void settleStats() const override {
-    std::vector<at::Tensor> parts;
-    for (const Pending& p : pending_)
-      if (p.last.defined()) parts.insert(parts.end(), {p.last, p.sum});
-    if (parts.empty()) return;
-    const at::Tensor host = at::cat(parts).cpu();
-    const std::int64_t* h = host.const_data_ptr<std::int64_t>();
-    for (std::size_t i = 0; i < pending_.size(); ++i) {
-      if (!pending_[i].last.defined()) continue;
-      TensorStats& st = i == 0 ? stats_.keys : stats_.values;
-      st.overflow = h[0];
-      st.nonFinite = h[1];
-      st.overflowTotal += h[2];
-      st.nonFiniteTotal += h[3];
-      h += 4;
-    }
-    pending_ = {};
-  }
-
   // Checks that new states continue the stored ones and stores them (codes, and the mirror in reference mode).
   // Returns true for the first update.
   bool store(const at::Tensor& kIn, const at::Tensor& vIn) {
@@ -152,7 +133,7 @@ class Fp8Layer final : public CacheLayer {
     }
     const at::Tensor k = kIn.contiguous(), v = vIn.contiguous();
     const std::int64_t start = k_.q.length();
-    ++stats_.updates;
+    beginUpdate();
     append(k_, k, first, start, stats_.keys);
     append(v_, v, first, start, stats_.values);
     return first;
@@ -213,10 +194,17 @@ class Fp8Layer final : public CacheLayer {
       if (!hostPath() && !d.device.defined())
         d.device = at::tensor(std::vector<std::int64_t>{d.host.overflow, d.host.nonFinite}, at::kLong);
       if (d.device.defined()) {
-        // Counted on the device: read with the other side's when the statistics are (settleStats).
-        Pending& p = pending_[&s == &k_ ? 0 : 1];
-        p.last = d.device;
-        p.sum = p.sum.defined() ? p.sum + d.device : d.device;
+        // Counted on the device: read with the other statistics (deferred_). The sum runs until they are read, so
+        // an update whose values are dropped unread (beginUpdate) loses nothing of the totals.
+        at::Tensor& sum = unreadCounts_[&s == &k_ ? 0 : 1];
+        sum = sum.defined() ? sum + d.device : d.device;
+        deferred_.add(at::cat({d.device, sum}), [&st, &sum](const double* h) {
+          st.overflow = static_cast<std::int64_t>(h[0]);
+          st.nonFinite = static_cast<std::int64_t>(h[1]);
+          st.overflowTotal += static_cast<std::int64_t>(h[2]);
+          st.nonFiniteTotal += static_cast<std::int64_t>(h[3]);
+          sum = at::Tensor();
+        });
       } else {
         count(st, d.host.overflow, d.host);
       }
@@ -247,12 +235,12 @@ class Fp8Layer final : public CacheLayer {
     st.quantizedTokens = T;
     st.formatMax = fmax();
     if (first || st.scales.empty() || recalibrated) {  // the scale changes only then
-      st.scales = toVector(s.scale);
+      recordValues(st.scales, s.scale);
       st.scaleShape = s.scale.sizes().vec();
     }
     if (statsOptions_.enabled) {
-      st.amaxPerHead = amaxPerHead(x, kernelPath());
-      st.error = errorMap(x, dslot, start, statsOptions_.tokenBin, kernelPath());
+      recordAmax(st, x);
+      recordError(st, x, dslot, start);
     }
   }
 
@@ -288,12 +276,8 @@ class Fp8Layer final : public CacheLayer {
   bool unitScale_;  // scale=unit: 1.0 wherever no calibrated scale is given (vLLM without checkpoint scales)
   at::Tensor calibratedK_, calibratedV_;  // float32 [1], [H] or [H * D]; undefined: calibrate on the first update
   Side k_, v_;
-  // Device counts (overflow, non-finite) not yet read, keys then values: the latest update's and their sum since the
-  // last read.
-  struct Pending {
-    at::Tensor last, sum;
-  };
-  mutable std::array<Pending, 2> pending_;
+  // The device counts (overflow, non-finite) summed since they were last read, keys then values.
+  mutable std::array<at::Tensor, 2> unreadCounts_;
 };
 
 }  // namespace

@@ -67,7 +67,7 @@ class KiviLayer final : public CacheLayer {
       checkSameLayout(k, k_.out.view(), "kivi keys");
       checkSameLayout(v, v_.out.view(), "kivi values");
     }
-    ++stats_.updates;
+    beginUpdate();
     // What the previous steps stored leaves the window now, whole groups at a time.
     const std::int64_t before = quantized_;
     while (window() >= window_ + group_) {
@@ -87,11 +87,11 @@ class KiviLayer final : public CacheLayer {
       st->quantized = quantized_ > before;
       st->quantizedTokens = quantized_ - before;
       if (!st->quantized) st->error = {};
-      if (statsOptions_.enabled) st->amaxPerHead = amaxPerHead(*x, kernelPath());
+      if (statsOptions_.enabled) recordAmax(*st, *x);
     }
     if (statsOptions_.enabled && quantized_ > before) {
-      stats_.keys.error = errorMap(pendingK_, pendingDeqK_, before, statsOptions_.tokenBin, kernelPath());
-      stats_.values.error = errorMap(pendingV_, pendingDeqV_, before, statsOptions_.tokenBin, kernelPath());
+      recordError(stats_.keys, pendingK_, pendingDeqK_, before);
+      recordError(stats_.values, pendingV_, pendingDeqV_, before);
     }
     pendingK_ = pendingV_ = pendingDeqK_ = pendingDeqV_ = at::Tensor();
     k_.out.append(k);
@@ -115,7 +115,7 @@ class KiviLayer final : public CacheLayer {
     k_ = Side{};
     v_ = Side{};
     quantized_ = 0;
-    stats_ = {};
+    clearStats();
   }
 
   void crop(std::int64_t n) override {

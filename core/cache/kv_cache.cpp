@@ -85,7 +85,27 @@ std::vector<LayerMemory> KvCache::memory() const {
   return m;
 }
 
+namespace {
+std::vector<detail::DeferredStats*> deferredOf(const std::vector<std::unique_ptr<CacheLayer>>& layers) {
+  std::vector<detail::DeferredStats*> sets;
+  for (const auto& l : layers) l->deferredStats(sets);
+  return sets;
+}
+}  // namespace
+
+void KvCache::settleStats() const { detail::settle(deferredOf(layers_)); }
+
+void KvCache::collectStats(std::vector<at::Tensor>& parts) const {
+  for (const detail::DeferredStats* d : deferredOf(layers_)) d->collect(parts);
+}
+
+const double* KvCache::deliverStats(const double* h) const {
+  for (detail::DeferredStats* d : deferredOf(layers_)) h = d->deliver(h);
+  return h;
+}
+
 CacheSnapshot KvCache::snapshot() const {
+  settleStats();
   CacheSnapshot s;
   s.seqLength = seqLength();
   s.memory = memory();
@@ -95,6 +115,7 @@ CacheSnapshot KvCache::snapshot() const {
 }
 
 OverflowTotals KvCache::overflowTotals() const {
+  settleStats();
   OverflowTotals o;
   for (int l = 0; l < numLayers(); ++l) o += layer(l).stats();
   return o;

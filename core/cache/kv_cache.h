@@ -34,6 +34,14 @@ class KvCache {
   void setInterleavedRopePairs(bool on);
   kernels::KernelPath kernelPath() const { return path_; }
 
+  /// Copies every layer's deferred statistics (CacheLayer::stats) to the host in one copy.
+  void settleStats() const;
+  /// The same values for a copy the caller makes with its own (generate()'s step copy): appended to `parts` as flat
+  /// float64 tensors on the cache's device; deliverStats() takes the copied values back, in the same order, and
+  /// returns `h` past them. Nothing may change the cache between the two.
+  void collectStats(std::vector<at::Tensor>& parts) const;
+  const double* deliverStats(const double* h) const;
+
   std::vector<LayerMemory> memory() const;
   /// Memory and statistics of every layer, copied (for views on another thread).
   CacheSnapshot snapshot() const;

@@ -9,8 +9,10 @@
 #include <memory>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "cache/config.h"
+#include "cache/detail/deferred_stats.h"
 #include "cache/stats.h"
 #include "kernels/path.h"
 
@@ -69,12 +71,12 @@ class CacheLayer {
   virtual LayerMemory memory() const = 0;
   virtual Backend backend() const = 0;
 
-  /// The statistics of the latest update and the totals (counters a layer kept on its device are read here, in one
-  /// copy: encoding waits for nothing).
-  const LayerStats& stats() const {
-    settleStats();
-    return stats_;
-  }
+  /// The statistics of the latest update and the totals. What the device path computed on the device is copied
+  /// here, in one copy, if no one copied it before (KvCache::settleStats: a whole cache's in one): updates wait for
+  /// nothing.
+  const LayerStats& stats() const;
+  /// Appends this layer's deferred statistics, and its inner layers', to `out` (KvCache settles a cache's at once).
+  virtual void deferredStats(std::vector<detail::DeferredStats*>& out) const { out.push_back(&deferred_); }
 
   /// The kernels the layer runs, chosen when it was made (makeLayer; a model's caches: its execution context's).
   /// Host: kvscope's CPU kernels, attention reading the stored form in place; CPU states only. Device: the codecs'
@@ -107,9 +109,25 @@ class CacheLayer {
                                                        const at::Tensor& values) {
     return inner.updateValidated(keys, values);
   }
-  /// Brings counters left on the device into stats_; a no-op for layers that count on the host.
-  virtual void settleStats() const {}
+  /// After the deferred statistics arrived (stats()): a wrapper copies its inner layers' into stats_ here.
+  virtual void refreshStats() const {}
+  /// An update begins: counts it, and drops what the update before left deferred (only the latest one's values wait).
+  void beginUpdate() {
+    ++stats_.updates;
+    deferred_.clear();
+  }
+  /// Forgets every statistic (reset()).
+  void clearStats() {
+    stats_ = {};
+    deferred_.clear();
+  }
+  /// stats_.amaxPerHead-style helpers on this layer's kernel path (cache/detail/error_stats.h), their device results
+  /// deferred: max |x| per head; the error map of xq against x from position tokenStart; t's values.
+  void recordAmax(TensorStats& st, const at::Tensor& x);
+  void recordError(TensorStats& st, const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart);
+  void recordValues(std::vector<float>& out, const at::Tensor& t);
   mutable LayerStats stats_;
+  mutable detail::DeferredStats deferred_;
   StatsOptions statsOptions_;
   AttentionMode mode_;
 

@@ -96,7 +96,7 @@ class LlamaCppLayer final : public CacheLayer {
       s->mirror.clear();
     }
     layout_ = at::Tensor();
-    stats_ = {};
+    clearStats();
   }
 
   void crop(std::int64_t n) override {
@@ -189,15 +189,15 @@ class LlamaCppLayer final : public CacheLayer {
     } else {
       checkSameLayout(k, layout_, "llamacpp keys");
     }
-    ++stats_.updates;
+    beginUpdate();
     const std::int64_t start = seqLength();
     for (auto [side, st, x] : {std::tuple{&k_, &stats_.keys, &k}, std::tuple{&v_, &stats_.values, &v}}) {
       const at::Tensor deq = encode(*side, *x, fused() && !statsOptions_.enabled);
       st->quantized = llamaCppQuantized(side->type);
       st->quantizedTokens = st->quantized ? x->size(2) : 0;
       if (statsOptions_.enabled) {
-        st->amaxPerHead = amaxPerHead(*x, kernelPath());
-        st->error = errorMap(*x, deq.to(x->scalar_type()), start, statsOptions_.tokenBin, kernelPath());
+        recordAmax(*st, *x);
+        recordError(*st, *x, deq.to(x->scalar_type()), start);
       }
       if (!fused()) side->mirror.append(deq.to(x->scalar_type()));
     }

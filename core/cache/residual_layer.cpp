@@ -48,7 +48,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
       const at::Tensor kc = k.contiguous(), vc = v.contiguous();
       QuantizedBlock qk = codec_->quantize(kc, k_.axis);
       QuantizedBlock qv = codec_->quantize(vc, v_.axis);
-      ++stats_.updates;
+      beginUpdate();
       setStore(k_, std::move(qk), kc, 0, stats_.keys);
       setStore(v_, std::move(qv), vc, 0, stats_.values);
       initialized_ = true;
@@ -59,7 +59,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
     checkSameLayout(v, v_.buf.view(), fmt::format("{} values", name).c_str());
     const std::int64_t T = k.size(2);
     const std::int64_t residual = k_.buf.length() - k_.storeLen;
-    ++stats_.updates;
+    beginUpdate();
     if (residual + T >= residualLength_) {
       // Flush: the returned tensor is the concatenation as it stands; the store and the buffer start afresh from it.
       at::Tensor retK = concat(k_, k), retV = concat(v_, v);
@@ -75,7 +75,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
       st->quantized = false;
       st->quantizedTokens = 0;
       st->error = {};
-      if (statsOptions_.enabled) st->amaxPerHead = amaxPerHead(*x, kernelPath());
+      if (statsOptions_.enabled) recordAmax(*st, *x);
     }
     return {k_.buf.view(), v_.buf.view()};
   }
@@ -88,7 +88,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
       const at::Tensor kc = k.contiguous(), vc = v.contiguous();
       QuantizedBlock qk = codec_->quantize(kc, k_.axis);
       QuantizedBlock qv = codec_->quantize(vc, v_.axis);
-      ++stats_.updates;
+      beginUpdate();
       setStoreFused(k_, std::move(qk), kc, kc, stats_.keys);
       setStoreFused(v_, std::move(qv), vc, vc, stats_.values);
       initialized_ = true;
@@ -99,7 +99,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
     checkSameLayout(v, v_.like, fmt::format("{} values", name).c_str());
     const std::int64_t T = k.size(2);
     const std::int64_t residual = k_.buf.length();
-    ++stats_.updates;
+    beginUpdate();
     if (residual + T >= residualLength_) {
       // This step reads [store, residual, new] as they stand; afterwards the whole of it is re-quantized (finish).
       const at::Tensor kc = k.contiguous(), vc = v.contiguous();
@@ -124,7 +124,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
       ts->quantized = false;
       ts->quantizedTokens = 0;
       ts->error = {};
-      if (statsOptions_.enabled) ts->amaxPerHead = amaxPerHead(*x, kernelPath());
+      if (statsOptions_.enabled) recordAmax(*ts, *x);
     }
     st.keys = detail::concat({storeSource(k_), residualSource(k_)});
     st.values = detail::concat({storeSource(v_), residualSource(v_)});
@@ -137,14 +137,14 @@ class ResidualQuantizedLayer final : public CacheLayer {
       const at::Tensor idx = checkBeamIndex(beamIdx, k_.like.size(0), k_.like.device());
       k_.buf.reorderBatch(idx);
       v_.buf.reorderBatch(idx);
-      const at::Tensor rows = at::tensor(stats_.storeRows, at::kLong).index_select(0, idx.cpu());
+      const at::Tensor rows = at::tensor(stats_.storeRows, at::kLong).index_select(0, beamIdx.to(at::kCPU, at::kLong));
       stats_.storeRows.assign(rows.const_data_ptr<std::int64_t>(), rows.const_data_ptr<std::int64_t>() + rows.numel());
       return;
     }
     const at::Tensor idx = checkBeamIndex(beamIdx, k_.buf.view().size(0), k_.buf.view().device());
     k_.buf.reorderBatch(idx);
     v_.buf.reorderBatch(idx);
-    const at::Tensor rows = at::tensor(stats_.storeRows, at::kLong).index_select(0, idx.cpu());
+    const at::Tensor rows = at::tensor(stats_.storeRows, at::kLong).index_select(0, beamIdx.to(at::kCPU, at::kLong));
     stats_.storeRows.assign(rows.const_data_ptr<std::int64_t>(), rows.const_data_ptr<std::int64_t>() + rows.numel());
   }
 
@@ -155,7 +155,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
     k_.axis = axisKey;
     v_.axis = axisValue;
     initialized_ = false;
-    stats_ = {};
+    clearStats();
   }
 
   void crop(std::int64_t n) override {
@@ -280,8 +280,8 @@ class ResidualQuantizedLayer final : public CacheLayer {
     if (statsOptions_.enabled && source.defined()) {
       at::Tensor deq = at::empty_like(source);
       codec_->dequantizeInto(*s.store, deq);
-      st.amaxPerHead = amaxPerHead(source, kernelPath());
-      st.error = errorMap(source, deq, 0, statsOptions_.tokenBin, kernelPath());
+      recordAmax(st, source);
+      recordError(st, source, deq, 0);
     }
   }
 
@@ -309,8 +309,8 @@ class ResidualQuantizedLayer final : public CacheLayer {
     st.quantized = true;
     st.quantizedTokens = S;
     if (statsOptions_.enabled) {
-      st.amaxPerHead = amaxPerHead(source, kernelPath());
-      st.error = errorMap(source, slot, tokenStart, statsOptions_.tokenBin, kernelPath());
+      recordAmax(st, source);
+      recordError(st, source, slot, tokenStart);
     }
   }
 

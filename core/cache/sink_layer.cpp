@@ -66,14 +66,15 @@ class SinkLayer final : public CacheLayer {
     k_.reorderBatch(idx);
     v_.reorderBatch(idx);
     inner_->reorder(beamIdx);
-    stats_.storeRows = inner_->stats().storeRows;
   }
 
   void reset() override {
     k_.clear();
     v_.clear();
     inner_->reset();
-    stats_ = {};
+    clearStats();
+    updates_ = 0;
+    innerUpdated_ = false;
   }
 
   void crop(std::int64_t n) override {
@@ -118,27 +119,35 @@ class SinkLayer final : public CacheLayer {
       k_.append(k.narrow(2, 0, toSink));
       v_.append(v.narrow(2, 0, toSink));
     }
-    copyStats(toSink < k.size(2));
+    ++updates_;
+    innerUpdated_ = toSink < k.size(2);
+    innerOffset_ = k_.length();
   }
 
-  // The inner layer's statistics, with positions counted from the start of the sequence.
-  void copyStats(bool innerUpdated) {
-    const std::int64_t updates = stats_.updates + 1;
-    if (innerUpdated) {
-      stats_ = inner_->stats();
-      for (TensorStats* t : {&stats_.keys, &stats_.values})
-        if (!t->error.empty()) t->error.tokenStart += k_.length();
-    } else {
-      for (TensorStats* t : {&stats_.keys, &stats_.values}) {
+  // The inner layer's statistics as they stand when read (after a fused step's finish too), with positions counted
+  // from the start of the sequence; an update of sink tokens alone quantized nothing.
+  void refreshStats() const override {
+    stats_ = inner_->stats();
+    stats_.updates = updates_;
+    for (TensorStats* t : {&stats_.keys, &stats_.values}) {
+      if (!innerUpdated_) {
         t->quantized = false;
         t->quantizedTokens = 0;
         t->error = {};
+      } else if (!t->error.empty()) {
+        t->error.tokenStart += innerOffset_;
       }
     }
-    stats_.updates = updates;
+  }
+  void deferredStats(std::vector<DeferredStats*>& out) const override {
+    CacheLayer::deferredStats(out);
+    inner_->deferredStats(out);
   }
 
   std::int64_t sinks_;
+  std::int64_t updates_ = 0;       // updates of this layer (sink tokens alone count too)
+  bool innerUpdated_ = false;      // the latest update reached the inner layer
+  std::int64_t innerOffset_ = 0;   // sink tokens before the inner layer's positions then
   std::unique_ptr<CacheLayer> inner_;
   SeqBuffer k_, v_;  // the sink tokens, input dtype
 };

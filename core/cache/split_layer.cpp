@@ -28,7 +28,6 @@ class SplitLayer final : public CacheLayer {
       k_->reset();
       throw;
     }
-    copyStats();
     Staged st;
     st.keys = rk.keys;
     st.values = rv.values;
@@ -56,19 +55,17 @@ class SplitLayer final : public CacheLayer {
       k_->reset();
       throw;
     }
-    copyStats();
     return {rk.first, rv.second};
   }
 
   void reorder(const at::Tensor& beamIdx) override {
     k_->reorder(beamIdx);
     v_->reorder(beamIdx);
-    stats_.storeRows = k_->stats().storeRows;
   }
   void reset() override {
     k_->reset();
     v_->reset();
-    stats_ = {};
+    clearStats();
   }
   void crop(std::int64_t n) override {
     k_->crop(n);
@@ -84,11 +81,18 @@ class SplitLayer final : public CacheLayer {
   LayerMemory memory() const override { return {k_->memory().keys, v_->memory().values}; }
 
  private:
-  void copyStats() {
-    stats_.updates = k_->stats().updates;
-    stats_.keys = k_->stats().keys;
+  // The inner layers' statistics as they stand when read (after a fused step's finish too), one side from each.
+  void refreshStats() const override {
+    const LayerStats& ks = k_->stats();
+    stats_.updates = ks.updates;
+    stats_.keys = ks.keys;
     stats_.values = v_->stats().values;
-    stats_.storeRows = k_->stats().storeRows;
+    stats_.storeRows = ks.storeRows;
+  }
+  void deferredStats(std::vector<DeferredStats*>& out) const override {
+    CacheLayer::deferredStats(out);
+    k_->deferredStats(out);
+    v_->deferredStats(out);
   }
 
   std::unique_ptr<CacheLayer> k_, v_;

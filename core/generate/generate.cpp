@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "device/host_copy.h"
 #include "util/error.h"
 
 namespace kvscope::generate {
@@ -125,9 +126,15 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
       parts.push_back(logits.argmax().view({1}));
       addTop(refLogp);
     }
-    for (at::Tensor& p : parts) p = p.to(at::kDouble);
-    const at::Tensor host = at::cat(parts).cpu();
+    std::int64_t own = 0;
+    for (at::Tensor& p : parts) {
+      p = p.to(at::kDouble);
+      own += p.numel();
+    }
+    cache.collectStats(parts);  // the cache's statistics of this step ride along: the step's one host copy
+    const at::Tensor host = device::toHost(at::cat(parts));
     const double* h = host.const_data_ptr<double>();
+    cache.deliverStats(h + own);
     const std::int64_t token = static_cast<std::int64_t>(h[0]);
     StepEvent ev;
     ev.step = step;
@@ -227,9 +234,13 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
     const at::Tensor acc =
         (logits.log_softmax(-1) + model.context().place(at::tensor(runScores)).view({B, 1})).reshape({-1});
     auto [topVd, topId] = acc.topk(std::min<std::int64_t>(K, acc.size(0)));
-    // The candidates on the host in one copy (float64 holds every float32 score and every id exactly).
-    const at::Tensor host = at::cat({topVd.to(at::kDouble), topId.to(at::kDouble)}).cpu();
+    // The candidates on the host in one copy (float64 holds every float32 score and every id exactly), with the
+    // cache's statistics of this step.
+    std::vector<at::Tensor> parts{topVd.to(at::kDouble), topId.to(at::kDouble)};
+    cache.collectStats(parts);
+    const at::Tensor host = device::toHost(at::cat(parts));
     const int k = static_cast<int>(topVd.size(0));
+    cache.deliverStats(host.const_data_ptr<double>() + 2 * k);
     std::vector<float> tvs(static_cast<std::size_t>(k));
     std::vector<std::int64_t> tis(static_cast<std::size_t>(k));
     for (int j = 0; j < k; ++j) {

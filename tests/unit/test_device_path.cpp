@@ -14,6 +14,7 @@
 #include "cache/detail/group_codec.h"
 #include "cache/kv_cache.h"
 #include "device/context.h"
+#include "device/host_copy.h"
 #include "generate/generate.h"
 #include "model/llama.h"
 #include "random_model.h"
@@ -145,6 +146,105 @@ TEST(DevicePath, GreedyAndBeamTokensMatchTheHostKernels) {
   const auto s1 = generate::beamSearch(*host, *b1, prompt(12), 10, bo);
   const auto s2 = generate::beamSearch(*dev, *b2, prompt(12), 10, bo);
   EXPECT_EQ(s1.sequences, s2.sequences);
+}
+
+// What a decode step copies to the host: the step's results, with every layer's statistics riding along in the same
+// copy (KvCache::collectStats), so that a view reading all of them after each step, as the GUI's engine does, makes no
+// copy of its own. A per-layer read put back (a statistic copied when it is computed) shows here as more than one.
+TEST(DevicePath, ADecodeStepMakesOneHostCopyWithTheStatisticsOn) {
+  const auto dev = model::LlamaModel::load(randomModel(), kPortable);
+  for (const char* spec : {"dynamic", "fp8", "fp8:granularity=channel,overflow=saturate,attention=reference",
+                           "quanto:nbits=4,q_group_size=16,residual_length=8",
+                           "hqq:nbits=4,q_group_size=16,residual_length=8",  // its optimizer waits for nothing
+                           "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4",
+                           "layers=0:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=16,"
+                           "residual_length=8"}) {
+    SCOPED_TRACE(spec);
+    cache::StatsOptions so;
+    so.tokenBin = 1;  // the GUI's setting: every token's own error
+    auto kv = dev->makeCache(cache::parseSpec(spec), so);
+    generate::GenerateOptions o;
+    o.maxNew = 12;
+    o.snapshots = true;
+    std::vector<std::int64_t> copies;
+    std::int64_t quantizedUpdates = 0;
+    generate::generate(*dev, *kv, prompt(16), o, [&](const generate::StepEvent& ev) {
+      copies.push_back(device::hostCopies());
+      for (int l = 0; l < kv->numLayers(); ++l) {  // the engine's read of every layer, every step
+        const cache::LayerStats& st = kv->layer(l).stats();
+        for (const cache::TensorStats* t : {&st.keys, &st.values}) {
+          EXPECT_EQ(t->amaxPerHead.size(), 2u);
+          if (t->quantized && !t->error.empty()) {
+            ++quantizedUpdates;
+            EXPECT_EQ(t->error.relL2.size(), static_cast<std::size_t>(t->error.heads * t->error.ranges * 16));
+            EXPECT_EQ(t->error.headRelL2.size(), 2u);
+          }
+        }
+      }
+      EXPECT_EQ(ev.snapshot->stats.size(), static_cast<std::size_t>(kv->numLayers()));
+      return true;
+    });
+    ASSERT_EQ(copies.size(), 12u);
+    for (std::size_t i = 1; i < copies.size(); ++i) EXPECT_EQ(copies[i] - copies[i - 1], 1) << "step " << i;
+    if (std::string(spec) != "dynamic") EXPECT_GT(quantizedUpdates, 0);
+    // Nothing is left to copy: a read after the run costs nothing either.
+    const std::int64_t before = device::hostCopies();
+    kv->settleStats();
+    (void)kv->snapshot();
+    EXPECT_EQ(device::hostCopies(), before);
+    // A beam step likewise: the candidates and the statistics in one copy; the reorder's index comes from the host.
+    auto beams = dev->makeCache(cache::parseSpec(spec), so);
+    generate::BeamOptions bo;
+    bo.numBeams = 3;
+    std::vector<std::int64_t> beamCopies;
+    generate::beamSearch(*dev, *beams, prompt(12), 8, bo, {}, [&](const generate::BeamStepEvent& ev) {
+      beamCopies.push_back(device::hostCopies());
+      for (const cache::LayerStats& st : ev.snapshot->stats) EXPECT_EQ(st.keys.amaxPerHead.size(), 2u);
+      return true;
+    });
+    ASSERT_GE(beamCopies.size(), 2u);
+    for (std::size_t i = 1; i < beamCopies.size(); ++i) EXPECT_EQ(beamCopies[i] - beamCopies[i - 1], 1) << "beam step " << i;
+  }
+}
+
+// The statistics the device path defers are the host path's for the same states, and survive updates that drop them
+// unread: fp8's overflow and NaN totals keep counting.
+TEST(DevicePath, DeferredStatisticsMatchTheHostPath) {
+  at::manual_seed(11);
+  for (const char* spec : {"fp8:attention=reference", "fp8:granularity=channel", "fp8:sink=2",
+                           "layers=*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=8,residual_length=4"}) {
+    SCOPED_TRACE(spec);
+    const cache::CacheConfig cfg = cache::parseSpec(spec);
+    cache::KvCache host(cfg, 2), dev(cfg, 2, {}, KernelPath::Device);
+    for (int step = 0; step < 4; ++step) {  // no stats() read between the updates; later states overflow the scale
+      const std::int64_t T = step == 0 ? 6 : 1;
+      for (int l = 0; l < 2; ++l) {
+        const at::Tensor k = at::randn({1, 2, T, 8}) * (step == 0 ? 1.0 : 600.0), v = at::randn({1, 2, T, 8});
+        host.update(l, k, v);
+        dev.update(l, k, v);
+      }
+    }
+    std::int64_t overflow = 0;
+    for (int l = 0; l < 2; ++l) {
+      const cache::LayerStats &a = host.layer(l).stats(), &b = dev.layer(l).stats();
+      EXPECT_EQ(a.updates, b.updates);
+      overflow += a.overflowTotal();
+      for (auto [x, y] : {std::pair{&a.keys, &b.keys}, std::pair{&a.values, &b.values}}) {
+        EXPECT_EQ(x->overflowTotal, y->overflowTotal);
+        EXPECT_EQ(x->nonFiniteTotal, y->nonFiniteTotal);
+        EXPECT_EQ(x->overflow, y->overflow);
+        EXPECT_EQ(x->nonFinite, y->nonFinite);
+        EXPECT_EQ(x->scales, y->scales);
+        EXPECT_TRUE(near(x->amaxPerHead, y->amaxPerHead, 0));
+        EXPECT_EQ(x->quantized, y->quantized);
+        EXPECT_EQ(x->error.tokenStart, y->error.tokenStart);
+        EXPECT_TRUE(near(x->error.maxAbs, y->error.maxAbs, 0));
+        EXPECT_TRUE(near(x->error.relL2, y->error.relL2, 1e-5));
+        EXPECT_TRUE(near(x->error.headRelL2, y->error.headRelL2, 1e-5));
+      }
+    }
+    EXPECT_GT(overflow, 0);  // the counters were exercised: three updates' worth, two of them never read
+  }
 }
 
 TEST(DevicePath, SamplingRepeatsForASeed) {

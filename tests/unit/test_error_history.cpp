@@ -3,10 +3,14 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <vector>
 
 #include "cache/error_history.h"
+#include "cache/kv_cache.h"
 #include "cache/layer.h"
+#include "cache/recorder.h"
 
 namespace kvscope::cache {
 namespace {
@@ -56,6 +60,44 @@ TEST(ErrorHistory, Fp8PromptBinsThenOneRowPerDecodedToken) {
   hk.truncate(11);
   EXPECT_EQ(hk.tokens(), 11);
   EXPECT_EQ(hk.values().size(), 11u * 2 * 8);
+}
+
+// The recorder keeps, per layer and side, the history its own ErrorHistory would, on the host path and on the device
+// path (whose statistics wait on the device until they are read) alike, and the latest per-head error.
+TEST(CacheRecorder, RecordsEveryLayerAsItsOwnHistoryWouldOnEitherPath) {
+  at::manual_seed(9);
+  StatsOptions so;
+  so.tokenBin = 1;
+  const CacheConfig cfg = parseSpec("quanto:nbits=2,residual_length=4,q_group_size=8");
+  KvCache host(cfg, 2, so), dev(cfg, 2, so, kernels::KernelPath::Device);
+  CacheRecorder onHost, onDevice;
+  std::vector<std::array<ErrorHistory, 2>> direct(2);
+  for (int step = 0; step < 6; ++step) {
+    const std::int64_t T = step == 0 ? 6 : 1;
+    for (int l = 0; l < 2; ++l) {
+      const at::Tensor k = at::randn({1, 2, T, 8}), v = at::randn({1, 2, T, 8});
+      host.update(l, k, v);
+      dev.update(l, k, v);
+      direct[l][0].add(host.layer(l).stats().keys);
+      direct[l][1].add(host.layer(l).stats().values);
+    }
+    onHost.record(host);
+    onDevice.record(dev);
+  }
+  ASSERT_EQ(onHost.layers(), 2);
+  ASSERT_EQ(onDevice.layers(), 2);
+  for (int l = 0; l < 2; ++l)
+    for (auto side : {CacheRecorder::Keys, CacheRecorder::Values}) {
+      const ErrorHistory &h = onHost.history(l, side), &d = onDevice.history(l, side);
+      EXPECT_EQ(h.values(), direct[l][side].values());
+      EXPECT_EQ(h.tokens(), 10);
+      ASSERT_EQ(d.values().size(), h.values().size());
+      for (std::size_t i = 0; i < h.values().size(); ++i) EXPECT_NEAR(d.values()[i], h.values()[i], 1e-5) << i;
+      EXPECT_EQ(onHost.headError(l, side).size(), 2u);
+      EXPECT_EQ(onDevice.headError(l, side).size(), 2u);
+    }
+  onHost.reset();
+  EXPECT_EQ(onHost.layers(), 0);
 }
 
 TEST(ErrorHistory, QuantoFlushAddsItsDriftAndBoundsTheTrueError) {

@@ -89,24 +89,32 @@ bool dispatchHost(const at::Tensor& x, kernels::KernelPath path, F&& f) {
 
 }  // namespace
 
-std::vector<float> toVector(const at::Tensor& t) {
-  const at::Tensor c = t.to(at::kFloat).contiguous().cpu();
+std::vector<float> hostVector(const at::Tensor& t) {
+  const at::Tensor c = t.to(at::kFloat).contiguous();
   std::vector<float> v(static_cast<std::size_t>(c.numel()));
-  if (!v.empty()) std::memcpy(v.data(), c.data_ptr<float>(), v.size() * sizeof(float));
+  if (!v.empty()) std::memcpy(v.data(), c.const_data_ptr<float>(), v.size() * sizeof(float));
   return v;
 }
 
-std::vector<float> amaxPerHead(const at::Tensor& x, kernels::KernelPath path) {
-  std::vector<float> out;
-  if (dispatchHost(x, path, [&](auto tag) { amaxLoop<decltype(tag)>(x, out); })) return out;
-  return toVector(x.abs().amax({0, 2, 3}));
+void valuesOf(const at::Tensor& t, kernels::KernelPath path, std::vector<float>& out, DeferredStats& d) {
+  if (path == kernels::KernelPath::Host) {
+    out = hostVector(t);
+    return;
+  }
+  out.clear();  // until the values arrive (stats() settles before anyone reads)
+  d.add(t, [&out, n = t.numel()](const double* h) { out.assign(h, h + n); });
 }
 
-ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart, std::int64_t bin,
-                  kernels::KernelPath path) {
-  ErrorMap m;
+void amaxPerHead(const at::Tensor& x, kernels::KernelPath path, std::vector<float>& out, DeferredStats& d) {
+  if (dispatchHost(x, path, [&](auto tag) { amaxLoop<decltype(tag)>(x, out); })) return;
+  valuesOf(x.abs().amax({0, 2, 3}), path, out, d);
+}
+
+void errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart, std::int64_t bin,
+              kernels::KernelPath path, ErrorMap& m, DeferredStats& d) {
+  m = ErrorMap{};
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
-  if (T == 0) return m;
+  if (T == 0) return;
   bin = std::max<std::int64_t>(bin, 1);
   const std::int64_t R = (T + bin - 1) / bin, pad = R * bin - T;
   m.heads = H;
@@ -116,7 +124,7 @@ ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenS
   m.tokenBin = bin;
   if (xq.scalar_type() == x.scalar_type() &&
       dispatchHost(x, path, [&](auto tag) { errorLoop<decltype(tag)>(x, xq, bin, m); }))
-    return m;
+    return;
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor e = xq.to(at::kFloat) - xf;
   at::Tensor x2 = xf.square(), e2 = e.square(), ea = e.abs();
@@ -130,13 +138,22 @@ ErrorMap errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenS
   const at::Tensor se = e2.reshape(shape).sum(at::IntArrayRef{0, 3});
   const at::Tensor rel =
       at::where(sx > 0, (se / sx).sqrt(), at::where(se > 0, at::full_like(se, INFINITY), at::zeros_like(se)));
-  m.relL2 = toVector(rel);
-  m.maxAbs = toVector(ea.reshape(shape).amax({0, 3}));
-  const at::Tensor hx = sx.sum(at::IntArrayRef{1, 2}), he = se.sum(at::IntArrayRef{1, 2});
-  const std::vector<float> hx2 = toVector(hx), he2 = toVector(he);
-  m.headRelL2.resize(static_cast<std::size_t>(H));
-  for (std::int64_t h = 0; h < H; ++h) m.headRelL2[h] = relative(he2[h], hx2[h]);
-  return m;
+  const at::Tensor mx = ea.reshape(shape).amax({0, 3});
+  // One value for the map: [relL2 | maxAbs | sum x^2 per head | sum e^2 per head].
+  const at::Tensor all = at::cat({rel.reshape({-1}), mx.reshape({-1}), sx.sum(at::IntArrayRef{1, 2}).reshape({-1}),
+                                  se.sum(at::IntArrayRef{1, 2}).reshape({-1})});
+  auto fill = [&m, cells = H * R * D, H](const double* h) {
+    m.relL2.assign(h, h + cells);
+    m.maxAbs.assign(h + cells, h + 2 * cells);
+    m.headRelL2.resize(static_cast<std::size_t>(H));
+    for (std::int64_t i = 0; i < H; ++i) m.headRelL2[i] = relative(h[2 * cells + H + i], h[2 * cells + i]);
+  };
+  if (path == kernels::KernelPath::Host) {  // a dtype the loops do not take: ATen's result is already here
+    const at::Tensor c = all.to(at::kDouble).contiguous();
+    fill(c.const_data_ptr<double>());
+    return;
+  }
+  d.add(all, fill);
 }
 
 }  // namespace kvscope::cache::detail

@@ -103,13 +103,15 @@ at::Tensor checkBeamIndex(const at::Tensor& idx, std::int64_t batch, const at::D
     throw CacheError(fmt::format("beam index: expected {} indices, got shape {}", batch,
                                  idx.defined() ? shapeText(idx) : "undefined"));
   if (idx.is_floating_point() || idx.is_complex()) throw CacheError("beam index: expected an integer tensor");
-  at::Tensor i = idx.to(at::kLong).to(device);
+  // Checked where the index lies, before it moves: a beam search's comes from the host, where reading it waits for
+  // no device.
+  const at::Tensor i = idx.to(at::kLong);
   if (batch > 0) {
     const auto lo = i.min().item<std::int64_t>(), hi = i.max().item<std::int64_t>();
     if (lo < 0 || hi >= batch)
       throw CacheError(fmt::format("beam index: values must lie in [0, {}), got [{}, {}]", batch, lo, hi));
   }
-  return i;
+  return i.to(device);
 }
 
 }  // namespace kvscope::cache::detail

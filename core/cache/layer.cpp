@@ -1,0 +1,28 @@
+// CacheLayer's statistics: computed on the layer's kernel path, a device's results deferred until they are read.
+#include "cache/layer.h"
+
+#include "cache/detail/error_stats.h"
+
+namespace kvscope::cache {
+
+const LayerStats& CacheLayer::stats() const {
+  std::vector<detail::DeferredStats*> sets;
+  deferredStats(sets);
+  detail::settle(sets);
+  refreshStats();
+  return stats_;
+}
+
+void CacheLayer::recordAmax(TensorStats& st, const at::Tensor& x) {
+  detail::amaxPerHead(x, path_, st.amaxPerHead, deferred_);
+}
+
+void CacheLayer::recordError(TensorStats& st, const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart) {
+  detail::errorMap(x, xq, tokenStart, statsOptions_.tokenBin, path_, st.error, deferred_);
+}
+
+void CacheLayer::recordValues(std::vector<float>& out, const at::Tensor& t) {
+  detail::valuesOf(t, path_, out, deferred_);
+}
+
+}  // namespace kvscope::cache
