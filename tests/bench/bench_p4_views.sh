@@ -9,7 +9,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-build=${1:-$REPO/build} bytes=${2:-31000}
+build=${1:-$REPO/build} bytes=${2:-25900}
 shift $(( $# < 2 ? $# : 2 ))
 configs=("$@")
 [[ ${#configs[@]} -gt 0 ]] || configs=(fp8 quanto hqq kivi llamacpp)
@@ -22,7 +22,11 @@ head -c "$bytes" "$REPO/resources/eval/coriolanus.txt" > "$work/prompt.txt"
 # generate: peak RSS (KiB, /usr/bin/time) and the summary's KV stored bytes and prompt tokens.
 run_generate() {
   /usr/bin/time -f '%M' -o "$work/rss" "$cli" generate --model "$model" --prompt-file "$work/prompt.txt" \
-    --cache "$1" --max-new 16 --json 2>/dev/null | tail -1 > "$work/summary.json"
+    --cache "$1" --max-new 16 --json 2>"$work/err" | tail -1 > "$work/summary.json" || true
+  if [[ ! -s $work/summary.json ]] || ! grep -q '"prompt_tokens"' "$work/summary.json"; then
+    echo "generate --cache $1 failed: $(tail -1 "$work/err")" >&2
+    exit 1
+  fi
   python3 - "$work/summary.json" "$work/rss" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
