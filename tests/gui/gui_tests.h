@@ -1,0 +1,63 @@
+// What the GUI tests share: the includes of the window's and the workbench's fixtures, and how main() runs each.
+#pragma once
+
+#include <QAbstractItemModelTester>
+#include <QApplication>
+#include <QComboBox>
+#include <QDir>
+#include <QDockWidget>
+#include <QDoubleSpinBox>
+#include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QMenu>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSaveFile>
+#include <QScreen>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QTabWidget>
+#include <QSignalSpy>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QThread>
+#include <QToolButton>
+
+#include <qcustomplot.h>
+
+#include <QLineEdit>
+#include <QTextBrowser>
+#include <cmath>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "compare_dock.h"
+#include "config_panel.h"
+#include "selection.h"
+#include "docks/beam_dock.h"
+#include "docks/error_dock.h"
+#include "docks/memory_dock.h"
+#include "docks/overlay_plot.h"
+#include "docks/scales_dock.h"
+#include "docks/text_view.h"
+#include "docks/token_error_dock.h"
+#include "engine.h"
+#include "main_window.h"
+#include "message_bar.h"
+#include "overflow_advice.h"
+#include "runs_model.h"
+#include "session.h"
+#include "thread_handoff.h"
+#include "tune_page.h"
+#include "thread_link.h"
+#include "wiring.h"
+
+namespace kvscope::guitest {
+/// The window alone (no engine, no model), fed synthetic snapshots: tests/gui/test_window.cpp.
+int runWindowTests(int argc, char** argv);
+/// The workbench on the embedded model, with its engine thread: tests/gui/test_workbench.cpp.
+int runWorkbenchTests(int argc, char** argv);
+}  // namespace kvscope::guitest

@@ -1,0 +1,597 @@
+// The window alone (no engine, no model): its size on a small screen, the View menu, the message bar, and the advice
+// for a run that stored NaN, fed synthetic snapshots.
+#include "gui_tests.h"
+
+using namespace kvscope;
+
+class WindowTest : public QObject {
+  Q_OBJECT
+ private:
+  ui::MainWindow* w_ = nullptr;
+
+  QFrame* bar() const { return w_->findChild<QFrame*>("messageBar"); }
+  QString barText() const { return bar()->findChild<QLabel*>("messageText")->text(); }
+  ui::MessageBar::Kind barKind() const { return w_->messageBar()->kind(); }
+
+  /// A finished run of two layers whose second layer's values stored `nan` NaN/inf codes; its config is `spec`'s, its
+  /// label `label` (the SPEC when empty).
+  static ui::RunSnapshotPtr nanRun(const QString& spec, std::int64_t nan, const QString& label = {}) {
+    static int id = 0;
+    auto r = std::make_shared<ui::RunSnapshot>();
+    r->runId = ++id;
+    r->spec = label.isEmpty() ? spec : label;
+    r->config = cache::parseSpec(spec.toStdString());
+    r->finished = true;
+    r->stopReason = "max_new";
+    r->cache.memory.resize(2);
+    r->cache.stats.resize(2);
+    for (auto& st : r->cache.stats)
+      for (auto* side : {&st.keys, &st.values}) {
+        side->scales = {0.01f};
+        side->scaleShape = {1};
+        side->amaxPerHead = {4.0f, 4.0f, 4.0f};
+      }
+    r->cache.stats[1].values.overflowTotal = nan;
+    r->cache.stats[1].values.nonFiniteTotal = nan;
+    return r;
+  }
+
+ private Q_SLOTS:
+  void init() {
+    w_ = new ui::MainWindow();
+    w_->show();
+    QVERIFY(QTest::qWaitForWindowExposed(w_));
+  }
+
+  void cleanup() {
+    delete w_;
+    w_ = nullptr;
+  }
+
+  void fitsA1366x768Screen() {
+    w_->resetLayout();
+    const QSize hint = w_->minimumSizeHint();
+    QVERIFY2(fits1366(hint), qPrintable(QString("minimumSizeHint %1x%2").arg(hint.width()).arg(hint.height())));
+    const QSize enforced = w_->layout()->minimumSize();
+    QVERIFY2(fits1366(enforced),
+             qPrintable(QString("layout minimum %1x%2").arg(enforced.width()).arg(enforced.height())));
+    // The window opened within its screen's available area (or at its minimum, when the screen is smaller still).
+    const QSize avail = w_->screen()->availableGeometry().size();
+    QVERIFY(w_->width() <= std::max(avail.width(), enforced.width()));
+    QVERIFY(w_->height() <= std::max(avail.height(), enforced.height()));
+    // The plots share one tab group instead of stacking three high.
+    auto* memory = w_->findChild<QDockWidget*>("memoryDock");
+    const auto tabs = w_->tabifiedDockWidgets(memory);
+    QVERIFY(tabs.contains(w_->findChild<QDockWidget*>("scalesDock")));
+    QVERIFY(tabs.contains(w_->findChild<QDockWidget*>("errorDock")));
+    // The run form scrolls rather than setting the window's height.
+    QVERIFY(w_->findChild<QScrollArea*>("runScroll"));
+  }
+
+  void viewMenuTogglesEveryDockAndResetsTheLayout() {
+    auto* view = w_->findChild<QMenu*>("viewMenu");
+    QVERIFY(view);
+    const auto docks = w_->findChildren<QDockWidget*>();
+    QCOMPARE(docks.size(), 7);
+    for (auto* d : docks) {
+      QVERIFY(!d->objectName().isEmpty());  // the saved layout names them
+      QVERIFY2(view->actions().contains(d->toggleViewAction()), qPrintable(d->objectName()));
+    }
+    auto* scales = w_->findChild<QDockWidget*>("scalesDock");
+    scales->toggleViewAction()->trigger();
+    QVERIFY(scales->isHidden());
+    QVERIFY(!scales->toggleViewAction()->isChecked());
+    auto* runs = w_->findChild<QDockWidget*>("runsDock");
+    w_->addDockWidget(Qt::LeftDockWidgetArea, runs);
+    QCOMPARE(w_->dockWidgetArea(runs), Qt::LeftDockWidgetArea);
+    QAction* reset = w_->findChild<QAction*>("resetLayout");
+    QVERIFY(reset && view->actions().contains(reset));
+    reset->trigger();
+    QVERIFY(!scales->isHidden());
+    QVERIFY(scales->toggleViewAction()->isChecked());
+    QCOMPARE(w_->dockWidgetArea(scales), Qt::RightDockWidgetArea);
+    QVERIFY(w_->tabifiedDockWidgets(scales).contains(w_->findChild<QDockWidget*>("memoryDock")));
+    QCOMPARE(w_->dockWidgetArea(runs), Qt::BottomDockWidgetArea);
+    QVERIFY(fits1366(w_->minimumSizeHint()));
+  }
+
+  void messageBarShowsAnErrorWholeUntilDismissed() {
+    QVERIFY(bar() && bar()->isHidden());
+    QString error = "cannot read `/home/someone/models/a-model-with-a-rather-long-name.Q4_1.gguf`: ";
+    for (int i = 0; i < 8; ++i) error += QString("tensor blk.%1.attn_k.weight has a shape the header does not state; ").arg(i);
+    w_->onFailed(error);
+    QVERIFY(bar()->isVisible());
+    QCOMPARE(bar(), w_->messageBar());
+    QCOMPARE(barText(), error);
+    QCOMPARE(w_->messageBar()->text(), error);
+    QVERIFY(barKind() == ui::MessageBar::Kind::Error);
+    QVERIFY(bar()->findChild<QLabel*>("messageText")->wordWrap());
+    // The status bar keeps the message too, cut to its width (whole in text() and the tooltip): it does not widen
+    // the window.
+    auto* status = w_->findChild<ui::ElidedLabel*>("statusMessage");
+    QVERIFY(status);
+    QCOMPARE(status->text(), error);
+    QVERIFY(status->isElided());
+    QVERIFY(fits1366(w_->minimumSizeHint()));
+    QTest::mouseClick(bar()->findChild<QToolButton*>("messageBarClose"), Qt::LeftButton);
+    QVERIFY(bar()->isHidden());
+    // The window's own errors show there too.
+    w_->exportPlotsTo("/nonexistent/folder");
+    QVERIFY(bar()->isVisible());
+    QVERIFY(barText().contains("could not write kv_memory.png"));
+  }
+
+  void nanUnderOverflowNanIsExplainedAndRerunSaturated() {
+    // The default fp8 config (e4m3fn, overflow=nan): the explanation with e4m3fn's max and the fix.
+    w_->onRunUpdated(nanRun("fp8", 7));
+    QVERIFY(bar()->isVisible());
+    QVERIFY2(barText().contains("NaN/inf stored: 7 values") && barText().contains("448 for e4m3fn") &&
+                 barText().contains("calibrated on the prompt") && barText().contains("stored as NaN"),
+             qPrintable(barText()));
+    QVERIFY(!barText().contains("57344"));
+    QVERIFY(barKind() == ui::MessageBar::Kind::Warning);
+    // e5m2: its own max, and inf rather than NaN.
+    w_->onRunUpdated(nanRun("fp8:format=e5m2", 3));
+    QVERIFY2(barText().contains("57344 for e5m2") && barText().contains("stored as inf"), qPrintable(barText()));
+    QVERIFY(!barText().contains("448"));
+    auto* rerun = bar()->findChild<QPushButton*>("rerunSaturate");
+    QVERIFY(rerun && rerun->isVisible());
+    QCOMPARE(rerun->text(), QString("Rerun with overflow=saturate"));
+    QTest::mouseClick(rerun, Qt::LeftButton);
+    QCOMPARE(w_->configPanel()->spec(), QString("fp8:format=e5m2,overflow=saturate"));
+    QCOMPARE(w_->findChild<QComboBox*>("opt_overflow")->currentText(), QString("saturate"));
+    QCOMPARE(w_->findChild<QComboBox*>("opt_format")->currentText(), QString("e5m2"));
+    QVERIFY(bar()->isHidden());
+    // NaN under saturate came from elsewhere (the model's own activations), and other backends have no such policy.
+    w_->onRunUpdated(nanRun("fp8:overflow=saturate", 2));
+    QVERIFY(bar()->isHidden());
+    w_->onRunUpdated(nanRun("quanto:nbits=4", 2));
+    QVERIFY(bar()->isHidden());
+    w_->onRunUpdated(nanRun("fp8", 0));
+    QVERIFY(bar()->isHidden());
+    // The run's recorded config decides, not its label: a beam search's "SPEC (N beams)", or a label that is no SPEC.
+    w_->onRunUpdated(nanRun("fp8:granularity=head,headroom=1.5,sink=4", 4, "my run (3 beams)"));
+    QVERIFY2(barText().contains("per-head") && barText().contains("448 for e4m3fn"), qPrintable(barText()));
+    QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
+    QVERIFY2(w_->configPanel()->config() == cache::parseSpec("fp8:granularity=head,headroom=1.5,sink=4,overflow=saturate"),
+             qPrintable(w_->configPanel()->spec()));
+    // A run without a recorded config says nothing (its label is not read).
+    auto bare = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8", 5));
+    bare->config.reset();
+    w_->onRunUpdated(bare);
+    QVERIFY(bar()->isHidden());
+  }
+
+  void overflowAdviceRerunsThePerLayerAndCalibratedConfigWhole() {
+    // A per-layer config: every fp8 side under overflow=nan is explained (both formats' max) and saturated; the other
+    // sides, the rules and the mirrored fields stay as they were.
+    const QString mixed = "layers=0:K=fp8:format=e5m2,V=dynamic;*:K=fp8:granularity=channel,V=quanto:nbits=2";
+    w_->onRunUpdated(nanRun(mixed, 5));
+    QVERIFY2(bar()->isVisible() && barText().contains("57344 for e5m2, 448 for e4m3fn") &&
+                 barText().contains("per-tensor/per-channel") && barText().contains("stored as inf/NaN"),
+             qPrintable(barText()));
+    const auto advice = ui::overflowAdvice(*w_->lastRun());
+    QVERIFY(advice);
+    const auto fixed = cache::parseSpec("layers=0:K=fp8:format=e5m2,overflow=saturate,V=dynamic;"
+                                        "*:K=fp8:granularity=channel,overflow=saturate,V=quanto:nbits=2");
+    QVERIFY2(advice->rerun == fixed, cache::toSpec(advice->rerun).c_str());
+    QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
+    QVERIFY(w_->configPanel()->config() == fixed);  // the form holds it whole
+    QVERIFY(w_->configPanel()->isValid());
+    // A side with another policy is left alone, and only the nan side is named.
+    w_->onRunUpdated(nanRun("layers=*:K=fp8:overflow=recalibrate,V=fp8:format=e5m2", 2));
+    QVERIFY2(barText().contains("57344 for e5m2") && !barText().contains("448"), qPrintable(barText()));
+    QVERIFY(ui::overflowAdvice(*w_->lastRun())->rerun ==
+            cache::parseSpec("layers=*:K=fp8:overflow=recalibrate,V=fp8:format=e5m2,overflow=saturate"));
+    // Offline-calibrated scales (no SPEC holds them): said so, and kept in the rerun's config.
+    auto calibrated = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8:granularity=head", 3, "fp8 [calibrated]"));
+    calibrated->config->keyScales = calibrated->config->valueScales = {{0.5f, 0.5f}, {0.25f, 0.75f}};
+    w_->onRunUpdated(calibrated);
+    QVERIFY2(barText().contains("calibrated offline"), qPrintable(barText()));
+    QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
+    cache::CacheConfig expected = *calibrated->config;
+    expected.overflow = cache::OverflowPolicy::Saturate;
+    QVERIFY(w_->configPanel()->config() == expected);
+    // scale=unit: no calibration at all, the scale is 1.0.
+    w_->onRunUpdated(nanRun("fp8:scale=unit", 1));
+    QVERIFY2(barText().contains("fixed at 1.0"), qPrintable(barText()));
+  }
+
+  void oneBusyStateDrivesTheActions() {
+    using Busy = ui::MainWindow::Busy;
+    auto enabled = [this](const char* name) { return w_->findChild<QPushButton*>(name)->isEnabled(); };
+    quint64 stopped = 0;
+    w_->setStopHandler([&](quint64 serial) { stopped = serial; });
+    // No model: nothing can start, nothing to stop.
+    QVERIFY(w_->busy() == Busy::Idle);
+    for (const char* b : {"runButton", "stopButton", "sweepButton", "evalButton", "tuneButton"}) QVERIFY2(!enabled(b), b);
+    // A load (no engine here: it stays pending): Stop cancels it, nothing else starts.
+    qRegisterMetaType<ui::LoadRequest>();
+    QSignalSpy loads(w_, &ui::MainWindow::loadRequested);
+    w_->openModel("/nonexistent/model.gguf");
+    QCOMPARE(loads.count(), 1);
+    const quint64 serial = loads.takeFirst().at(0).value<ui::LoadRequest>().serial;
+    QVERIFY(serial > 0);
+    QVERIFY(w_->busy() == Busy::Loading);
+    QVERIFY(enabled("stopButton"));
+    for (const char* b : {"runButton", "sweepButton", "evalButton", "tuneButton"}) QVERIFY2(!enabled(b), b);
+    w_->findChild<QPushButton*>("stopButton")->click();
+    QCOMPARE(stopped, serial);
+    // The window's own error (an export) and a run's late final snapshot leave the load pending.
+    QVERIFY(!w_->exportPlotsTo("/nonexistent/folder"));
+    QVERIFY(w_->busy() == Busy::Loading);
+    w_->onRunUpdated(nanRun("fp8:overflow=saturate", 0));
+    QVERIFY(w_->busy() == Busy::Loading);
+    QVERIFY(enabled("stopButton"));
+    // An earlier request's failure is shown but leaves it; the load's own failure ends it.
+    w_->onRequestFailed(serial - 1, "an earlier request failed");
+    QVERIFY(w_->busy() == Busy::Loading);
+    w_->onRequestFailed(serial, "cannot read `/nonexistent/model.gguf`");
+    QVERIFY(w_->busy() == Busy::Idle);
+    QVERIFY(!enabled("stopButton"));
+    QCOMPARE(barText(), QString("cannot read `/nonexistent/model.gguf`"));
+  }
+
+  void nanNeverLooksLikeALowError() {
+    // Two layers of three KV heads: layer 0 quantized with finite errors, layer 1's head 0 stored NaN, its other heads
+    // finite; layer 2 not quantized yet (no error map).
+    auto r = std::make_shared<ui::RunSnapshot>();
+    r->runId = 900;
+    r->spec = "fp8";
+    r->shadow = true;
+    r->finished = true;
+    r->cache.memory.resize(3);
+    r->cache.stats.resize(3);
+    const float nan = std::nanf("");
+    const std::vector<std::vector<float>> rel{{0.05f, 0.06f, 0.07f}, {nan, 0.1f, 0.2f}};
+    for (const auto& l : rel) r->headErrorK << QVector<float>(l.begin(), l.end());
+    r->headErrorK << QVector<float>();  // layer 2: nothing quantized yet
+    r->headErrorV = r->headErrorK;
+    for (int s = 0; s < 6; ++s) {
+      ui::TokenView t;
+      t.kl = s < 2 ? 0.01f * (s + 1) : (s == 4 ? INFINITY : nan);  // steps 2..5 have no finite KL
+      t.logprob = -1.0f;
+      r->tokens.push_back(t);
+    }
+    w_->onRunUpdated(r);
+    // The layer x head map: the NaN head is not on the colour scale but on its own layer, in its own colour; the
+    // colour range is that of the finite cells; the key says what each kind of cell is.
+    auto* plot = w_->errorDock()->plot();
+    QCOMPARE(plot->plottableCount(), 2);
+    auto* errors = qobject_cast<QCPColorMap*>(plot->plottable(0));
+    auto* nanLayer = qobject_cast<QCPColorMap*>(plot->plottable(1));
+    QVERIFY(errors && nanLayer && nanLayer->visible());
+    QVERIFY(std::isnan(errors->data()->cell(1, 0)));
+    QCOMPARE(nanLayer->data()->cell(1, 0), 1.0);
+    QVERIFY(std::isnan(nanLayer->data()->cell(1, 1)) && std::isnan(nanLayer->data()->cell(0, 0)));
+    QCOMPARE(errors->data()->cell(1, 2), 0.2f);
+    QVERIFY(std::abs(errors->dataRange().lower - 0.05) < 1e-6 && std::abs(errors->dataRange().upper - 0.2) < 1e-6);
+    QVERIFY(std::isnan(errors->data()->cell(2, 0)) && std::isnan(nanLayer->data()->cell(2, 0)));  // blank
+    const QString key = w_->findChild<QLabel*>("errorLegend")->text();
+    QVERIFY2(key.contains("NaN/inf: 1 head") && key.contains("not quantized"), qPrintable(key));
+    QCOMPARE(nanLayer->gradient().nanHandling(), QCPColorGradient::nhTransparent);
+    QCOMPARE(errors->gradient().nanHandling(), QCPColorGradient::nhTransparent);
+    // The overlay: the 2 finite steps as the curve, the 4 others as marks in the legend, none dropped silently.
+    auto* overlay = w_->overlay()->plot();
+    w_->overlay()->metricBox()->setCurrentIndex(0);
+    bool curve = false, marks = false;
+    for (int g = 0; g < overlay->graphCount(); ++g) {
+      const QString name = overlay->graph(g)->name();
+      if (!name.startsWith("#900")) continue;
+      if (name.contains("NaN/inf at 4 steps")) {
+        marks = true;
+        QCOMPARE(overlay->graph(g)->data()->size(), 4);
+        QVERIFY(overlay->graph(g)->data()->at(0)->value <= overlay->yAxis->range().upper);
+        QCOMPARE(overlay->graph(g)->lineStyle(), QCPGraph::lsNone);
+      } else {
+        curve = true;
+        QCOMPARE(overlay->graph(g)->data()->size(), 2);
+      }
+    }
+    QVERIFY(curve && marks);
+    // The legend sits below the axes, not over the curves.
+    QVERIFY(!overlay->axisRect()->insetLayout()->elements(false).contains(overlay->legend));
+  }
+
+  void scalesPlotDividesByTheFormatsOwnMax() {
+    // An e5m2 cache: amax / 57344, not / 448; V's line too; a log axis over whole decades, so that scales of
+    // 1e-3..3e-3 keep labelled ticks.
+    auto r = std::make_shared<ui::RunSnapshot>();
+    r->runId = 901;
+    r->spec = "fp8:format=e5m2";
+    r->finished = true;
+    r->cache.memory.resize(2);
+    r->cache.stats.resize(2);
+    for (int l = 0; l < 2; ++l) {
+      auto& st = r->cache.stats[l];
+      st.keys.scales = {0.002f};
+      st.values.scales = {0.001f * (l + 1)};
+      st.keys.scaleShape = st.values.scaleShape = {1};
+      st.keys.amaxPerHead = {57344.0f * 0.002f, 1.0f, 2.0f};
+      st.values.amaxPerHead = {57344.0f * 0.003f};
+      st.keys.formatMax = st.values.formatMax = 57344.0f;
+    }
+    w_->onRunUpdated(r);
+    auto* plot = w_->scalesDock()->plot();
+    QCOMPARE(plot->graphCount(), 4);
+    QVERIFY2(plot->graph(2)->name().contains("57344 (e5m2 max)"), qPrintable(plot->graph(2)->name()));
+    QVERIFY(!plot->graph(2)->name().contains("448"));
+    QCOMPARE(plot->graph(2)->data()->size(), 2);
+    QVERIFY(std::abs(plot->graph(2)->data()->at(0)->value - 0.002) < 1e-9);
+    QVERIFY(std::abs(plot->graph(3)->data()->at(1)->value - 0.003) < 1e-9);
+    const QCPRange y = plot->yAxis->range();
+    QVERIFY2(std::abs(y.lower - 1e-3) < 1e-12 && std::abs(y.upper - 1e-2) < 1e-12,
+             qPrintable(QString("%1..%2").arg(y.lower).arg(y.upper)));
+    QVERIFY(!plot->axisRect()->insetLayout()->elements(false).contains(plot->legend));
+  }
+
+  void exportWritesEveryTargetAndSaysWhatDoesNotCarryOver() {
+    QTemporaryDir dir;
+    QVERIFY(w_->configPanel()->setSpec("quanto:nbits=4"));
+    auto read = [](const QString& p) {
+      QFile f(p);
+      return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+    };
+    using T = ui::MainWindow::ExportTarget;
+    QVERIFY(w_->exportConfigTo(dir.filePath("hf.json"), T::Transformers));
+    const QJsonObject hf = QJsonDocument::fromJson(read(dir.filePath("hf.json")).toUtf8()).object();
+    QCOMPARE(hf.value("backend").toString(), QString("quanto"));
+    QCOMPARE(hf.value("nbits").toInt(), 4);
+    // vLLM has no integer KV cache: the nearest FP8 flag, and the bar says so.
+    QVERIFY(w_->exportConfigTo(dir.filePath("vllm.txt"), T::Vllm));
+    const QString vllm = read(dir.filePath("vllm.txt"));
+    QVERIFY2(vllm.contains("--kv-cache-dtype") && vllm.contains("# note: "), qPrintable(vllm));
+    QVERIFY(bar()->isVisible() && barKind() == ui::MessageBar::Kind::Warning);
+    QVERIFY2(barText().contains("What the target does not express"), qPrintable(barText()));
+    QVERIFY(w_->exportConfigTo(dir.filePath("llama.txt"), T::LlamaCpp));
+    QVERIFY2(read(dir.filePath("llama.txt")).contains("-ctk"), qPrintable(read(dir.filePath("llama.txt"))));
+    QVERIFY(w_->exportConfigTo(dir.filePath("own.json"), T::Kvscope));
+    QVERIFY(read(dir.filePath("own.json")).contains("quanto"));
+    // transformers needs no cache_config for the unquantized cache: an error in the bar, no file.
+    QVERIFY(w_->configPanel()->setSpec("dynamic"));
+    QVERIFY(!w_->exportConfigTo(dir.filePath("dyn.json"), T::Transformers));
+    QVERIFY(barKind() == ui::MessageBar::Kind::Error);
+    QVERIFY(!QFileInfo::exists(dir.filePath("dyn.json")));
+  }
+
+  void autosaveIsOfferedAndReopensWithTheFormOnItsRun() {
+    const QString path = ui::MainWindow::autosavePath();
+    QDir().mkpath(QFileInfo(path).absolutePath());
+    QFile::remove(path);
+    w_->offerAutosave();
+    QVERIFY(bar()->isHidden());  // nothing to offer
+    auto run = std::make_shared<ui::RunSnapshot>();
+    run->runId = 3;
+    run->spec = "quanto:nbits=2,q_group_size=32";
+    run->finished = true;
+    run->stopReason = "max_new";
+    ui::TokenView t;
+    t.text = "hi";
+    run->tokens.push_back(t);
+    ui::saveSession(ui::Session{"model.gguf", {run}}, path);
+    QVERIFY(w_->configPanel()->setSpec("fp8"));
+    w_->offerAutosave();
+    QVERIFY(bar()->isVisible() && barKind() == ui::MessageBar::Kind::Info);
+    QVERIFY2(barText().contains(path), qPrintable(barText()));
+    QTest::mouseClick(bar()->findChild<QPushButton*>("reopenAutosave"), Qt::LeftButton);
+    QVERIFY(bar()->isHidden());
+    QCOMPARE(w_->runsModel()->rowCount(), 1);
+    // The form shows the reopened run's config, not the one it held before.
+    QCOMPARE(w_->configPanel()->spec(), QString("quanto:nbits=2,q_group_size=32"));
+    QFile::remove(path);
+  }
+
+  void textViewKeySaysWhatItsColoursMean() {
+    auto* text = w_->findChild<ui::TextView*>();
+    QVERIFY(text);
+    auto run = std::make_shared<ui::RunSnapshot>();
+    run->runId = 910;
+    run->spec = "fp8 (3 beams)";
+    run->shadow = false;  // beam search runs without a reference
+    ui::TokenView t;
+    t.text = "x";
+    t.logprob = -0.1f;
+    run->tokens.push_back(t);
+    text->show(run);
+    // "KL vs reference" is chosen, but this run has none: the key says what the colours are instead.
+    QVERIFY2(text->colourKey().contains("no shadow reference") && text->colourKey().contains("log-prob"),
+             qPrintable(text->colourKey()));
+    auto withRef = std::make_shared<ui::RunSnapshot>(*run);
+    withRef->runId = 911;
+    withRef->shadow = true;
+    text->show(withRef);
+    QVERIFY2(text->colourKey().contains("KL 0") && text->colourKey().contains("NaN/inf"), qPrintable(text->colourKey()));
+    text->setMetric(ui::TextView::Top1);
+    QVERIFY(text->colourKey().contains("same top-1"));
+  }
+
+  void runsAreNamedByWhatTellsThemApart() {
+    auto mk = [](const char* spec) {
+      auto r = std::make_shared<ui::RunSnapshot>();
+      r->config = cache::parseSpec(spec);
+      r->spec = QString::fromStdString(cache::toSpec(*r->config));
+      return ui::RunSnapshotPtr(r);
+    };
+    QString common;
+    const auto names = ui::configNames({mk("quanto"), mk("quanto:nbits=2"), mk("quanto:nbits=2,q_group_size=32")}, &common);
+    QCOMPARE(names, QStringList({"quanto: nbits=4, q_group_size=64", "quanto: nbits=2, q_group_size=64",
+                                 "quanto: nbits=2, q_group_size=32"}));
+    QCOMPARE(common, QString("quanto: axis_key=0, axis_value=0, residual_length=128, sink=0, attention=fused"));
+    // One run: all of it; a per-layer config: its rules.
+    QCOMPARE(ui::configNames({mk("kivi")}), QStringList({"kivi: nbits=2, q_group_size=32, residual_length=128, sink=0, attention=fused"}));
+    QCOMPARE(ui::configNames({mk("fp8"), mk("layers=0:dynamic;*:fp8")}).back(), QString("layers=0:dynamic;*:fp8"));
+    ui::RunsModel model;
+    new QAbstractItemModelTester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest, &model);
+    model.append(mk("fp8"));
+    model.append(mk("fp8:overflow=saturate"));
+    QCOMPARE(model.index(0, ui::RunsModel::Config).data().toString(), QString("fp8: overflow=nan"));
+    QVERIFY(model.csv().startsWith("run,config,kv_mib,"));
+    QVERIFY(model.csv().contains("\"fp8:overflow=saturate\""));  // the CSV keeps each run's own label
+  }
+
+  void beamSequenceFollowsTheReorders() {
+    ui::RunSnapshot r;
+    // Step 0: both beams from the prompt; step 1: beam 1 takes beam 0's rows; step 2: beam 0 takes beam 1's.
+    for (const auto& [parents, tokens] : std::vector<std::pair<QVector<qint64>, QStringList>>{
+             {{0, 0}, {"a", "b"}}, {{0, 0}, {"c", "d"}}, {{1, 0}, {"e", "f"}}}) {
+      ui::BeamStepView st;
+      st.step = static_cast<int>(r.beamSteps.size());
+      st.parents = parents;
+      st.tokens = tokens;
+      st.ids = {1, 2};
+      r.beamSteps << st;
+    }
+    auto text = [&](int beam) {
+      QString s;
+      for (const auto& t : ui::beamSequence(r, beam)) s += t.text;
+      return s;
+    };
+    QCOMPARE(text(0), QString("ade"));  // beam 0 at step 2 continues beam 1, which continued beam 0 at step 1
+    QCOMPARE(text(1), QString("acf"));
+    QVERIFY(ui::beamSequence(r, 2).isEmpty());
+  }
+
+  void compareDockPutsTheOverlayBesideOnlyWhenThereIsRoom() {
+    ui::CompareDock dock;
+    auto* tabs = dock.findChild<QTabWidget*>("compareTabs");
+    dock.resize(1300, 400);
+    dock.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dock));
+    QCOMPARE(tabs->count(), 3);  // Runs (with the overlay beside the table), Text evaluation, Tuner
+    QVERIFY(dock.overlay()->isVisible());
+    dock.resize(640, 400);
+    QTRY_COMPARE(tabs->count(), 4);
+    QCOMPARE(tabs->tabText(1), QString("Overlay"));
+    QVERIFY(!dock.overlay()->isVisible());  // a tab page, not over the table
+    tabs->setCurrentIndex(1);
+    QVERIFY(dock.overlay()->isVisible());
+    dock.resize(1300, 400);
+    QTRY_COMPARE(tabs->count(), 3);
+    QVERIFY(dock.overlay()->isVisible());
+  }
+
+  void tunerDrawsTheScanAndPicksIntoTheForm() {
+    // A scan of 4 layers and two candidates with known figures: 4-bit saves 700 bytes a side, 2-bit 850 and loses
+    // more; layer 2's keys are the sensitive ones.
+    ui::TuneResultView v;
+    v.textPath = "t.txt";
+    v.ctx = 64;
+    v.windows = 1;
+    v.scored = 32;
+    v.scan.plan = cache::planScan({cache::parseSpec("quanto:nbits=4"), cache::parseSpec("quanto:nbits=2")}, 4);
+    v.scan.referenceBytes = 8000;
+    for (const auto& it : v.scan.plan.items) {
+      const double base = (it.layer == 2 && it.side == cache::KvSide::Keys ? 0.02 : 0.001) * (it.candidate + 1);
+      v.scan.points.push_back({it, base, 8000 - (it.candidate == 0 ? 700 : 850)});
+    }
+    ui::TunePage page;
+    page.resize(1000, 420);
+    page.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&page));
+    QSignalSpy layer(&page, &ui::TunePage::layerClicked), chosen(&page, &ui::TunePage::configChosen);
+    page.showResult(v);
+    auto* bars = page.findChild<QCustomPlot*>("tuneLayerPlot");
+    QCOMPARE(bars->plottableCount(), 2);  // K and V of the shown candidate
+    QCOMPARE(qobject_cast<QCPBars*>(bars->plottable(0))->data()->size(), 4);
+    QCOMPARE(qobject_cast<QCPBars*>(bars->plottable(0))->data()->at(2)->value, 0.02);
+    auto* front = page.findChild<QCustomPlot*>("tuneFrontPlot");
+    QCOMPARE(front->graphCount(), 4);  // one front per target
+    QCOMPARE(front->graph(0)->dataCount(), static_cast<int>(cache::paretoFront(v.scan, cache::TuneTarget::Kvscope).size()));
+    // The budget's pick: every side but layer 2's keys quantized (4-bit, two of them 2-bit: 0.009).
+    auto* budget = page.findChild<QDoubleSpinBox*>("tuneBudget");
+    budget->setValue(0.0095);
+    auto* pick = page.findChild<QLabel*>("tunePick");
+    QVERIFY2(pick->text().startsWith("Pick for kvscope"), qPrintable(pick->text()));
+    QVERIFY2(pick->text().contains("2:K=dynamic"), qPrintable(pick->text()));
+    page.findChild<QComboBox*>("tuneTarget")->setCurrentText("llamacpp");
+    QVERIFY2(pick->text().contains("-ctk"), qPrintable(pick->text()));
+    budget->setValue(0.0);
+    QVERIFY2(pick->text().contains("-ctk f16 -ctv f16") || pick->text().contains("0 MiB") ||
+             pick->text().contains("predicted 0"), qPrintable(pick->text()));
+    budget->setValue(0.0095);
+    // A click on layer 2's bars selects layer 2; a click on a front point loads that point's config.
+    bars->replot();
+    QTest::mouseClick(bars, Qt::LeftButton, {},
+                      QPoint(static_cast<int>(bars->xAxis->coordToPixel(2)), static_cast<int>(bars->yAxis->coordToPixel(0.01))));
+    QCOMPARE(layer.count(), 1);
+    QCOMPARE(layer.at(0).at(0).toInt(), 2);
+    page.findChild<QTabWidget*>("tuneTabs")->setCurrentIndex(1);
+    front->replot();
+    const auto kv = cache::paretoFront(v.scan, cache::TuneTarget::Kvscope);
+    const auto& a = kv.front();  // the fewest bytes: everything at 2-bit, one config for all
+    QTest::mouseClick(front, Qt::LeftButton, {},
+                      QPoint(static_cast<int>(front->xAxis->coordToPixel(a.storedBytes / 1048576.0)),
+                             static_cast<int>(front->yAxis->coordToPixel(a.predictedKl))));
+    QCOMPARE(chosen.count(), 1);
+    QCOMPARE(chosen.at(0).at(0).value<cache::CacheConfig>(), cache::parseSpec("quanto:nbits=2"));
+    page.findChild<QPushButton*>("tuneUsePick")->click();
+    QCOMPARE(chosen.count(), 2);
+    const auto llama = cache::solve(cache::paretoFront(v.scan, cache::TuneTarget::LlamaCpp),
+                                    {cache::SweepBudget::Kind::MaxMeanKl, 0.0095});
+    QVERIFY(llama);
+    QCOMPARE(chosen.at(1).at(0).value<cache::CacheConfig>(), cache::assignmentConfig(v.scan, *llama));
+    // A bad candidate is an error before anything runs.
+    page.findChild<QLineEdit*>("tuneCandidates")->setText("fp8 dynamic");
+    QVERIFY_THROWS_EXCEPTION(cache::ConfigError, page.request());
+  }
+
+  void configPanelKeepsPerLayerRulesUntilEdited() {
+    ui::ConfigPanel p;
+    QVERIFY(p.setSpec("layers=0-1:dynamic;*:quanto:nbits=2"));
+    QCOMPARE(p.spec(), QString("layers=0-1:dynamic;*:quanto:nbits=2"));
+    QVERIFY(p.isValid() && p.config().mixed());
+    QVERIFY(p.findChild<QLabel*>("configKept")->isVisibleTo(&p));
+    QCOMPARE(p.findChild<QComboBox*>("opt_nbits")->currentText(), QString("2"));  // the form shows the `*` rule
+    p.findChild<QSpinBox*>("opt_q_group_size")->setValue(32);  // an edit: the form's config from now on
+    QCOMPARE(p.spec(), QString("quanto:nbits=2,q_group_size=32"));
+    QVERIFY(!p.config().mixed());
+    QVERIFY(!p.findChild<QLabel*>("configKept")->isVisibleTo(&p));
+  }
+
+  void sessionKeepsConfigsScalesAndErrorMaps() {
+    auto run = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8", 3, "fp8 [calibrated]"));
+    cache::CacheConfig cfg = cache::parseSpec("fp8:overflow=saturate");
+    cfg.keyScales = cfg.valueScales = {{0.5f}, {0.25f}};
+    run->config = cfg;
+    run->headErrorK = {{0.1f, 0.2f, std::nanf("")}, {}};
+    run->headErrorV = {{0.3f, 0.4f, 0.5f}, {0.6f, 0.7f, 0.8f}};
+    auto te = std::make_shared<ui::TokenErrorView>();
+    te->layer = 1;
+    te->tokens = 2;
+    te->heads = 1;
+    te->channels = 2;
+    te->keys = {0.1f, 0.2f, 0.3f, std::nanf("")};
+    run->tokenErrors = te;
+    const ui::Session back = ui::parseSession(ui::sessionJson(ui::Session{"m.gguf", {run}}), "s.json");
+    const auto& r = *back.runs.front();
+    QVERIFY(r.config && *r.config == cfg);  // calibrated scales too, which no SPEC holds
+    QCOMPARE(r.headErrorK.size(), 2);
+    QCOMPARE(r.headErrorK[0][1], 0.2f);
+    QVERIFY(std::isnan(r.headErrorK[0][2]));
+    QCOMPARE(r.headErrorV[1], QVector<float>({0.6f, 0.7f, 0.8f}));
+    QCOMPARE(r.cache.stats.size(), std::size_t{2});
+    QCOMPARE(r.cache.stats[1].values.nonFiniteTotal, 3);
+    QCOMPARE(r.cache.stats[0].keys.scales, std::vector<float>({0.01f}));
+    QVERIFY(r.tokenErrors && r.tokenErrors->layer == 1 && r.tokenErrors->keys.size() == 4 && r.tokenErrors->values.empty());
+    // A map whose size is not tokens x heads x channels is refused, naming the key.
+    QByteArray bad = ui::sessionJson(ui::Session{"m.gguf", {run}});
+    bad.replace("\"tokens\": 2", "\"tokens\": 3");
+    try {
+      ui::parseSession(bad, "s.json");
+      QFAIL("a token map of the wrong size was accepted");
+    } catch (const ui::SessionError& e) {
+      QVERIFY2(QString(e.what()).contains("token_errors"), e.what());
+    }
+  }
+
+ private:
+  /// Within 1366x768 less a 40 px panel and a window manager's title bar and borders.
+  static bool fits1366(const QSize& s) { return s.width() <= 1366 - 16 && s.height() <= 768 - 40 - 40; }
+};
+
+int kvscope::guitest::runWindowTests(int argc, char** argv) {
+  WindowTest t;
+  return QTest::qExec(&t, argc, argv);
+}
+
+#include "test_window.moc"
