@@ -9,12 +9,10 @@
 #include <stdexcept>
 
 #include "cache/config.h"
-#include "cache/detail/attention_sources.h"
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
 #include "generate/eval.h"
 #include "generate/generate.h"
-#include "kernels/cpu/segmented_attention.h"
 #include "kernels/kv_blocks_tensor.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
@@ -109,16 +107,7 @@ TEST(Errors, UserReachableChecksAreBadInputInvariantsAreInternal) {
   // The same kernel given rows that do not fit its states: only kvscope's own code calls it so.
   EXPECT_ERROR_CODE(kernels::storeKvRows(at::zeros({1, 1, 2, 32}), 8, 0, at::empty({1, 1, 3, 34}, at::kByte), false),
                     ErrorCode::Internal);
-  // Segmented attention over 4 keys and 5 values.
-  const auto k = cache::detail::fpSource(at::randn({1, 1, 4, 8})), v = cache::detail::fpSource(at::randn({1, 1, 5, 8}));
-  const at::Tensor q = at::randn({1, 1, 1, 8});
-  at::Tensor out = at::empty({1, 1, 1, 8});
-  kernels::SegmentedAttentionArgs a;
-  a.q = q.const_data_ptr<float>();
-  a.B = 1, a.Hq = 1, a.Hkv = 1, a.T = 1, a.D = 8;
-  a.out = out.mutable_data_ptr<float>();
-  EXPECT_ERROR_CODE(kernels::segmentedAttention(a, *k, *v, [](std::int64_t n, const auto& fn) { fn(0, n); }),
-                    ErrorCode::Internal);
+  // Segmented attention over mismatched sides: SegmentedAttention.RejectsMismatchedSides (Internal).
   // generate(): a sampling option is the user's; a cache that does not start empty is the caller's (kvscope's) bug.
   const auto m = model::LlamaModel::load(testutil::randomModel());
   generate::GenerateOptions hot;

@@ -1,6 +1,6 @@
 // Statistics a layer computed where its states are (the device path) and has not copied to the host yet. A layer
 // adds each value with the place it goes; they cross to the host together, in one copy for a whole cache
-// (KvCache::collectDeferredStats, which generate() folds into its step's own copy), or when the layer's stats() is
+// (KvCache::collectStats, which generate() folds into its step's own copy), or when the layer's stats() is
 // read. Only the latest update's values wait: an update drops what the one before left (clear()), so a layer that
 // is never read holds one update's worth.
 #pragma once
