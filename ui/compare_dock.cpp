@@ -7,8 +7,8 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QProgressBar>
-#include <QResizeEvent>
 #include <QPushButton>
+#include <QResizeEvent>
 #include <QSplitter>
 #include <QTabWidget>
 #include <QTableView>
@@ -18,8 +18,8 @@
 #include "cache/sweep.h"
 #include "docks/overlay_plot.h"
 #include "eval_page.h"
-#include "tune_page.h"
 #include "runs_model.h"
+#include "tune_page.h"
 
 namespace kvscope::ui {
 
@@ -145,7 +145,9 @@ void CompareDock::addRun(const RunSnapshotPtr& run) {
   QTimer::singleShot(0, this, &CompareDock::nextInSweep);
 }
 
-void CompareDock::setRuns(const QVector<RunSnapshotPtr>& runs) { model_->setRuns(runs); }
+void CompareDock::setRuns(const QVector<RunSnapshotPtr>& runs) {
+  model_->setRuns(runs);
+}
 
 bool CompareDock::startSweep(const QString& grid) {
   try {
@@ -185,8 +187,7 @@ void CompareDock::finishSweep() {
   const bool byKl = budgetKind_->currentIndex() == 0;
   const double limit = budget_->value();
   std::vector<cache::SweepOutcome> outcomes;
-  for (const auto& r : sweepRuns_)
-    outcomes.push_back({r->cache.total().stored(), r->meanKl, r->shadow, !r->cancelled});
+  for (const auto& r : sweepRuns_) outcomes.push_back({r->cache.total().stored(), r->meanKl, r->shadow, !r->cancelled});
   const auto at = cache::bestUnderBudget(
       outcomes, byKl ? cache::SweepBudget{cache::SweepBudget::Kind::MaxMeanKl, limit}
                      : cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes, limit * 1048576.0});

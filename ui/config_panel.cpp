@@ -85,7 +85,9 @@ void ConfigPanel::rebuildForm() {
   }
 }
 
-QString ConfigPanel::spec() const { return QString::fromStdString(cache::toSpec(config_)); }
+QString ConfigPanel::spec() const {
+  return QString::fromStdString(cache::toSpec(config_));
+}
 
 void ConfigPanel::showKept(bool kept) {
   keeping_ = kept;
@@ -122,9 +124,12 @@ cache::CacheConfig ConfigPanel::formConfig(QString& error) const {
   for (const auto& opt : cache::backendOptions(b)) {
     QWidget* w = fields_.at(QString::fromStdString(opt.name));
     QString value;
-    if (auto* c = qobject_cast<QComboBox*>(w)) value = c->currentText();
-    else if (auto* s = qobject_cast<QSpinBox*>(w)) value = QString::number(s->value());
-    else if (auto* d = qobject_cast<QDoubleSpinBox*>(w)) value = QString::number(d->value(), 'g', 6);
+    if (auto* c = qobject_cast<QComboBox*>(w))
+      value = c->currentText();
+    else if (auto* s = qobject_cast<QSpinBox*>(w))
+      value = QString::number(s->value());
+    else if (auto* d = qobject_cast<QDoubleSpinBox*>(w))
+      value = QString::number(d->value(), 'g', 6);
     // Only what differs from the default goes into the SPEC, as a user would type it.
     if (value == QString::fromStdString(opt.defaultValue) ||
         (opt.kind == "number" && value.toDouble() == QString::fromStdString(opt.defaultValue).toDouble()))
@@ -173,9 +178,12 @@ void ConfigPanel::fillForm(const cache::CacheConfig& cfg) {
     QWidget* w = fields_.at(QString::fromStdString(opt.name));
     const QString v = QString::fromStdString(cache::optionValue(cfg, opt.name));
     const QSignalBlocker block(w);
-    if (auto* c = qobject_cast<QComboBox*>(w)) c->setCurrentText(v);
-    else if (auto* s = qobject_cast<QSpinBox*>(w)) s->setValue(v.toInt());
-    else if (auto* d = qobject_cast<QDoubleSpinBox*>(w)) d->setValue(v.toDouble());
+    if (auto* c = qobject_cast<QComboBox*>(w))
+      c->setCurrentText(v);
+    else if (auto* s = qobject_cast<QSpinBox*>(w))
+      s->setValue(v.toInt());
+    else if (auto* d = qobject_cast<QDoubleSpinBox*>(w))
+      d->setValue(v.toDouble());
   }
 }
 

@@ -43,11 +43,11 @@ class ConfigPanel : public QWidget {
   QComboBox* backend_;
   QFormLayout* form_;
   QLabel* message_;
-  QLabel* kept_;            ///< what the form cannot show (per-layer rules, calibrated scales), while kept
-  QPushButton* dropKept_;   ///< back to the form's uniform config
+  QLabel* kept_;           ///< what the form cannot show (per-layer rules, calibrated scales), while kept
+  QPushButton* dropKept_;  ///< back to the form's uniform config
   std::map<QString, QWidget*> fields_;
   bool valid_ = true;
-  bool keeping_ = false;    ///< config_ holds more than the form shows
+  bool keeping_ = false;  ///< config_ holds more than the form shows
   cache::CacheConfig config_;
 };
 

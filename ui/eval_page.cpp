@@ -1,5 +1,7 @@
 #include "eval_page.h"
 
+#include <qcustomplot.h>
+
 #include <QCoreApplication>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -9,11 +11,10 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSpinBox>
-#include <QTableWidget>
 #include <QTabWidget>
+#include <QTableWidget>
 #include <QVBoxLayout>
 #include <cmath>
-#include <qcustomplot.h>
 
 #include "docks/plot_style.h"
 
@@ -35,8 +36,8 @@ TextPicker makeTextPicker(QWidget* parent, const QString& prefix, const QString&
   t.path->setObjectName(prefix + "Text");
   t.browse = new QPushButton(QObject::tr("…"), parent);
   QObject::connect(t.browse, &QPushButton::clicked, parent, [parent, path = t.path, dialogTitle] {
-    const QString p = QFileDialog::getOpenFileName(parent, dialogTitle, path->text(),
-                                                   QObject::tr("Text (*.txt);;All files (*)"));
+    const QString p =
+        QFileDialog::getOpenFileName(parent, dialogTitle, path->text(), QObject::tr("Text (*.txt);;All files (*)"));
     if (!p.isEmpty()) path->setText(p);
   });
   t.ctx = new QSpinBox(parent);
@@ -62,8 +63,9 @@ EvalPage::EvalPage(QWidget* parent) : QWidget(parent) {
   windows_ = picker.windows;
   auto* evalButton = evaluate_ = new QPushButton(tr("Evaluate"), this);
   evalButton->setObjectName("evalButton");
-  evalButton->setToolTip(tr("The configs of the selected runs (all runs when none is selected; the form's config when "
-                            "there is no run) on the text"));
+  evalButton->setToolTip(
+      tr("The configs of the selected runs (all runs when none is selected; the form's config when "
+         "there is no run) on the text"));
   ebar->addWidget(new QLabel(tr("Text"), this));
   ebar->addWidget(text_, 3);
   ebar->addWidget(browse);
@@ -78,9 +80,9 @@ EvalPage::EvalPage(QWidget* parent) : QWidget(parent) {
   table_ = new QTableWidget(0, 14, this);
   table_->setObjectName("evalTable");
   // The first eight: kvscope's figures; then llama-perplexity --kl-divergence's (top-1 is its "same top p").
-  table_->setHorizontalHeaderLabels({tr("config"), tr("KV ratio"), tr("perplexity"), tr("Δ perplexity"),
-                                     tr("mean KL"), tr("max KL"), tr("top-1"), tr("NaN positions"), tr("± KL"),
-                                     tr("median KL"), tr("99% KL"), tr("99.9% KL"), tr("RMS Δp"), tr("PPL ratio")});
+  table_->setHorizontalHeaderLabels({tr("config"), tr("KV ratio"), tr("perplexity"), tr("Δ perplexity"), tr("mean KL"),
+                                     tr("max KL"), tr("top-1"), tr("NaN positions"), tr("± KL"), tr("median KL"),
+                                     tr("99% KL"), tr("99.9% KL"), tr("RMS Δp"), tr("PPL ratio")});
   table_->horizontalHeaderItem(8)->setToolTip(tr("standard error of the mean KL, as llama-perplexity gives it"));
   table_->horizontalHeaderItem(12)->setToolTip(
       tr("root mean square of the change in the text token's probability, ± its standard error"));
@@ -109,7 +111,9 @@ EvalPage::EvalPage(QWidget* parent) : QWidget(parent) {
   connect(evalButton, &QPushButton::clicked, this, &EvalPage::evaluateClicked);
 }
 
-QString EvalPage::textPath() const { return text_->text(); }
+QString EvalPage::textPath() const {
+  return text_->text();
+}
 
 EvalRequest EvalPage::request(const std::vector<cache::CacheConfig>& configs) const {
   EvalRequest r;
@@ -125,9 +129,13 @@ void EvalPage::showStarted(const EvalRequest& r) {
   summary_->setText(tr("Evaluating %1 config(s) on %2…").arg(r.configs.size()).arg(r.textPath));
 }
 
-void EvalPage::showFailed(const QString& message) { summary_->setText(message.toHtmlEscaped()); }
+void EvalPage::showFailed(const QString& message) {
+  summary_->setText(message.toHtmlEscaped());
+}
 
-void EvalPage::setStartEnabled(bool on) { evaluate_->setEnabled(on); }
+void EvalPage::setStartEnabled(bool on) {
+  evaluate_->setEnabled(on);
+}
 
 void EvalPage::showResult(const EvalResultView& result) {
   table_->setRowCount(0);
@@ -150,8 +158,8 @@ void EvalPage::showResult(const EvalResultView& result) {
     if (row.reference)
       for (int c = 8; c < 14; ++c) cells << "-";
     else
-      cells << num(row.klStderr, 'g', 3) << num(row.medianKl, 'g', 4) << num(row.kl99, 'g', 4)
-            << num(row.kl999, 'g', 4) << pm(row.rmsDeltaP, row.rmsDeltaPStderr, 100.0, 3, "%")
+      cells << num(row.klStderr, 'g', 3) << num(row.medianKl, 'g', 4) << num(row.kl99, 'g', 4) << num(row.kl999, 'g', 4)
+            << pm(row.rmsDeltaP, row.rmsDeltaPStderr, 100.0, 3, "%")
             << pm(row.pplRatio, row.pplRatioStderr, 1.0, 4, "");
     for (int c = 0; c < cells.size(); ++c) table_->setItem(r, c, new QTableWidgetItem(cells[c]));
   }

@@ -1,27 +1,30 @@
 #include "exports.h"
 
+#include <qcustomplot.h>
+
 #include <QCoreApplication>
-#include <QPair>
 #include <QFile>
+#include <QPair>
 #include <QSaveFile>
 #include <QTemporaryFile>
 #include <cstdio>
 #include <functional>
-
-#include <qcustomplot.h>
 
 #include "runs_model.h"
 
 namespace kvscope::ui {
 
 namespace {
-QString tr(const char* s) { return QCoreApplication::translate("ConfigExport", s); }
+QString tr(const char* s) {
+  return QCoreApplication::translate("ConfigExport", s);
+}
 /// Writes `path` through `write(tmp)` into a temporary file beside it, then renames that over `path`: nobody sees a
 /// half-written plot, and a failure leaves whatever was there.
 bool writeThrough(const QString& path, const std::function<bool(const QString&)>& write) {
   QTemporaryFile tmp(path + ".XXXXXX.part");
   if (!tmp.open()) return false;
-  tmp.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ReadGroup | QFileDevice::ReadOther);
+  tmp.setPermissions(QFileDevice::ReadOwner | QFileDevice::WriteOwner | QFileDevice::ReadGroup |
+                     QFileDevice::ReadOther);
   const QString t = tmp.fileName();
   tmp.close();
   return write(t) && std::rename(QFile::encodeName(t).constData(), QFile::encodeName(path).constData()) == 0;
@@ -53,11 +56,12 @@ ConfigExport exportConfig(const cache::CacheConfig& cfg, ExportTarget target, co
       if (!e.env.empty()) out.text += "# environment: " + QString::fromStdString(e.env) + "\n";
       out.text += QString::fromStdString(e.flags) + "\n";
       out.notes = qt(e.notes);
-      out.use = e.env.empty() ? tr("add %1 to the %2 command line")
-                                    .arg(QString::fromStdString(e.flags), vllm ? "vllm serve" : "llama-cli/llama-server")
-                              : tr("run %2 with %3 in its environment and add %1 to its command line")
-                                    .arg(QString::fromStdString(e.flags), "llama-cli/llama-server",
-                                         QString::fromStdString(e.env));
+      out.use =
+          e.env.empty()
+              ? tr("add %1 to the %2 command line")
+                    .arg(QString::fromStdString(e.flags), vllm ? "vllm serve" : "llama-cli/llama-server")
+              : tr("run %2 with %3 in its environment and add %1 to its command line")
+                    .arg(QString::fromStdString(e.flags), "llama-cli/llama-server", QString::fromStdString(e.env));
       break;
     }
     case ExportTarget::Kvscope:

@@ -25,7 +25,6 @@
 #include "docks/text_view.h"
 #include "docks/token_error_dock.h"
 #include "eval_page.h"
-#include "tune_page.h"
 #include "menus.h"
 #include "message_bar.h"
 #include "overflow_advice.h"
@@ -34,6 +33,7 @@
 #include "selection.h"
 #include "session.h"
 #include "status_line.h"
+#include "tune_page.h"
 #include "window_layout.h"
 
 namespace kvscope::ui {
@@ -56,11 +56,13 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   });
   connect(configPanel(), &ConfigPanel::changed, this, [this] { updateActions(); });
   connect(compare_, &CompareDock::runRequested, this, &MainWindow::runConfig);
-  connect(compare_, &CompareDock::configChosen, this, [this](const cache::CacheConfig& c) { configPanel()->setConfig(c); });
+  connect(compare_, &CompareDock::configChosen, this,
+          [this](const cache::CacheConfig& c) { configPanel()->setConfig(c); });
   connect(compare_, &CompareDock::failed, this, &MainWindow::showError);  // a bad grid, the tuner page's pick or save
   connect(compare_, &CompareDock::tuneRequested, this, &MainWindow::startTune);
   connect(compare_, &CompareDock::layerChosen, this, [this](int layer) { selection_->setLayer(layer); });
-  connect(selection_, &Selection::changed, this, [this] { compare_->tunePage()->setSelectedLayer(selection_->layer()); });
+  connect(selection_, &Selection::changed, this,
+          [this] { compare_->tunePage()->setSelectedLayer(selection_->layer()); });
   connect(compare_, &CompareDock::evaluateRequested, this, [this] {
     auto configs = compare_->evalConfigs();
     if (configs.empty()) configs.push_back(configPanel()->config());  // no run yet: the form's
@@ -104,7 +106,8 @@ void MainWindow::buildDocks() {
   auto* md = addDock(this, tr("KV memory"), "memoryDock", memory_, Qt::RightDockWidgetArea);
   // One tab group: the three plots stacked need more height than a 1080p screen has beside the bottom docks.
   tabifyDockWidget(md, addDock(this, tr("FP8 scales"), "scalesDock", scales_, Qt::RightDockWidgetArea));
-  tabifyDockWidget(md, addDock(this, tr("Quantization error: layer x head"), "errorDock", errors_, Qt::RightDockWidgetArea));
+  tabifyDockWidget(
+      md, addDock(this, tr("Quantization error: layer x head"), "errorDock", errors_, Qt::RightDockWidgetArea));
   md->raise();
   int inspected = 0;
   connect(selection_, &Selection::changed, this, [this, inspected]() mutable {
@@ -119,7 +122,8 @@ void MainWindow::buildDocks() {
   compare_ = new CompareDock(this);
   auto* rd = addDock(this, tr("Compare runs"), "runsDock", compare_, Qt::BottomDockWidgetArea);
   // Tokens run along x: the wide bottom area suits the token x channel map, beside the runs (beams tabbed with them).
-  auto* td = addDock(this, tr("Quantization error: token x channel"), "tokenErrorDock", tokenErrors_, Qt::BottomDockWidgetArea);
+  auto* td = addDock(this, tr("Quantization error: token x channel"), "tokenErrorDock", tokenErrors_,
+                     Qt::BottomDockWidgetArea);
   removeDockWidget(bd);
   splitDockWidget(rd, td, Qt::Horizontal);
   tabifyDockWidget(rd, bd);
@@ -129,15 +133,33 @@ void MainWindow::buildDocks() {
   setCorner(Qt::BottomLeftCorner, Qt::LeftDockWidgetArea);
 }
 
-ConfigPanel* MainWindow::configPanel() const { return runPanel_->configPanel(); }
-QPlainTextEdit* MainWindow::promptEdit() const { return runPanel_->promptEdit(); }
-QSpinBox* MainWindow::maxNewBox() const { return runPanel_->maxNewBox(); }
-void MainWindow::setShadow(bool on) { runPanel_->setShadow(on); }
-QTableView* MainWindow::runsTable() const { return compare_->table(); }
-RunsModel* MainWindow::runsModel() const { return compare_->runs(); }
-OverlayPlot* MainWindow::overlay() const { return compare_->overlay(); }
-void MainWindow::setDevices(const QStringList& devices) { runPanel_->setDevices(devices); }
-void MainWindow::setDevice(const QString& device) { runPanel_->setDevice(device); }
+ConfigPanel* MainWindow::configPanel() const {
+  return runPanel_->configPanel();
+}
+QPlainTextEdit* MainWindow::promptEdit() const {
+  return runPanel_->promptEdit();
+}
+QSpinBox* MainWindow::maxNewBox() const {
+  return runPanel_->maxNewBox();
+}
+void MainWindow::setShadow(bool on) {
+  runPanel_->setShadow(on);
+}
+QTableView* MainWindow::runsTable() const {
+  return compare_->table();
+}
+RunsModel* MainWindow::runsModel() const {
+  return compare_->runs();
+}
+OverlayPlot* MainWindow::overlay() const {
+  return compare_->overlay();
+}
+void MainWindow::setDevices(const QStringList& devices) {
+  runPanel_->setDevices(devices);
+}
+void MainWindow::setDevice(const QString& device) {
+  runPanel_->setDevice(device);
+}
 
 void MainWindow::resetLayout() {
   restoreState(defaultLayout_, kLayoutVersion);
@@ -154,7 +176,7 @@ void MainWindow::setBusy(Busy busy) {
 void MainWindow::updateActions() {
   const bool idle = busy_ == Busy::Idle;
   runPanel_->setRunEnabled(hasModel() && idle && configPanel()->isValid());
-  runPanel_->setStopEnabled(!idle);  // Stop also cancels a load, an evaluation and a scan
+  runPanel_->setStopEnabled(!idle);               // Stop also cancels a load, an evaluation and a scan
   compare_->setStartEnabled(hasModel() && idle);  // Sweep, Evaluate, Scan
 }
 
@@ -175,7 +197,9 @@ void MainWindow::askForModel() {
   if (!p.isEmpty()) openModel(p);
 }
 
-void MainWindow::onLoadProgress(int done, int total) { runPanel_->showLoadProgress(done, std::max(total, 1)); }
+void MainWindow::onLoadProgress(int done, int total) {
+  runPanel_->showLoadProgress(done, std::max(total, 1));
+}
 
 void MainWindow::onModelLoaded(const ModelInfo& info) {
   model_ = info;
@@ -203,7 +227,7 @@ void MainWindow::runConfig(const cache::CacheConfig& cfg) {
 }
 
 void MainWindow::stop() {
-  compare_->stopSweep();  // a stop ends the sweep too
+  compare_->stopSweep();                                // a stop ends the sweep too
   if (busy_ != Busy::Idle && stop_) stop_(runSerial_);  // the latest request: a run, an evaluation, a scan or a load
 }
 
@@ -260,7 +284,9 @@ void MainWindow::startEval(const QString& textPath, const std::vector<cache::Cac
   Q_EMIT evalRequested(r);
 }
 
-void MainWindow::onEvalProgress(int done, int total) { compare_->showProgress(done, total); }
+void MainWindow::onEvalProgress(int done, int total) {
+  compare_->showProgress(done, total);
+}
 
 void MainWindow::onEvalFinished(const EvalResultView& result) {
   if (busy_ == Busy::Evaluating) setBusy(Busy::Idle);
@@ -339,7 +365,9 @@ bool MainWindow::exportConfigTo(const QString& path, ExportTarget target) {
   return report(exportConfigFile(configPanel()->config(), target, path));
 }
 
-bool MainWindow::exportRunsTo(const QString& path) { return report(exportRunsCsv(*runsModel(), path)); }
+bool MainWindow::exportRunsTo(const QString& path) {
+  return report(exportRunsCsv(*runsModel(), path));
+}
 
 bool MainWindow::exportPlotsTo(const QString& dir) {
   return report(exportPlots(dir, {{"kv_memory", memory_->plot()},
@@ -358,11 +386,10 @@ void MainWindow::offerAutosave() {
   const QString path = autosavePath();
   const QFileInfo info(path);
   if (!info.isFile() || info.size() == 0) return;
-  messageBar_->showMessage(
-      MessageBar::Kind::Info,
-      tr("The last session's finished runs were autosaved on %1 (%2).")
-          .arg(QLocale().toString(info.lastModified(), QLocale::ShortFormat), path),
-      {{tr("Reopen"), "reopenAutosave", [this, path] { openSession(path); }}});
+  messageBar_->showMessage(MessageBar::Kind::Info,
+                           tr("The last session's finished runs were autosaved on %1 (%2).")
+                               .arg(QLocale().toString(info.lastModified(), QLocale::ShortFormat), path),
+                           {{tr("Reopen"), "reopenAutosave", [this, path] { openSession(path); }}});
 }
 
 void MainWindow::autosave() {

@@ -14,12 +14,15 @@
 namespace kvscope::ui {
 
 namespace {
-QString tr(const char* s) { return QCoreApplication::translate("MainWindow", s); }
+QString tr(const char* s) {
+  return QCoreApplication::translate("MainWindow", s);
+}
 
 void addFileMenu(MainWindow* w) {
   QMenu* file = w->menuBar()->addMenu(tr("&File"));
   QAction* open = file->addAction(tr("&Open model…"), w, [w] {
-    const QString p = QFileDialog::getOpenFileName(w, tr("Open model"), QString(), tr("GGUF models (*.gguf);;All files (*)"));
+    const QString p =
+        QFileDialog::getOpenFileName(w, tr("Open model"), QString(), tr("GGUF models (*.gguf);;All files (*)"));
     if (!p.isEmpty()) w->openModel(p);
   });
   open->setShortcut(QKeySequence::Open);
@@ -42,8 +45,8 @@ void addFileMenu(MainWindow* w) {
     QStringList filters;
     for (const auto& t : targets) filters << t.second;
     QString chosen = filters.front();
-    const QString path = QFileDialog::getSaveFileName(w, tr("Export cache config"), "cache_config.json",
-                                                      filters.join(";;"), &chosen);
+    const QString path =
+        QFileDialog::getSaveFileName(w, tr("Export cache config"), "cache_config.json", filters.join(";;"), &chosen);
     if (path.isEmpty()) return;
     for (const auto& t : targets)
       if (t.second == chosen) w->exportConfigTo(path, t.first);
@@ -55,8 +58,8 @@ void addFileMenu(MainWindow* w) {
     if (!p.isEmpty()) w->saveSessionTo(p);
   });
   file->addAction(tr("Open &session…"), w, [w] {
-    const QString p = QFileDialog::getOpenFileName(w, tr("Open session"), QString(),
-                                                   tr("kvscope sessions (*.kvscope.json *.json)"));
+    const QString p =
+        QFileDialog::getOpenFileName(w, tr("Open session"), QString(), tr("kvscope sessions (*.kvscope.json *.json)"));
     if (!p.isEmpty()) w->openSession(p);
   });
   file->addAction(tr("Export runs as &CSV…"), w, [w] {
@@ -79,7 +82,8 @@ void buildMenus(MainWindow* w) {
   runMenu->addAction(tr("&Stop"), w, &MainWindow::stop)->setShortcut(QKeySequence(Qt::Key_Escape));
   QMenu* view = w->menuBar()->addMenu(tr("&View"));
   view->setObjectName("viewMenu");
-  for (QDockWidget* d : w->findChildren<QDockWidget*>(Qt::FindDirectChildrenOnly)) view->addAction(d->toggleViewAction());
+  for (QDockWidget* d : w->findChildren<QDockWidget*>(Qt::FindDirectChildrenOnly))
+    view->addAction(d->toggleViewAction());
   view->addSeparator();
   view->addAction(tr("&Reset layout"), w, &MainWindow::resetLayout)->setObjectName("resetLayout");
   QMenu* help = w->menuBar()->addMenu(tr("&Help"));

@@ -78,7 +78,9 @@ void MessageBar::showMessage(Kind kind, const QString& text, const QVector<Actio
   show();
 }
 
-QString MessageBar::text() const { return text_->text(); }
+QString MessageBar::text() const {
+  return text_->text();
+}
 
 void MessageBar::dismiss() {
   if (isHidden()) return;
@@ -86,7 +88,9 @@ void MessageBar::dismiss() {
   Q_EMIT dismissed();
 }
 
-ElidedLabel::ElidedLabel(QWidget* parent) : QLabel(parent) { setTextFormat(Qt::PlainText); }
+ElidedLabel::ElidedLabel(QWidget* parent) : QLabel(parent) {
+  setTextFormat(Qt::PlainText);
+}
 
 void ElidedLabel::setText(const QString& text) {
   setPalette(QPalette());  // the inherited colours again
@@ -100,7 +104,9 @@ void ElidedLabel::setError(const QString& text) {
   QLabel::setText(text);
 }
 
-QString ElidedLabel::line() const { return text().simplified(); }
+QString ElidedLabel::line() const {
+  return text().simplified();
+}
 
 bool ElidedLabel::isElided() const {
   const int room = contentsRect().width() - 2 * margin();

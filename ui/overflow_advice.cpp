@@ -10,8 +10,12 @@
 namespace kvscope::ui {
 
 namespace {
-QString tr(const char* text) { return QCoreApplication::translate("OverflowAdvice", text); }
-QString qs(std::string_view s) { return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size())); }
+QString tr(const char* text) {
+  return QCoreApplication::translate("OverflowAdvice", text);
+}
+QString qs(std::string_view s) {
+  return QString::fromUtf8(s.data(), static_cast<qsizetype>(s.size()));
+}
 
 /// A uniform config (or one side of a per-layer rule) that stores NaN/inf where a value overflows its frozen scale.
 bool storesNonFinite(const cache::CacheConfig& c) {
@@ -53,7 +57,8 @@ std::optional<OverflowAdvice> overflowAdvice(const RunSnapshot& run) {
     add(sources, !c->keyScales.empty()                  ? tr("calibrated offline")
                  : c->fp8Scale == cache::Fp8Scale::Unit ? tr("fixed at 1.0")
                                                         : tr("calibrated on the prompt"));
-    add(maxima, tr("%1 for %2").arg(cache::fp8Max(c->fp8Format), 0, 'f', 0).arg(qs(cache::fp8FormatName(c->fp8Format))));
+    add(maxima,
+        tr("%1 for %2").arg(cache::fp8Max(c->fp8Format), 0, 'f', 0).arg(qs(cache::fp8FormatName(c->fp8Format))));
     // PyTorch's cast: e4m3fn has no infinity and gives NaN, e5m2 gives inf.
     add(written, c->fp8Format == cache::Fp8Format::E5M2 ? QString("inf") : QString("NaN"));
   }

@@ -67,9 +67,10 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   prefillChunk_->setRange(-1, 1 << 20);
   prefillChunk_->setValue(-1);
   prefillChunk_->setSpecialValueText(tr("auto"));
-  prefillChunk_->setToolTip(tr("Prompt tokens per forward pass: the prefill's activations and attention scores are "
-                               "bounded by the chunk. auto: 512 when the cache attends in fused mode, the whole "
-                               "prompt at once in reference mode (as transformers); 0: the whole prompt at once."));
+  prefillChunk_->setToolTip(
+      tr("Prompt tokens per forward pass: the prefill's activations and attention scores are "
+         "bounded by the chunk. auto: 512 when the cache attends in fused mode, the whole "
+         "prompt at once in reference mode (as transformers); 0: the whole prompt at once."));
   decoding_ = new QComboBox(this);
   decoding_->setObjectName("decoding");
   decoding_->addItems({tr("Greedy"), tr("Sampling"), tr("Beam search")});
@@ -145,9 +146,15 @@ RunRequest RunPanel::request() const {
   return r;
 }
 
-void RunPanel::setShadow(bool on) { shadow_->setChecked(on); }
-bool RunPanel::shadow() const { return shadow_->isChecked(); }
-QString RunPanel::device() const { return device_->currentText(); }
+void RunPanel::setShadow(bool on) {
+  shadow_->setChecked(on);
+}
+bool RunPanel::shadow() const {
+  return shadow_->isChecked();
+}
+QString RunPanel::device() const {
+  return device_->currentText();
+}
 runtime::LoadOptions RunPanel::loadOptions(const QString& path) const {
   runtime::LoadOptions o;
   o.path = path.toStdString();
@@ -157,9 +164,15 @@ runtime::LoadOptions RunPanel::loadOptions(const QString& path) const {
   o.weights = weights_->currentText().toStdString();
   return o;
 }
-void RunPanel::setRunEnabled(bool on) { runButton_->setEnabled(on); }
-void RunPanel::setStopEnabled(bool on) { stopButton_->setEnabled(on); }
-bool RunPanel::runEnabled() const { return runButton_->isEnabled(); }
+void RunPanel::setRunEnabled(bool on) {
+  runButton_->setEnabled(on);
+}
+void RunPanel::setStopEnabled(bool on) {
+  stopButton_->setEnabled(on);
+}
+bool RunPanel::runEnabled() const {
+  return runButton_->isEnabled();
+}
 
 void RunPanel::setDevices(const QStringList& devices) {
   const QSignalBlocker block(device_);  // filling the list is not a choice: no reload
@@ -183,8 +196,9 @@ void RunPanel::showLoadProgress(int done, int total) {
 }
 
 void RunPanel::showNoModel() {
-  modelCard_->setText(tr("<b>No model found.</b> Open a GGUF file or a Hugging Face directory (File > Open model), "
-                         "or drop one on the window."));
+  modelCard_->setText(
+      tr("<b>No model found.</b> Open a GGUF file or a Hugging Face directory (File > Open model), "
+         "or drop one on the window."));
 }
 
 void RunPanel::showModel(const ModelInfo& info) {

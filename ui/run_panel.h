@@ -1,5 +1,6 @@
-// The run panel (left dock): the model card and how it loads (device, dtype, activations, weights), the cache config form, the prompt and the
-// generation options, Run and Stop. It builds RunRequests; the window decides when they go to the engine.
+// The run panel (left dock): the model card and how it loads (device, dtype, activations, weights), the cache config
+// form, the prompt and the generation options, Run and Stop. It builds RunRequests; the window decides when they go to
+// the engine.
 #pragma once
 
 #include <QWidget>

@@ -62,8 +62,10 @@ QStringList configNames(const QVector<RunSnapshotPtr>& runs, QString* common) {
     QString backend;
     QStringList parts;
     for (const auto& [k, v] : all[i]) {
-      if (k == "backend" || k == "config") backend = v;
-      else if (!shared.contains(k)) parts << (k == "scales" ? QString("[calibrated]") : k + "=" + v);
+      if (k == "backend" || k == "config")
+        backend = v;
+      else if (!shared.contains(k))
+        parts << (k == "scales" ? QString("[calibrated]") : k + "=" + v);
     }
     names << backend + (parts.isEmpty() ? QString() : ": " + parts.join(", ")) + decodingSuffix(runs[i]->spec);
   }
@@ -72,9 +74,9 @@ QStringList configNames(const QVector<RunSnapshotPtr>& runs, QString* common) {
     for (const QString& k : sharedOrder)
       if (k != "backend" && k != "config") said << k + "=" + shared[k];
     const QString backend = shared.value("backend", shared.value("config"));
-    *common = sharedOrder.isEmpty() ? QString()
-                                    : (backend.isEmpty() ? QString() : backend + (said.isEmpty() ? "" : ": ")) +
-                                          said.join(", ");
+    *common = sharedOrder.isEmpty()
+                  ? QString()
+                  : (backend.isEmpty() ? QString() : backend + (said.isEmpty() ? "" : ": ")) + said.join(", ");
   }
   return names;
 }
@@ -102,24 +104,39 @@ void RunsModel::rename() {
   Q_EMIT headerDataChanged(Qt::Horizontal, Config, Config);
 }
 
-int RunsModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(runs_.size()); }
-int RunsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+int RunsModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(runs_.size());
+}
+int RunsModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : ColumnCount;
+}
 
 QString RunsModel::cell(int row, int column, bool fullLabel) const {
   const RunSnapshot& r = *runs_[row];
   const auto t = r.cache.total();
   switch (column) {
-    case Run: return QString::number(r.runId);
-    case Config: return fullLabel ? r.spec : names_.value(row);
-    case KvMiB: return QString::number(t.stored() / 1048576.0, 'f', 3);
-    case Ratio: return QString::number(t.compressionRatio(), 'f', 2);
-    case DecodeTokS: return QString::number(r.decodeTokS, 'f', 1);
-    case MeanKl: return r.shadow ? QString::number(r.meanKl, 'g', 3) : "-";
-    case Top1: return r.shadow ? QString::number(100.0 * r.top1Agreement, 'f', 1) + "%" : "-";
-    case FirstDivergence: return r.shadow && r.firstDivergence >= 0 ? QString::number(r.firstDivergence) : "-";
-    case MaxKl: return r.shadow ? QString::number(r.maxKl, 'g', 3) : "-";
-    case Perplexity: return perplexity(r);
-    default: return {};
+    case Run:
+      return QString::number(r.runId);
+    case Config:
+      return fullLabel ? r.spec : names_.value(row);
+    case KvMiB:
+      return QString::number(t.stored() / 1048576.0, 'f', 3);
+    case Ratio:
+      return QString::number(t.compressionRatio(), 'f', 2);
+    case DecodeTokS:
+      return QString::number(r.decodeTokS, 'f', 1);
+    case MeanKl:
+      return r.shadow ? QString::number(r.meanKl, 'g', 3) : "-";
+    case Top1:
+      return r.shadow ? QString::number(100.0 * r.top1Agreement, 'f', 1) + "%" : "-";
+    case FirstDivergence:
+      return r.shadow && r.firstDivergence >= 0 ? QString::number(r.firstDivergence) : "-";
+    case MaxKl:
+      return r.shadow ? QString::number(r.maxKl, 'g', 3) : "-";
+    case Perplexity:
+      return perplexity(r);
+    default:
+      return {};
   }
 }
 
@@ -139,8 +156,8 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
   if (o != Qt::Horizontal) return {};
   if (section < 0 || section >= ColumnCount) return {};
   // Short headers, so that every figure fits beside the config without scrolling; the tooltips say them in full.
-  static const char* kNames[] = {"run", "config", "KV MiB", "ratio", "tok/s", "mean KL", "top-1", "1st div.",
-                                 "max KL", "ppl"};
+  static const char* kNames[] = {"run",     "config", "KV MiB",   "ratio",  "tok/s",
+                                 "mean KL", "top-1",  "1st div.", "max KL", "ppl"};
   static const char* kTips[] = {
       "the run's number (the overlay's legend and the session use it)",
       nullptr,
@@ -162,7 +179,7 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
 QString RunsModel::csv() const {
   auto quoted = [](QString s) { return QString("\"%1\"").arg(s.replace('"', "\"\"")); };
   QString out;
-  static const char* kCsvNames[] = {"run",    "config", "kv_mib",           "ratio",  "decode_tok_s",
+  static const char* kCsvNames[] = {"run",     "config", "kv_mib",           "ratio",  "decode_tok_s",
                                     "mean_kl", "top1",   "first_divergence", "max_kl", "perplexity"};
   for (int c = 0; c < ColumnCount; ++c) out += QString(c ? "," : "") + kCsvNames[c];
   out += "\n";

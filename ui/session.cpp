@@ -32,7 +32,7 @@ QJsonObject scaleStatsJson(const cache::TensorStats& t) {
 }
 
 QJsonObject memoryJson(const cache::TensorMemory& m) {
-  return {{"payload", double(m.payload)},     {"metadata", double(m.metadata)},   {"residual", double(m.residual)},
+  return {{"payload", double(m.payload)},     {"metadata", double(m.metadata)}, {"residual", double(m.residual)},
           {"transient", double(m.transient)}, {"reserved", double(m.reserved)}, {"unquantized", double(m.unquantized)}};
 }
 
@@ -112,7 +112,8 @@ class Reader {
   void layers(const QJsonObject& o, const char* key, qsizetype run, F&& each) {
     const QJsonArray a = array(o, key);
     where = QString("run #%1: ").arg(run);
-    if (a.size() > kMaxLayers) fail(QString("`%1` lists %2 layers (at most %3)").arg(key).arg(a.size()).arg(kMaxLayers));
+    if (a.size() > kMaxLayers)
+      fail(QString("`%1` lists %2 layers (at most %3)").arg(key).arg(a.size()).arg(kMaxLayers));
     for (qsizetype j = 0; j < a.size(); ++j) {
       where = QString("run #%1 %2 layer %3: ").arg(run).arg(key).arg(j);
       each(object(a[j], "the layer"));
@@ -149,12 +150,18 @@ class Reader {
  private:
   static QString shown(const QJsonValue& v) {
     switch (v.type()) {
-      case QJsonValue::Double: return QString::number(v.toDouble(), 'g', QLocale::FloatingPointShortest);
-      case QJsonValue::String: return "a string";
-      case QJsonValue::Bool: return "a boolean";
-      case QJsonValue::Null: return "null";
-      case QJsonValue::Array: return "an array";
-      default: return "an object";
+      case QJsonValue::Double:
+        return QString::number(v.toDouble(), 'g', QLocale::FloatingPointShortest);
+      case QJsonValue::String:
+        return "a string";
+      case QJsonValue::Bool:
+        return "a boolean";
+      case QJsonValue::Null:
+        return "null";
+      case QJsonValue::Array:
+        return "an array";
+      default:
+        return "an object";
     }
   }
   QString file_;
@@ -167,10 +174,15 @@ QByteArray sessionJson(const Session& s) {
   for (const auto& r : s.runs) {
     QJsonArray tokens, memory;
     for (const auto& t : r->tokens)
-      tokens.append(QJsonObject{{"id", double(t.id)}, {"text", t.text}, {"logprob", t.logprob}, {"kl", t.kl},
-                                {"top1", t.top1Agrees}, {"kv_stored", double(t.kvStored)},
+      tokens.append(QJsonObject{{"id", double(t.id)},
+                                {"text", t.text},
+                                {"logprob", t.logprob},
+                                {"kl", t.kl},
+                                {"top1", t.top1Agrees},
+                                {"kv_stored", double(t.kvStored)},
                                 {"kv_unquantized", double(t.kvUnquantized)}});
-    for (const auto& m : r->cache.memory) memory.append(QJsonObject{{"k", memoryJson(m.keys)}, {"v", memoryJson(m.values)}});
+    for (const auto& m : r->cache.memory)
+      memory.append(QJsonObject{{"k", memoryJson(m.keys)}, {"v", memoryJson(m.values)}});
     QJsonArray scales, headError;
     for (const auto& st : r->cache.stats)
       scales.append(QJsonObject{{"k", scaleStatsJson(st.keys)}, {"v", scaleStatsJson(st.values)}});
@@ -180,33 +192,35 @@ QByteArray sessionJson(const Session& s) {
     for (int i = 0; i < r->beamTexts.size(); ++i)
       beams.append(QJsonObject{{"text", r->beamTexts[i]}, {"score", r->beamScores.value(i)}});
     QJsonObject run{{"run", r->runId},
-                            {"config", r->spec},
-                            {"shadow", r->shadow},
-                            {"prompt_tokens", r->promptTokens},
-                            {"tokens", tokens},
-                            {"memory", memory},
-                            {"prefill_tok_s", r->prefillTokS},
-                            {"decode_tok_s", r->decodeTokS},
-                            {"mean_kl", r->meanKl},
-                            {"max_kl", r->maxKl},
-                            {"top1_agreement", r->top1Agreement},
-                            {"first_divergence", r->firstDivergence},
-                            {"stop_reason", r->stopReason},
-                            {"beams", beams},
-                            {"scales", scales},
-                            {"head_error", headError}};
+                    {"config", r->spec},
+                    {"shadow", r->shadow},
+                    {"prompt_tokens", r->promptTokens},
+                    {"tokens", tokens},
+                    {"memory", memory},
+                    {"prefill_tok_s", r->prefillTokS},
+                    {"decode_tok_s", r->decodeTokS},
+                    {"mean_kl", r->meanKl},
+                    {"max_kl", r->maxKl},
+                    {"top1_agreement", r->top1Agreement},
+                    {"first_divergence", r->firstDivergence},
+                    {"stop_reason", r->stopReason},
+                    {"beams", beams},
+                    {"scales", scales},
+                    {"head_error", headError}};
     // The inspected layer's token x channel error, within reason (the map of a reopened run).
     if (const auto& te = r->tokenErrors;
         te && qsizetype(te->keys.size()) <= kMaxSavedTokenMap && qsizetype(te->values.size()) <= kMaxSavedTokenMap)
-      run["token_errors"] = QJsonObject{{"layer", te->layer},   {"tokens", double(te->tokens)},
-                                        {"heads", te->heads},   {"channels", te->channels},
-                                        {"k", floatsJson(te->keys)}, {"v", floatsJson(te->values)}};
+      run["token_errors"] =
+          QJsonObject{{"layer", te->layer},       {"tokens", double(te->tokens)}, {"heads", te->heads},
+                      {"channels", te->channels}, {"k", floatsJson(te->keys)},    {"v", floatsJson(te->values)}};
     // The whole config: its SPEC (which parses back to the same config), or, where offline-calibrated scales make it
     // more than a SPEC holds, kvscope's config file.
     if (r->config) {
       const std::string spec = cache::toSpec(*r->config);
-      if (spec.find(" [calibrated]") == std::string::npos) run["cache"] = QString::fromStdString(spec);
-      else run["cache"] = QJsonDocument::fromJson(QByteArray::fromStdString(cache::toKvscopeJson(*r->config))).object();
+      if (spec.find(" [calibrated]") == std::string::npos)
+        run["cache"] = QString::fromStdString(spec);
+      else
+        run["cache"] = QJsonDocument::fromJson(QByteArray::fromStdString(cache::toKvscopeJson(*r->config))).object();
     }
     runs.append(run);
   }
@@ -222,9 +236,11 @@ void saveSession(const Session& s, const QString& path) {
 
 Session loadSession(const QString& path) {
   QFile f(path);
-  if (!f.open(QIODevice::ReadOnly)) throw SessionError(QString("cannot read %1: %2").arg(path, f.errorString()).toStdString());
+  if (!f.open(QIODevice::ReadOnly))
+    throw SessionError(QString("cannot read %1: %2").arg(path, f.errorString()).toStdString());
   if (f.size() > kMaxFileBytes)
-    throw SessionError(QString("%1: %2 bytes is larger than a session file can be (1 GiB)").arg(path).arg(f.size()).toStdString());
+    throw SessionError(
+        QString("%1: %2 bytes is larger than a session file can be (1 GiB)").arg(path).arg(f.size()).toStdString());
   const QByteArray bytes = f.readAll();
   if (f.error() != QFileDevice::NoError)
     throw SessionError(QString("cannot read %1: %2").arg(path, f.errorString()).toStdString());
@@ -313,7 +329,8 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
       for (auto [key, side] : {std::pair{"k", &te->keys}, std::pair{"v", &te->values}}) {
         const QVector<float> v = rd.floats(t, key, kMaxValues);
         if (!v.isEmpty() && v.size() != cells)
-          rd.fail(QString("`%1` holds %2 values, not tokens x heads x channels = %3").arg(key).arg(v.size()).arg(cells));
+          rd.fail(
+              QString("`%1` holds %2 values, not tokens x heads x channels = %3").arg(key).arg(v.size()).arg(cells));
         side->assign(v.begin(), v.end());
       }
       r->tokenErrors = te;

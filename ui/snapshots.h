@@ -32,9 +32,9 @@ struct LoadRequest {
 
 struct ModelInfo {
   QString path, arch, name, dtype, device;
-  QString activations;  ///< as asked for ("auto", "f32", "q8")
-  QString arithmetic;   ///< what runs: "q8 activations (llama.cpp's arithmetic)", ...
-  QString weights;      ///< the --weights choice: "stored", or the format float matrices were quantized to
+  QString activations;      ///< as asked for ("auto", "f32", "q8")
+  QString arithmetic;       ///< what runs: "q8 activations (llama.cpp's arithmetic)", ...
+  QString weights;          ///< the --weights choice: "stored", or the format float matrices were quantized to
   QString deviceLabel;      ///< e.g. "cuda:0 — NVIDIA H200, 139.8 GiB" (the device name alone on the CPU)
   DeviceMemoryView memory;  ///< after the load
   int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0;
@@ -52,9 +52,9 @@ struct RunRequest {
   int topK = 0;
   quint64 seed = 0;
   bool shadow = true;
-  int beams = 0;  ///< > 0: beam search with this many beams (no shadow)
+  int beams = 0;          ///< > 0: beam search with this many beams (no shadow)
   int prefillChunk = -1;  ///< prompt tokens per forward pass; 0: one shot; -1: the cache's default (generate.h)
-  quint64 serial = 0;  ///< increases with every request; a stop names the run it is for
+  quint64 serial = 0;     ///< increases with every request; a stop names the run it is for
 };
 
 /// Evaluate cache configs on a text file (generate::evaluate): perplexity, KL and top-1 against the unquantized cache.
@@ -102,12 +102,12 @@ struct TokenView {
   qint64 id = 0;
   QString text;
   float logprob = 0.0f;
-  float kl = 0.0f;           ///< against the shadow reference (when the run has one)
+  float kl = 0.0f;  ///< against the shadow reference (when the run has one)
   bool top1Agrees = true;
   QVector<QPair<QString, float>> top;     ///< (text, log-prob) under the quantized cache
   QVector<QPair<QString, float>> refTop;  ///< the same under the shadow reference (when the run has one)
-  qint64 kvStored = 0;       ///< cache bytes stored after this step (payload + scales/zeros + residual)
-  qint64 kvUnquantized = 0;  ///< the same tokens at the model dtype
+  qint64 kvStored = 0;                    ///< cache bytes stored after this step (payload + scales/zeros + residual)
+  qint64 kvUnquantized = 0;               ///< the same tokens at the model dtype
 };
 
 /// Absolute quantization error |x̂ - x| per (token, head, channel) of one layer's keys and values over the run so far
@@ -143,8 +143,8 @@ struct RunSnapshot {
   std::optional<cache::CacheConfig> config;
   bool shadow = false;
   int promptTokens = 0;
-  QVector<TokenView> tokens;   ///< all generated so far
-  cache::CacheSnapshot cache;  ///< per-layer memory and statistics after the latest step
+  QVector<TokenView> tokens;      ///< all generated so far
+  cache::CacheSnapshot cache;     ///< per-layer memory and statistics after the latest step
   TokenErrorViewPtr tokenErrors;  ///< the inspected layer's token x channel error (see Selection)
   /// Per layer, per KV head: ||x̂ - x|| / ||x|| of the latest update that quantized anything (keys, values); empty for
   /// a layer nothing quantized yet. Kept in sessions (the layer x head map of a reopened run).
@@ -153,8 +153,8 @@ struct RunSnapshot {
   double meanKl = 0.0, maxKl = 0.0, top1Agreement = 1.0;
   int firstDivergence = -1;
   bool finished = false;
-  QString stopReason;      ///< generate::stopReasonName(): "max_new", "stop_token", "callback", "cancelled"
-  bool cancelled = false;  ///< stopped on request (its stopReason says so in words)
+  QString stopReason;             ///< generate::stopReasonName(): "max_new", "stop_token", "callback", "cancelled"
+  bool cancelled = false;         ///< stopped on request (its stopReason says so in words)
   DeviceMemoryView deviceMemory;  ///< the model's device at this snapshot (CUDA; zero on the CPU)
   // Beam search runs:
   QVector<BeamStepView> beamSteps;
@@ -182,7 +182,8 @@ inline QVector<TokenView> beamSequence(const RunSnapshot& run, int beam) {
 }
 
 /// What a run's label (RunSnapshot::spec) says of its config: the label is the SPEC, then " [calibrated]" when the
-/// scales were calibrated offline (cache::toSpec writes it; no SPEC holds such scales) and " (N beams)" for beam search.
+/// scales were calibrated offline (cache::toSpec writes it; no SPEC holds such scales) and " (N beams)" for beam
+/// search.
 struct RunLabel {
   QString spec;             ///< the SPEC alone
   bool calibrated = false;  ///< offline-calibrated scales: `spec` lacks them, so it is not the run's config

@@ -1,8 +1,9 @@
 #include "status_line.h"
 
+#include <unistd.h>
+
 #include <QCoreApplication>
 #include <QFile>
-#include <unistd.h>
 
 namespace kvscope::ui {
 

@@ -16,8 +16,12 @@ namespace kvscope::ui::handoff {
 #ifdef KVSCOPE_TSAN
 inline constexpr bool enabled = true;
 inline char token;
-inline void release() { __tsan_release(&token); }
-inline void acquire() { __tsan_acquire(&token); }
+inline void release() {
+  __tsan_release(&token);
+}
+inline void acquire() {
+  __tsan_acquire(&token);
+}
 #else
 inline constexpr bool enabled = false;
 inline void release() {}

@@ -1,5 +1,7 @@
 #include "tune_page.h"
 
+#include <qcustomplot.h>
+
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
@@ -19,7 +21,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <qcustomplot.h>
 
 #include "docks/plot_style.h"
 #include "eval_page.h"
@@ -30,10 +31,14 @@ namespace {
 
 QColor targetColour(cache::TuneTarget t) {
   switch (t) {
-    case cache::TuneTarget::Kvscope: return QColor(31, 119, 180);
-    case cache::TuneTarget::LlamaCpp: return QColor(214, 39, 40);
-    case cache::TuneTarget::Vllm: return QColor(44, 160, 44);
-    case cache::TuneTarget::Transformers: return QColor(148, 103, 189);
+    case cache::TuneTarget::Kvscope:
+      return QColor(31, 119, 180);
+    case cache::TuneTarget::LlamaCpp:
+      return QColor(214, 39, 40);
+    case cache::TuneTarget::Vllm:
+      return QColor(44, 160, 44);
+    case cache::TuneTarget::Transformers:
+      return QColor(148, 103, 189);
   }
   return Qt::black;
 }
@@ -51,8 +56,9 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
   candidates_ = new QLineEdit("llamacpp:type_k=q8_0,type_v=q8_0 llamacpp:type_k=q4_0,type_v=q4_0", this);
   candidates_->setObjectName("tuneCandidates");
-  candidates_->setToolTip(tr("candidate SPECs, separated by spaces: each is tried on every layer's keys and values "
-                             "alone, the rest unquantized"));
+  candidates_->setToolTip(
+      tr("candidate SPECs, separated by spaces: each is tried on every layer's keys and values "
+         "alone, the rest unquantized"));
   const TextPicker picker = makeTextPicker(this, "tune", tr("Tuning text"), 128, 1);
   text_ = picker.path;
   QPushButton* browse = picker.browse;
@@ -82,8 +88,9 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   target_ = new QComboBox(this);
   target_->setObjectName("tuneTarget");
   for (cache::TuneTarget t : cache::allTargets()) target_->addItem(QString::fromUtf8(cache::targetName(t).data()));
-  target_->setToolTip(tr("kvscope: per layer and side; llamacpp: one K and one V type; vllm: one dtype with skipped "
-                         "layers; transformers: one config"));
+  target_->setToolTip(
+      tr("kvscope: per layer and side; llamacpp: one K and one V type; vllm: one dtype with skipped "
+         "layers; transformers: one config"));
   shown_ = new QComboBox(this);
   shown_->setObjectName("tuneShown");
   shown_->setToolTip(tr("the candidate whose per-layer KL the bars show"));
@@ -162,8 +169,10 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
     for (cache::TuneTarget t : cache::allTargets()) {
       const auto& points = front(t);
       for (int i = 0; i < static_cast<int>(points.size()); ++i) {
-        const double dx = front_->xAxis->coordToPixel(mib(points[static_cast<std::size_t>(i)].storedBytes)) - e->position().x();
-        const double dy = front_->yAxis->coordToPixel(points[static_cast<std::size_t>(i)].predictedKl) - e->position().y();
+        const double dx =
+            front_->xAxis->coordToPixel(mib(points[static_cast<std::size_t>(i)].storedBytes)) - e->position().x();
+        const double dy =
+            front_->yAxis->coordToPixel(points[static_cast<std::size_t>(i)].predictedKl) - e->position().y();
         if (dx * dx + dy * dy < best) best = dx * dx + dy * dy, hit = std::pair{t, i};
       }
     }
@@ -185,12 +194,17 @@ TuneRequest TunePage::request() const {
 }
 
 void TunePage::showStarted(const TuneRequest& r) {
-  summary_->setText(tr("Scanning %1 candidate(s) on every layer's K and V on %2…").arg(r.candidates.size()).arg(r.textPath));
+  summary_->setText(
+      tr("Scanning %1 candidate(s) on every layer's K and V on %2…").arg(r.candidates.size()).arg(r.textPath));
 }
 
-void TunePage::showFailed(const QString& message) { summary_->setText(message.toHtmlEscaped()); }
+void TunePage::showFailed(const QString& message) {
+  summary_->setText(message.toHtmlEscaped());
+}
 
-void TunePage::setStartEnabled(bool on) { scan_->setEnabled(on); }
+void TunePage::setStartEnabled(bool on) {
+  scan_->setEnabled(on);
+}
 
 void TunePage::showResult(const TuneResultView& result) {
   result_ = result;
@@ -291,14 +305,17 @@ void TunePage::redraw() {
     ring->setSize(14);
     ring->setPen(QPen(Qt::black, 1.5));
     const cache::CacheConfig cfg = cache::assignmentConfig(scan, *pick);
-    pick_->setText(tr("Pick for %1 (predicted mean KL ≤ %2): %3 MiB (%4x), predicted %5 — %6")
-                       .arg(target_->currentText())
-                       .arg(budget_->value())
-                       .arg(mib(pick->storedBytes), 0, 'f', 2)
-                       .arg(static_cast<double>(scan.referenceBytes) / static_cast<double>(pick->storedBytes), 0, 'f', 2)
-                       .arg(pick->predictedKl, 0, 'g', 4)
-                       .arg(QString::fromStdString(cache::exportFor(chosen, cfg).text).simplified().replace(";", QString(";") + QChar(0x200B))
-                                .replace(",", QString(",") + QChar(0x200B))));  // long SPECs wrap at their separators
+    pick_->setText(
+        tr("Pick for %1 (predicted mean KL ≤ %2): %3 MiB (%4x), predicted %5 — %6")
+            .arg(target_->currentText())
+            .arg(budget_->value())
+            .arg(mib(pick->storedBytes), 0, 'f', 2)
+            .arg(static_cast<double>(scan.referenceBytes) / static_cast<double>(pick->storedBytes), 0, 'f', 2)
+            .arg(pick->predictedKl, 0, 'g', 4)
+            .arg(QString::fromStdString(cache::exportFor(chosen, cfg).text)
+                     .simplified()
+                     .replace(";", QString(";") + QChar(0x200B))
+                     .replace(",", QString(",") + QChar(0x200B))));  // long SPECs wrap at their separators
   } else {
     pick_->setText(tr("No %1 assignment meets the budget.").arg(target_->currentText()));
   }
@@ -309,7 +326,9 @@ void TunePage::pickClicked() {
   if (!result_) return Q_EMIT failed(tr("scan first: no tuner scan to pick from"));
   const cache::TuneTarget t = cache::parseTarget(target_->currentText().toStdString());
   const auto pick = cache::solve(front(t), {cache::SweepBudget::Kind::MaxMeanKl, budget_->value()});
-  if (!pick) return Q_EMIT failed(tr("no %1 assignment meets a predicted mean KL of %2").arg(target_->currentText()).arg(budget_->value()));
+  if (!pick)
+    return Q_EMIT failed(
+        tr("no %1 assignment meets a predicted mean KL of %2").arg(target_->currentText()).arg(budget_->value()));
   Q_EMIT configChosen(cache::assignmentConfig(result_->scan, *pick));
 }
 
@@ -319,8 +338,8 @@ void TunePage::saveScan() {
   if (path.isEmpty()) return;
   QSaveFile f(path);
   // What `kvscope-cli tune --scan-in` reads back to check a pick with a full run.
-  const QJsonObject o{{"model", result_->modelPath}, {"text", result_->textPath}, {"ctx", result_->ctx},
-                      {"windows", result_->windows}, {"prompt", result_->prompt}, {"step", result_->step},
+  const QJsonObject o{{"model", result_->modelPath},     {"text", result_->textPath}, {"ctx", result_->ctx},
+                      {"windows", result_->windows},     {"prompt", result_->prompt}, {"step", result_->step},
                       {"scored_tokens", result_->scored}};
   const std::string settings = QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString();
   const std::string text = cache::scanToJson(result_->scan, settings) + "\n";

@@ -35,7 +35,9 @@ struct SimResult {
   double msPerStep = 0;
 };
 
-std::string mib(std::int64_t b) { return fmt::format("{:.2f}", static_cast<double>(b) / (1024.0 * 1024.0)); }
+std::string mib(std::int64_t b) {
+  return fmt::format("{:.2f}", static_cast<double>(b) / (1024.0 * 1024.0));
+}
 
 SimResult simulate(const SimOpts& o, const std::string& spec) {
   const cache::CacheConfig cfg = cache::parseSpec(spec);
@@ -85,7 +87,8 @@ SimResult simulate(const SimOpts& o, const std::string& spec) {
       exactV = at::cat({exactV, at::cat(nv[l], 2)}, 2);
     }
     const at::Tensor gotK = o.steps ? last[l].first : exactK, gotV = o.steps ? last[l].second : exactV;
-    const at::Tensor dK = (gotK.to(at::kFloat) - exactK.to(at::kFloat)), dV = (gotV.to(at::kFloat) - exactV.to(at::kFloat));
+    const at::Tensor dK = (gotK.to(at::kFloat) - exactK.to(at::kFloat)),
+                     dV = (gotV.to(at::kFloat) - exactV.to(at::kFloat));
     // NaN/inf codes (the seed's overflow) are counted in their own column; the error is over the finite values.
     ek += at::nan_to_num(dK, 0.0, 0.0, 0.0).square().sum().item<double>();
     xk += exactK.to(at::kFloat).square().sum().item<double>();
@@ -110,7 +113,8 @@ Runner addCacheSim(CLI::App& app) {
       "cache-sim", "Feed synthetic KV states through cache configs: memory, error against the exact states, speed");
   cmd->add_option("--cache", o->specs, "cache SPEC (repeat for several)")->required();
   cmd->add_option("--context", o->context, "prompt tokens")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
-  cmd->add_option("--steps", o->steps, "decode steps after the prompt")->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
+  cmd->add_option("--steps", o->steps, "decode steps after the prompt")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   cmd->add_option("--layers", o->layers, "decoder layers (SmolLM2-135M: 30)")->check(CLI::Range(1, 1024));
   cmd->add_option("--kv-heads", o->heads, "KV heads (SmolLM2-135M: 3)")->check(CLI::Range(1, 1024));
   cmd->add_option("--head-dim", o->dim, "head dimension (SmolLM2-135M: 64)")->check(CLI::Range(1, 4096));
@@ -124,9 +128,10 @@ Runner addCacheSim(CLI::App& app) {
     for (const auto& s : o->specs) cache::parseSpec(s);
     at::set_num_threads(1);
     if (!o->json) {
-      std::cout << fmt::format("synthetic states: {} layers x batch {} x {} KV heads x head_dim {}, {}; prompt {} + {} "
-                               "decode steps\n",
-                               o->layers, o->batch, o->heads, o->dim, o->dtype, o->context, o->steps);
+      std::cout << fmt::format(
+          "synthetic states: {} layers x batch {} x {} KV heads x head_dim {}, {}; prompt {} + {} "
+          "decode steps\n",
+          o->layers, o->batch, o->heads, o->dim, o->dtype, o->context, o->steps);
       std::cout << fmt::format("{:<34} {:>10} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}\n", "config",
                                "stored MiB", "ratio", "held MiB", "fp MiB", "rel K", "rel V", "overflow", "NaN/inf",
                                "ms/step");
@@ -136,10 +141,15 @@ Runner addCacheSim(CLI::App& app) {
       const double ratio = r.mem.compressionRatio();
       if (o->json) {
         nlohmann::json j{{"config", r.spec},
-                         {"bytes", {{"payload", r.mem.payload}, {"metadata", r.mem.metadata},
-                                    {"residual", r.mem.residual}, {"transient", r.mem.transient},
-                                    {"reserved", r.mem.reserved}, {"unquantized", r.mem.unquantized},
-                                    {"stored", r.mem.stored()}, {"held", r.mem.held()}}},
+                         {"bytes",
+                          {{"payload", r.mem.payload},
+                           {"metadata", r.mem.metadata},
+                           {"residual", r.mem.residual},
+                           {"transient", r.mem.transient},
+                           {"reserved", r.mem.reserved},
+                           {"unquantized", r.mem.unquantized},
+                           {"stored", r.mem.stored()},
+                           {"held", r.mem.held()}}},
                          {"compression_ratio", ratio},
                          {"rel_l2_keys", r.relK},
                          {"rel_l2_values", r.relV},

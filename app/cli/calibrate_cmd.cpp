@@ -54,12 +54,14 @@ Runner addCalibrate(CLI::App& app) {
       std::cerr << fmt::format("calibrate: window {}/{}\n", wi + 1, windows.size());
       states[wi].resize(static_cast<std::size_t>(L));
       auto kv = m.model().makeCache(cache::parseSpec("dynamic"));
-      m.model().forward(model::idsTensor(windows[wi], 0, windows[wi].size()), *kv, [&](int l, const char* name, const at::Tensor& t) {
-        const bool k = std::string(name) == "k", v = std::string(name) == "v";
-        if (!k && !v) return;
-        cal.add(l, k, t);
-        (k ? states[wi][static_cast<std::size_t>(l)].first : states[wi][static_cast<std::size_t>(l)].second) = t.clone();
-      });
+      m.model().forward(
+          model::idsTensor(windows[wi], 0, windows[wi].size()), *kv, [&](int l, const char* name, const at::Tensor& t) {
+            const bool k = std::string(name) == "k", v = std::string(name) == "v";
+            if (!k && !v) return;
+            cal.add(l, k, t);
+            (k ? states[wi][static_cast<std::size_t>(l)].first : states[wi][static_cast<std::size_t>(l)].second) =
+                t.clone();
+          });
       tokens += static_cast<std::int64_t>(windows[wi].size());
     }
     const std::string label = cache::toSpec(cfg);
@@ -73,10 +75,11 @@ Runner addCalibrate(CLI::App& app) {
       const std::int64_t P = std::min<std::int64_t>(o->prompt, T - 1);
       for (int l = 0; l < L; ++l)
         for (bool k : {true, false}) {
-          const at::Tensor& x = k ? states[wi][static_cast<std::size_t>(l)].first : states[wi][static_cast<std::size_t>(l)].second;
+          const at::Tensor& x =
+              k ? states[wi][static_cast<std::size_t>(l)].first : states[wi][static_cast<std::size_t>(l)].second;
           const at::Tensor rest = x.narrow(2, P, T - P);
-          const auto s = cache::countOverflow(rest, {cache::seedScale(x.narrow(2, 0, P))}, cache::Fp8Granularity::Tensor,
-                                              cache::Fp8Format::E4M3FN);
+          const auto s = cache::countOverflow(rest, {cache::seedScale(x.narrow(2, 0, P))},
+                                              cache::Fp8Granularity::Tensor, cache::Fp8Format::E4M3FN);
           const auto c = cache::countOverflow(rest, (k ? cfg.keyScales : cfg.valueScales)[static_cast<std::size_t>(l)],
                                               cfg.granularity, cfg.fp8Format);
           seed.values += s.values, seed.beyondMax += s.beyondMax, seed.nonFinite += s.nonFinite;
@@ -84,27 +87,37 @@ Runner addCalibrate(CLI::App& app) {
         }
     }
     nlohmann::json doc = nlohmann::json::parse(cache::toKvscopeJson(cfg));
-    doc["calibration"] = {{"text", o->text},
-                          {"tokens", tokens},
-                          {"windows", windows.size()},
-                          {"method", o->method},
-                          {"percentile", co.percentile ? nlohmann::json(o->percentile) : nlohmann::json(nullptr)},
-                          {"headroom", cfg.headroom},
-                          {"seed_overflow", {{"prompt_tokens", o->prompt}, {"values", seed.values},
-                                             {"beyond_max", seed.beyondMax}, {"non_finite", seed.nonFinite}}},
-                          {"calibrated_overflow", {{"values", calibrated.values}, {"beyond_max", calibrated.beyondMax},
-                                                   {"non_finite", calibrated.nonFinite}}}};
+    doc["calibration"] = {
+        {"text", o->text},
+        {"tokens", tokens},
+        {"windows", windows.size()},
+        {"method", o->method},
+        {"percentile", co.percentile ? nlohmann::json(o->percentile) : nlohmann::json(nullptr)},
+        {"headroom", cfg.headroom},
+        {"seed_overflow",
+         {{"prompt_tokens", o->prompt},
+          {"values", seed.values},
+          {"beyond_max", seed.beyondMax},
+          {"non_finite", seed.nonFinite}}},
+        {"calibrated_overflow",
+         {{"values", calibrated.values}, {"beyond_max", calibrated.beyondMax}, {"non_finite", calibrated.nonFinite}}}};
     writeOutput(o->output, doc.dump(2) + "\n");
-    auto pct = [](std::int64_t n, std::int64_t of) { return 100.0 * double(n) / double(std::max<std::int64_t>(of, 1)); };
+    auto pct = [](std::int64_t n, std::int64_t of) {
+      return 100.0 * double(n) / double(std::max<std::int64_t>(of, 1));
+    };
     std::cerr << fmt::format(
         "calibrate: {} scales (granularity={}, {}{}, headroom {}) from {} tokens in {} window(s) of {}\n"
         "calibrate: on the same K/V states after each window's first {} tokens ({} values):\n"
-        "  seed (one scale per tensor, frozen on those {} tokens): {} beyond the format max ({:.4f}%), {} NaN ({:.4f}%)\n"
-        "  calibrated:                                          {} beyond the format max ({:.4f}%), {} NaN/inf ({:.4f}%)\n",
-        label, cache::granularityName(cfg.granularity), o->method, co.percentile ? fmt::format(" {}", o->percentile) : std::string(), cfg.headroom, tokens,
-        windows.size(), windows[0].size(), o->prompt, seed.values, o->prompt, seed.beyondMax,
-        pct(seed.beyondMax, seed.values), seed.nonFinite, pct(seed.nonFinite, seed.values), calibrated.beyondMax,
-        pct(calibrated.beyondMax, calibrated.values), calibrated.nonFinite, pct(calibrated.nonFinite, calibrated.values));
+        "  seed (one scale per tensor, frozen on those {} tokens): {} beyond the format max ({:.4f}%), {} NaN "
+        "({:.4f}%)\n"
+        "  calibrated:                                          {} beyond the format max ({:.4f}%), {} NaN/inf "
+        "({:.4f}%)\n",
+        label, cache::granularityName(cfg.granularity), o->method,
+        co.percentile ? fmt::format(" {}", o->percentile) : std::string(), cfg.headroom, tokens, windows.size(),
+        windows[0].size(), o->prompt, seed.values, o->prompt, seed.beyondMax, pct(seed.beyondMax, seed.values),
+        seed.nonFinite, pct(seed.nonFinite, seed.values), calibrated.beyondMax,
+        pct(calibrated.beyondMax, calibrated.values), calibrated.nonFinite,
+        pct(calibrated.nonFinite, calibrated.values));
     return 0;
   };
 }

@@ -10,11 +10,10 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cache/config.h"
 #include "model/safetensors.h"
-
-#include <nlohmann/json.hpp>
 
 namespace kvscope::cli {
 
@@ -30,7 +29,8 @@ void writeOutput(const std::string& path, const std::string& text) {
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
     // A device or a pipe (/dev/null, /dev/stdout, a FIFO): written in place; renaming a file over it would replace
     // the device node itself.
-    if (std::filesystem::is_directory(status)) throw UsageError(fmt::format("cannot write `{}`: it is a directory", path));
+    if (std::filesystem::is_directory(status))
+      throw UsageError(fmt::format("cannot write `{}`: it is a directory", path));
     std::FILE* f = std::fopen(path.c_str(), "wb");
     if (!f) throw UsageError(fmt::format("cannot write `{}`: {}", path, std::strerror(errno)));
     const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
@@ -40,8 +40,8 @@ void writeOutput(const std::string& path, const std::string& text) {
   const std::filesystem::path tmp = target.string() + fmt::format(".tmp{}", ::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw UsageError(fmt::format("cannot write `{}`: {}", path, std::strerror(errno)));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  ::fsync(::fileno(f)) == 0;
+  const bool ok =
+      std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
   const bool closed = std::fclose(f) == 0;
   std::error_code ec;
   if (!ok || !closed) {
@@ -88,14 +88,16 @@ Runner addExport(CLI::App& app) {
       const cache::VllmScales vs = cache::toVllmScales(cfg);
       std::vector<model::SafetensorsTensor> tensors;
       for (const auto& t : vs.tensors)
-        tensors.push_back({t.name, "F32", t.shape,
-                           std::string(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float))});
+        tensors.push_back(
+            {t.name, "F32", t.shape,
+             std::string(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float))});
       writeOutput(o->scales, model::safetensorsImage(tensors, {{"format", "pt"}, {"producer", "kvscope-cli export"}}));
       for (const auto& n : vs.notes) std::cerr << "kvscope-cli: note: " << n << "\n";
-      std::cerr << fmt::format("kvscope-cli: wrote {} scale tensors to {}; merge: copy it into the checkpoint "
-                               "directory, list its tensors in model.safetensors.index.json's weight_map when there "
-                               "is one, and add to config.json\n  \"quantization_config\": {}\n",
-                               vs.tensors.size(), o->scales, vs.quantizationConfig);
+      std::cerr << fmt::format(
+          "kvscope-cli: wrote {} scale tensors to {}; merge: copy it into the checkpoint "
+          "directory, list its tensors in model.safetensors.index.json's weight_map when there "
+          "is one, and add to config.json\n  \"quantization_config\": {}\n",
+          vs.tensors.size(), o->scales, vs.quantizationConfig);
     }
     if (o->format == "hf") {
       const cache::HfExport e = cache::toHfCacheConfig(cfg);

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -48,7 +47,8 @@ std::optional<Shard> shardOf(const std::string& shard, const std::string& out, c
 /// atomically after each (a crash keeps what finished; `merge` says the shard did not finish).
 class ShardOut {
  public:
-  ShardOut(std::string path, std::string_view command, const Shard& shard, std::size_t items, const nlohmann::json& run);
+  ShardOut(std::string path, std::string_view command, const Shard& shard, std::size_t items,
+           const nlohmann::json& run);
   void add(std::size_t item, const nlohmann::json& record);
 
  private:

@@ -15,8 +15,8 @@
 
 #include "cache/sweep.h"
 #include "cli/commands.h"
-#include "runtime/model_loader.h"
 #include "cli/runtime.h"
+#include "runtime/model_loader.h"
 #include "util/process_memory.h"
 
 namespace kvscope::cli {
@@ -46,10 +46,15 @@ void addCommon(CLI::App* cmd, CommonOpts& o) {
 
 nlohmann::json toJson(const RunFigures& f) {
   return {{"config", f.spec},
-          {"kv_bytes", {{"payload", f.memory.payload}, {"metadata", f.memory.metadata}, {"residual", f.memory.residual},
-                        {"transient", f.memory.transient}, {"reserved", f.memory.reserved},
-                        {"unquantized", f.memory.unquantized}, {"stored", f.memory.stored()},
-                        {"peak_held", f.peakHeld}}},
+          {"kv_bytes",
+           {{"payload", f.memory.payload},
+            {"metadata", f.memory.metadata},
+            {"residual", f.memory.residual},
+            {"transient", f.memory.transient},
+            {"reserved", f.memory.reserved},
+            {"unquantized", f.memory.unquantized},
+            {"stored", f.memory.stored()},
+            {"peak_held", f.peakHeld}}},
           {"compression_ratio", f.ratio()},
           {"prefill_tok_s", f.prefillTokS},
           {"decode_tok_s", f.decodeTokS},
@@ -111,21 +116,26 @@ void printTableHeader() {
 }
 
 void printRow(const RunFigures& f) {
-  std::cout << fmt::format("{:<40} {:>10.3f} {:>6.2f}x {:>10.3f} {:>9.1f} {:>9.1f} {:>9.3g} {:>9.3g} {:>5.1f}% {:>5} "
-                           "{:>8.3f} {:>8}\n",
-                           f.spec, f.memory.stored() / 1048576.0, f.ratio(), f.peakHeld / 1048576.0, f.prefillTokS,
-                           f.decodeTokS, f.meanKl, f.maxKl, 100.0 * f.top1,
-                           f.firstDivergence < 0 ? std::string("-") : std::to_string(f.firstDivergence), f.perplexity,
-                           f.nonFinite);
+  std::cout << fmt::format(
+      "{:<40} {:>10.3f} {:>6.2f}x {:>10.3f} {:>9.1f} {:>9.1f} {:>9.3g} {:>9.3g} {:>5.1f}% {:>5} "
+      "{:>8.3f} {:>8}\n",
+      f.spec, f.memory.stored() / 1048576.0, f.ratio(), f.peakHeld / 1048576.0, f.prefillTokS, f.decodeTokS, f.meanKl,
+      f.maxKl, 100.0 * f.top1, f.firstDivergence < 0 ? std::string("-") : std::to_string(f.firstDivergence),
+      f.perplexity, f.nonFinite);
   std::cout.flush();
 }
 
 void emit(bool json, bool csv, const RunFigures& f) {
-  if (json) std::cout << toJson(f).dump() << "\n" << std::flush;
-  else if (csv) std::cout << csvRow(f) << "\n" << std::flush;
-  else printRow(f);
+  if (json)
+    std::cout << toJson(f).dump() << "\n" << std::flush;
+  else if (csv)
+    std::cout << csvRow(f) << "\n" << std::flush;
+  else
+    printRow(f);
 }
-void emit(const CommonOpts& o, const RunFigures& f) { emit(o.json, o.csv, f); }
+void emit(const CommonOpts& o, const RunFigures& f) {
+  emit(o.json, o.csv, f);
+}
 
 // What a sweep prints before its rows, and after them: the best under the budget (exit 3 when none meets it).
 void sweepHead(const nlohmann::json& run, const SweepPrint& how) {
@@ -154,9 +164,11 @@ int sweepBest(const std::vector<RunFigures>& all, const SweepPrint& how) {
     std::cerr << "kvscope-cli: no config meets the budget (" << budget << ")\n";
     return 3;
   }
-  if (how.json) std::cout << nlohmann::json{{"best", best->spec}, {"budget", budget}}.dump() << "\n";
-  else std::cout << fmt::format("best under {}: {} ({:.3f} MiB, {:.2f}x, mean KL {:.4g})\n", budget, best->spec,
-                                best->memory.stored() / 1048576.0, best->ratio(), best->meanKl);
+  if (how.json)
+    std::cout << nlohmann::json{{"best", best->spec}, {"budget", budget}}.dump() << "\n";
+  else
+    std::cout << fmt::format("best under {}: {} ({:.3f} MiB, {:.2f}x, mean KL {:.4g})\n", budget, best->spec,
+                             best->memory.stored() / 1048576.0, best->ratio(), best->meanKl);
   return 0;
 }
 
@@ -176,7 +188,8 @@ int printSweep(const nlohmann::json& run, const std::vector<nlohmann::json>& row
 Runner addCompare(CLI::App& app) {
   auto o = std::make_shared<CommonOpts>();
   auto specs = std::make_shared<std::vector<std::string>>();
-  CLI::App* cmd = app.add_subcommand("compare", "The same prompt through each cache config and the unquantized baseline");
+  CLI::App* cmd =
+      app.add_subcommand("compare", "The same prompt through each cache config and the unquantized baseline");
   addCommon(cmd, *o);
   cmd->add_option("--cache", *specs, "cache SPEC (repeat for several)")->required();
   return [o, specs, cmd]() {
@@ -192,15 +205,17 @@ Runner addCompare(CLI::App& app) {
     const auto prompt = m.encodePrompt(text, o->chat);
     m.checkContext(prompt.size(), o->maxNew);
     if (!o->json && !o->csv) {
-      std::cout << fmt::format("{} ({} layers, {} KV heads x {}), prompt {} tokens, {} greedy tokens per config; KL and "
-                               "top-1 against the unquantized cache fed the same tokens\n",
-                               m.path(), m.model().config().layers, m.model().config().kvHeads, m.model().config().headDim,
-                               prompt.size(), o->maxNew);
+      std::cout << fmt::format(
+          "{} ({} layers, {} KV heads x {}), prompt {} tokens, {} greedy tokens per config; KL and "
+          "top-1 against the unquantized cache fed the same tokens\n",
+          m.path(), m.model().config().layers, m.model().config().kvHeads, m.model().config().headDim, prompt.size(),
+          o->maxNew);
       printTableHeader();
     } else if (o->csv) {
       std::cout << kCsvHeader << "\n";
     }
-    for (const auto& c : cfgs) emit(*o, measure(m, c, prompt, o->maxNew, o->pplChunk, c.backend != cache::Backend::Dynamic));
+    for (const auto& c : cfgs)
+      emit(*o, measure(m, c, prompt, o->maxNew, o->pplChunk, c.backend != cache::Backend::Dynamic));
     return 0;
   };
 }
@@ -248,21 +263,24 @@ Runner addSweep(CLI::App& app) {
     m.checkContext(prompt.size(), o->maxNew);
     nlohmann::json specs = nlohmann::json::array();
     for (const auto& c : cfgs) specs.push_back(cache::toSpec(c));
-    const nlohmann::json run = {{"model", m.path()},          {"prompt", text},         {"chat", o->chat},
-                                {"prompt_tokens", prompt.size()}, {"max_new", o->maxNew}, {"ppl_chunk", o->pplChunk},
-                                {"configs", specs},         {"run_as", m.runAs()}};
+    const nlohmann::json run = {
+        {"model", m.path()},    {"prompt", text},           {"chat", o->chat},  {"prompt_tokens", prompt.size()},
+        {"max_new", o->maxNew}, {"ppl_chunk", o->pplChunk}, {"configs", specs}, {"run_as", m.runAs()}};
     if (shard) {
       ShardOut file(*out, "sweep", *shard, cfgs.size() + 1, run);
       std::size_t done = 0;
-      if (shard->owns(0)) file.add(0, toJson(measure(m, cache::parseSpec("dynamic"), prompt, o->maxNew, o->pplChunk, false)));
+      if (shard->owns(0))
+        file.add(0, toJson(measure(m, cache::parseSpec("dynamic"), prompt, o->maxNew, o->pplChunk, false)));
       for (std::size_t i = 0; i < cfgs.size(); ++i)
         if (shard->owns(i + 1)) {
           file.add(i + 1, toJson(measure(m, cfgs[i], prompt, o->maxNew, o->pplChunk, true)));
-          std::cerr << fmt::format("sweep: shard {}: {} ({} done)\n", shard->name(), specs[i].get<std::string>(), ++done);
+          std::cerr << fmt::format("sweep: shard {}: {} ({} done)\n", shard->name(), specs[i].get<std::string>(),
+                                   ++done);
         }
-      std::cerr << fmt::format("sweep: shard {} ({} of {} configs) written to {}; join the shards with kvscope-cli "
-                               "merge\n",
-                               shard->name(), done, cfgs.size(), *out);
+      std::cerr << fmt::format(
+          "sweep: shard {} ({} of {} configs) written to {}; join the shards with kvscope-cli "
+          "merge\n",
+          shard->name(), done, cfgs.size(), *out);
       return 0;
     }
     SweepPrint print = *how;
@@ -288,8 +306,8 @@ namespace {
 
 // Many short generations in one process, each with a cache created and dropped, cycling the configs: the resident
 // memory after the first tenth (warm: allocator pools, LibTorch's caches) against the end.
-void soak(const runtime::Session& m, const std::vector<cache::CacheConfig>& cfgs, int runs, std::int64_t ctx, int newTokens,
-          bool json) {
+void soak(const runtime::Session& m, const std::vector<cache::CacheConfig>& cfgs, int runs, std::int64_t ctx,
+          int newTokens, bool json) {
   at::manual_seed(1);
   const std::int64_t len = std::min<std::int64_t>(ctx, 256);
   const at::Tensor ids = at::randint(3, m.model().config().vocab, {len}, at::kLong);
@@ -309,15 +327,17 @@ void soak(const runtime::Session& m, const std::vector<cache::CacheConfig>& cfgs
   const std::int64_t endRss = util::residentBytes();
   const double growth = warmRss > 0 ? 100.0 * static_cast<double>(endRss - warmRss) / static_cast<double>(warmRss) : 0;
   if (json)
-    std::cout << nlohmann::json{{"soak_runs", runs}, {"rss_after_warmup_bytes", warmRss}, {"rss_end_bytes", endRss},
+    std::cout << nlohmann::json{{"soak_runs", runs},
+                                {"rss_after_warmup_bytes", warmRss},
+                                {"rss_end_bytes", endRss},
                                 {"growth_percent", growth}}
                      .dump()
               << "\n";
   else
-    std::cout << fmt::format("soak: {} generations ({} prompt + {} new tokens, {} configs in turn): resident {:.1f} MiB "
-                             "after {}, {:.1f} MiB after {} ({:+.2f}%)\n",
-                             runs, len, newTokens, cfgs.size(), warmRss / 1048576.0, warm, endRss / 1048576.0, runs,
-                             growth);
+    std::cout << fmt::format(
+        "soak: {} generations ({} prompt + {} new tokens, {} configs in turn): resident {:.1f} MiB "
+        "after {}, {:.1f} MiB after {} ({:+.2f}%)\n",
+        runs, len, newTokens, cfgs.size(), warmRss / 1048576.0, warm, endRss / 1048576.0, runs, growth);
 }
 
 }  // namespace
@@ -335,19 +355,22 @@ Runner addBench(CLI::App& app) {
     std::uint64_t seed = 0;
   };
   auto o = std::make_shared<BenchOpts>();
-  CLI::App* cmd = app.add_subcommand("bench", "Prefill and decode tok/s per cache config and context length, beside "
-                                              "the dynamic baseline in the same run");
+  CLI::App* cmd = app.add_subcommand("bench",
+                                     "Prefill and decode tok/s per cache config and context length, beside "
+                                     "the dynamic baseline in the same run");
   cmd->add_option("--model", o->model, "GGUF file or Hugging Face directory (default: the embedded SmolLM2)");
   cmd->add_option("--cache", o->specs, "cache SPEC (repeat for several)")->required();
-  cmd->add_option("--context", o->contexts, "prompt lengths (repeat or list)")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
+  cmd->add_option("--context", o->contexts, "prompt lengths (repeat or list)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 20));
   cmd->add_option("--new", o->newTokens, "decode steps timed at each context")->check(CLI::Range(1, 1 << 16));
   addModelOptions(cmd, o->how);
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "seed of the random prompt tokens");
   cmd->add_option("--repeat", o->repeat, "rounds; configs run interleaved in each round, medians reported")
       ->check(CLI::Range(1, 100));
-  cmd->add_option("--prefill-chunk", o->prefillChunk,
-                  "prompt tokens per forward pass (0: one shot; default: 512 in fused mode, one shot in reference mode)")
+  cmd->add_option(
+         "--prefill-chunk", o->prefillChunk,
+         "prompt tokens per forward pass (0: one shot; default: 512 in fused mode, one shot in reference mode)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
   cmd->add_option("--text", o->text,
                   "build each prompt from this text file's tokens (repeated to the context length) instead of random "
@@ -375,9 +398,10 @@ Runner addBench(CLI::App& app) {
     const auto& mc = m.model().config();
     for (auto ctx : o->contexts)
       if (!o->beyondContext && mc.contextLength > 0 && ctx + o->newTokens > mc.contextLength)
-        throw UsageError(fmt::format("context {} + {} new tokens exceed the model's {} (--beyond-context measures past "
-                                     "it)",
-                                     ctx, o->newTokens, mc.contextLength));
+        throw UsageError(
+            fmt::format("context {} + {} new tokens exceed the model's {} (--beyond-context measures past "
+                        "it)",
+                        ctx, o->newTokens, mc.contextLength));
     std::vector<std::int64_t> textIds;
     if (!o->text.empty()) {
       const std::string t = promptText("", o->text);
@@ -387,7 +411,8 @@ Runner addBench(CLI::App& app) {
     }
     if (!o->json)
       std::cout << fmt::format("{:<36} {:>8} {:>12} {:>12} {:>19} {:>10} {:>10} {:>10}\n", "config", "context",
-                               "prefill t/s", "decode t/s", o->noBaseline ? "vs first (range)" : "vs dynamic (range)", "KV MiB", "held MiB", "peak MiB");
+                               "prefill t/s", "decode t/s", o->noBaseline ? "vs first (range)" : "vs dynamic (range)",
+                               "KV MiB", "held MiB", "peak MiB");
     auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -438,22 +463,28 @@ Runner addBench(CLI::App& app) {
       for (std::size_t i = 0; i < n; ++i) {
         const auto [lo, hi] = std::minmax_element(ratio[i].begin(), ratio[i].end());
         if (o->json) {
-          std::cout << nlohmann::json{{"config", cache::toSpec(cfgs[i])}, {"context", ctx}, {"rounds", o->repeat},
-                                      {"prefill_tok_s", median(prefill[i])}, {"decode_tok_s", median(decode[i])},
-                                      {"decode_vs_dynamic", median(ratio[i])}, {"decode_vs_dynamic_min", *lo},
-                                      {"decode_vs_dynamic_max", *hi}, {"kv_stored_bytes", mem[i].stored()},
+          std::cout << nlohmann::json{{"config", cache::toSpec(cfgs[i])},
+                                      {"context", ctx},
+                                      {"rounds", o->repeat},
+                                      {"prefill_tok_s", median(prefill[i])},
+                                      {"decode_tok_s", median(decode[i])},
+                                      {"decode_vs_dynamic", median(ratio[i])},
+                                      {"decode_vs_dynamic_min", *lo},
+                                      {"decode_vs_dynamic_max", *hi},
+                                      {"kv_stored_bytes", mem[i].stored()},
                                       {"kv_held_bytes", mem[i].held()},
                                       {"device", m.model().context().device().str()},
                                       {"activations", model::activationsName(m.activations())},
                                       {m.model().context().device().is_cpu() ? "peak_rss_bytes" : "peak_device_bytes",
                                        static_cast<std::int64_t>(median(peak[i]))}}
                            .dump()
-                    << "\n" << std::flush;
+                    << "\n"
+                    << std::flush;
         } else {
-          std::cout << fmt::format("{:<36} {:>8} {:>12.1f} {:>12.1f} {:>7.3f}x ({:.2f}-{:.2f}) {:>10.2f} {:>10.2f} {:>10.1f}\n",
-                                   cache::toSpec(cfgs[i]), ctx, median(prefill[i]), median(decode[i]), median(ratio[i]),
-                                   *lo, *hi, mem[i].stored() / 1048576.0, mem[i].held() / 1048576.0,
-                                   median(peak[i]) / 1048576.0)
+          std::cout << fmt::format(
+                           "{:<36} {:>8} {:>12.1f} {:>12.1f} {:>7.3f}x ({:.2f}-{:.2f}) {:>10.2f} {:>10.2f} {:>10.1f}\n",
+                           cache::toSpec(cfgs[i]), ctx, median(prefill[i]), median(decode[i]), median(ratio[i]), *lo,
+                           *hi, mem[i].stored() / 1048576.0, mem[i].held() / 1048576.0, median(peak[i]) / 1048576.0)
                     << std::flush;
         }
       }

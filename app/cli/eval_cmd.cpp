@@ -11,10 +11,10 @@
 #include <optional>
 
 #include "cache/kv_cache.h"
-#include "generate/eval.h"
 #include "cli/commands.h"
 #include "cli/runtime.h"
 #include "cli/text_windows.h"
+#include "generate/eval.h"
 
 namespace kvscope::cli {
 
@@ -22,17 +22,24 @@ namespace {
 
 using generate::EvalFigures;
 
-nlohmann::json num(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
-nlohmann::json estimate(const Estimate& e) { return {{"value", num(e.value)}, {"stderr", num(e.error)}}; }
+nlohmann::json num(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
+nlohmann::json estimate(const Estimate& e) {
+  return {{"value", num(e.value)}, {"stderr", num(e.error)}};
+}
 
 nlohmann::json evalJson(const EvalFigures& f, const EvalFigures& ref, bool reference) {
   nlohmann::json j = {{"config", f.spec},
                       {"reference", reference},
                       {"perplexity", num(f.ppl())},
                       {"scored_tokens", f.scored},
-                      {"kv_bytes", {{"stored", f.memory.stored()}, {"payload", f.memory.payload},
-                                    {"metadata", f.memory.metadata}, {"residual", f.memory.residual},
-                                    {"unquantized", f.memory.unquantized}}},
+                      {"kv_bytes",
+                       {{"stored", f.memory.stored()},
+                        {"payload", f.memory.payload},
+                        {"metadata", f.memory.metadata},
+                        {"residual", f.memory.residual},
+                        {"unquantized", f.memory.unquantized}}},
                       {"compression_ratio", f.ratio()},
                       {"seconds", f.seconds}};
   if (!reference) {
@@ -44,9 +51,14 @@ nlohmann::json evalJson(const EvalFigures& f, const EvalFigures& ref, bool refer
     j["non_finite"] = f.nonFinite;
     // llama-perplexity --kl-divergence's figures, and the mean KL at each context length (null: none scored).
     const generate::KldReport k = generate::kldReport(f, ref);
-    j["kld"] = {{"tokens", k.tokens},     {"mean", estimate(k.meanKl)}, {"median", num(k.medianKl)},
-                {"p99", num(k.kl99)},     {"p99_9", num(k.kl999)},      {"max", num(k.maxKl)},
-                {"same_top_p", estimate(k.sameTop)}, {"rms_delta_p", estimate(k.rmsDeltaP)},
+    j["kld"] = {{"tokens", k.tokens},
+                {"mean", estimate(k.meanKl)},
+                {"median", num(k.medianKl)},
+                {"p99", num(k.kl99)},
+                {"p99_9", num(k.kl999)},
+                {"max", num(k.maxKl)},
+                {"same_top_p", estimate(k.sameTop)},
+                {"rms_delta_p", estimate(k.rmsDeltaP)},
                 {"ppl_ratio", estimate(k.pplRatio)}};
     nlohmann::json pos = nlohmann::json::array();
     for (double x : generate::klByPosition(f)) pos.push_back(num(x));
@@ -95,9 +107,9 @@ nlohmann::json runJson(const runtime::Session& m, const TextOpts& o, const std::
                        std::size_t windows, std::size_t windowTokens, int prompt, int step) {
   nlohmann::json specs = nlohmann::json::array();
   for (const auto& c : cfgs) specs.push_back(cache::toSpec(c));
-  return {{"model", m.path()},       {"text", o.text},     {"ctx", o.ctx},
-          {"windows", windows},    {"window_tokens", windowTokens}, {"prompt", prompt},
-          {"step", step},          {"configs", specs},   {"run_as", m.runAs()}};
+  return {
+      {"model", m.path()}, {"text", o.text}, {"ctx", o.ctx},     {"windows", windows}, {"window_tokens", windowTokens},
+      {"prompt", prompt},  {"step", step},   {"configs", specs}, {"run_as", m.runAs()}};
 }
 
 }  // namespace
@@ -114,26 +126,26 @@ int printEval(const nlohmann::json& run, const std::vector<nlohmann::json>& rows
     return 0;
   }
   const nlohmann::json& ref = rows.at(0);
-  std::cout << fmt::format("{}: {} window(s) of {} tokens from {}; each window: {} prompt tokens, then steps of {}; "
-                           "{} scored tokens per config; KL(reference || config) and top-1 against the unquantized "
-                           "cache\n",
-                           run.at("model").get<std::string>(), run.at("windows").get<std::size_t>(),
-                           run.at("window_tokens").get<std::size_t>(), run.at("text").get<std::string>(),
-                           run.at("prompt").get<int>(), run.at("step").get<int>(),
-                           ref.at("scored_tokens").get<std::int64_t>());
+  std::cout << fmt::format(
+      "{}: {} window(s) of {} tokens from {}; each window: {} prompt tokens, then steps of {}; "
+      "{} scored tokens per config; KL(reference || config) and top-1 against the unquantized "
+      "cache\n",
+      run.at("model").get<std::string>(), run.at("windows").get<std::size_t>(),
+      run.at("window_tokens").get<std::size_t>(), run.at("text").get<std::string>(), run.at("prompt").get<int>(),
+      run.at("step").get<int>(), ref.at("scored_tokens").get<std::int64_t>());
   std::cout << fmt::format("{:<58} {:>8} {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", "config", "KV ratio", "ppl",
                            "delta ppl", "mean KL", "max KL", "top-1", "NaN pos");
   auto g = [](double x, const char* f) { return std::isnan(x) ? std::string("nan") : fmt::format(fmt::runtime(f), x); };
   const double refPpl = numOf(ref, "perplexity");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const nlohmann::json& r = rows[i];
-    std::cout << fmt::format("{:<58} {:>7.2f}x {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n",
-                             r.at("config").get<std::string>(), numOf(r, "compression_ratio"),
-                             g(numOf(r, "perplexity"), "{:.3f}"),
-                             i == 0 ? "-" : g(numOf(r, "perplexity") - refPpl, "{:+.3f}"),
-                             i == 0 ? "-" : g(numOf(r, "mean_kl"), "{:.4g}"), i == 0 ? "-" : g(numOf(r, "max_kl"), "{:.4g}"),
-                             i == 0 ? "-" : fmt::format("{:.1f}%", 100.0 * numOf(r, "top1_agreement")),
-                             i == 0 ? "-" : std::to_string(r.at("non_finite_positions").get<std::int64_t>()));
+    std::cout << fmt::format(
+        "{:<58} {:>7.2f}x {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", r.at("config").get<std::string>(),
+        numOf(r, "compression_ratio"), g(numOf(r, "perplexity"), "{:.3f}"),
+        i == 0 ? "-" : g(numOf(r, "perplexity") - refPpl, "{:+.3f}"), i == 0 ? "-" : g(numOf(r, "mean_kl"), "{:.4g}"),
+        i == 0 ? "-" : g(numOf(r, "max_kl"), "{:.4g}"),
+        i == 0 ? "-" : fmt::format("{:.1f}%", 100.0 * numOf(r, "top1_agreement")),
+        i == 0 ? "-" : std::to_string(r.at("non_finite_positions").get<std::int64_t>()));
   }
   // llama-perplexity --kl-divergence's terms, on the same tokens.
   std::cout << fmt::format("\nKL divergence as llama-perplexity reports it (± standard error):\n");
@@ -172,8 +184,8 @@ Runner addEval(CLI::App& app) {
   cmd->add_option("--step", o->step, "tokens per forward after the prompt (1: token by token)")
       ->check(CLI::Range(1, 1 << 20));
   auto* json = cmd->add_flag("--json", o->json,
-                              "one JSON object per config (the reference first), with llama-perplexity's KL figures "
-                              "and the mean KL at each context length");
+                             "one JSON object per config (the reference first), with llama-perplexity's KL figures "
+                             "and the mean KL at each context length");
   cmd->add_flag("--csv", o->csv, "one CSV row per config (a header first), with llama-perplexity's KL figures")
       ->excludes(json);
   addShardOption(cmd, o->shard, "--out");
@@ -219,8 +231,9 @@ Runner addEval(CLI::App& app) {
     if (shard->owns(0)) out.add(0, rows[0]);
     for (std::size_t c = 0; c < cfgs.size(); ++c)
       if (shard->owns(c + 1)) out.add(c + 1, rows[row++]);
-    std::cerr << fmt::format("eval: shard {} ({} of {} configs) written to {}; join the shards with kvscope-cli merge\n",
-                             shard->name(), mine.size(), cfgs.size(), o->out);
+    std::cerr << fmt::format(
+        "eval: shard {} ({} of {} configs) written to {}; join the shards with kvscope-cli merge\n", shard->name(),
+        mine.size(), cfgs.size(), o->out);
     return 0;
   };
 }

@@ -12,11 +12,11 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "runtime/model_loader.h"
+#include "cli/runtime.h"
 #include "generate/generate.h"
 #include "model/gguf.h"
 #include "model/llama.h"
-#include "cli/runtime.h"
+#include "runtime/model_loader.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvscope::cli {
@@ -61,10 +61,12 @@ Runner addGenerate(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "sampling seed (same seed, same text)");
   addModelOptions(cmd, o->how);
   cmd->add_option("--threads", o->threads, "CPU threads (0: LibTorch's default)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--prefill-chunk", o->prefillChunk,
-                  "prompt tokens per forward pass (0: one shot; default: 512 in fused mode, one shot in reference mode)")
+  cmd->add_option(
+         "--prefill-chunk", o->prefillChunk,
+         "prompt tokens per forward pass (0: one shot; default: 512 in fused mode, one shot in reference mode)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20));
-  cmd->add_flag("--shadow", o->shadow, "also run an unquantized cache on the same tokens: per-step KL, top-1 agreement");
+  cmd->add_flag("--shadow", o->shadow,
+                "also run an unquantized cache on the same tokens: per-step KL, top-1 agreement");
   cmd->add_flag("--json", o->json, "one JSON object per step, then a summary object");
   return [o, cmd]() {
     if (!*cmd) return -1;
@@ -88,9 +90,9 @@ Runner addGenerate(CLI::App& app) {
           m.model(), *kv, prompt, o->maxNew, bo, m.stopIds(),
           [&](const generate::BeamStepEvent& ev) {
             if (o->json)
-              std::cout << nlohmann::json{{"step", ev.step}, {"parents", ev.parents}, {"tokens", ev.tokens},
-                                          {"scores", ev.scores}, {"finished", ev.finished},
-                                          {"kv_stored_bytes", ev.memory.stored()}}
+              std::cout << nlohmann::json{{"step", ev.step},         {"parents", ev.parents},
+                                          {"tokens", ev.tokens},     {"scores", ev.scores},
+                                          {"finished", ev.finished}, {"kv_stored_bytes", ev.memory.stored()}}
                                .dump()
                         << "\n";
             return true;
@@ -134,12 +136,16 @@ Runner addGenerate(CLI::App& app) {
           out.push_back(static_cast<std::int32_t>(ev.token));
           if (o->json) {
             nlohmann::json top = nlohmann::json::array();
-            for (const auto& [id, lp] : ev.top) top.push_back({{"id", id}, {"text", tok.tokenText(static_cast<std::int32_t>(id))}, {"logprob", lp}});
-            std::cout << nlohmann::json{{"step", ev.step}, {"token", ev.token},
+            for (const auto& [id, lp] : ev.top)
+              top.push_back({{"id", id}, {"text", tok.tokenText(static_cast<std::int32_t>(id))}, {"logprob", lp}});
+            std::cout << nlohmann::json{{"step", ev.step},
+                                        {"token", ev.token},
                                         {"text", tok.tokenText(static_cast<std::int32_t>(ev.token))},
-                                        {"logprob", ev.logprob}, {"top", top},
+                                        {"logprob", ev.logprob},
+                                        {"top", top},
                                         {"kv_stored_bytes", ev.memory.stored()},
-                                        {"kv_held_bytes", ev.memory.held()}, {"seconds", ev.seconds},
+                                        {"kv_held_bytes", ev.memory.held()},
+                                        {"seconds", ev.seconds},
                                         {"kl", o->shadow ? nlohmann::json(ev.kl) : nlohmann::json()},
                                         {"top1_agrees", o->shadow ? nlohmann::json(ev.top1Agrees) : nlohmann::json()}}
                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
@@ -169,14 +175,19 @@ Runner addGenerate(CLI::App& app) {
                                   {"stop_reason", generate::stopReasonName(r.stopReason)},
                                   {"prefill_tok_s", prefillTps},
                                   {"decode_tok_s", decodeTps},
-                                  {"kv_bytes", {{"payload", mem.payload}, {"metadata", mem.metadata},
-                                                {"residual", mem.residual}, {"transient", mem.transient},
-                                                {"reserved", mem.reserved}, {"unquantized", mem.unquantized}}},
+                                  {"kv_bytes",
+                                   {{"payload", mem.payload},
+                                    {"metadata", mem.metadata},
+                                    {"residual", mem.residual},
+                                    {"transient", mem.transient},
+                                    {"reserved", mem.reserved},
+                                    {"unquantized", mem.unquantized}}},
                                   {"overflow", overflow},
                                   {"mean_kl", o->shadow ? nlohmann::json(r.meanKl) : nlohmann::json()},
                                   {"max_kl", o->shadow ? nlohmann::json(r.maxKl) : nlohmann::json()},
                                   {"top1_agreement", o->shadow ? nlohmann::json(r.top1Agreement) : nlohmann::json()},
-                                  {"first_divergence", o->shadow ? nlohmann::json(r.firstDivergence) : nlohmann::json()},
+                                  {"first_divergence",
+                                   o->shadow ? nlohmann::json(r.firstDivergence) : nlohmann::json()},
                                   {"non_finite", nonFinite},
                                   {"text", tok.decode(out, true)}}
                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
@@ -186,13 +197,14 @@ Runner addGenerate(CLI::App& app) {
       std::cerr << fmt::format(
           "[{}] {} prompt + {} new tokens ({}); prefill {:.1f} tok/s, decode {:.1f} tok/s; KV stored {:.2f} MiB vs "
           "{:.2f} MiB unquantized ({:.2f}x), held {:.2f} MiB; overflow {}, NaN/inf {}; {}\n",
-          cache::toSpec(cfg), r.promptTokens, r.tokens.size(), generate::stopReasonName(r.stopReason), prefillTps, decodeTps,
-          mem.stored() / 1048576.0, mem.unquantized / 1048576.0, mem.compressionRatio(),
+          cache::toSpec(cfg), r.promptTokens, r.tokens.size(), generate::stopReasonName(r.stopReason), prefillTps,
+          decodeTps, mem.stored() / 1048576.0, mem.unquantized / 1048576.0, mem.compressionRatio(),
           mem.held() / 1048576.0, overflow, nonFinite, m.arithmetic());
       if (o->shadow)
-        std::cerr << fmt::format("[shadow] mean KL {:.4g}, max KL {:.4g}, top-1 agreement {:.1f}%, first divergence {}\n",
-                                 r.meanKl, r.maxKl, 100.0 * r.top1Agreement,
-                                 r.firstDivergence < 0 ? std::string("none") : fmt::format("at step {}", r.firstDivergence));
+        std::cerr << fmt::format(
+            "[shadow] mean KL {:.4g}, max KL {:.4g}, top-1 agreement {:.1f}%, first divergence {}\n", r.meanKl, r.maxKl,
+            100.0 * r.top1Agreement,
+            r.firstDivergence < 0 ? std::string("none") : fmt::format("at step {}", r.firstDivergence));
     }
     return r.stopReason == generate::StopReason::Cancelled ? 130 : 0;
   };

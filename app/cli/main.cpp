@@ -1,6 +1,5 @@
 // kvscope-cli: the headless face of kvscope. Bad input gives one clear line on stderr and exit code 2.
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 #include <stdexcept>
 #include <vector>
@@ -15,13 +14,11 @@ int main(int argc, char** argv) {
   CLI::App app{"kvscope-cli: quantized KV-cache workbench, headless", "kvscope-cli"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "kvscope-cli 0.1.0");
-  std::vector<kvscope::cli::Runner> runners{kvscope::cli::addExport(app), kvscope::cli::addBackends(app),
-                                           kvscope::cli::addCacheSim(app),
-                                           kvscope::cli::addGenerate(app),
-                                           kvscope::cli::addCompare(app), kvscope::cli::addSweep(app),
-                                           kvscope::cli::addBench(app), kvscope::cli::addCalibrate(app),
-                                           kvscope::cli::addEval(app), kvscope::cli::addTune(app),
-                                           kvscope::cli::addMerge(app)};
+  std::vector<kvscope::cli::Runner> runners{
+      kvscope::cli::addExport(app),   kvscope::cli::addBackends(app),  kvscope::cli::addCacheSim(app),
+      kvscope::cli::addGenerate(app), kvscope::cli::addCompare(app),   kvscope::cli::addSweep(app),
+      kvscope::cli::addBench(app),    kvscope::cli::addCalibrate(app), kvscope::cli::addEval(app),
+      kvscope::cli::addTune(app),     kvscope::cli::addMerge(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

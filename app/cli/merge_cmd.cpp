@@ -41,8 +41,7 @@ Runner addMerge(CLI::App& app) {
     if (set.command != "sweep" && set.command != "eval" && set.command != "tune")
       throw UsageError(fmt::format("`{}` shards are not kvscope's (sweep, eval, tune)", set.command));
     auto refuse = [&](const char* opt, const char* why) {
-      if (cmd->count(opt))
-        throw UsageError(fmt::format("merge {}: these are `{}` shards, {}", opt, set.command, why));
+      if (cmd->count(opt)) throw UsageError(fmt::format("merge {}: these are `{}` shards, {}", opt, set.command, why));
     };
     std::cerr << fmt::format("merge: {} shards of one `{}` run, {} items\n", set.count, set.command,
                              set.records.size());

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -12,14 +13,14 @@
 #include "cache/kv_cache.h"
 #include "cli/commands.h"
 #include "model/gguf.h"
-#include <CLI/CLI.hpp>
-
 #include "runtime/model_loader.h"
 #include "util/metrics.h"
 
 namespace kvscope::cli {
 
-std::string defaultModelPath() { return runtime::defaultModelPath(); }
+std::string defaultModelPath() {
+  return runtime::defaultModelPath();
+}
 
 runtime::Session openSession(const std::string& path, ModelChoice how) {
   how.path = path;
@@ -34,9 +35,10 @@ void addModelOptions(CLI::App* cmd, ModelChoice& how) {
   cmd->add_option("--device", how.device,
                   "where the model and its caches run: cpu, or cuda / cuda:N where LibTorch sees a CUDA device "
                   "(weights then in --dtype on the device)");
-  cmd->add_option("--weights", how.weights,
-                  "stored: every matrix as its file stores it; q8_0, q5_1, q5_0, q4_1, q4_0: float matrices (F32/F16/BF16, e.g. "
-                  "a Hugging Face model) quantized at load as llama.cpp's formats, the output matrix kept")
+  cmd->add_option(
+         "--weights", how.weights,
+         "stored: every matrix as its file stores it; q8_0, q5_1, q5_0, q4_1, q4_0: float matrices (F32/F16/BF16, e.g. "
+         "a Hugging Face model) quantized at load as llama.cpp's formats, the output matrix kept")
       ->check(CLI::IsMember(runtime::weightsNames()));
 }
 
@@ -53,8 +55,8 @@ std::string promptText(const std::string& prompt, const std::string& file) {
   return prompt;
 }
 
-RunFigures measure(const runtime::Session& m, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt, int maxNew,
-                   int pplChunk, bool shadow) {
+RunFigures measure(const runtime::Session& m, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt,
+                   int maxNew, int pplChunk, bool shadow) {
   RunFigures f;
   f.spec = cache::toSpec(cfg);
   auto kv = m.model().makeCache(cfg);

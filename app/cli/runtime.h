@@ -50,7 +50,7 @@ struct RunFigures {
   double ratio() const { return memory.compressionRatio(); }
 };
 
-RunFigures measure(const runtime::Session& m, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt, int maxNew,
-                   int pplChunk, bool shadow);
+RunFigures measure(const runtime::Session& m, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt,
+                   int maxNew, int pplChunk, bool shadow);
 
 }  // namespace kvscope::cli

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "generate/eval.h"
 #include "cli/runtime.h"
+#include "generate/eval.h"
 
 namespace kvscope::cli {
 
@@ -26,8 +26,9 @@ struct TextOpts {
 inline void addTextOpts(CLI::App* cmd, TextOpts& o, bool textRequired = true) {
   cmd->add_option("--text", o.text, "the text file (e.g. resources/eval/coriolanus.txt)")->required(textRequired);
   cmd->add_option("--model", o.model, "GGUF file or Hugging Face directory (default: the embedded SmolLM2)");
-  cmd->add_option("--ctx", o.ctx, "tokens per window: the text is cut into windows of this many tokens, each run "
-                                  "through a fresh cache")
+  cmd->add_option("--ctx", o.ctx,
+                  "tokens per window: the text is cut into windows of this many tokens, each run "
+                  "through a fresh cache")
       ->check(CLI::Range(8, 1 << 20));
   cmd->add_option("--windows", o.windows, "use only the first N windows (0: every whole window)")
       ->check(CLI::NonNegativeNumber);

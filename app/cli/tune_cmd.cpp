@@ -28,7 +28,9 @@ using cache::Scan;
 using cache::TuneTarget;
 using nlohmann::json;
 
-json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+json num(double x) {
+  return std::isfinite(x) ? json(x) : json(nullptr);
+}
 
 // How many layer sides an assignment quantizes, per candidate, as "12 K + 30 V of quanto:nbits=4".
 std::string assignmentSummary(const Scan& scan, const Assignment& a) {
@@ -63,8 +65,9 @@ Runner addTune(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "tune", "Per-layer sensitivity: scan each layer's K and V with candidate configs, then the cheapest per-layer "
-              "assignment under a KL or bytes budget for each target, checked by a full run");
+      "tune",
+      "Per-layer sensitivity: scan each layer's K and V with candidate configs, then the cheapest per-layer "
+      "assignment under a KL or bytes budget for each target, checked by a full run");
   addTextOpts(cmd, *o, /*textRequired=*/false);  // --scan-in takes the text from the scan file
   cmd->add_option("--cache", o->specs, "a candidate SPEC (repeat for several): tried on each layer's K and V alone");
   cmd->add_option("--prompt", o->prompt, "tokens of each window given as the prompt")->check(CLI::Range(1, 1 << 20));
@@ -98,18 +101,20 @@ Runner addTune(CLI::App& app) {
     if (shard)
       for (const char* opt : {"--scan-in", "--max-kl", "--max-bytes", "--save", "--json", "--target"})
         if (cmd->count(opt))
-          throw UsageError(fmt::format("tune --shard runs part of a scan only: drop {} (solve the merged scan with "
-                                       "tune --scan-in)",
-                                       opt));
+          throw UsageError(
+              fmt::format("tune --shard runs part of a scan only: drop {} (solve the merged scan with "
+                          "tune --scan-in)",
+                          opt));
     // What the scan runs on: the command line, or the scan file's settings.
     Scan scan;
     json settings;
     if (!o->scanIn.empty()) {
       for (const char* opt : {"--text", "--model", "--ctx", "--windows", "--prompt", "--step", "--cache"})
         if (cmd->count(opt))
-          throw UsageError(fmt::format("tune --scan-in takes the model, text, windows and candidates from the scan "
-                                       "file: drop {}",
-                                       opt));
+          throw UsageError(
+              fmt::format("tune --scan-in takes the model, text, windows and candidates from the scan "
+                          "file: drop {}",
+                          opt));
       std::string s;
       scan = cache::scanFromJson(readFile(o->scanIn), o->scanIn, &s);
       settings = json::parse(s);
@@ -125,7 +130,7 @@ Runner addTune(CLI::App& app) {
     }
     std::vector<cache::CacheConfig> cands;
     for (const auto& s : o->specs) cands.push_back(cache::parseSpec(s));  // bad SPECs fail before the model loads
-    if (!cands.empty()) cache::planScan(cands, 1);                         // and so do bad candidates
+    if (!cands.empty()) cache::planScan(cands, 1);                        // and so do bad candidates
     if (o->prompt >= o->ctx)
       throw UsageError(fmt::format("--prompt {} leaves nothing to score in windows of --ctx {}", o->prompt, o->ctx));
     const bool verify = !o->noVerify && (o->maxKl || o->maxBytes);
@@ -165,8 +170,8 @@ Runner addTune(CLI::App& app) {
       scan.referenceBytes = figs[0].memory.stored();
       for (std::size_t i = 0; i < mine.size(); ++i)
         scan.points.push_back({scan.plan.items[mine[i]], figs[i + 1].meanKl(), figs[i + 1].memory.stored()});
-      settings = {{"model", m->path()},  {"text", o->text},     {"ctx", o->ctx},      {"windows", o->windows},
-                  {"prompt", o->prompt}, {"step", o->step}};
+      settings = {{"model", m->path()},    {"text", o->text},     {"ctx", o->ctx},
+                  {"windows", o->windows}, {"prompt", o->prompt}, {"step", o->step}};
       std::cerr << fmt::format("tune: scan of {} runs done in {:.0f} s\n", cfgs.size(), elapsed());
       if (shard) {
         // The run every shard shares: the settings and the candidates as the scan file writes them.
@@ -179,9 +184,10 @@ Runner addTune(CLI::App& app) {
         if (shard->owns(0)) out.add(0, {{"stored_bytes", scan.referenceBytes}, {"scored_tokens", figs[0].scored}});
         for (std::size_t i = 0; i < mine.size(); ++i)
           out.add(mine[i] + 1, {{"mean_kl", num(scan.points[i].meanKl)}, {"stored_bytes", scan.points[i].storedBytes}});
-        std::cerr << fmt::format("tune: shard {} ({} of {} scan runs) written to {}; join the shards with "
-                                 "kvscope-cli merge, then solve with tune --scan-in\n",
-                                 shard->name(), mine.size(), scan.plan.items.size(), o->scanOut);
+        std::cerr << fmt::format(
+            "tune: shard {} ({} of {} scan runs) written to {}; join the shards with "
+            "kvscope-cli merge, then solve with tune --scan-in\n",
+            shard->name(), mine.size(), scan.plan.items.size(), o->scanOut);
         return 0;
       }
       settings["scored_tokens"] = figs[0].scored;
@@ -191,7 +197,8 @@ Runner addTune(CLI::App& app) {
     // Fronts and picks.
     std::optional<cache::SweepBudget> budget;
     if (o->maxKl) budget = cache::SweepBudget{cache::SweepBudget::Kind::MaxMeanKl, *o->maxKl};
-    if (o->maxBytes) budget = cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes, static_cast<double>(*o->maxBytes)};
+    if (o->maxBytes)
+      budget = cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes, static_cast<double>(*o->maxBytes)};
     struct Result {
       TuneTarget target;
       std::vector<Assignment> front;
@@ -218,12 +225,11 @@ Runner addTune(CLI::App& app) {
         }
       if (!picks.empty()) {
         if (!m) load();
-        const auto figs = generate::evaluate(m->model(), windows, picks, eo,
-                                             [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
-                                               std::cerr << fmt::format("tune: check window {}/{}, run {}/{}\n", wi + 1,
-                                                                        nw, ci + 1, nc);
-                                               return true;
-                                             });
+        const auto figs = generate::evaluate(
+            m->model(), windows, picks, eo, [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
+              std::cerr << fmt::format("tune: check window {}/{}, run {}/{}\n", wi + 1, nw, ci + 1, nc);
+              return true;
+            });
         reference = figs[0];
         for (std::size_t i = 0; i < who.size(); ++i) results[who[i]].measured = figs[i + 1];
       }
@@ -255,13 +261,17 @@ Runner addTune(CLI::App& app) {
       for (const Result& r : results) {
         json front = json::array();
         for (const Assignment& a : r.front)
-          front.push_back({{"stored_bytes", a.storedBytes}, {"predicted_kl", num(a.predictedKl)},
-                           {"keys", a.keys}, {"values", a.values}});
+          front.push_back({{"stored_bytes", a.storedBytes},
+                           {"predicted_kl", num(a.predictedKl)},
+                           {"keys", a.keys},
+                           {"values", a.values}});
         json t = {{"target", std::string(cache::targetName(r.target))}, {"front", front}};
         if (r.pick) {
           const cache::TargetExport e = cache::exportFor(r.target, r.config);
-          t["pick"] = {{"config", cache::toSpec(r.config)},      {"stored_bytes", r.pick->storedBytes},
-                       {"predicted_kl", num(r.pick->predictedKl)}, {"export", e.text},
+          t["pick"] = {{"config", cache::toSpec(r.config)},
+                       {"stored_bytes", r.pick->storedBytes},
+                       {"predicted_kl", num(r.pick->predictedKl)},
+                       {"export", e.text},
                        {"notes", e.notes}};
           if (r.measured)
             t["pick"]["measured"] = {{"mean_kl", num(r.measured->meanKl())},
@@ -277,13 +287,14 @@ Runner addTune(CLI::App& app) {
       return 0;
     }
 
-    std::cout << fmt::format("{}: {} scored tokens per run ({} from {}, ctx {}, prompt {}, step {}); unquantized KV "
-                             "{} bytes\n",
-                             settings.value("model", std::string("?")), settings.value("scored_tokens", 0),
-                             settings.value("windows", 0) ? fmt::format("{} window(s)", settings.value("windows", 0))
-                                                          : std::string("every window"),
-                             settings.value("text", std::string("?")), settings.value("ctx", 0),
-                             settings.value("prompt", 0), settings.value("step", 0), scan.referenceBytes);
+    std::cout << fmt::format(
+        "{}: {} scored tokens per run ({} from {}, ctx {}, prompt {}, step {}); unquantized KV "
+        "{} bytes\n",
+        settings.value("model", std::string("?")), settings.value("scored_tokens", 0),
+        settings.value("windows", 0) ? fmt::format("{} window(s)", settings.value("windows", 0))
+                                     : std::string("every window"),
+        settings.value("text", std::string("?")), settings.value("ctx", 0), settings.value("prompt", 0),
+        settings.value("step", 0), scan.referenceBytes);
     std::cout << "\nMean KL with one layer side quantized (the rest unquantized):\n";
     std::string head = fmt::format("{:>5}", "layer");
     for (std::size_t c = 0; c < scan.plan.candidates.size(); ++c)
@@ -325,9 +336,10 @@ Runner addTune(CLI::App& app) {
                                  100.0 * r.measured->top1());
         // The layers' KLs do not add up exactly: say so when the full run lands past the budget.
         if (o->maxKl && r.measured->meanKl() > *o->maxKl)
-          std::cout << fmt::format("  note: the full run's mean KL is {:.1f}% past --max-kl {:g} (the layers' KLs "
-                                   "do not add up exactly); a lower --max-kl leaves a margin\n",
-                                   100.0 * (r.measured->meanKl() / *o->maxKl - 1.0), *o->maxKl);
+          std::cout << fmt::format(
+              "  note: the full run's mean KL is {:.1f}% past --max-kl {:g} (the layers' KLs "
+              "do not add up exactly); a lower --max-kl leaves a margin\n",
+              100.0 * (r.measured->meanKl() / *o->maxKl - 1.0), *o->maxKl);
       }
       std::cout << fmt::format("  config: {}\n  {}: {}\n", cache::toSpec(r.config), cache::targetName(r.target),
                                r.target == TuneTarget::Kvscope ? "--cache '" + e.text + "'" : e.text);
@@ -339,11 +351,11 @@ Runner addTune(CLI::App& app) {
     }
     // The picks side by side, against the best uniform config (one candidate, or none, for every layer and side).
     const auto uniform = cache::solve(cache::paretoFront(scan, TuneTarget::Transformers), *budget);
-    std::cout << fmt::format("\nPicks under {} (predicted: the scan's KLs summed; measured: the full run):\n",
-                             o->maxKl ? fmt::format("mean KL <= {:g}", *o->maxKl)
-                                      : fmt::format("{} KV bytes", *o->maxBytes));
-    std::cout << fmt::format("  {:<13} {:>12} {:>8} {:>12} {:>12} {:>18}\n", "target", "KV bytes", "ratio",
-                             "pred. KL", "measured KL", "vs best uniform");
+    std::cout << fmt::format(
+        "\nPicks under {} (predicted: the scan's KLs summed; measured: the full run):\n",
+        o->maxKl ? fmt::format("mean KL <= {:g}", *o->maxKl) : fmt::format("{} KV bytes", *o->maxBytes));
+    std::cout << fmt::format("  {:<13} {:>12} {:>8} {:>12} {:>12} {:>18}\n", "target", "KV bytes", "ratio", "pred. KL",
+                             "measured KL", "vs best uniform");
     for (const Result& r : results) {
       if (!r.pick) {
         std::cout << fmt::format("  {:<13} none meets the budget\n", cache::targetName(r.target));
@@ -355,8 +367,7 @@ Runner addTune(CLI::App& app) {
                                                            1.0))
                   : std::string("-");
       std::cout << fmt::format("  {:<13} {:>12} {:>7.2f}x {:>12.4g} {:>12} {:>18}\n", cache::targetName(r.target),
-                               r.pick->storedBytes, ref / static_cast<double>(r.pick->storedBytes),
-                               r.pick->predictedKl,
+                               r.pick->storedBytes, ref / static_cast<double>(r.pick->storedBytes), r.pick->predictedKl,
                                r.measured ? fmt::format("{:.4g}", r.measured->meanKl())
                                           : std::string(r.config == cache::CacheConfig{} ? "0" : "-"),
                                vs);

@@ -1,6 +1,7 @@
 #include "engine.h"
 
 #include <ATen/ATen.h>
+
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
@@ -28,11 +29,13 @@ namespace {
 QString describeCurrent(const QString& during, bool modelKept) {
   const runtime::Failure f = runtime::currentFailure();
   const QString what = QString::fromStdString(f.message);
-  if (f.code == ErrorCode::Cancelled) return QString("%1 cancelled%2").arg(during, modelKept ? "; the loaded model is kept" : "");
+  if (f.code == ErrorCode::Cancelled)
+    return QString("%1 cancelled%2").arg(during, modelKept ? "; the loaded model is kept" : "");
   if (f.code == ErrorCode::Internal)
     return QString("internal error during %1: %2 (%3)").arg(during, what, QString(runtime::kReportHint));
   if (f.code != ErrorCode::OutOfMemory) return what;
-  return QString("out of memory during %1 (%2)%3").arg(during, what, modelKept ? "; the loaded model is kept" : QString());
+  return QString("out of memory during %1 (%2)%3")
+      .arg(during, what, modelKept ? "; the loaded model is kept" : QString());
 }
 
 // Snapshots at most every 100 ms (10 Hz): smooth enough to watch, and on a 2-core machine the GUI's redraws then take
@@ -89,7 +92,9 @@ ui::TokenErrorViewPtr Engine::inspectionIfDue(QElapsedTimer& since) const {
   return inspection();
 }
 
-void Engine::publishInspection() { Q_EMIT inspectionUpdated(inspection()); }
+void Engine::publishInspection() {
+  Q_EMIT inspectionUpdated(inspection());
+}
 
 void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt,
                       cache::KvCache& kv) {
@@ -149,7 +154,8 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   // The first step runs the prompt (once per beam, as transformers does); the steps after it decode.
   const double decodeSeconds = result.seconds - result.prefillSeconds;
   snap->prefillTokS = result.prefillSeconds > 0 ? snap->promptTokens / result.prefillSeconds : 0.0;
-  snap->decodeTokS = decodeSeconds > 0 && snap->beamSteps.size() > 1 ? (snap->beamSteps.size() - 1) / decodeSeconds : 0.0;
+  snap->decodeTokS =
+      decodeSeconds > 0 && snap->beamSteps.size() > 1 ? (snap->beamSteps.size() - 1) / decodeSeconds : 0.0;
   snap->finished = true;
   snap->stopReason = QString::fromUtf8(generate::stopReasonName(result.stopReason));
   snap->cancelled = result.stopReason == generate::StopReason::Cancelled;
@@ -172,10 +178,14 @@ void registerMetaTypes() {
   qRegisterMetaType<kvscope::ui::TuneResultView>();
 }
 
-Engine::Engine() : d_(std::make_unique<Impl>()) { runtime::installOutOfMemoryType(); }
+Engine::Engine() : d_(std::make_unique<Impl>()) {
+  runtime::installOutOfMemoryType();
+}
 Engine::~Engine() = default;
 
-QString defaultModelPath() { return QString::fromStdString(runtime::defaultModelPath()); }
+QString defaultModelPath() {
+  return QString::fromStdString(runtime::defaultModelPath());
+}
 
 QStringList availableDevices() {
   QStringList out;
@@ -240,7 +250,8 @@ void Engine::beginRun(quint64 serial) {
 std::vector<std::vector<std::int64_t>> Engine::textWindows(const QString& path, int ctx, int windows) const {
   QFile f(path);
   if (!f.open(QIODevice::ReadOnly))
-    throw Error(ErrorCode::BadFile, "cannot read text file `" + path.toStdString() + "`: " + f.errorString().toStdString());
+    throw Error(ErrorCode::BadFile,
+                "cannot read text file `" + path.toStdString() + "`: " + f.errorString().toStdString());
   const QByteArray text = f.readAll();
   return generate::textWindows(d_->session->encodeText(text.toStdString(), path.toStdString()), ctx, windows);
 }
@@ -383,15 +394,19 @@ void Engine::run(const ui::RunRequest& r) {
           t.kl = ev.kl;
           t.top1Agrees = ev.top1Agrees;
           for (const auto& [id, lp] : ev.top)
-            t.top.append({QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(id))), lp});
+            t.top.append(
+                {QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(id))), lp});
           for (const auto& [id, lp] : ev.refTop)
-            t.refTop.append({QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(id))), lp});
+            t.refTop.append(
+                {QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(id))), lp});
           t.kvStored = ev.memory.stored();
           t.kvUnquantized = ev.memory.unquantized;
           snap->tokens.append(t);
           d_->recorder.record(*kv);
-          if (ev.step == 0) snap->prefillTokS = snap->promptTokens / std::max(ev.seconds, 1e-9);
-          else decodeSeconds += ev.seconds, ++steps;
+          if (ev.step == 0)
+            snap->prefillTokS = snap->promptTokens / std::max(ev.seconds, 1e-9);
+          else
+            decodeSeconds += ev.seconds, ++steps;
           snap->decodeTokS = steps ? steps / decodeSeconds : 0.0;
           // Each snapshot is a copy the GUI can keep.
           if (sinceEmit.elapsed() >= kEmitMs) {

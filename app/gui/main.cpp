@@ -4,27 +4,30 @@
 // --autorun runs each SPEC in turn on the default prompt (greedy, --max-new tokens, with a shadow reference unless
 // --no-shadow) and prints one line per finished run; --screenshot saves the window after the last run and quits;
 // --quit quits after the last run.
+#include <sys/resource.h>
+
 #include <QApplication>
 #include <QComboBox>
-#include <QSpinBox>
 #include <QCommandLineParser>
 #include <QScreen>
+#include <QSpinBox>
 #include <QThread>
 #include <QTimer>
 #include <cstdio>
 #include <cstdlib>
-#include <sys/resource.h>
 
-#include "util/process_memory.h"
 #include "config_panel.h"
 #include "engine.h"
 #include "main_window.h"
+#include "util/process_memory.h"
 #include "wiring.h"
 
 namespace {
 // The model to start on: where the CLI looks too (runtime::defaultModelPath: $KVSCOPE_MODEL, the one
 // packaging/setup.sh fetched, the one an installed package ships). Empty when there is none: the window then asks.
-QString defaultModel() { return kvscope::app::defaultModelPath(); }
+QString defaultModel() {
+  return kvscope::app::defaultModelPath();
+}
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -33,7 +33,8 @@ void startEngine(Engine* engine, QThread* thread) {
   engine->moveToThread(thread);
   // The engine thread's last act; shutdownEngine() acquires after waiting for it (ui/thread_handoff.h).
   if constexpr (ui::handoff::enabled)
-    QObject::connect(thread, &QThread::finished, thread, [] { ui::handoff::release(); }, Qt::DirectConnection);
+    QObject::connect(
+        thread, &QThread::finished, thread, [] { ui::handoff::release(); }, Qt::DirectConnection);
   thread->start();
 }
 

@@ -26,15 +26,15 @@ constexpr std::int64_t kMaxSegmentedQueries = 16;
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const std::int64_t T = q.size(2), L = k.size(2);
   std::optional<at::Tensor> mask;
-  if (T > 1) mask = at::ones({T, L}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(L - T).view({1, 1, T, L});
+  if (T > 1)
+    mask = at::ones({T, L}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(L - T).view({1, 1, T, L});
   return at::scaled_dot_product_attention(q, k.to(q.scalar_type()), v.to(q.scalar_type()), mask, 0.0, false,
                                           std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
 }
 
 kernels::ParallelFor torchParallel() {
-  return [](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn) {
-    at::parallel_for(0, n, 1, fn);
-  };
+  return
+      [](std::int64_t n, const std::function<void(std::int64_t, std::int64_t)>& fn) { at::parallel_for(0, n, 1, fn); };
 }
 
 }  // namespace
@@ -75,9 +75,10 @@ void CacheLayer::validateStates(const at::Tensor& keys, const at::Tensor& values
   detail::checkStates(values, (name + " values").c_str());
   detail::checkSameLayout(values, keys, (name + " values").c_str());
   if (hostPath() && !(kernels::inHostMemory(keys) && kernels::inHostMemory(values)))
-    throw CacheError(fmt::format("{}: {} states in a cache of the CPU's host kernels (a cache on a device takes the "
-                                 "device path: the model's makeCache, or makeLayer with KernelPath::Device)",
-                                 name, (kernels::inHostMemory(keys) ? values : keys).device().str()));
+    throw CacheError(
+        fmt::format("{}: {} states in a cache of the CPU's host kernels (a cache on a device takes the "
+                    "device path: the model's makeCache, or makeLayer with KernelPath::Device)",
+                    name, (kernels::inHostMemory(keys) ? values : keys).device().str()));
 }
 
 std::pair<at::Tensor, at::Tensor> CacheLayer::update(const at::Tensor& keys, const at::Tensor& values) {

@@ -20,9 +20,12 @@ std::int64_t groupCount(Fp8Granularity g, std::int64_t H, std::int64_t D) {
 at::Tensor byGroup(const at::Tensor& x, Fp8Granularity g) {
   const at::Tensor a = x.abs().to(at::kFloat);
   switch (g) {
-    case Fp8Granularity::Tensor: return a.reshape({1, -1});
-    case Fp8Granularity::Head: return a.transpose(0, 1).reshape({a.size(1), -1});
-    case Fp8Granularity::Channel: return a.permute({1, 3, 0, 2}).reshape({a.size(1) * a.size(3), -1});
+    case Fp8Granularity::Tensor:
+      return a.reshape({1, -1});
+    case Fp8Granularity::Head:
+      return a.transpose(0, 1).reshape({a.size(1), -1});
+    case Fp8Granularity::Channel:
+      return a.permute({1, 3, 0, 2}).reshape({a.size(1) * a.size(3), -1});
   }
   return a;
 }
@@ -49,7 +52,8 @@ void Fp8Calibrator::add(int layer, bool keys, const at::Tensor& x) {
     g.amax.assign(static_cast<std::size_t>(n), 0.0f);
     if (opt_.percentile) g.values.resize(static_cast<std::size_t>(n));
   } else if (g.H != H || g.D != D) {
-    throw CacheError(fmt::format("calibration: layer {} had {} heads x {} channels, now {} x {}", layer, g.H, g.D, H, D));
+    throw CacheError(
+        fmt::format("calibration: layer {} had {} heads x {} channels, now {} x {}", layer, g.H, g.D, H, D));
   }
   const at::Tensor a = byGroup(x, opt_.granularity).contiguous();
   const at::Tensor amax = a.amax(1).contiguous();
@@ -69,8 +73,7 @@ std::vector<std::vector<float>> Fp8Calibrator::scales(bool keys) const {
   std::vector<std::vector<float>> out;
   for (std::size_t l = 0; l < side.size(); ++l) {
     const Groups& g = side[l];
-    if (g.amax.empty())
-      throw CacheError(fmt::format("calibration: layer {} saw no {}", l, keys ? "keys" : "values"));
+    if (g.amax.empty()) throw CacheError(fmt::format("calibration: layer {} saw no {}", l, keys ? "keys" : "values"));
     std::vector<float> s;
     for (std::size_t i = 0; i < g.amax.size(); ++i) {
       float stat = g.amax[i];
@@ -94,7 +97,8 @@ OverflowCount countOverflow(const at::Tensor& x, const std::vector<float>& scale
   OverflowCount c;
   const std::int64_t H = x.size(1), D = x.size(3);
   if (static_cast<std::int64_t>(scale.size()) != groupCount(granularity, H, D))
-    throw CacheError(fmt::format("countOverflow: {} scales for granularity on {} heads x {} channels", scale.size(), H, D));
+    throw CacheError(
+        fmt::format("countOverflow: {} scales for granularity on {} heads x {} channels", scale.size(), H, D));
   at::Tensor s = at::tensor(scale, at::kFloat);
   s = granularity == Fp8Granularity::Tensor ? s.view({1, 1, 1, 1})
       : granularity == Fp8Granularity::Head ? s.view({1, H, 1, 1})

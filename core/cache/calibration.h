@@ -15,7 +15,7 @@ namespace kvscope::cache {
 struct CalibrationOptions {
   Fp8Granularity granularity = Fp8Granularity::Tensor;
   Fp8Format format = Fp8Format::E4M3FN;
-  bool percentile = false;  ///< false: amax
+  bool percentile = false;         ///< false: amax
   double percentileValue = 99.99;  ///< in (0, 100]
   double headroom = 1.0;
 };
@@ -33,7 +33,7 @@ class Fp8Calibrator {
  private:
   struct Groups {
     std::int64_t H = 0, D = 0;
-    std::vector<float> amax;                // per group
+    std::vector<float> amax;                 // per group
     std::vector<std::vector<float>> values;  // per group, |x| (percentile only)
   };
   CalibrationOptions opt_;

@@ -44,7 +44,8 @@ enum class AttentionMode { Fused, Reference };
 /// backend itself).
 class ConfigError : public Error {
  public:
-  ConfigError(std::string key, const std::string& message) : Error(ErrorCode::BadInput, message), key_(std::move(key)) {}
+  ConfigError(std::string key, const std::string& message)
+      : Error(ErrorCode::BadInput, message), key_(std::move(key)) {}
   const std::string& key() const { return key_; }
 
  private:
@@ -74,8 +75,8 @@ struct CacheConfig {
   LlamaCppType typeK = LlamaCppType::Q8_0, typeV = LlamaCppType::Q8_0;
   Rotation rotation = Rotation::Auto;
 
-  // kvscope's attention-sink option (fp8, quanto, hqq, kivi, llamacpp): the first `sink` tokens stay in full precision and the
-  // backend sees only the tokens after them. 0 (default): the backend alone, as transformers.
+  // kvscope's attention-sink option (fp8, quanto, hqq, kivi, llamacpp): the first `sink` tokens stay in full precision
+  // and the backend sees only the tokens after them. 0 (default): the backend alone, as transformers.
   int sink = 0;
 
   // kvscope's option for every backend: how attention reads this cache (`attention=fused|reference`).
@@ -166,8 +167,8 @@ struct HfExport {
 HfExport toHfCacheConfig(const CacheConfig& cfg);
 /// Command-line flags for another engine, with what does not carry over said plainly.
 struct FlagExport {
-  std::string flags;               ///< e.g. "--kv-cache-dtype fp8_e4m3"
-  std::string env;                 ///< environment the engine must run with, e.g. "LLAMA_ATTN_ROT_DISABLE=1"; empty: none
+  std::string flags;  ///< e.g. "--kv-cache-dtype fp8_e4m3"
+  std::string env;    ///< environment the engine must run with, e.g. "LLAMA_ATTN_ROT_DISABLE=1"; empty: none
   std::vector<std::string> notes;  ///< "nearest equivalent" statements
 };
 /// vLLM's --kv-cache-dtype (FP8 only: integer configs map to the nearest FP8 setting, stated as such).

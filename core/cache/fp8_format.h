@@ -12,6 +12,8 @@ namespace kvscope::cache {
 enum class Fp8Format : std::uint8_t { E4M3FN, E5M2 };
 
 /// Largest finite magnitude of each format (448 and 57344).
-KVS_HD constexpr float fp8Max(Fp8Format f) { return f == Fp8Format::E4M3FN ? 448.0f : 57344.0f; }
+KVS_HD constexpr float fp8Max(Fp8Format f) {
+  return f == Fp8Format::E4M3FN ? 448.0f : 57344.0f;
+}
 
 }  // namespace kvscope::cache

@@ -101,12 +101,12 @@ class Fp8Layer final : public CacheLayer {
 
  private:
   struct Side {
-    SeqBuffer q;            // uint8 codes [B, H, cap, D]
-    SeqBuffer deq;          // dequantized mirror, input dtype (reference mode only)
+    SeqBuffer q;                  // uint8 codes [B, H, cap, D]
+    SeqBuffer deq;                // dequantized mirror, input dtype (reference mode only)
     std::int64_t inputBytes = 0;  // bytes per value of the input dtype
-    at::Tensor like;        // the first update's states, narrowed to 0 tokens: the layout later updates must continue
-    at::Tensor scale;       // float32 [1], [H] or [H, D]
-    at::Tensor expanded;    // float32 [H, D]: the scale of every (head, channel), what the kernels read
+    at::Tensor like;      // the first update's states, narrowed to 0 tokens: the layout later updates must continue
+    at::Tensor scale;     // float32 [1], [H] or [H, D]
+    at::Tensor expanded;  // float32 [H, D]: the scale of every (head, channel), what the kernels read
   };
 
   float fmax() const { return fp8Max(format_); }
@@ -141,9 +141,12 @@ class Fp8Layer final : public CacheLayer {
 
   at::Tensor amaxForScale(const at::Tensor& x) const {
     switch (granularity_) {
-      case Fp8Granularity::Tensor: return x.abs().amax().to(at::kFloat).reshape({1});
-      case Fp8Granularity::Head: return x.abs().amax({0, 2, 3}).to(at::kFloat);
-      case Fp8Granularity::Channel: return x.abs().amax({0, 2}).to(at::kFloat);
+      case Fp8Granularity::Tensor:
+        return x.abs().amax().to(at::kFloat).reshape({1});
+      case Fp8Granularity::Head:
+        return x.abs().amax({0, 2, 3}).to(at::kFloat);
+      case Fp8Granularity::Channel:
+        return x.abs().amax({0, 2}).to(at::kFloat);
     }
     return {};
   }
@@ -158,7 +161,8 @@ class Fp8Layer final : public CacheLayer {
 
   void setScale(Side& s, at::Tensor scale, std::int64_t H, std::int64_t D) const {
     s.scale = std::move(scale);
-    s.expanded = (granularity_ == Fp8Granularity::Channel ? s.scale : s.scale.reshape({-1, 1})).expand({H, D}).contiguous();
+    s.expanded =
+        (granularity_ == Fp8Granularity::Channel ? s.scale : s.scale.reshape({-1, 1})).expand({H, D}).contiguous();
   }
 
   Fp8Counts encodeInto(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, bool saturate) const {
@@ -263,10 +267,13 @@ class Fp8Layer final : public CacheLayer {
   void checkCalibrated(const at::Tensor& scale, const at::Tensor& x, const char* side) const {
     if (!scale.defined()) return;
     const std::int64_t H = x.size(1), D = x.size(3);
-    const std::int64_t want = granularity_ == Fp8Granularity::Tensor ? 1 : granularity_ == Fp8Granularity::Head ? H : H * D;
+    const std::int64_t want = granularity_ == Fp8Granularity::Tensor ? 1
+                              : granularity_ == Fp8Granularity::Head ? H
+                                                                     : H * D;
     if (scale.numel() != want)
-      throw CacheError(fmt::format("fp8: {} calibrated {} scales, but granularity={} on {} heads x {} channels needs {}",
-                                   scale.numel(), side, granularityName(granularity_), H, D, want));
+      throw CacheError(
+          fmt::format("fp8: {} calibrated {} scales, but granularity={} on {} heads x {} channels needs {}",
+                      scale.numel(), side, granularityName(granularity_), H, D, want));
   }
 
   Fp8Format format_;

@@ -34,8 +34,9 @@ class HqqCodec final : public GroupCodec {
   QuantizedBlock quantize(const at::Tensor& x, int axis) const override {
     const std::int64_t gs = groupSize_;
     if (x.numel() % gs != 0) {
-      throw CacheError(fmt::format("hqq: q_group_size {} must divide the number of cached values ({} = {} x {} x {} x {})",
-                                   gs, x.numel(), x.size(0), x.size(1), x.size(2), x.size(3)));
+      throw CacheError(
+          fmt::format("hqq: q_group_size {} must divide the number of cached values ({} = {} x {} x {} x {})", gs,
+                      x.numel(), x.size(0), x.size(1), x.size(2), x.size(3)));
     }
     at::Tensor W = x.to(at::kFloat);
     W = axis == 1 ? W.reshape({-1, gs}) : W.reshape({gs, -1});

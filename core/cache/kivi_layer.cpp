@@ -59,9 +59,10 @@ class KiviLayer final : public CacheLayer {
     const std::int64_t D = k.size(3);
     const std::int64_t vg = std::min<std::int64_t>(group_, D);
     if (D % vg != 0)
-      throw CacheError(fmt::format("kivi: q_group_size {} does not divide head_dim {} (values are grouped along the "
-                                   "channels of each token)",
-                                   group_, D));
+      throw CacheError(
+          fmt::format("kivi: q_group_size {} does not divide head_dim {} (values are grouped along the "
+                      "channels of each token)",
+                      group_, D));
     const bool first = !k_.out.defined();
     if (!first) {
       checkSameLayout(k, k_.out.view(), "kivi keys");
@@ -171,8 +172,8 @@ class KiviLayer final : public CacheLayer {
       mem->metadata = s->scale.bytesUsed() + s->zero.bytesUsed();
       mem->residual = window() * bpt;
       mem->transient = fused() ? 0 : quantized_ * bpt;
-      mem->reserved = s->out.bytesReserved() + s->codes.bytesReserved() + s->scale.bytesReserved() +
-                      s->zero.bytesReserved();
+      mem->reserved =
+          s->out.bytesReserved() + s->codes.bytesReserved() + s->scale.bytesReserved() + s->zero.bytesReserved();
       mem->unquantized = seqLength() * bpt;
     }
     return m;
@@ -199,8 +200,8 @@ class KiviLayer final : public CacheLayer {
     const std::int64_t n = upTo < 0 ? quantized_ : std::min(upTo, quantized_);
     if (n == 0 || !s.codes.defined()) return SourcePtr();
     const std::int64_t groupsStored = keys ? (quantized_ / group_) : quantized_;
-    return kiviSource(s.codes.view(), s.scale.view().narrow(2, 0, groupsStored), s.zero.view().narrow(2, 0, groupsStored),
-                      bits_, group_, keys, D, n);
+    return kiviSource(s.codes.view(), s.scale.view().narrow(2, 0, groupsStored),
+                      s.zero.view().narrow(2, 0, groupsStored), bits_, group_, keys, D, n);
   }
 
   // Keeps the first q quantized tokens (a multiple of the group) of the codes and their scales.

@@ -10,12 +10,18 @@ namespace {
 std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const StatsOptions& stats,
                                              kernels::KernelPath path) {
   switch (cfg.backend) {
-    case Backend::Dynamic: return detail::makeDynamicLayer(cfg, stats, path);
-    case Backend::Fp8: return detail::makeFp8Layer(cfg, stats, path);
-    case Backend::Quanto: return detail::makeQuantoLayer(cfg, stats, path);
-    case Backend::Hqq: return detail::makeHqqLayer(cfg, stats, path);
-    case Backend::Kivi: return detail::makeKiviLayer(cfg, stats, path);
-    case Backend::LlamaCpp: return detail::makeLlamaCppLayer(cfg, stats, path);
+    case Backend::Dynamic:
+      return detail::makeDynamicLayer(cfg, stats, path);
+    case Backend::Fp8:
+      return detail::makeFp8Layer(cfg, stats, path);
+    case Backend::Quanto:
+      return detail::makeQuantoLayer(cfg, stats, path);
+    case Backend::Hqq:
+      return detail::makeHqqLayer(cfg, stats, path);
+    case Backend::Kivi:
+      return detail::makeKiviLayer(cfg, stats, path);
+    case Backend::LlamaCpp:
+      return detail::makeLlamaCppLayer(cfg, stats, path);
   }
   throw ConfigError("backend", "unknown backend");
 }
@@ -23,8 +29,7 @@ std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const Stats
 
 std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path) {
   validate(cfg);
-  if (cfg.mixed())
-    throw ConfigError("layers", "a per-layer config builds a whole cache (KvCache), not a single layer");
+  if (cfg.mixed()) throw ConfigError("layers", "a per-layer config builds a whole cache (KvCache), not a single layer");
   auto layer = makeBackendLayer(cfg, stats, path);
   if (cfg.sink > 0) return detail::makeSinkLayer(cfg.sink, std::move(layer), stats);
   return layer;
@@ -32,7 +37,8 @@ std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions
 
 KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats, kernels::KernelPath path)
     : config_(cfg), path_(path) {
-  if (numLayers <= 0) throw ConfigError("num_layers", fmt::format("a cache needs at least one layer, got {}", numLayers));
+  if (numLayers <= 0)
+    throw ConfigError("num_layers", fmt::format("a cache needs at least one layer, got {}", numLayers));
   validate(cfg);
   layers_.reserve(static_cast<std::size_t>(numLayers));
   for (int i = 0; i < numLayers; ++i) {
@@ -61,7 +67,9 @@ CacheLayer& KvCache::layer(int i) {
   if (i < 0 || i >= numLayers()) throw CacheError(fmt::format("layer {} out of range [0, {})", i, numLayers()));
   return *layers_[static_cast<std::size_t>(i)];
 }
-const CacheLayer& KvCache::layer(int i) const { return const_cast<KvCache*>(this)->layer(i); }
+const CacheLayer& KvCache::layer(int i) const {
+  return const_cast<KvCache*>(this)->layer(i);
+}
 
 std::pair<at::Tensor, at::Tensor> KvCache::update(int i, const at::Tensor& keys, const at::Tensor& values) {
   return layer(i).update(keys, values);
@@ -76,7 +84,9 @@ void KvCache::reset() {
 void KvCache::crop(std::int64_t n) {
   for (auto& l : layers_) l->crop(n);
 }
-std::int64_t KvCache::seqLength() const { return layers_.front()->seqLength(); }
+std::int64_t KvCache::seqLength() const {
+  return layers_.front()->seqLength();
+}
 
 std::vector<LayerMemory> KvCache::memory() const {
   std::vector<LayerMemory> m;
@@ -93,7 +103,9 @@ std::vector<detail::DeferredStats*> deferredOf(const std::vector<std::unique_ptr
 }
 }  // namespace
 
-void KvCache::settleStats() const { detail::settle(deferredOf(layers_)); }
+void KvCache::settleStats() const {
+  detail::settle(deferredOf(layers_));
+}
 
 void KvCache::collectStats(std::vector<at::Tensor>& parts) const {
   for (const detail::DeferredStats* d : deferredOf(layers_)) d->collect(parts);

@@ -13,8 +13,9 @@
 // Queries: llama.cpp's attention converts Q to the keys' dot type before Q·K (ggml-cpu's flash attention converts
 // each query row with the from_float of K's vec_dot_type; its CUDA kernels quantize Q to q8_1 for quantized keys):
 // q8_0/q8_1 blocks of 32 (fp16 scale amax/127, rounded codes; kvscope rounds as ggml's reference quantizer, whose
-// vector path may move a code by one on a tie) for every quantized key type, f16 for f16 keys, bf16 for bf16 keys. Q is rotated first where the keys are, as llama.cpp rotates it; roundQueries() gives
-// attention those values (rotated back, as the keys are read rotated back).
+// vector path may move a code by one on a tie) for every quantized key type, f16 for f16 keys, bf16 for bf16 keys. Q is
+// rotated first where the keys are, as llama.cpp rotates it; roundQueries() gives attention those values (rotated back,
+// as the keys are read rotated back).
 //
 // Channel order: llama.cpp's converter permutes a Llama-family model's Q/K rows for its adjacent-pair RoPE, so its
 // cache holds each key head with the two rotary halves interleaved; blocks of 32 then hold other channels than in the
@@ -47,14 +48,22 @@ namespace {
 std::uint32_t ggmlType(LlamaCppType t) {
   using kernels::BlockType;
   switch (t) {
-    case LlamaCppType::F16: return static_cast<std::uint32_t>(BlockType::F16);
-    case LlamaCppType::BF16: return static_cast<std::uint32_t>(BlockType::BF16);
-    case LlamaCppType::Q8_0: return static_cast<std::uint32_t>(BlockType::Q8_0);
-    case LlamaCppType::Q4_0: return static_cast<std::uint32_t>(BlockType::Q4_0);
-    case LlamaCppType::Q4_1: return static_cast<std::uint32_t>(BlockType::Q4_1);
-    case LlamaCppType::Q5_0: return static_cast<std::uint32_t>(BlockType::Q5_0);
-    case LlamaCppType::Q5_1: return static_cast<std::uint32_t>(BlockType::Q5_1);
-    case LlamaCppType::IQ4_NL: return kernels::kTypeIq4Nl;
+    case LlamaCppType::F16:
+      return static_cast<std::uint32_t>(BlockType::F16);
+    case LlamaCppType::BF16:
+      return static_cast<std::uint32_t>(BlockType::BF16);
+    case LlamaCppType::Q8_0:
+      return static_cast<std::uint32_t>(BlockType::Q8_0);
+    case LlamaCppType::Q4_0:
+      return static_cast<std::uint32_t>(BlockType::Q4_0);
+    case LlamaCppType::Q4_1:
+      return static_cast<std::uint32_t>(BlockType::Q4_1);
+    case LlamaCppType::Q5_0:
+      return static_cast<std::uint32_t>(BlockType::Q5_0);
+    case LlamaCppType::Q5_1:
+      return static_cast<std::uint32_t>(BlockType::Q5_1);
+    case LlamaCppType::IQ4_NL:
+      return kernels::kTypeIq4Nl;
   }
   return static_cast<std::uint32_t>(BlockType::F16);
 }
@@ -113,7 +122,8 @@ class LlamaCppLayer final : public CacheLayer {
   Backend backend() const override { return Backend::LlamaCpp; }
 
   at::Tensor roundQueries(const at::Tensor& q) const override {
-    const std::uint32_t dot = llamaCppQuantized(k_.type) ? static_cast<std::uint32_t>(kernels::BlockType::Q8_0) : ggmlType(k_.type);
+    const std::uint32_t dot =
+        llamaCppQuantized(k_.type) ? static_cast<std::uint32_t>(kernels::BlockType::Q8_0) : ggmlType(k_.type);
     const bool perm = permuted(k_);
     const at::Tensor r = kernels::roundThroughKvRows(perm ? kernels::interleaveHalves(q) : q, dot, k_.rotation);
     return (perm ? kernels::deinterleaveHalves(r) : r).to(q.scalar_type()).contiguous();
@@ -139,10 +149,10 @@ class LlamaCppLayer final : public CacheLayer {
  private:
   struct Side {
     LlamaCppType type = LlamaCppType::Q8_0;
-    int rotation = 0;                   // Hadamard chunk size; 0: not rotated
-    bool interleaved = false;           // llama.cpp holds the head's two rotary halves interleaved (setInterleavedRopePairs)
-    SeqBuffer rows;                     // uint8 [B, H, T, kvRowBytes(type, D)]
-    SeqBuffer mirror;                   // reference mode: the dequantized rows, input dtype
+    int rotation = 0;          // Hadamard chunk size; 0: not rotated
+    bool interleaved = false;  // llama.cpp holds the head's two rotary halves interleaved (setInterleavedRopePairs)
+    SeqBuffer rows;            // uint8 [B, H, T, kvRowBytes(type, D)]
+    SeqBuffer mirror;          // reference mode: the dequantized rows, input dtype
     std::int64_t elementsPerToken = 0;  // B * H * D
     std::int64_t inputElementSize = 0;
   };
@@ -161,13 +171,15 @@ class LlamaCppLayer final : public CacheLayer {
     if (rotation_ == Rotation::Off) return 0;
     if (D % 64 != 0) {
       if (rotation_ == Rotation::On)
-        throw CacheError(fmt::format("llamacpp: rot=on needs a head size that is a multiple of 64 (llama.cpp's "
-                                     "Hadamard sizes), got {}",
-                                     D));
+        throw CacheError(
+            fmt::format("llamacpp: rot=on needs a head size that is a multiple of 64 (llama.cpp's "
+                        "Hadamard sizes), got {}",
+                        D));
       return 0;
     }
     if (rotation_ == Rotation::Auto && !llamaCppQuantized(s.type)) return 0;
-    return keys ? kernels::hadamardSizeForKeys(static_cast<int>(D)) : kernels::hadamardSizeForValues(static_cast<int>(D));
+    return keys ? kernels::hadamardSizeForKeys(static_cast<int>(D))
+                : kernels::hadamardSizeForValues(static_cast<int>(D));
   }
 
   void store(const at::Tensor& k, const at::Tensor& v) {
@@ -176,9 +188,10 @@ class LlamaCppLayer final : public CacheLayer {
     if (first) {
       for (auto [s, keys] : {std::pair{&k_, true}, std::pair{&v_, false}}) {
         if (llamaCppQuantized(s->type) && D % 32 != 0)
-          throw CacheError(fmt::format("llamacpp: {} {} are stored in blocks of 32 along the head dimension: head "
-                                       "size {} is not a multiple of 32",
-                                       llamaCppTypeName(s->type), keys ? "keys" : "values", D));
+          throw CacheError(
+              fmt::format("llamacpp: {} {} are stored in blocks of 32 along the head dimension: head "
+                          "size {} is not a multiple of 32",
+                          llamaCppTypeName(s->type), keys ? "keys" : "values", D));
         s->rotation = rotationFor(*s, D, keys);
         s->elementsPerToken = k.size(0) * k.size(1) * D;
         s->inputElementSize = static_cast<std::int64_t>(k.element_size());
@@ -208,7 +221,8 @@ class LlamaCppLayer final : public CacheLayer {
   at::Tensor encode(Side& s, const at::Tensor& x, bool skipDecode) {
     const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
     const std::uint32_t type = ggmlType(s.type);
-    const at::Tensor rows = s.rows.tail(T, at::empty({B, H, 0, kernels::kvRowBytes(type, D)}, x.options().dtype(at::kByte)), at::kByte);
+    const at::Tensor rows =
+        s.rows.tail(T, at::empty({B, H, 0, kernels::kvRowBytes(type, D)}, x.options().dtype(at::kByte)), at::kByte);
     const bool perm = permuted(s);
     at::Tensor deq = kernels::storeKvRows(perm ? kernels::interleaveHalves(x) : x, type, s.rotation, rows, !skipDecode);
     s.rows.commit(T);

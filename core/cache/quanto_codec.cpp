@@ -40,8 +40,8 @@ class QuantoCodec final : public GroupCodec {
       throw CacheError(fmt::format(
           "quanto: Group size ({}) must be a divisor of ({}): with axis={} the groups run over {} for states of "
           "shape [{}, {}, {}, {}]",
-          gs, axisNumel, axis, axis == 0 ? "kv_heads x seq x head_dim" : "batch x kv_heads x seq", x.size(0),
-          x.size(1), x.size(2), x.size(3)));
+          gs, axisNumel, axis, axis == 0 ? "kv_heads x seq x head_dim" : "batch x kv_heads x seq", x.size(0), x.size(1),
+          x.size(2), x.size(3)));
     }
     at::Tensor g;
     if (axis == 0) {

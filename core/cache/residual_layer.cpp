@@ -233,7 +233,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
     std::optional<QuantizedBlock> store;
     std::int64_t storeLen = 0;  // tokens in the store; buf holds [dequantized store | residual] (fused: residual)
     SeqBuffer buf;
-    at::Tensor like;            // fused: [B, H, 0, D] of the states' layout and dtype
+    at::Tensor like;  // fused: [B, H, 0, D] of the states' layout and dtype
     std::int64_t bytesPerToken = 0;
   };
 
@@ -242,9 +242,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
     return groupSource(*s.store, backend_ == Backend::Quanto ? IntScheme::Quanto : IntScheme::Hqq, bits_, *codec_,
                        stats_.storeRows);
   }
-  static SourcePtr residualSource(const Side& s) {
-    return s.buf.length() > 0 ? fpSource(s.buf.view()) : SourcePtr();
-  }
+  static SourcePtr residualSource(const Side& s) { return s.buf.length() > 0 ? fpSource(s.buf.view()) : SourcePtr(); }
   // The store dequantized, batch rows in the order attention reads them (a transient copy).
   at::Tensor dequantizedStore(const Side& s) const {
     at::Tensor d = at::empty(s.store->shape, s.like.options());

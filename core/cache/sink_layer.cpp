@@ -145,9 +145,9 @@ class SinkLayer final : public CacheLayer {
   }
 
   std::int64_t sinks_;
-  std::int64_t updates_ = 0;       // updates of this layer (sink tokens alone count too)
-  bool innerUpdated_ = false;      // the latest update reached the inner layer
-  std::int64_t innerOffset_ = 0;   // sink tokens before the inner layer's positions then
+  std::int64_t updates_ = 0;      // updates of this layer (sink tokens alone count too)
+  bool innerUpdated_ = false;     // the latest update reached the inner layer
+  std::int64_t innerOffset_ = 0;  // sink tokens before the inner layer's positions then
   std::unique_ptr<CacheLayer> inner_;
   SeqBuffer k_, v_;  // the sink tokens, input dtype
 };

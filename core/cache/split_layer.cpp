@@ -12,9 +12,10 @@ namespace {
 class SplitLayer final : public CacheLayer {
  public:
   SplitLayer(std::unique_ptr<CacheLayer> keys, std::unique_ptr<CacheLayer> values, const StatsOptions& s)
-      : CacheLayer(s, keys->attentionMode() == AttentionMode::Fused && values->attentionMode() == AttentionMode::Fused
-                          ? AttentionMode::Fused
-                          : AttentionMode::Reference,
+      : CacheLayer(s,
+                   keys->attentionMode() == AttentionMode::Fused && values->attentionMode() == AttentionMode::Fused
+                       ? AttentionMode::Fused
+                       : AttentionMode::Reference,
                    keys->kernelPath()),
         k_(std::move(keys)),
         v_(std::move(values)) {}

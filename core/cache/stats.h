@@ -43,29 +43,29 @@ struct LayerMemory {
 /// Quantization error of what an update just quantized, per (head, token range, channel).
 struct ErrorMap {
   std::int64_t heads = 0, ranges = 0, channels = 0;
-  std::int64_t tokenStart = 0;  ///< absolute position of the first token of range 0
-  std::int64_t tokenBin = 0;    ///< tokens per range (the last one may hold fewer)
-  std::vector<float> relL2;     ///< [heads][ranges][channels]: ||xq - x|| / ||x|| over batch and the range's tokens
-  std::vector<float> maxAbs;    ///< [heads][ranges][channels]: max |xq - x|
-  std::vector<float> headRelL2; ///< [heads]: ||xq - x|| / ||x|| over batch, all tokens and all channels
+  std::int64_t tokenStart = 0;   ///< absolute position of the first token of range 0
+  std::int64_t tokenBin = 0;     ///< tokens per range (the last one may hold fewer)
+  std::vector<float> relL2;      ///< [heads][ranges][channels]: ||xq - x|| / ||x|| over batch and the range's tokens
+  std::vector<float> maxAbs;     ///< [heads][ranges][channels]: max |xq - x|
+  std::vector<float> headRelL2;  ///< [heads]: ||xq - x|| / ||x|| over batch, all tokens and all channels
   bool empty() const { return heads == 0; }
   float rel(std::int64_t h, std::int64_t r, std::int64_t c) const { return relL2[(h * ranges + r) * channels + c]; }
   float max(std::int64_t h, std::int64_t r, std::int64_t c) const { return maxAbs[(h * ranges + r) * channels + c]; }
 };
 
 struct TensorStats {
-  bool quantized = false;              ///< this update quantized something
-  std::int64_t quantizedTokens = 0;    ///< how many tokens it quantized (a flush re-quantizes the whole history)
-  std::vector<float> amaxPerHead;      ///< max |x| of this update's input, per KV head
-  std::vector<float> scales;           ///< fp8: the scale in force, shape `scaleShape` ([1], [heads] or [heads, dim])
+  bool quantized = false;            ///< this update quantized something
+  std::int64_t quantizedTokens = 0;  ///< how many tokens it quantized (a flush re-quantizes the whole history)
+  std::vector<float> amaxPerHead;    ///< max |x| of this update's input, per KV head
+  std::vector<float> scales;         ///< fp8: the scale in force, shape `scaleShape` ([1], [heads] or [heads, dim])
   std::vector<std::int64_t> scaleShape;
-  std::int64_t overflow = 0;           ///< fp8: values of this update with |x / scale| > format max
-  std::int64_t nonFinite = 0;          ///< fp8: codes written this update that are NaN/inf
-  std::int64_t overflowTotal = 0;      ///< since the last reset
+  std::int64_t overflow = 0;       ///< fp8: values of this update with |x / scale| > format max
+  std::int64_t nonFinite = 0;      ///< fp8: codes written this update that are NaN/inf
+  std::int64_t overflowTotal = 0;  ///< since the last reset
   std::int64_t nonFiniteTotal = 0;
-  std::int64_t recalibrations = 0;     ///< fp8 overflow=recalibrate: times the scale grew
-  float formatMax = 0.0f;              ///< fp8: the format's largest finite value (448 e4m3fn, 57344 e5m2); 0 otherwise
-  ErrorMap error;                      ///< of what this update quantized (empty when it quantized nothing)
+  std::int64_t recalibrations = 0;  ///< fp8 overflow=recalibrate: times the scale grew
+  float formatMax = 0.0f;           ///< fp8: the format's largest finite value (448 e4m3fn, 57344 e5m2); 0 otherwise
+  ErrorMap error;                   ///< of what this update quantized (empty when it quantized nothing)
 };
 
 struct LayerStats {
@@ -112,8 +112,8 @@ struct CacheSnapshot {
 };
 
 struct StatsOptions {
-  bool enabled = true;          ///< amax and error maps; overflow counters are always kept
-  std::int64_t tokenBin = 16;   ///< tokens per range of the error maps
+  bool enabled = true;         ///< amax and error maps; overflow counters are always kept
+  std::int64_t tokenBin = 16;  ///< tokens per range of the error maps
 };
 
 }  // namespace kvscope::cache

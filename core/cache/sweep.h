@@ -26,8 +26,8 @@ struct SweepBudget {
 struct SweepOutcome {
   std::int64_t storedBytes = 0;
   double meanKl = 0;
-  bool hasKl = true;      ///< false: run without the unquantized reference (no KL to judge)
-  bool finished = true;   ///< false: cancelled, failed: never the best
+  bool hasKl = true;     ///< false: run without the unquantized reference (no KL to judge)
+  bool finished = true;  ///< false: cancelled, failed: never the best
 };
 
 /// The index of the best outcome under the budget; nullopt when none meets it. Ties keep the earlier run.

@@ -1,12 +1,12 @@
 #include "cache/tune.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <tuple>
 
 namespace kvscope::cache {
@@ -21,8 +21,8 @@ constexpr int kUnquantized = -1;
 struct State {
   std::int64_t saved = 0;
   double kl = 0;
-  int prev = -1;     // index into the previous stage
-  int choice = -1;   // the option taken at this stage
+  int prev = -1;    // index into the previous stage
+  int choice = -1;  // the option taken at this stage
 };
 
 // The states no other beats on both saved bytes (more is better) and KL (less is better). When the front grows past
@@ -30,9 +30,8 @@ struct State {
 constexpr std::size_t kMaxFront = 4096;
 
 std::vector<State> pruned(std::vector<State> s, std::int64_t referenceBytes) {
-  std::sort(s.begin(), s.end(), [](const State& a, const State& b) {
-    return a.saved != b.saved ? a.saved > b.saved : a.kl < b.kl;
-  });
+  std::sort(s.begin(), s.end(),
+            [](const State& a, const State& b) { return a.saved != b.saved ? a.saved > b.saved : a.kl < b.kl; });
   std::vector<State> out;
   double best = std::numeric_limits<double>::infinity();
   for (const State& x : s)
@@ -65,7 +64,8 @@ std::vector<std::pair<std::vector<int>, State>> frontOf(const std::vector<std::v
     for (std::size_t p = 0; p < cur.size(); ++p)
       for (std::size_t o = 0; o < opts.size(); ++o) {
         if (!std::isfinite(opts[o].kl)) continue;
-        next.push_back({cur[p].saved + opts[o].saved, cur[p].kl + opts[o].kl, static_cast<int>(p), static_cast<int>(o)});
+        next.push_back(
+            {cur[p].saved + opts[o].saved, cur[p].kl + opts[o].kl, static_cast<int>(p), static_cast<int>(o)});
       }
     cur = pruned(std::move(next), referenceBytes);
     stages.push_back(cur);
@@ -132,7 +132,9 @@ CacheConfig candidateOrDynamic(const Scan& scan, int c) {
 
 }  // namespace
 
-std::string_view sideName(KvSide s) { return s == KvSide::Keys ? "K" : "V"; }
+std::string_view sideName(KvSide s) {
+  return s == KvSide::Keys ? "K" : "V";
+}
 
 CacheConfig ScanPlan::config(const ScanItem& item) const {
   LayerRule one, rest;
@@ -151,8 +153,9 @@ ScanPlan planScan(const std::vector<CacheConfig>& candidates, int numLayers) {
                                               "tuner tries on each layer side",
                                               toSpec(c)));
     if (c.backend == Backend::Dynamic)
-      throw ConfigError("cache", "candidate `dynamic` is the unquantized cache the tuner compares against: give "
-                                 "quantizing candidates");
+      throw ConfigError("cache",
+                        "candidate `dynamic` is the unquantized cache the tuner compares against: give "
+                        "quantizing candidates");
     validate(c);
     for (std::size_t j = 0; j < i; ++j)
       if (candidates[j] == c) throw ConfigError("cache", fmt::format("candidate `{}` is given twice", toSpec(c)));
@@ -175,16 +178,20 @@ const Scan::Point& Scan::at(int layer, KvSide side, std::size_t candidate) const
     return points[i];
   for (const Point& p : points)
     if (p.item.layer == layer && p.item.side == side && p.item.candidate == candidate) return p;
-  throw ConfigError("scan", fmt::format("the scan has no point for layer {} {} with candidate {}", layer,
-                                        sideName(side), candidate));
+  throw ConfigError(
+      "scan", fmt::format("the scan has no point for layer {} {} with candidate {}", layer, sideName(side), candidate));
 }
 
 std::string_view targetName(TuneTarget t) {
   switch (t) {
-    case TuneTarget::Kvscope: return "kvscope";
-    case TuneTarget::LlamaCpp: return "llamacpp";
-    case TuneTarget::Vllm: return "vllm";
-    case TuneTarget::Transformers: return "transformers";
+    case TuneTarget::Kvscope:
+      return "kvscope";
+    case TuneTarget::LlamaCpp:
+      return "llamacpp";
+    case TuneTarget::Vllm:
+      return "vllm";
+    case TuneTarget::Transformers:
+      return "transformers";
   }
   return "?";
 }
@@ -231,8 +238,8 @@ std::vector<Assignment> paretoFront(const Scan& scan, TuneTarget target) {
         for (int l = 0; l < n; ++l) {
           const Scan::Point &pk = scan.at(l, KvSide::Keys, static_cast<std::size_t>(c)),
                             &pv = scan.at(l, KvSide::Values, static_cast<std::size_t>(c));
-          options.push_back({{0, 0.0},
-                             {pk.saved(scan.referenceBytes) + pv.saved(scan.referenceBytes), pk.meanKl + pv.meanKl}});
+          options.push_back(
+              {{0, 0.0}, {pk.saved(scan.referenceBytes) + pv.saved(scan.referenceBytes), pk.meanKl + pv.meanKl}});
         }
         for (auto& [choices, st] : frontOf(options, scan.referenceBytes)) {
           Assignment a;
@@ -304,7 +311,9 @@ TargetExport exportFor(TuneTarget t, const CacheConfig& cfg) {
   TargetExport e;
   try {
     switch (t) {
-      case TuneTarget::Kvscope: e.text = toSpec(cfg); break;
+      case TuneTarget::Kvscope:
+        e.text = toSpec(cfg);
+        break;
       case TuneTarget::Transformers: {
         e.notes.push_back("transformers' QuantizedCache takes one config for every layer and both sides");
         if (cfg.backend == Backend::Dynamic && !cfg.mixed()) {
@@ -373,9 +382,10 @@ Scan scanFromJson(std::string_view text, std::string_view origin, std::string* s
     scan.referenceBytes = doc.at("reference_bytes").get<std::int64_t>();
     const json& pts = doc.at("points");
     if (!pts.is_array() || pts.size() != scan.plan.items.size())
-      throw bad(fmt::format("{} points for {} candidate(s) x {} layers x K/V: a scan has one point per layer side and "
-                            "candidate",
-                            pts.is_array() ? pts.size() : 0, cands.size(), scan.plan.numLayers));
+      throw bad(
+          fmt::format("{} points for {} candidate(s) x {} layers x K/V: a scan has one point per layer side and "
+                      "candidate",
+                      pts.is_array() ? pts.size() : 0, cands.size(), scan.plan.numLayers));
     for (const json& j : pts) {
       Scan::Point p;
       p.item.layer = j.at("layer").get<int>();
@@ -391,7 +401,8 @@ Scan scanFromJson(std::string_view text, std::string_view origin, std::string* s
     }
     for (const ScanItem& it : scan.plan.items) scan.at(it.layer, it.side, it.candidate);  // each exactly once
     std::sort(scan.points.begin(), scan.points.end(), [](const Scan::Point& a, const Scan::Point& b) {
-      return std::tie(a.item.candidate, a.item.layer, a.item.side) < std::tie(b.item.candidate, b.item.layer, b.item.side);
+      return std::tie(a.item.candidate, a.item.layer, a.item.side) <
+             std::tie(b.item.candidate, b.item.layer, b.item.side);
     });
     if (settingsJson) *settingsJson = doc.contains("settings") ? doc["settings"].dump() : "{}";
     return scan;

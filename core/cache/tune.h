@@ -77,8 +77,8 @@ struct Assignment {
 /// The assignments of `target`'s shape that no other beats on both stored bytes and predicted KL, by bytes
 /// ascending (KL descending). The unquantized assignment is the last point.
 std::vector<Assignment> paretoFront(const Scan& scan, TuneTarget target);
-/// The front's best point under the budget (MaxMeanKl: the fewest bytes whose predicted KL is within it; MaxStoredBytes:
-/// the lowest predicted KL within the bytes); nullopt when none is.
+/// The front's best point under the budget (MaxMeanKl: the fewest bytes whose predicted KL is within it;
+/// MaxStoredBytes: the lowest predicted KL within the bytes); nullopt when none is.
 std::optional<Assignment> solve(const std::vector<Assignment>& front, const SweepBudget& budget);
 /// The assignment as a config: a uniform one when every layer and side takes the same candidate, otherwise per-layer
 /// rules (runs of equal layers merged, the most common pair that quantizes as the `*` rule).

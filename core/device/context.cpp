@@ -74,7 +74,9 @@ int cudaDevices(std::string* why) {
 ExecutionContext::ExecutionContext(c10::Device device, at::ScalarType dtype, bool portable)
     : device_(device), dtype_(dtype), portable_(portable && device.is_cpu()) {}
 
-std::string ExecutionContext::name() const { return portable_ ? "cpu (portable)" : device_.str(); }
+std::string ExecutionContext::name() const {
+  return portable_ ? "cpu (portable)" : device_.str();
+}
 
 at::TensorOptions ExecutionContext::options(at::ScalarType type) const {
   return at::TensorOptions().dtype(type).device(device_);
@@ -135,7 +137,8 @@ ExecutionContext makeContext(const std::string& name, at::ScalarType dtype, bool
   }
   std::string why;
   const int n = cudaDevices(&why);
-  if (n == 0) throw Error(ErrorCode::Unavailable, fmt::format("device `{}` is not available: {}; use --device cpu", name, why));
+  if (n == 0)
+    throw Error(ErrorCode::Unavailable, fmt::format("device `{}` is not available: {}; use --device cpu", name, why));
   if (index >= n)
     throw Error(ErrorCode::Unavailable,
                 fmt::format("device `{}` is not available: this machine has {} CUDA device{} (cuda:0{})", name, n,

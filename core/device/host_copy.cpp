@@ -15,6 +15,8 @@ at::Tensor toHost(const at::Tensor& t) {
   return t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
 }
 
-std::int64_t hostCopies() { return gCopies.load(std::memory_order_relaxed); }
+std::int64_t hostCopies() {
+  return gCopies.load(std::memory_order_relaxed);
+}
 
 }  // namespace kvscope::device

@@ -98,8 +98,8 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
                                   const EvalProgress& progress) {
   if (windows.empty() || windows[0].size() < 2) throw Error(ErrorCode::BadInput, "the text has fewer than 2 tokens");
   if (o.step < 1) throw Error(ErrorCode::BadInput, fmt::format("step must be >= 1, got {}", o.step));
-  const std::size_t prompt = std::min<std::size_t>(static_cast<std::size_t>(std::max(o.prompt, 1)),
-                                                   windows[0].size() - 1);
+  const std::size_t prompt =
+      std::min<std::size_t>(static_cast<std::size_t>(std::max(o.prompt, 1)), windows[0].size() - 1);
   for (const auto& c : configs) (void)model.makeCache(c);  // per-layer rules against this model, before any work
   cache::StatsOptions quiet;
   quiet.enabled = false;
@@ -109,8 +109,8 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
   for (std::size_t wi = 0; wi < windows.size(); ++wi) {
     const auto& w = windows[wi];
     if (w.size() <= prompt) continue;  // a short last window: nothing to score after the prompt
-    const at::Tensor targets =
-        model.context().place(at::tensor(std::vector<std::int64_t>(w.begin() + static_cast<std::ptrdiff_t>(prompt), w.end()), at::kLong));
+    const at::Tensor targets = model.context().place(
+        at::tensor(std::vector<std::int64_t>(w.begin() + static_cast<std::ptrdiff_t>(prompt), w.end()), at::kLong));
     at::Tensor ref;
     for (std::size_t ci = 0; ci <= configs.size(); ++ci) {
       if (progress && !progress(wi, windows.size(), ci, configs.size() + 1)) throw EvalCancelled();

@@ -5,15 +5,14 @@
 
 #include <cmath>
 #include <cstdint>
-
-#include "util/error.h"
-#include "util/metrics.h"
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "cache/config.h"
 #include "cache/stats.h"
+#include "util/error.h"
+#include "util/metrics.h"
 
 namespace kvscope::model {
 class LlamaModel;
@@ -65,8 +64,8 @@ std::vector<double> klByPosition(const EvalFigures& f);
 
 /// Called before each (window, config) pair, the reference being config 0; returning false cancels (evaluate then
 /// throws EvalCancelled).
-using EvalProgress = std::function<bool(std::size_t window, std::size_t windows, std::size_t config,
-                                        std::size_t configs)>;
+using EvalProgress =
+    std::function<bool(std::size_t window, std::size_t windows, std::size_t config, std::size_t configs)>;
 
 /// What a cancelled evaluation throws: a kvscope::Cancelled (callers catch that, as for every cancel).
 struct EvalCancelled : Cancelled {

@@ -16,7 +16,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Picks the next token from float32 logits [vocab], where they are: a [1] int64 tensor on their device (no host copy).
 at::Tensor pick(const at::Tensor& logits, const SamplingOptions& s, at::Generator& gen) {
@@ -142,7 +144,8 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
     ev.logprob = static_cast<float>(h[1]);
     h += 2;
     auto readTop = [&](std::vector<std::pair<std::int64_t, float>>& top) {
-      for (std::int64_t j = 0; j < k; ++j) top.emplace_back(static_cast<std::int64_t>(h[k + j]), static_cast<float>(h[j]));
+      for (std::int64_t j = 0; j < k; ++j)
+        top.emplace_back(static_cast<std::int64_t>(h[k + j]), static_cast<float>(h[j]));
       h += 2 * k;
     };
     readTop(ev.top);
@@ -220,9 +223,11 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
     at::Tensor logits;
     try {
       // The first step is the prefill: long prompts make it long, so it checks the flag between layers.
-      logits = model.forward(ids, cache, forwardOptions(t == 0 ? prefillChunkFor(cache, o.prefillChunk) : 0,
-                                                        t == 0 ? cancel : nullptr))
-                   .select(1, -1);  // [B, V] f32
+      logits =
+          model
+              .forward(ids, cache,
+                       forwardOptions(t == 0 ? prefillChunkFor(cache, o.prefillChunk) : 0, t == 0 ? cancel : nullptr))
+              .select(1, -1);  // [B, V] f32
     } catch (const kvscope::Cancelled&) {
       r.stopReason = StopReason::Cancelled;
       break;
@@ -263,7 +268,8 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
       std::vector<Hyp> merged = finished;
       for (int j = 0; j < std::min(k, B); ++j) {
         if (!hits[j]) continue;
-        Hyp h{running[static_cast<std::size_t>(ti[j] / V)].tokens, tv[j] / static_cast<float>(std::pow(t + 1, o.lengthPenalty))};
+        Hyp h{running[static_cast<std::size_t>(ti[j] / V)].tokens,
+              tv[j] / static_cast<float>(std::pow(t + 1, o.lengthPenalty))};
         h.tokens.push_back(ti[j] % V);
         merged.push_back(std::move(h));
       }
@@ -274,9 +280,8 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
     // Next running beams: the best B candidates that did not hit a stop.
     std::vector<int> order(static_cast<std::size_t>(k));
     for (int j = 0; j < k; ++j) order[j] = j;
-    std::stable_sort(order.begin(), order.end(), [&](int a, int c) {
-      return tv[a] + (hits[a] ? kNeg : 0.0f) > tv[c] + (hits[c] ? kNeg : 0.0f);
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int c) { return tv[a] + (hits[a] ? kNeg : 0.0f) > tv[c] + (hits[c] ? kNeg : 0.0f); });
     std::vector<Hyp> next;
     std::vector<std::int64_t> parents, tokens;
     for (int j = 0; j < B && j < k; ++j) {
@@ -319,7 +324,9 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
   }
   // Cancelled or stopped early without finished hypotheses: return the running beams as they stand.
   if (finished.empty())
-    for (auto& h : running) finished.push_back(Hyp{h.tokens, h.score / static_cast<float>(std::pow(std::max<std::size_t>(h.tokens.size(), 1), o.lengthPenalty))});
+    for (auto& h : running)
+      finished.push_back(Hyp{h.tokens, h.score / static_cast<float>(std::pow(std::max<std::size_t>(h.tokens.size(), 1),
+                                                                             o.lengthPenalty))});
   for (int i = 0; i < numReturn && i < static_cast<int>(finished.size()); ++i) {
     r.sequences.push_back(finished[i].tokens);
     r.scores.push_back(finished[i].score);

@@ -50,14 +50,14 @@ struct StepEvent {
   std::int64_t token = 0;
   float logprob = 0.0f;
   std::vector<std::pair<std::int64_t, float>> top;  ///< (id, log-prob), best first
-  cache::TensorMemory memory;                        ///< the whole cache after this step's forward
-  double seconds = 0.0;                              ///< this step's forward + sampling (not the shadow's)
+  cache::TensorMemory memory;                       ///< the whole cache after this step's forward
+  double seconds = 0.0;                             ///< this step's forward + sampling (not the shadow's)
   // With GenerateOptions::shadow:
-  float kl = 0.0f;           ///< KL(reference || quantized) of this step's next-token distributions, in nats
-  bool top1Agrees = true;    ///< the reference's argmax is the same token
+  float kl = 0.0f;         ///< KL(reference || quantized) of this step's next-token distributions, in nats
+  bool top1Agrees = true;  ///< the reference's argmax is the same token
   std::int64_t refToken = -1;
-  float refLogprob = 0.0f;   ///< the reference's log-prob of the chosen token
-  std::vector<std::pair<std::int64_t, float>> refTop;  ///< the reference's best candidates (id, log-prob)
+  float refLogprob = 0.0f;                               ///< the reference's log-prob of the chosen token
+  std::vector<std::pair<std::int64_t, float>> refTop;    ///< the reference's best candidates (id, log-prob)
   std::shared_ptr<const cache::CacheSnapshot> snapshot;  ///< with GenerateOptions::snapshots
 };
 
@@ -68,10 +68,14 @@ using StepFn = std::function<bool(const StepEvent&)>;
 enum class StopReason { MaxNew, StopToken, Callback, Cancelled };
 constexpr std::string_view stopReasonName(StopReason r) {
   switch (r) {
-    case StopReason::MaxNew: return "max_new";
-    case StopReason::StopToken: return "stop_token";
-    case StopReason::Callback: return "callback";
-    case StopReason::Cancelled: return "cancelled";
+    case StopReason::MaxNew:
+      return "max_new";
+    case StopReason::StopToken:
+      return "stop_token";
+    case StopReason::Callback:
+      return "callback";
+    case StopReason::Cancelled:
+      return "cancelled";
   }
   return "max_new";
 }
@@ -92,8 +96,7 @@ struct GenerateResult {
 /// during the prompt, by the model between layers and chunks (StopReason::Cancelled). Throws an Error (BadInput) on bad
 /// options, cache::CacheError from the cache.
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
-                        const GenerateOptions& options, const StepFn& onStep = {},
-                        const CancelToken* cancel = nullptr);
+                        const GenerateOptions& options, const StepFn& onStep = {}, const CancelToken* cancel = nullptr);
 
 struct BeamOptions {
   int numBeams = 4;
@@ -109,8 +112,8 @@ struct BeamStepEvent {
   int step = 0;
   std::vector<std::int64_t> parents;  ///< beam i continues old beam parents[i] (cache.reorder(parents))
   std::vector<std::int64_t> tokens;
-  std::vector<float> scores;          ///< accumulated log-probs of the running beams
-  int finished = 0;                   ///< finished hypotheses so far
+  std::vector<float> scores;  ///< accumulated log-probs of the running beams
+  int finished = 0;           ///< finished hypotheses so far
   cache::TensorMemory memory;
   std::shared_ptr<const cache::CacheSnapshot> snapshot;  ///< always: beam views show the cache rows
 };

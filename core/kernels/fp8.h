@@ -34,8 +34,8 @@ KVS_HD float bitsFloat(std::uint32_t u) {
 #endif
 }
 
-// The encoders are branch-free (every path computed, one selected by masks) so that the CPU loops vectorize; the exhaustive
-// test compares them with PyTorch's cast for every float32 bit pattern.
+// The encoders are branch-free (every path computed, one selected by masks) so that the CPU loops vectorize; the
+// exhaustive test compares them with PyTorch's cast for every float32 bit pattern.
 
 /// float32 -> e4m3fn. |x| >= 480 (with inf and NaN) becomes NaN (0x7F | sign): no saturation, as PyTorch.
 /// Normals round to nearest even; |x| < 2^-6 lands on the 2^-9 subnormal grid, also to nearest even.

@@ -15,9 +15,12 @@ namespace {
 
 ElemType elemOf(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ElemType::F32;
-    case at::kBFloat16: return ElemType::BF16;
-    case at::kHalf: return ElemType::F16;
+    case at::kFloat:
+      return ElemType::F32;
+    case at::kBFloat16:
+      return ElemType::BF16;
+    case at::kHalf:
+      return ElemType::F16;
     default:
       throw Error(ErrorCode::Internal,
                   fmt::format("fp8 codec: dtype {} is not supported (fp32, bf16, fp16)", c10::toString(t)));
@@ -44,8 +47,12 @@ ElemType elemOf(at::ScalarType t) {
 
 namespace {
 
-float formatMax(Fp8Format f) { return fp8Max(f); }
-at::ScalarType castType(Fp8Format f) { return f == Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2; }
+float formatMax(Fp8Format f) {
+  return fp8Max(f);
+}
+at::ScalarType castType(Fp8Format f) {
+  return f == Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
+}
 
 at::Tensor fp8EncodeCuda(const at::Tensor& x, const at::Tensor& dst, const at::Tensor& expanded, Fp8Format format,
                          bool saturate);

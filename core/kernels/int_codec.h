@@ -30,7 +30,9 @@ enum class IntScheme : std::uint8_t {
 /// The element type of the states: selects the rounding after each quanto/hqq operation.
 enum class IntElem : std::uint8_t { F32, BF16, F16 };
 
-KVS_HD std::int64_t groupOf(std::int64_t i, std::int64_t C, int dim) { return dim == 1 ? i / C : i % C; }
+KVS_HD std::int64_t groupOf(std::int64_t i, std::int64_t C, int dim) {
+  return dim == 1 ? i / C : i % C;
+}
 
 /// Rounds a float32 to the nearest T value (ties to even), returned as float32; NaN stays NaN.
 KVS_HD float roundTo(float f, IntElem t) {

@@ -16,9 +16,12 @@ namespace {
 
 IntElem elemOf(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return IntElem::F32;
-    case at::kBFloat16: return IntElem::BF16;
-    case at::kHalf: return IntElem::F16;
+    case at::kFloat:
+      return IntElem::F32;
+    case at::kBFloat16:
+      return IntElem::BF16;
+    case at::kHalf:
+      return IntElem::F16;
     default:
       throw Error(ErrorCode::Internal,
                   fmt::format("int codec: dtype {} is not supported (fp32, bf16, fp16)", c10::toString(t)));
@@ -116,7 +119,8 @@ at::Tensor unpackDequantize(const at::Tensor& packed, std::int64_t R, std::int64
   if (packed.is_cuda()) {
     cuda::DeviceScope scope(packed.get_device());
     cuda::unpackDequantize(packed.const_data_ptr<std::uint8_t>(), R, C, dim, sc.const_data_ptr<float>(),
-                           ze.const_data_ptr<float>(), s, bits, t, out.mutable_data_ptr(), cuda::currentStream(packed.get_device()));
+                           ze.const_data_ptr<float>(), s, bits, t, out.mutable_data_ptr(),
+                           cuda::currentStream(packed.get_device()));
     cuda::checkLastError("unpack+dequantize kernel");
     return out;
   }

@@ -29,23 +29,36 @@ inline constexpr int kMaxRow = 512;
 KVS_HD bool isKvType(std::uint32_t t) {
   return t == F16 || t == BF16 || t == Q8_0 || t == Q4_0 || t == Q4_1 || t == Q5_0 || t == Q5_1 || t == IQ4_NL;
 }
-KVS_HD bool isHalfWidth(std::uint32_t t) { return t == F16 || t == BF16; }
+KVS_HD bool isHalfWidth(std::uint32_t t) {
+  return t == F16 || t == BF16;
+}
 
 /// Bytes of one block of 32 values (F16 / BF16: 64), and how many of them are fp16 scales (d, and m).
 KVS_HD int blockBytes(std::uint32_t t) {
   switch (t) {
-    case Q8_0: return 34;
-    case Q4_0: return 18;
-    case Q4_1: return 20;
-    case Q5_0: return 22;
-    case Q5_1: return 24;
-    case IQ4_NL: return 18;
-    default: return 64;
+    case Q8_0:
+      return 34;
+    case Q4_0:
+      return 18;
+    case Q4_1:
+      return 20;
+    case Q5_0:
+      return 22;
+    case Q5_1:
+      return 24;
+    case IQ4_NL:
+      return 18;
+    default:
+      return 64;
   }
 }
-KVS_HD int scaleBytes(std::uint32_t t) { return isHalfWidth(t) ? 0 : (t == Q4_1 || t == Q5_1 ? 4 : 2); }
+KVS_HD int scaleBytes(std::uint32_t t) {
+  return isHalfWidth(t) ? 0 : (t == Q4_1 || t == Q5_1 ? 4 : 2);
+}
 /// Bytes of a row of n values: 2n for F16 / BF16, n / 32 blocks for the others (n a multiple of 32).
-KVS_HD std::int64_t rowBytes(std::uint32_t t, std::int64_t n) { return isHalfWidth(t) ? 2 * n : n / 32 * blockBytes(t); }
+KVS_HD std::int64_t rowBytes(std::uint32_t t, std::int64_t n) {
+  return isHalfWidth(t) ? 2 * n : n / 32 * blockBytes(t);
+}
 
 // fp16 and bf16, round to nearest even (c10::Half / __float2half_rn; c10::BFloat16's rule, NaN to 0x7FC0).
 KVS_HD std::uint16_t halfBits(float f) {
@@ -70,9 +83,13 @@ KVS_HD std::uint16_t bf16Bits(float f) {
   const std::uint32_t u = floatBits(f);
   return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
-KVS_HD float bf16Value(std::uint16_t h) { return bitsFloat(static_cast<std::uint32_t>(h) << 16); }
+KVS_HD float bf16Value(std::uint16_t h) {
+  return bitsFloat(static_cast<std::uint32_t>(h) << 16);
+}
 
-KVS_HD std::uint16_t load16(const std::uint8_t* p) { return static_cast<std::uint16_t>(p[0] | (p[1] << 8)); }
+KVS_HD std::uint16_t load16(const std::uint8_t* p) {
+  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+}
 KVS_HD std::uint32_t load32(const std::uint8_t* p) {
   return static_cast<std::uint32_t>(p[0]) | (static_cast<std::uint32_t>(p[1]) << 8) |
          (static_cast<std::uint32_t>(p[2]) << 16) | (static_cast<std::uint32_t>(p[3]) << 24);
@@ -82,7 +99,9 @@ KVS_HD void store16(std::uint16_t h, std::uint8_t* p) {
   p[1] = static_cast<std::uint8_t>(h >> 8);
 }
 
-KVS_HD float absf(float x) { return bitsFloat(floatBits(x) & 0x7FFFFFFFu); }
+KVS_HD float absf(float x) {
+  return bitsFloat(floatBits(x) & 0x7FFFFFFFu);
+}
 KVS_HD float truncf_(float x) {
 #if defined(__CUDA_ARCH__)
   return truncf(x);
@@ -119,10 +138,13 @@ KVS_HD int iq4NlNearest(float x) {
   int lo = 0, hi = 15;
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (x < static_cast<float>(iq4NlLevel(mid))) hi = mid;
-    else lo = mid;
+    if (x < static_cast<float>(iq4NlLevel(mid)))
+      hi = mid;
+    else
+      lo = mid;
   }
-  return addRn(x, -static_cast<float>(iq4NlLevel(hi - 1))) < addRn(static_cast<float>(iq4NlLevel(hi)), -x) ? hi - 1 : hi;
+  return addRn(x, -static_cast<float>(iq4NlLevel(hi - 1))) < addRn(static_cast<float>(iq4NlLevel(hi)), -x) ? hi - 1
+                                                                                                           : hi;
 }
 
 // Codes of a 4- or 5-bit block into its bytes: low nibbles hold values 0..15, high nibbles 16..31; a 5-bit code's
@@ -146,7 +168,8 @@ KVS_HD void encodeQ8_0(const float* x, std::uint8_t* b) {
   }
   const float d = divRn(amax, 127.0f), id = d == 0.0f ? 0.0f : divRn(1.0f, d);
   store16(halfBits(d), b);
-  for (int i = 0; i < 32; ++i) b[2 + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(roundAway(mulRn(x[i], id))));
+  for (int i = 0; i < 32; ++i)
+    b[2 + i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(roundAway(mulRn(x[i], id))));
 }
 
 /// Q4_0 / Q5_0 (gguf.quants): the value of largest magnitude (the first of equals), d = max / -2^(bits-1), codes
@@ -231,13 +254,20 @@ KVS_HD void encodeIq4Nl(const float* x, std::uint8_t* b) {
 /// One block of 32 values of a quantized type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) into its bytes.
 KVS_HD void encodeBlock(std::uint32_t t, const float* x, std::uint8_t* b) {
   switch (t) {
-    case Q8_0: return encodeQ8_0(x, b);
-    case Q4_0: return encodeSymmetric(x, false, b);
-    case Q5_0: return encodeSymmetric(x, true, b);
-    case Q4_1: return encodeAffine(x, false, b);
-    case Q5_1: return encodeAffine(x, true, b);
-    case IQ4_NL: return encodeIq4Nl(x, b);
-    default: return;
+    case Q8_0:
+      return encodeQ8_0(x, b);
+    case Q4_0:
+      return encodeSymmetric(x, false, b);
+    case Q5_0:
+      return encodeSymmetric(x, true, b);
+    case Q4_1:
+      return encodeAffine(x, false, b);
+    case Q5_1:
+      return encodeAffine(x, true, b);
+    case IQ4_NL:
+      return encodeIq4Nl(x, b);
+    default:
+      return;
   }
 }
 
@@ -289,13 +319,14 @@ KVS_HD void decodeBlock(std::uint32_t t, const std::uint8_t* b, float* y) {
         y[j + 16] = mulRn(d, static_cast<float>(iq4NlLevel(b[2 + j] >> 4)));
       }
       return;
-    default: return;
+    default:
+      return;
   }
 }
 
 /// x[i * n .. i * n + n) = H_n x[i * n .. i * n + n) for each chunk of n values (n a power of two dividing count),
-/// in place: the fast Walsh-Hadamard transform (Sylvester's order), then one multiplication by 1/sqrt(n) (ggml_gen_hadamard's
-/// float32 scale). H_n is symmetric and its own inverse.
+/// in place: the fast Walsh-Hadamard transform (Sylvester's order), then one multiplication by 1/sqrt(n)
+/// (ggml_gen_hadamard's float32 scale). H_n is symmetric and its own inverse.
 KVS_HD void hadamardChunks(float* x, std::int64_t count, int n) {
 #if defined(__CUDA_ARCH__)
   const float scale = static_cast<float>(1.0 / static_cast<double>(sqrtf(static_cast<float>(n))));
@@ -327,7 +358,8 @@ KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint
 /// A row of type t into its n values.
 KVS_HD void decodeRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y) {
   if (t == F16 || t == BF16) {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = t == F16 ? halfValue(load16(in + 2 * i)) : bf16Value(load16(in + 2 * i));
+    for (std::int64_t i = 0; i < n; ++i)
+      y[i] = t == F16 ? halfValue(load16(in + 2 * i)) : bf16Value(load16(in + 2 * i));
     return;
   }
   const int bytes = blockBytes(t);

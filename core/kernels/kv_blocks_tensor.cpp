@@ -58,8 +58,8 @@ at::Tensor storeKvRows(const at::Tensor& x, std::uint32_t type, int rotation, co
     at::parallel_for(0, B * H * T, 64, [&](std::int64_t begin, std::int64_t end) {
       std::vector<float> tmp(static_cast<std::size_t>(D));
       for (std::int64_t r = begin; r < end; ++r)
-        kvcodec::storeRow(type, src + r * D, D, rotation, tmp.data(), dst + r / (H * T) * sb + r / T % H * sh + r % T * st,
-                          out ? out + r * D : nullptr);
+        kvcodec::storeRow(type, src + r * D, D, rotation, tmp.data(),
+                          dst + r / (H * T) * sb + r / T % H * sh + r % T * st, out ? out + r * D : nullptr);
     });
     return back;
   }
@@ -102,8 +102,8 @@ at::Tensor readKvRows(const at::Tensor& rows, std::uint32_t type, std::int64_t D
 
 at::Tensor roundThroughKvRows(const at::Tensor& x, std::uint32_t type, int rotation) {
   if (x.dim() != 4) throw Error(ErrorCode::Internal, "round through kv rows: x must be [B, H, T, D]");
-  const at::Tensor rows = at::empty({x.size(0), x.size(1), x.size(2), kvRowBytes(type, x.size(3))},
-                                    x.options().dtype(at::kByte));
+  const at::Tensor rows =
+      at::empty({x.size(0), x.size(1), x.size(2), kvRowBytes(type, x.size(3))}, x.options().dtype(at::kByte));
   return storeKvRows(x, type, rotation, rows, /*decode=*/true);
 }
 

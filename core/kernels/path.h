@@ -24,6 +24,8 @@ enum class KernelPath : std::uint8_t {
 
 /// Whether t's memory is the host's: what the kernels dispatch on (a CPU loop or a CUDA kernel), and what a host path
 /// checks its inputs against.
-inline bool inHostMemory(const at::Tensor& t) { return t.is_cpu(); }
+inline bool inHostMemory(const at::Tensor& t) {
+  return t.is_cpu();
+}
 
 }  // namespace kvscope::kernels

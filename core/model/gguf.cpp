@@ -20,11 +20,11 @@ struct TypeInfo {
 
 const TypeInfo* typeInfo(std::uint32_t t) {
   static const std::map<std::uint32_t, TypeInfo> table = {
-      {0, {"F32", 1, 4}},        {1, {"F16", 1, 2}},         {2, {"Q4_0", 32, 18}},     {3, {"Q4_1", 32, 20}},
-      {6, {"Q5_0", 32, 22}},     {7, {"Q5_1", 32, 24}},      {8, {"Q8_0", 32, 34}},     {9, {"Q8_1", 32, 36}},
-      {10, {"Q2_K", 256, 84}},   {11, {"Q3_K", 256, 110}},   {12, {"Q4_K", 256, 144}},  {13, {"Q5_K", 256, 176}},
-      {14, {"Q6_K", 256, 210}},  {15, {"Q8_K", 256, 292}},   {24, {"I8", 1, 1}},        {25, {"I16", 1, 2}},
-      {26, {"I32", 1, 4}},       {27, {"I64", 1, 8}},        {28, {"F64", 1, 8}},       {30, {"BF16", 1, 2}},
+      {0, {"F32", 1, 4}},       {1, {"F16", 1, 2}},       {2, {"Q4_0", 32, 18}},    {3, {"Q4_1", 32, 20}},
+      {6, {"Q5_0", 32, 22}},    {7, {"Q5_1", 32, 24}},    {8, {"Q8_0", 32, 34}},    {9, {"Q8_1", 32, 36}},
+      {10, {"Q2_K", 256, 84}},  {11, {"Q3_K", 256, 110}}, {12, {"Q4_K", 256, 144}}, {13, {"Q5_K", 256, 176}},
+      {14, {"Q6_K", 256, 210}}, {15, {"Q8_K", 256, 292}}, {24, {"I8", 1, 1}},       {25, {"I16", 1, 2}},
+      {26, {"I32", 1, 4}},      {27, {"I64", 1, 8}},      {28, {"F64", 1, 8}},      {30, {"BF16", 1, 2}},
   };
   const auto it = table.find(t);
   return it == table.end() ? nullptr : &it->second;
@@ -66,38 +66,74 @@ class Cursor {
 };
 
 enum : std::uint32_t {
-  kU8 = 0, kI8, kU16, kI16, kU32, kI32, kF32, kBool, kString, kArray, kU64, kI64, kF64,
+  kU8 = 0,
+  kI8,
+  kU16,
+  kI16,
+  kU32,
+  kI32,
+  kF32,
+  kBool,
+  kString,
+  kArray,
+  kU64,
+  kI64,
+  kF64,
 };
 
 std::uint64_t scalarSize(std::uint32_t t) {
   switch (t) {
-    case kU8: case kI8: case kBool: return 1;
-    case kU16: case kI16: return 2;
-    case kU32: case kI32: case kF32: return 4;
-    case kU64: case kI64: case kF64: return 8;
-    default: return 0;
+    case kU8:
+    case kI8:
+    case kBool:
+      return 1;
+    case kU16:
+    case kI16:
+      return 2;
+    case kU32:
+    case kI32:
+    case kF32:
+      return 4;
+    case kU64:
+    case kI64:
+    case kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 // One scalar of type t as int64/uint64/double/bool.
 GgufFile::Value readScalar(Cursor& c, std::uint32_t t, const std::string& what) {
   switch (t) {
-    case kU8: return static_cast<std::int64_t>(c.read<std::uint8_t>(what));
-    case kI8: return static_cast<std::int64_t>(c.read<std::int8_t>(what));
-    case kU16: return static_cast<std::int64_t>(c.read<std::uint16_t>(what));
-    case kI16: return static_cast<std::int64_t>(c.read<std::int16_t>(what));
-    case kU32: return static_cast<std::int64_t>(c.read<std::uint32_t>(what));
-    case kI32: return static_cast<std::int64_t>(c.read<std::int32_t>(what));
-    case kU64: return c.read<std::uint64_t>(what);
-    case kI64: return c.read<std::int64_t>(what);
-    case kF32: return static_cast<double>(c.read<float>(what));
-    case kF64: return c.read<double>(what);
+    case kU8:
+      return static_cast<std::int64_t>(c.read<std::uint8_t>(what));
+    case kI8:
+      return static_cast<std::int64_t>(c.read<std::int8_t>(what));
+    case kU16:
+      return static_cast<std::int64_t>(c.read<std::uint16_t>(what));
+    case kI16:
+      return static_cast<std::int64_t>(c.read<std::int16_t>(what));
+    case kU32:
+      return static_cast<std::int64_t>(c.read<std::uint32_t>(what));
+    case kI32:
+      return static_cast<std::int64_t>(c.read<std::int32_t>(what));
+    case kU64:
+      return c.read<std::uint64_t>(what);
+    case kI64:
+      return c.read<std::int64_t>(what);
+    case kF32:
+      return static_cast<double>(c.read<float>(what));
+    case kF64:
+      return c.read<double>(what);
     case kBool: {
       const auto b = c.read<std::uint8_t>(what);
       return b != 0;
     }
-    case kString: return c.readString(what);
-    default: throw FormatError(fmt::format("{}: unknown value type {}", what, t));
+    case kString:
+      return c.readString(what);
+    default:
+      throw FormatError(fmt::format("{}: unknown value type {}", what, t));
   }
 }
 
@@ -152,12 +188,14 @@ std::uint64_t GgufFile::tensorBytes(std::uint32_t type, std::int64_t numel, cons
   const TypeInfo* t = typeInfo(type);
   if (!t) throw FormatError(fmt::format("{}: unknown tensor type {}", what, type));
   if (numel % t->blockElems != 0)
-    throw FormatError(fmt::format("{}: {} elements is not a whole number of {} blocks of {}", what, numel, t->name,
-                                  t->blockElems));
+    throw FormatError(
+        fmt::format("{}: {} elements is not a whole number of {} blocks of {}", what, numel, t->name, t->blockElems));
   return static_cast<std::uint64_t>(numel / t->blockElems) * t->blockBytes;
 }
 
-GgufFile::GgufFile(const std::string& path) : path_(path), file_(path, 24, "a GGUF file") { parse(); }
+GgufFile::GgufFile(const std::string& path) : path_(path), file_(path, 24, "a GGUF file") {
+  parse();
+}
 
 GgufFile::GgufFile(const std::uint8_t* data, std::size_t size, const std::string& name)
     : path_(name), file_(data, size, name, 24, "a GGUF file") {
@@ -179,8 +217,10 @@ void GgufFile::parse() {
     const auto nTensors = c.read<std::uint64_t>("tensor count");
     const auto nKv = c.read<std::uint64_t>("metadata count");
     if (nTensors > size / 24 || nKv > size / 12)
-      throw FormatError(fmt::format("{}: header claims {} tensors and {} metadata entries, more than {} bytes can "
-                                    "hold (truncated or corrupted)", path, nTensors, nKv, size));
+      throw FormatError(
+          fmt::format("{}: header claims {} tensors and {} metadata entries, more than {} bytes can "
+                      "hold (truncated or corrupted)",
+                      path, nTensors, nKv, size));
     for (std::uint64_t i = 0; i < nKv; ++i) {
       const std::string key = c.readString(fmt::format("metadata key #{}", i));
       const auto type = c.read<std::uint32_t>(fmt::format("type of `{}`", key));
@@ -218,13 +258,15 @@ void GgufFile::parse() {
     const std::uint64_t dataStart = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
     // A file without tensors may end right after its metadata (no padding).
     if (dataStart > size && !tensors_.empty())
-      throw FormatError(fmt::format("{}: truncated: no room for the tensor data (it would start at offset {}, the file "
-                                    "has {} bytes)", path, dataStart, size));
+      throw FormatError(
+          fmt::format("{}: truncated: no room for the tensor data (it would start at offset {}, the file "
+                      "has {} bytes)",
+                      path, dataStart, size));
     const std::uint64_t dataSize = dataStart > size ? 0 : size - dataStart;
     for (Tensor& t : tensors_) {
       if (t.offset % alignment_ != 0)
-        throw FormatError(fmt::format("{}: tensor `{}`: offset {} is not aligned to {}", path, t.name, t.offset,
-                                      alignment_));
+        throw FormatError(
+            fmt::format("{}: tensor `{}`: offset {} is not aligned to {}", path, t.name, t.offset, alignment_));
       if (t.offset > dataSize || t.bytes > dataSize - t.offset)
         throw FormatError(fmt::format("{}: tensor `{}`: data [{}, +{}) lies past the end of the file ({} data bytes)",
                                       path, t.name, t.offset, t.bytes, dataSize));
@@ -236,8 +278,8 @@ void GgufFile::parse() {
     std::sort(byOffset.begin(), byOffset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
     for (std::size_t i = 1; i < byOffset.size(); ++i)
       if (byOffset[i - 1]->offset + byOffset[i - 1]->bytes > byOffset[i]->offset)
-        throw FormatError(fmt::format("{}: tensors `{}` and `{}` overlap", path, byOffset[i - 1]->name,
-                                      byOffset[i]->name));
+        throw FormatError(
+            fmt::format("{}: tensors `{}` and `{}` overlap", path, byOffset[i - 1]->name, byOffset[i]->name));
   }
 }
 

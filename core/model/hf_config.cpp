@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "util/json.h"
 #include "model/safetensors.h"  // FormatError
+#include "util/json.h"
 
 namespace kvscope::model {
 
@@ -86,8 +86,9 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   c.arch = k.str("model_type", "llama");
   if (c.arch == "mistral") {
     if (k.has("sliding_window"))
-      k.fail("sliding_window", "is set: sliding-window attention is not supported (a quantized cache needs full "
-                               "attention layers)");
+      k.fail("sliding_window",
+             "is set: sliding-window attention is not supported (a quantized cache needs full "
+             "attention layers)");
   } else if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3") {
     k.fail("model_type", fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3)", c.arch));
   }
@@ -112,8 +113,7 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   c.rmsEps = k.positiveNum("rms_norm_eps", 1e-6);
   c.contextLength = k.count("max_position_embeddings", 2048);
   if (c.heads % c.kvHeads != 0)
-    k.fail("num_key_value_heads",
-           fmt::format("= {} does not divide num_attention_heads = {}", c.kvHeads, c.heads));
+    k.fail("num_key_value_heads", fmt::format("= {} does not divide num_attention_heads = {}", c.kvHeads, c.heads));
   c.tiedEmbeddings = k.flag("tie_word_embeddings", false);
 
   // v5: rope_parameters {rope_theta, rope_type, ...}; v4: rope_theta + rope_scaling.
@@ -136,8 +136,7 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
       r.fail("high_freq_factor", fmt::format("= {} must exceed low_freq_factor = {}", c.ropeHighFreq, c.ropeLowFreq));
     c.ropeOriginalMax = r.count("original_max_position_embeddings", 8192);
   } else if (ropeType != "default") {
-    r.fail(r.has("rope_type") ? "rope_type" : "type",
-           fmt::format("`{}` is not supported (default, llama3)", ropeType));
+    r.fail(r.has("rope_type") ? "rope_type" : "type", fmt::format("`{}` is not supported (default, llama3)", ropeType));
   }
   return c;
 }

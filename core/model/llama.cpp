@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <map>
+#include <optional>
 
 #include "kernels/cpu/blocks.h"
 #include "model/dequant.h"
@@ -31,7 +31,8 @@ Weight unpermuteQK(const Weight& w, int heads) {
   std::vector<std::int64_t> order(static_cast<std::size_t>(w.rows()));
   for (std::int64_t h = 0; h < heads; ++h)
     for (std::int64_t j = 0; j < 2; ++j)
-      for (std::int64_t i = 0; i < half; ++i) order[static_cast<std::size_t>(h * per + j * half + i)] = h * per + 2 * i + j;
+      for (std::int64_t i = 0; i < half; ++i)
+        order[static_cast<std::size_t>(h * per + j * half + i)] = h * per + 2 * i + j;
   return w.permuteRows(order);
 }
 
@@ -43,8 +44,10 @@ void checkFinite(const Weight& w, const std::string& file, const std::string& na
   const auto count = bad.sum().item<std::int64_t>();
   const auto first = bad.nonzero().select(1, 0)[0].item<std::int64_t>();
   const float v = x.flatten()[first].item<float>();
-  throw FormatError(fmt::format("{}: tensor `{}` holds NaN or infinite values ({} of {}; the first, {}, at flat index "
-                                "{})", file, name, count, x.numel(), v, first));
+  throw FormatError(
+      fmt::format("{}: tensor `{}` holds NaN or infinite values ({} of {}; the first, {}, at flat index "
+                  "{})",
+                  file, name, count, x.numel(), v, first));
 }
 
 // A norm or bias vector as a tensor of the model's dtype.
@@ -70,16 +73,24 @@ const WeightNames& ggufNames() {
 
 const WeightNames& hfNames() {
   static const std::map<std::string, std::string> kinds = {
-      {"attn_norm.weight", "input_layernorm.weight"},     {"attn_q.weight", "self_attn.q_proj.weight"},
-      {"attn_k.weight", "self_attn.k_proj.weight"},       {"attn_v.weight", "self_attn.v_proj.weight"},
-      {"attn_output.weight", "self_attn.o_proj.weight"},  {"attn_q.bias", "self_attn.q_proj.bias"},
-      {"attn_k.bias", "self_attn.k_proj.bias"},           {"attn_v.bias", "self_attn.v_proj.bias"},
-      {"attn_q_norm.weight", "self_attn.q_norm.weight"},  {"attn_k_norm.weight", "self_attn.k_norm.weight"},
-      {"ffn_norm.weight", "post_attention_layernorm.weight"}, {"ffn_gate.weight", "mlp.gate_proj.weight"},
-      {"ffn_up.weight", "mlp.up_proj.weight"},            {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q.bias", "self_attn.q_proj.bias"},
+      {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
   };
-  static const WeightNames n{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-                             [](int l, const char* kind) { return fmt::format("model.layers.{}.{}", l, kinds.at(kind)); }};
+  static const WeightNames n{
+      "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+      [](int l, const char* kind) { return fmt::format("model.layers.{}.{}", l, kinds.at(kind)); }};
   return n;
 }
 
@@ -176,7 +187,8 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   c.name = f.getString("general.name").value_or("");
   auto req = [&](const std::string& key) {
     const auto v = f.getInt(c.arch + "." + key);
-    if (!v || *v <= 0 || *v > (1 << 24)) throw FormatError(fmt::format("{}: missing or bad `{}.{}`", path, c.arch, key));
+    if (!v || *v <= 0 || *v > (1 << 24))
+      throw FormatError(fmt::format("{}: missing or bad `{}.{}`", path, c.arch, key));
     return static_cast<int>(*v);
   };
   c.layers = req("block_count");
@@ -200,7 +212,8 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
     c.ropeOriginalMax = f.getInt(c.arch + ".rope.scaling.original_context_length").value_or(8192);
   }
   if (c.heads % c.kvHeads != 0)
-    throw FormatError(fmt::format("{}: {} attention heads are not a multiple of {} KV heads", path, c.heads, c.kvHeads));
+    throw FormatError(
+        fmt::format("{}: {} attention heads are not a multiple of {} KV heads", path, c.heads, c.kvHeads));
   std::map<std::string, int> types;
   for (const auto& t : f.tensors()) ++types[ggmlTypeName(t.type)];
   for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
@@ -284,10 +297,15 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const 
     }
     const auto& e = it->second->at(name);
     GgmlType type;
-    if (e.dtype == "F32") type = GgmlType::F32;
-    else if (e.dtype == "BF16") type = GgmlType::BF16;
-    else if (e.dtype == "F16") type = GgmlType::F16;
-    else throw FormatError(fmt::format("{}: tensor `{}` has dtype {} (fp32, bf16, fp16 only)", it->second->path(), name, e.dtype));
+    if (e.dtype == "F32")
+      type = GgmlType::F32;
+    else if (e.dtype == "BF16")
+      type = GgmlType::BF16;
+    else if (e.dtype == "F16")
+      type = GgmlType::F16;
+    else
+      throw FormatError(
+          fmt::format("{}: tensor `{}` has dtype {} (fp32, bf16, fp16 only)", it->second->path(), name, e.dtype));
     if (e.shape != shape)
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} config needs {}", it->second->path(), name,
                                     fmt::join(e.shape, "x"), c.arch, fmt::join(shape, "x")));
@@ -389,8 +407,10 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
     // Each chunk frees many short-lived buffers of many sizes: give their pages back before the next one, or the
     // allocator's fragments keep the resident size above what the cache holds.
     util::releaseFreeMemory();
-    if (!o.lastLogitsOnly) logits.push_back(std::move(l));
-    else if (last) return l;
+    if (!o.lastLogitsOnly)
+      logits.push_back(std::move(l));
+    else if (last)
+      return l;
   }
   return at::cat(logits, 1);
 }

@@ -1,7 +1,5 @@
 #include "model/mapped_file.h"
 
-#include "util/error.h"
-
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
@@ -12,6 +10,7 @@
 #include <cstring>
 
 #include "model/safetensors.h"  // FormatError
+#include "util/error.h"
 
 namespace kvscope::model {
 

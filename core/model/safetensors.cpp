@@ -1,14 +1,13 @@
 #include "model/safetensors.h"
 
-#include "util/json.h"
-
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+
+#include "util/json.h"
 
 namespace kvscope::model {
 
@@ -82,8 +81,8 @@ void SafetensorsFile::parse() {
         throw FormatError(fmt::format("{}: tensor `{}`: data_offsets [{}, {}) lie outside the {} data bytes", path,
                                       name, b, en, dataSize));
       if (en - b != numel * static_cast<std::uint64_t>(es))
-        throw FormatError(fmt::format("{}: tensor `{}`: {} bytes stored for {} x {} expected", path, name, en - b,
-                                      numel, es));
+        throw FormatError(
+            fmt::format("{}: tensor `{}`: {} bytes stored for {} x {} expected", path, name, en - b, numel, es));
       e.data = data + b;
       e.bytes = en - b;
       entries_.push_back(std::move(e));
@@ -95,8 +94,8 @@ void SafetensorsFile::parse() {
     std::sort(byOffset.begin(), byOffset.end(), [](const Entry* a, const Entry* c) { return a->data < c->data; });
     for (std::size_t i = 1; i < byOffset.size(); ++i)
       if (byOffset[i - 1]->data + byOffset[i - 1]->bytes > byOffset[i]->data)
-        throw FormatError(fmt::format("{}: tensors `{}` and `{}` overlap", path, byOffset[i - 1]->name,
-                                      byOffset[i]->name));
+        throw FormatError(
+            fmt::format("{}: tensors `{}` and `{}` overlap", path, byOffset[i - 1]->name, byOffset[i]->name));
     std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& c) { return a.name < c.name; });
   }
 }
@@ -132,15 +131,16 @@ std::string safetensorsImage(const std::vector<SafetensorsTensor>& tensors,
       numel *= static_cast<std::uint64_t>(d);
     }
     if (numel * static_cast<std::uint64_t>(es) != t.bytes.size())
-      throw FormatError(fmt::format("safetensors: tensor `{}`: {} bytes for {} {} values", t.name, t.bytes.size(),
-                                    numel, t.dtype));
+      throw FormatError(
+          fmt::format("safetensors: tensor `{}`: {} bytes for {} {} values", t.name, t.bytes.size(), numel, t.dtype));
     header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
     offset += t.bytes.size();
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>((std::uint64_t{h.size()} >> (8 * i)) & 0xff);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<char>((std::uint64_t{h.size()} >> (8 * i)) & 0xff);
   out += h;
   for (const auto& t : tensors) out += t.bytes;
   return out;
@@ -155,8 +155,8 @@ std::map<std::string, std::string> readSafetensorsIndex(std::string_view text, c
   std::map<std::string, std::string> map;
   for (const auto& [name, shard] : idx["weight_map"].items()) {
     if (!shard.is_string())
-      throw FormatError(fmt::format("{}: weight_map[`{}`] is not a file name (found {})", where, name,
-                                    shard.type_name()));
+      throw FormatError(
+          fmt::format("{}: weight_map[`{}`] is not a file name (found {})", where, name, shard.type_name()));
     const std::string s = shard.get<std::string>();
     if (s.empty() || s == "." || s == ".." || s.find('/') != std::string::npos || s.find('\0') != std::string::npos)
       throw FormatError(fmt::format("{}: weight_map[`{}`]: shard `{}` is not a file in the directory", where, name, s));

@@ -4,13 +4,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-
-#include "model/mapped_file.h"
-#include "util/error.h"
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "model/mapped_file.h"
+#include "util/error.h"
 
 namespace kvscope::model {
 
@@ -24,7 +24,7 @@ class SafetensorsFile {
  public:
   struct Entry {
     std::string name;
-    std::string dtype;                 ///< as written: F32, F16, BF16, I64, U8, F8_E4M3, ...
+    std::string dtype;  ///< as written: F32, F16, BF16, I64, U8, F8_E4M3, ...
     std::vector<std::int64_t> shape;
     const std::uint8_t* data = nullptr;
     std::uint64_t bytes = 0;

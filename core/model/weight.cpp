@@ -22,7 +22,9 @@ Weight::Weight(std::uint32_t type, std::int64_t rows, std::int64_t cols, const s
   m_ = {type, rows, cols, data, cols / L.values * L.bytes};
 }
 
-const char* activationsName(Activations a) { return a == Activations::Q8 ? "q8" : "f32"; }
+const char* activationsName(Activations a) {
+  return a == Activations::Q8 ? "q8" : "f32";
+}
 
 std::uint32_t parseWeightFormat(const std::string& name) {
   if (name == "stored") return 0;
@@ -71,10 +73,14 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
   bool f32Sums = false, q8 = false;
   for (const Weight* w : ws) {
     const bool quantized = kernels::blockLayout(w->type()).quantized();
-    if (w->packed_ && a == Activations::Q8) path.push_back(Path::Packed);
-    else if (n > kKernelRows || w->packed_) path.push_back(Path::Gemm);
-    else if (quantized && a == Activations::Q8) path.push_back(Path::BlockQ8);
-    else path.push_back(Path::Block);
+    if (w->packed_ && a == Activations::Q8)
+      path.push_back(Path::Packed);
+    else if (n > kKernelRows || w->packed_)
+      path.push_back(Path::Gemm);
+    else if (quantized && a == Activations::Q8)
+      path.push_back(Path::BlockQ8);
+    else
+      path.push_back(Path::Block);
     f32Sums = f32Sums || (path.back() == Path::Block && quantized);
     q8 = q8 || path.back() == Path::Packed || path.back() == Path::BlockQ8;
   }
@@ -100,10 +106,17 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
       float* y = ys[i].data_ptr<float>();
       const std::int64_t r0 = 16 * lo, r1 = std::min(16 * hi, w.rows());
       switch (path[i]) {
-        case Path::Packed: kernels::packedMatmulQ8(*w.packed_, xq, y, w.rows(), lo, hi); break;
-        case Path::BlockQ8: kernels::blockMatmulQ8(w.m_, xq, y, w.rows(), r0, r1); break;
-        case Path::Block: kernels::blockMatmul(w.m_, xp, n, cols, sp, y, w.rows(), r0, r1); break;
-        case Path::Gemm: break;
+        case Path::Packed:
+          kernels::packedMatmulQ8(*w.packed_, xq, y, w.rows(), lo, hi);
+          break;
+        case Path::BlockQ8:
+          kernels::blockMatmulQ8(w.m_, xq, y, w.rows(), r0, r1);
+          break;
+        case Path::Block:
+          kernels::blockMatmul(w.m_, xp, n, cols, sp, y, w.rows(), r0, r1);
+          break;
+        case Path::Gemm:
+          break;
       }
     }
   });
@@ -156,11 +169,15 @@ at::Tensor Weight::dense() const {
 }
 
 void Weight::dequantizeRows(std::int64_t r0, std::int64_t n, float* dst) const {
-  if (packed_) kernels::packedDequantize(*packed_, r0, r0 + n, dst);
-  else dequantizeRow(m_.type, m_.data + r0 * m_.rowBytes, n * m_.cols, dst);
+  if (packed_)
+    kernels::packedDequantize(*packed_, r0, r0 + n, dst);
+  else
+    dequantizeRow(m_.type, m_.data + r0 * m_.rowBytes, n * m_.cols, dst);
 }
 
-bool Weight::blockFormat() const { return defined() && !isDense() && kernels::blockLayout(m_.type).quantized(); }
+bool Weight::blockFormat() const {
+  return defined() && !isDense() && kernels::blockLayout(m_.type).quantized();
+}
 
 Weight Weight::packed() const {
   if (!owner_ || dense_.defined() || packed_ || !kernels::packableType(m_.type)) return *this;

@@ -79,8 +79,7 @@ class Weight {
   /// The same through several weights with the same cols (Q, K and V; gate and up) in one pass over the threads:
   /// out[i] = x ws[i]^T (+ biases[i] where given and defined).
   static std::vector<at::Tensor> linear(const std::vector<const Weight*>& ws, const at::Tensor& x,
-                                        const std::vector<at::Tensor>& biases = {},
-                                        Activations a = Activations::F32);
+                                        const std::vector<at::Tensor>& biases = {}, Activations a = Activations::F32);
   /// The rows `ids` (int64, any shape) as float32 [ids..., cols]: an embedding lookup.
   at::Tensor gather(const at::Tensor& ids) const;
   /// The whole matrix as a float32 [rows, cols] tensor.

@@ -8,11 +8,11 @@
 namespace kvscope::runtime {
 
 struct LoadOptions {
-  std::string path;                   ///< a GGUF file or a Hugging Face directory; empty: defaultModelPath()
-  std::string device = "cpu";         ///< cpu, cuda or cuda:N
-  std::string dtype = "fp32";         ///< the activations' (and on a device the weights')
-  std::string activations = "auto";   ///< auto, f32 or q8: how block-format weights are multiplied
-  std::string weights = "stored";     ///< stored, or a llama.cpp format float matrices are quantized to at load
+  std::string path;                  ///< a GGUF file or a Hugging Face directory; empty: defaultModelPath()
+  std::string device = "cpu";        ///< cpu, cuda or cuda:N
+  std::string dtype = "fp32";        ///< the activations' (and on a device the weights')
+  std::string activations = "auto";  ///< auto, f32 or q8: how block-format weights are multiplied
+  std::string weights = "stored";    ///< stored, or a llama.cpp format float matrices are quantized to at load
 };
 
 /// The choices of each option, in the order forms and help list them; the first is the default.

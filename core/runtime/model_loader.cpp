@@ -76,15 +76,17 @@ LoadedModel loadModel(const std::string& pathIn, const device::ExecutionContext&
   if (m.path.empty()) {
     std::string looked;
     for (const auto& p : modelSearchPlaces()) looked += (looked.empty() ? "" : ", ") + p;
-    throw ModelNotFound(fmt::format("no model found (looked in {}); pass a GGUF file or a Hugging Face directory, "
-                                    "or run packaging/setup.sh to fetch the embedded model",
-                                    looked.empty() ? "no place: neither HOME nor KVSCOPE_CACHE is set" : looked));
+    throw ModelNotFound(
+        fmt::format("no model found (looked in {}); pass a GGUF file or a Hugging Face directory, "
+                    "or run packaging/setup.sh to fetch the embedded model",
+                    looked.empty() ? "no place: neither HOME nor KVSCOPE_CACHE is set" : looked));
   }
   std::error_code ec;
   if (!fs::exists(m.path, ec))
-    throw ModelNotFound(fmt::format("model `{}` not found (packaging/setup.sh fetches the embedded model; or pass a "
-                                    "GGUF file or a Hugging Face directory)",
-                                    m.path));
+    throw ModelNotFound(
+        fmt::format("model `{}` not found (packaging/setup.sh fetches the embedded model; or pass a "
+                    "GGUF file or a Hugging Face directory)",
+                    m.path));
   if (fs::is_directory(m.path, ec)) {
     const fs::path tj = fs::path(m.path) / "tokenizer.json";
     if (!fs::exists(tj, ec)) throw ModelNotFound(fmt::format("{}: no tokenizer.json", m.path));

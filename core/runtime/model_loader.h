@@ -5,13 +5,12 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
-
-#include "util/error.h"
 #include <vector>
 
 #include "model/llama.h"
 #include "runtime/load_options.h"
 #include "tokenizer/tokenizer.h"
+#include "util/error.h"
 
 namespace kvscope::runtime {
 

@@ -20,12 +20,12 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
-
-#include "util/error.h"
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "util/error.h"
 
 namespace kvscope::model {
 class GgufFile;

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "util/json.h"
 #include "tokenizer/detail.h"
 #include "tokenizer/tokenizer.h"
+#include "util/json.h"
 
 namespace kvscope::tokenizer {
 
@@ -240,8 +240,9 @@ void readPostProcessor(const Reader& r, const json& pp, std::vector<std::int32_t
       continue;
     }
     if (!item.contains("SpecialToken") || !item["SpecialToken"].is_object())
-      r.fail("post_processor.single", "unexpected item " + item.dump() + " (expected {\"SpecialToken\": {\"id\": ...}} or "
-                                      "{\"Sequence\": ...})");
+      r.fail("post_processor.single", "unexpected item " + item.dump() +
+                                          " (expected {\"SpecialToken\": {\"id\": ...}} or "
+                                          "{\"Sequence\": ...})");
     const std::string name = r.str(item["SpecialToken"].value("id", json()), "post_processor.single.SpecialToken.id");
     if (!specials.contains(name) || !specials[name].contains("ids") || !specials[name]["ids"].is_array())
       r.fail("post_processor.special_tokens", "no ids for '" + name + "'");
@@ -272,8 +273,8 @@ Tokenizer fromTokenizerJson(const std::string& path) {
   const auto jinjaPath = dir / "chat_template.jinja";
   std::string jinja;
   if (std::filesystem::exists(jinjaPath)) jinja = readFile(jinjaPath.string());
-  return fromTokenizerJsonText(text, path, cfg ? std::optional<std::string_view>(*cfg) : std::nullopt,
-                               cfgPath.string(), jinja);
+  return fromTokenizerJsonText(text, path, cfg ? std::optional<std::string_view>(*cfg) : std::nullopt, cfgPath.string(),
+                               jinja);
 }
 
 Tokenizer fromTokenizerJsonText(std::string_view text, const std::string& path,

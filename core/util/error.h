@@ -19,12 +19,18 @@ enum class ErrorCode {
 
 constexpr std::string_view errorCodeName(ErrorCode c) {
   switch (c) {
-    case ErrorCode::BadInput: return "bad-input";
-    case ErrorCode::BadFile: return "bad-file";
-    case ErrorCode::Unavailable: return "unavailable";
-    case ErrorCode::OutOfMemory: return "out-of-memory";
-    case ErrorCode::Cancelled: return "cancelled";
-    case ErrorCode::Internal: return "internal";
+    case ErrorCode::BadInput:
+      return "bad-input";
+    case ErrorCode::BadFile:
+      return "bad-file";
+    case ErrorCode::Unavailable:
+      return "unavailable";
+    case ErrorCode::OutOfMemory:
+      return "out-of-memory";
+    case ErrorCode::Cancelled:
+      return "cancelled";
+    case ErrorCode::Internal:
+      return "internal";
   }
   return "internal";
 }
@@ -35,9 +41,12 @@ constexpr int exitStatus(ErrorCode c) {
   switch (c) {
     case ErrorCode::BadInput:
     case ErrorCode::BadFile:
-    case ErrorCode::Unavailable: return 2;
-    case ErrorCode::Cancelled: return 130;
-    default: return 1;
+    case ErrorCode::Unavailable:
+      return 2;
+    case ErrorCode::Cancelled:
+      return 130;
+    default:
+      return 1;
   }
 }
 

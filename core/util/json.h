@@ -4,9 +4,8 @@
 // stack in an error message; anything nested deeper than kMaxJsonDepth is refused instead.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstddef>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -22,9 +21,12 @@ inline std::size_t jsonNestingDepth(std::string_view text, std::size_t limit = k
   bool inString = false, escaped = false;
   for (const char c : text) {
     if (inString) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') inString = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
       continue;
     }
     if (c == '"') {

@@ -26,12 +26,20 @@ std::int64_t statusField(const char* key) {
 
 }  // namespace
 
-std::int64_t residentBytes() { return statusField("VmRSS"); }
-std::int64_t peakResidentBytes() { return statusField("VmHWM"); }
+std::int64_t residentBytes() {
+  return statusField("VmRSS");
+}
+std::int64_t peakResidentBytes() {
+  return statusField("VmHWM");
+}
 
-void releaseFreeMemory() { malloc_trim(0); }
+void releaseFreeMemory() {
+  malloc_trim(0);
+}
 
-void setAllocatorPolicy() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
+void setAllocatorPolicy() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+}
 
 bool resetPeakResident() {
   malloc_trim(0);

@@ -19,7 +19,9 @@ constexpr int kVersion = 1;
 constexpr int kMaxShards = 1 << 20;
 constexpr std::size_t kMaxItems = std::size_t{1} << 24;
 
-Error bad(const std::string& what) { return Error(ErrorCode::BadInput, what); }
+Error bad(const std::string& what) {
+  return Error(ErrorCode::BadInput, what);
+}
 
 std::optional<int> integer(std::string_view s) {
   int v = 0;
@@ -66,11 +68,13 @@ File readFile(const std::string& origin, const std::string& text) {
     }
     if (!header) {
       if (!j.is_object() || j.value("format", "") != kFormat)
-        throw bad(fmt::format("`{}`: not a kvscope shard file (no \"format\": \"{}\" header; write one with --shard "
-                              "I/N)",
-                              origin, kFormat));
+        throw bad(
+            fmt::format("`{}`: not a kvscope shard file (no \"format\": \"{}\" header; write one with --shard "
+                        "I/N)",
+                        origin, kFormat));
       if (j.value("version", 0) != kVersion)
-        throw bad(fmt::format("`{}`: unsupported shard file version (this kvscope reads version {})", origin, kVersion));
+        throw bad(
+            fmt::format("`{}`: unsupported shard file version (this kvscope reads version {})", origin, kVersion));
       try {
         f.command = j.at("command").get<std::string>();
         const auto& s = j.at("shard");
@@ -136,12 +140,14 @@ Shard Shard::parse(std::string_view text) {
   return Shard{*i, *n};
 }
 
-std::string Shard::name() const { return fmt::format("{}/{}", index, count); }
+std::string Shard::name() const {
+  return fmt::format("{}/{}", index, count);
+}
 
 void Shard::check(std::size_t shared, std::string_view what) const {
   if (static_cast<std::size_t>(count) > shared)
-    throw bad(fmt::format("--shard {}: {} shards for {} {}: use at most {} shards", name(), count, shared, what,
-                          shared));
+    throw bad(
+        fmt::format("--shard {}: {} shards for {} {}: use at most {} shards", name(), count, shared, what, shared));
 }
 
 std::string shardHeader(std::string_view command, const Shard& shard, std::size_t items, const nlohmann::json& run) {

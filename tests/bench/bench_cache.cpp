@@ -161,7 +161,8 @@ void appendBench(benchmark::State& st, const std::function<std::unique_ptr<Stepp
   auto s = make();
   const at::Tensor pk = at::randn({1, kH, ctx, kD}), pv = at::randn({1, kH, ctx, kD});
   std::vector<at::Tensor> nk, nv;
-  for (int i = 0; i < kStepsPerRound; ++i) nk.push_back(at::randn({1, kH, 1, kD})), nv.push_back(at::randn({1, kH, 1, kD}));
+  for (int i = 0; i < kStepsPerRound; ++i)
+    nk.push_back(at::randn({1, kH, 1, kD})), nv.push_back(at::randn({1, kH, 1, kD}));
   for (auto _ : st) {
     st.PauseTiming();
     s->prompt(pk, pv);
@@ -174,7 +175,8 @@ void appendBench(benchmark::State& st, const std::function<std::unique_ptr<Stepp
   st.SetItemsProcessed(st.iterations() * kStepsPerRound);  // items/s = decode steps per second
 }
 
-// ---- dequantize the whole cache once (what transformers does every step) ----------------------------------------------
+// ---- dequantize the whole cache once (what transformers does every step)
+// ----------------------------------------------
 void dequantFp8Ours(benchmark::State& st) {
   const std::int64_t ctx = st.range(0), n = kH * ctx * kD;
   const at::Tensor x = at::randn({n});
@@ -233,7 +235,8 @@ void attendBench(benchmark::State& st, const std::string& spec, bool simd) {
   }
   std::vector<at::Tensor> q, k, v;
   for (int i = 0; i < kStepsPerRound; ++i)
-    q.push_back(at::randn({1, kHq, 1, kD})), k.push_back(at::randn({1, kH, 1, kD})), v.push_back(at::randn({1, kH, 1, kD}));
+    q.push_back(at::randn({1, kHq, 1, kD})), k.push_back(at::randn({1, kH, 1, kD})),
+        v.push_back(at::randn({1, kH, 1, kD}));
   std::int64_t steps = 0;
   for (auto _ : st) {
     const int i = static_cast<int>(steps++ % kStepsPerRound);
@@ -290,9 +293,8 @@ int main(int argc, char** argv) {
     for (bool simd : {true, false}) {
       if (!simd && std::string(spec) == "dynamic") continue;
       const std::string name = std::string("attend/") + spec + (simd ? "" : "/portable");
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), [spec, simd](benchmark::State& st) {
-        attendBench(st, spec, simd);
-      });
+      auto* b = benchmark::RegisterBenchmark(name.c_str(),
+                                             [spec, simd](benchmark::State& st) { attendBench(st, spec, simd); });
       for (std::int64_t ctx : {1024, 8192, 16384}) b->Arg(ctx);
       b->Unit(benchmark::kMicrosecond);
     }

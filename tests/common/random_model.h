@@ -3,7 +3,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-
 #include <unistd.h>
 
 #include <string>
@@ -20,20 +19,21 @@ inline std::string randomModel() {
   static const std::string path = [] {
     at::manual_seed(7);
     const std::vector<std::pair<std::string, std::vector<std::uint64_t>>> plan = {
-        {"token_embd.weight", {64, 96}},     {"output_norm.weight", {64}},
-        {"blk.0.attn_norm.weight", {64}},    {"blk.0.attn_q.weight", {64, 64}},
-        {"blk.0.attn_k.weight", {64, 32}},   {"blk.0.attn_v.weight", {64, 32}},
+        {"token_embd.weight", {64, 96}},        {"output_norm.weight", {64}},
+        {"blk.0.attn_norm.weight", {64}},       {"blk.0.attn_q.weight", {64, 64}},
+        {"blk.0.attn_k.weight", {64, 32}},      {"blk.0.attn_v.weight", {64, 32}},
         {"blk.0.attn_output.weight", {64, 64}}, {"blk.0.ffn_norm.weight", {64}},
-        {"blk.0.ffn_gate.weight", {64, 96}}, {"blk.0.ffn_up.weight", {64, 96}},
-        {"blk.0.ffn_down.weight", {96, 64}}, {"blk.1.attn_norm.weight", {64}},
-        {"blk.1.attn_q.weight", {64, 64}},   {"blk.1.attn_k.weight", {64, 32}},
-        {"blk.1.attn_v.weight", {64, 32}},   {"blk.1.attn_output.weight", {64, 64}},
-        {"blk.1.ffn_norm.weight", {64}},     {"blk.1.ffn_gate.weight", {64, 96}},
-        {"blk.1.ffn_up.weight", {64, 96}},   {"blk.1.ffn_down.weight", {96, 64}},
+        {"blk.0.ffn_gate.weight", {64, 96}},    {"blk.0.ffn_up.weight", {64, 96}},
+        {"blk.0.ffn_down.weight", {96, 64}},    {"blk.1.attn_norm.weight", {64}},
+        {"blk.1.attn_q.weight", {64, 64}},      {"blk.1.attn_k.weight", {64, 32}},
+        {"blk.1.attn_v.weight", {64, 32}},      {"blk.1.attn_output.weight", {64, 64}},
+        {"blk.1.ffn_norm.weight", {64}},        {"blk.1.ffn_gate.weight", {64, 96}},
+        {"blk.1.ffn_up.weight", {64, 96}},      {"blk.1.ffn_down.weight", {96, 64}},
     };
     const std::vector<std::pair<std::string, std::uint32_t>> ints = {
-        {"block_count", 2},         {"embedding_length", 64}, {"attention.head_count", 4},
-        {"attention.head_count_kv", 2}, {"feed_forward_length", 96}, {"context_length", 512}};
+        {"block_count", 2},          {"embedding_length", 64},
+        {"attention.head_count", 4}, {"attention.head_count_kv", 2},
+        {"feed_forward_length", 96}, {"context_length", 512}};
     GgufWriter g;
     g.header(plan.size(), 1 + ints.size());
     g.kvStr("general.architecture", "llama");
@@ -69,7 +69,7 @@ inline std::vector<std::int64_t> prompt(int n) {
 
 /// Every logit vector of a greedy run: the prefill's last and each decode step's, through `cfg`.
 inline std::vector<at::Tensor> stepLogits(const model::LlamaModel& m, const cache::CacheConfig& cfg,
-                                   const std::vector<std::int64_t>& ids, int steps) {
+                                          const std::vector<std::int64_t>& ids, int steps) {
   auto kv = m.makeCache(cfg);
   std::vector<at::Tensor> out;
   at::Tensor x = model::idsTensor(ids, 0, ids.size());

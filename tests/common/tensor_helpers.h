@@ -40,17 +40,21 @@ inline at::Tensor codecStates(std::uint64_t seed, at::ScalarType dt, std::int64_
 inline at::Tensor loadTensor(const model::SafetensorsFile& f, const std::string& name) {
   const auto& e = f.at(name);
   at::ScalarType t = at::kFloat;
-  if (e.dtype == "BF16") t = at::kBFloat16;
-  else if (e.dtype == "F16") t = at::kHalf;
-  else if (e.dtype == "I64") t = at::kLong;
-  else if (e.dtype != "F32") throw std::runtime_error("unexpected dtype " + e.dtype);
+  if (e.dtype == "BF16")
+    t = at::kBFloat16;
+  else if (e.dtype == "F16")
+    t = at::kHalf;
+  else if (e.dtype == "I64")
+    t = at::kLong;
+  else if (e.dtype != "F32")
+    throw std::runtime_error("unexpected dtype " + e.dtype);
   return at::from_blob(const_cast<std::uint8_t*>(e.data), e.shape, at::TensorOptions().dtype(t)).clone();
 }
 
 }  // namespace kvscope::testutil
 
 /// Skips the test where LibTorch sees no CUDA device or kvscope's kernels cannot run on it.
-#define KVS_NEED_CUDA()                                                                                \
-  do {                                                                                                 \
+#define KVS_NEED_CUDA()                                                                               \
+  do {                                                                                                \
     if (!at::hasCUDA() || !::kvscope::kernels::cudaKernelsUsable()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)

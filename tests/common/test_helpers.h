@@ -68,7 +68,9 @@ inline std::string safetensorsBytes(const std::string& header, const std::string
 }
 
 /// `name` in the system's temporary folder (nothing is created).
-inline std::filesystem::path tempPath(const std::string& name) { return std::filesystem::temp_directory_path() / name; }
+inline std::filesystem::path tempPath(const std::string& name) {
+  return std::filesystem::temp_directory_path() / name;
+}
 
 /// A fresh, empty folder `kvscope_<name>_<pid>` in the temporary folder (what was there before is removed).
 inline std::filesystem::path freshDir(const std::string& name) {

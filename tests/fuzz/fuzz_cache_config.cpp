@@ -58,8 +58,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const ConfigError&) {
   }
   try {
-    if (plainSpec(text)) roundTrip(parseSpec(text));
-    else (void)parseBackend(text);
+    if (plainSpec(text))
+      roundTrip(parseSpec(text));
+    else
+      (void)parseBackend(text);
   } catch (const ConfigError&) {
   }
   try {

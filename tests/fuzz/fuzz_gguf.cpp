@@ -17,13 +17,34 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const GgufFile f(data, size, "fuzz.gguf");
     for (const auto& [key, value] : f.metadata()) {
       // Every getter either answers or throws FormatError for a value of another type.
-      try { (void)f.getString(key); } catch (const FormatError&) {}
-      try { (void)f.getInt(key); } catch (const FormatError&) {}
-      try { (void)f.getFloat(key); } catch (const FormatError&) {}
-      try { (void)f.getBool(key); } catch (const FormatError&) {}
-      try { (void)f.getStringArray(key); } catch (const FormatError&) {}
-      try { (void)f.getIntArray(key); } catch (const FormatError&) {}
-      try { (void)f.getFloatArray(key); } catch (const FormatError&) {}
+      try {
+        (void)f.getString(key);
+      } catch (const FormatError&) {
+      }
+      try {
+        (void)f.getInt(key);
+      } catch (const FormatError&) {
+      }
+      try {
+        (void)f.getFloat(key);
+      } catch (const FormatError&) {
+      }
+      try {
+        (void)f.getBool(key);
+      } catch (const FormatError&) {
+      }
+      try {
+        (void)f.getStringArray(key);
+      } catch (const FormatError&) {
+      }
+      try {
+        (void)f.getIntArray(key);
+      } catch (const FormatError&) {
+      }
+      try {
+        (void)f.getFloatArray(key);
+      } catch (const FormatError&) {
+      }
     }
     std::vector<float> row;
     volatile std::uint8_t sink = 0;

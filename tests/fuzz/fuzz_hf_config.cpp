@@ -10,8 +10,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    const auto c = kvscope::model::hfConfigFromJson(std::string_view(reinterpret_cast<const char*>(data), size),
-                                                    "config.json");
+    const auto c =
+        kvscope::model::hfConfigFromJson(std::string_view(reinterpret_cast<const char*>(data), size), "config.json");
     if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.kvHeads <= 0 || c.headDim <= 0 || c.headDim % 2 ||
         c.intermediate <= 0 || c.vocab <= 0 || c.heads % c.kvHeads || !(c.rmsEps > 0) || !std::isfinite(c.ropeTheta) ||
         !(c.ropeTheta > 0) || c.contextLength <= 0)

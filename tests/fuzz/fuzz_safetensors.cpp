@@ -15,8 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   --size;
   try {
     if (index) {
-      const auto map = kvscope::model::readSafetensorsIndex(
-          std::string_view(reinterpret_cast<const char*>(data), size), "model.safetensors.index.json");
+      const auto map = kvscope::model::readSafetensorsIndex(std::string_view(reinterpret_cast<const char*>(data), size),
+                                                            "model.safetensors.index.json");
       for (const auto& [name, shard] : map)
         if (shard.empty() || shard == ".." || shard.find('/') != std::string::npos) __builtin_trap();
     } else {

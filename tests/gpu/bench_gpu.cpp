@@ -103,8 +103,8 @@ void attnSdpaBf16(benchmark::State& st) {
   const Shape s = kShapes[st.range(0)];
   const AttnSetup a(s, st.range(1));
   timeDevice(st, [&] {
-    benchmark::DoNotOptimize(at::scaled_dot_product_attention(a.q, a.kb, a.vb, std::nullopt, 0.0, false,
-                                                              std::nullopt, s.Hq != s.Hkv));
+    benchmark::DoNotOptimize(
+        at::scaled_dot_product_attention(a.q, a.kb, a.vb, std::nullopt, 0.0, false, std::nullopt, s.Hq != s.Hkv));
   });
   st.SetBytesProcessed(st.iterations() * a.kb.numel() * 4);
 }
@@ -115,8 +115,8 @@ void attnDeqSdpa(benchmark::State& st) {
   timeDevice(st, [&] {
     kernels::fp8DecodeOnDevice(a.kc, a.kb, a.ks, kernels::Fp8Format::E4M3FN);
     kernels::fp8DecodeOnDevice(a.vc, a.vb, a.vs, kernels::Fp8Format::E4M3FN);
-    benchmark::DoNotOptimize(at::scaled_dot_product_attention(a.q, a.kb, a.vb, std::nullopt, 0.0, false,
-                                                              std::nullopt, s.Hq != s.Hkv));
+    benchmark::DoNotOptimize(
+        at::scaled_dot_product_attention(a.q, a.kb, a.vb, std::nullopt, 0.0, false, std::nullopt, s.Hq != s.Hkv));
   });
   st.SetBytesProcessed(st.iterations() * a.kc.numel() * 2);
 }
@@ -125,11 +125,20 @@ void attnDeqSdpa(benchmark::State& st) {
 
 BENCHMARK(dequant)->Name("gpu_fp8_dequant")->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(memcpyD2D)->Name("gpu_memcpy_d2d")->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(attnFused)->Name("gpu_attn_fused")->ArgsProduct({{0, 1}, {2048, 32768}})->UseManualTime()
+BENCHMARK(attnFused)
+    ->Name("gpu_attn_fused")
+    ->ArgsProduct({{0, 1}, {2048, 32768}})
+    ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(attnSdpaBf16)->Name("gpu_attn_sdpa_bf16")->ArgsProduct({{0, 1}, {2048, 32768}})->UseManualTime()
+BENCHMARK(attnSdpaBf16)
+    ->Name("gpu_attn_sdpa_bf16")
+    ->ArgsProduct({{0, 1}, {2048, 32768}})
+    ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
-BENCHMARK(attnDeqSdpa)->Name("gpu_attn_deq_sdpa")->ArgsProduct({{0, 1}, {2048, 32768}})->UseManualTime()
+BENCHMARK(attnDeqSdpa)
+    ->Name("gpu_attn_deq_sdpa")
+    ->ArgsProduct({{0, 1}, {2048, 32768}})
+    ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {

@@ -36,9 +36,9 @@ std::vector<at::Tensor> steps(std::int64_t B, std::int64_t H, std::int64_t D, at
 TEST(CacheCuda, Fp8LayerMatchesTheCpuLayer) {
   KVS_NEED_CUDA();
   const at::Device dev(at::kCUDA, 0);
-  for (const std::string spec : {"fp8", "fp8:granularity=head", "fp8:granularity=channel", "fp8:format=e5m2",
-                                 "fp8:overflow=saturate", "fp8:overflow=recalibrate,granularity=head",
-                                 "fp8:headroom=1.5,granularity=channel,format=e5m2"}) {
+  for (const std::string spec :
+       {"fp8", "fp8:granularity=head", "fp8:granularity=channel", "fp8:format=e5m2", "fp8:overflow=saturate",
+        "fp8:overflow=recalibrate,granularity=head", "fp8:headroom=1.5,granularity=channel,format=e5m2"}) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
       SCOPED_TRACE(spec + " " + std::string(c10::toString(dt)));
       const auto cfg = cache::parseSpec(spec);
@@ -100,7 +100,8 @@ TEST(CacheCuda, LlamaCppLayerMatchesTheCpuLayer) {
       const at::Tensor q = at::randn({2, 6, 1, 128}).to(dt);
       EXPECT_TRUE(sameBits(cpu->roundQueries(q), gpu->roundQueries(q.to(dev)).cpu()));
       const at::Tensor n = at::randn({2, 3, 1, 128}).to(dt);
-      const at::Tensor oc = cpu->attend(q, n, n).to(at::kFloat), og = gpu->attend(q.to(dev), n.to(dev), n.to(dev)).cpu().to(at::kFloat);
+      const at::Tensor oc = cpu->attend(q, n, n).to(at::kFloat),
+                       og = gpu->attend(q.to(dev), n.to(dev), n.to(dev)).cpu().to(at::kFloat);
       EXPECT_LT((oc - og).abs().max().item<double>(), dt == at::kFloat ? 1e-4 : 2e-2);
       EXPECT_EQ(cpu->memory().keys.payload, gpu->memory().keys.payload);
     }

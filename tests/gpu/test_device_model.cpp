@@ -18,7 +18,9 @@ using testutil::prompt;
 using testutil::randomModel;
 using testutil::stepLogits;
 
-device::ExecutionContext cuda(at::ScalarType dtype = at::kFloat) { return device::makeContext("cuda", dtype); }
+device::ExecutionContext cuda(at::ScalarType dtype = at::kFloat) {
+  return device::makeContext("cuda", dtype);
+}
 
 TEST(DeviceModel, TheContextSeesTheDevice) {
   KVS_NEED_CUDA();
@@ -56,11 +58,12 @@ TEST(DeviceModel, EveryBackendFusedMatchesReferenceOnTheDevice) {
   KVS_NEED_CUDA();
   const auto cpu = model::LlamaModel::load(randomModel());
   const auto gpu = model::LlamaModel::load(randomModel(), cuda());
-  for (const char* spec : {"fp8", "fp8:granularity=head,overflow=saturate", "fp8:format=e5m2,granularity=channel,overflow=saturate",
-                           "quanto:nbits=4,q_group_size=16,residual_length=8",
-                           "hqq:nbits=4,q_group_size=16,residual_length=8,optimize=false",
-                           "hqq:nbits=4,q_group_size=16,residual_length=8",  // the optimizer's masked loop
-                           "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4"}) {
+  for (const char* spec :
+       {"fp8", "fp8:granularity=head,overflow=saturate", "fp8:format=e5m2,granularity=channel,overflow=saturate",
+        "quanto:nbits=4,q_group_size=16,residual_length=8",
+        "hqq:nbits=4,q_group_size=16,residual_length=8,optimize=false",
+        "hqq:nbits=4,q_group_size=16,residual_length=8",  // the optimizer's masked loop
+        "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4"}) {
     SCOPED_TRACE(spec);
     cache::CacheConfig fused = cache::parseSpec(spec), ref = fused;
     ref.attention = cache::AttentionMode::Reference;

@@ -47,8 +47,8 @@ TEST(Fp8Cuda, EncodeDecodeMatchCpuBitForBit) {
       EXPECT_EQ(static_cast<std::int64_t>(counts[1]), cc.nonFinite);
       std::vector<float> dcpu(x.size()), dgpu(x.size());
       for (std::int64_t r = 0; r < rows; ++r)
-        fp8DecodeRun(ElemType::F32, cpu.data() + r * n, scale.data() + (r % 3) * period, period, n,
-                     dcpu.data() + r * n, f);
+        fp8DecodeRun(ElemType::F32, cpu.data() + r * n, scale.data() + (r % 3) * period, period, n, dcpu.data() + r * n,
+                     f);
       cuda::fp8Decode(ElemType::F32, dq, n, ds, 3, period, rows, n, dout, n, f, nullptr);
       cudaMemcpy(dgpu.data(), dout, x.size() * 4, cudaMemcpyDeviceToHost);
       std::int64_t differ = 0;

@@ -46,12 +46,17 @@ TEST(IntCuda, QuantoAndHqqCodecsMatchTheCpu) {
     for (int bits : {2, 4})
       for (int gs : {64, 32})
         cases.push_back({(gs == 64 ? "quanto" : "quanto-g32-") + std::to_string(bits),
-                         cache::detail::makeQuantoCodec(bits, gs), cache::detail::makeQuantoCodec(bits, gs, kDevice),
-                         {0, -1}, true});
+                         cache::detail::makeQuantoCodec(bits, gs),
+                         cache::detail::makeQuantoCodec(bits, gs, kDevice),
+                         {0, -1},
+                         true});
     for (int bits : {1, 2, 3, 4, 8})
       for (bool opt : {false, true})
-        cases.push_back({(opt ? "hqq-opt" : "hqq") + std::to_string(bits), cache::detail::makeHqqCodec(bits, 64, opt),
-                         cache::detail::makeHqqCodec(bits, 64, opt, kDevice), {0, 1}, !opt});
+        cases.push_back({(opt ? "hqq-opt" : "hqq") + std::to_string(bits),
+                         cache::detail::makeHqqCodec(bits, 64, opt),
+                         cache::detail::makeHqqCodec(bits, 64, opt, kDevice),
+                         {0, 1},
+                         !opt});
     for (const Case& c : cases)
       for (int axis : c.axes) {
         SCOPED_TRACE(c.name + " axis " + std::to_string(axis) + " " + c10::toString(dt));
@@ -121,8 +126,8 @@ TEST(Fp8AttentionCuda, FusedKernelMatchesTheCpuReferenceAndSdpa) {
         EXPECT_TRUE(at::allclose(got.cpu(), ref, 1e-4, 1e-5)) << (got.cpu() - ref).abs().max().item<float>();
         const at::Tensor kd = kg.view(dt).to(at::kFloat) * ks.to(kDev).view({1, Hkv, 1, D});
         const at::Tensor vd = vg.view(dt).to(at::kFloat) * vs.to(kDev).view({1, Hkv, 1, D});
-        const at::Tensor sdpa = at::scaled_dot_product_attention(q.to(kDev), kd, vd, std::nullopt, 0.0, false,
-                                                                 std::nullopt, true);
+        const at::Tensor sdpa =
+            at::scaled_dot_product_attention(q.to(kDev), kd, vd, std::nullopt, 0.0, false, std::nullopt, true);
         EXPECT_TRUE(at::allclose(got, sdpa, 1e-4, 1e-5)) << (got - sdpa).abs().max().item<float>();
       }
 }

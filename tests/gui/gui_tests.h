@@ -1,6 +1,10 @@
 // What the GUI tests share: the includes of the window's and the workbench's fixtures, and how main() runs each.
 #pragma once
 
+#include <qcustomplot.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <QAbstractItemModelTester>
 #include <QApplication>
 #include <QComboBox>
@@ -11,32 +15,26 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMenu>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSaveFile>
 #include <QScreen>
 #include <QScrollArea>
+#include <QSignalSpy>
 #include <QSpinBox>
 #include <QTabWidget>
-#include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTextBrowser>
 #include <QThread>
 #include <QToolButton>
-
-#include <qcustomplot.h>
-
-#include <QLineEdit>
-#include <QTextBrowser>
 #include <cmath>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "compare_dock.h"
 #include "config_panel.h"
-#include "selection.h"
 #include "docks/beam_dock.h"
 #include "docks/error_dock.h"
 #include "docks/memory_dock.h"
@@ -49,10 +47,11 @@
 #include "message_bar.h"
 #include "overflow_advice.h"
 #include "runs_model.h"
+#include "selection.h"
 #include "session.h"
 #include "thread_handoff.h"
-#include "tune_page.h"
 #include "thread_link.h"
+#include "tune_page.h"
 #include "wiring.h"
 
 namespace kvscope::guitest {

@@ -98,7 +98,8 @@ class WindowTest : public QObject {
   void messageBarShowsAnErrorWholeUntilDismissed() {
     QVERIFY(bar() && bar()->isHidden());
     QString error = "cannot read `/home/someone/models/a-model-with-a-rather-long-name.Q4_1.gguf`: ";
-    for (int i = 0; i < 8; ++i) error += QString("tensor blk.%1.attn_k.weight has a shape the header does not state; ").arg(i);
+    for (int i = 0; i < 8; ++i)
+      error += QString("tensor blk.%1.attn_k.weight has a shape the header does not state; ").arg(i);
     w_->onFailed(error);
     QVERIFY(bar()->isVisible());
     QCOMPARE(bar(), w_->messageBar());
@@ -153,8 +154,9 @@ class WindowTest : public QObject {
     w_->onRunUpdated(nanRun("fp8:granularity=head,headroom=1.5,sink=4", 4, "my run (3 beams)"));
     QVERIFY2(barText().contains("per-head") && barText().contains("448 for e4m3fn"), qPrintable(barText()));
     QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
-    QVERIFY2(w_->configPanel()->config() == cache::parseSpec("fp8:granularity=head,headroom=1.5,sink=4,overflow=saturate"),
-             qPrintable(w_->configPanel()->spec()));
+    QVERIFY2(
+        w_->configPanel()->config() == cache::parseSpec("fp8:granularity=head,headroom=1.5,sink=4,overflow=saturate"),
+        qPrintable(w_->configPanel()->spec()));
     // A run without a recorded config says nothing (its label is not read).
     auto bare = std::const_pointer_cast<ui::RunSnapshot>(nanRun("fp8", 5));
     bare->config.reset();
@@ -172,8 +174,9 @@ class WindowTest : public QObject {
              qPrintable(barText()));
     const auto advice = ui::overflowAdvice(*w_->lastRun());
     QVERIFY(advice);
-    const auto fixed = cache::parseSpec("layers=0:K=fp8:format=e5m2,overflow=saturate,V=dynamic;"
-                                        "*:K=fp8:granularity=channel,overflow=saturate,V=quanto:nbits=2");
+    const auto fixed = cache::parseSpec(
+        "layers=0:K=fp8:format=e5m2,overflow=saturate,V=dynamic;"
+        "*:K=fp8:granularity=channel,overflow=saturate,V=quanto:nbits=2");
     QVERIFY2(advice->rerun == fixed, cache::toSpec(advice->rerun).c_str());
     QTest::mouseClick(bar()->findChild<QPushButton*>("rerunSaturate"), Qt::LeftButton);
     QVERIFY(w_->configPanel()->config() == fixed);  // the form holds it whole
@@ -204,7 +207,8 @@ class WindowTest : public QObject {
     w_->setStopHandler([&](quint64 serial) { stopped = serial; });
     // No model: nothing can start, nothing to stop.
     QVERIFY(w_->busy() == Busy::Idle);
-    for (const char* b : {"runButton", "stopButton", "sweepButton", "evalButton", "tuneButton"}) QVERIFY2(!enabled(b), b);
+    for (const char* b : {"runButton", "stopButton", "sweepButton", "evalButton", "tuneButton"})
+      QVERIFY2(!enabled(b), b);
     // A load (no engine here: it stays pending): Stop cancels it, nothing else starts.
     qRegisterMetaType<ui::LoadRequest>();
     QSignalSpy loads(w_, &ui::MainWindow::loadRequested);
@@ -400,7 +404,8 @@ class WindowTest : public QObject {
     withRef->runId = 911;
     withRef->shadow = true;
     text->show(withRef);
-    QVERIFY2(text->colourKey().contains("KL 0") && text->colourKey().contains("NaN/inf"), qPrintable(text->colourKey()));
+    QVERIFY2(text->colourKey().contains("KL 0") && text->colourKey().contains("NaN/inf"),
+             qPrintable(text->colourKey()));
     text->setMetric(ui::TextView::Top1);
     QVERIFY(text->colourKey().contains("same top-1"));
   }
@@ -413,12 +418,14 @@ class WindowTest : public QObject {
       return ui::RunSnapshotPtr(r);
     };
     QString common;
-    const auto names = ui::configNames({mk("quanto"), mk("quanto:nbits=2"), mk("quanto:nbits=2,q_group_size=32")}, &common);
+    const auto names =
+        ui::configNames({mk("quanto"), mk("quanto:nbits=2"), mk("quanto:nbits=2,q_group_size=32")}, &common);
     QCOMPARE(names, QStringList({"quanto: nbits=4, q_group_size=64", "quanto: nbits=2, q_group_size=64",
                                  "quanto: nbits=2, q_group_size=32"}));
     QCOMPARE(common, QString("quanto: axis_key=0, axis_value=0, residual_length=128, sink=0, attention=fused"));
     // One run: all of it; a per-layer config: its rules.
-    QCOMPARE(ui::configNames({mk("kivi")}), QStringList({"kivi: nbits=2, q_group_size=32, residual_length=128, sink=0, attention=fused"}));
+    QCOMPARE(ui::configNames({mk("kivi")}),
+             QStringList({"kivi: nbits=2, q_group_size=32, residual_length=128, sink=0, attention=fused"}));
     QCOMPARE(ui::configNames({mk("fp8"), mk("layers=0:dynamic;*:fp8")}).back(), QString("layers=0:dynamic;*:fp8"));
     ui::RunsModel model;
     new QAbstractItemModelTester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest, &model);
@@ -496,7 +503,8 @@ class WindowTest : public QObject {
     QCOMPARE(qobject_cast<QCPBars*>(bars->plottable(0))->data()->at(2)->value, 0.02);
     auto* front = page.findChild<QCustomPlot*>("tuneFrontPlot");
     QCOMPARE(front->graphCount(), 4);  // one front per target
-    QCOMPARE(front->graph(0)->dataCount(), static_cast<int>(cache::paretoFront(v.scan, cache::TuneTarget::Kvscope).size()));
+    QCOMPARE(front->graph(0)->dataCount(),
+             static_cast<int>(cache::paretoFront(v.scan, cache::TuneTarget::Kvscope).size()));
     // The budget's pick: every side but layer 2's keys quantized (4-bit, two of them 2-bit: 0.009).
     auto* budget = page.findChild<QDoubleSpinBox*>("tuneBudget");
     budget->setValue(0.0095);
@@ -507,12 +515,14 @@ class WindowTest : public QObject {
     QVERIFY2(pick->text().contains("-ctk"), qPrintable(pick->text()));
     budget->setValue(0.0);
     QVERIFY2(pick->text().contains("-ctk f16 -ctv f16") || pick->text().contains("0 MiB") ||
-             pick->text().contains("predicted 0"), qPrintable(pick->text()));
+                 pick->text().contains("predicted 0"),
+             qPrintable(pick->text()));
     budget->setValue(0.0095);
     // A click on layer 2's bars selects layer 2; a click on a front point loads that point's config.
     bars->replot();
-    QTest::mouseClick(bars, Qt::LeftButton, {},
-                      QPoint(static_cast<int>(bars->xAxis->coordToPixel(2)), static_cast<int>(bars->yAxis->coordToPixel(0.01))));
+    QTest::mouseClick(
+        bars, Qt::LeftButton, {},
+        QPoint(static_cast<int>(bars->xAxis->coordToPixel(2)), static_cast<int>(bars->yAxis->coordToPixel(0.01))));
     QCOMPARE(layer.count(), 1);
     QCOMPARE(layer.at(0).at(0).toInt(), 2);
     page.findChild<QTabWidget*>("tuneTabs")->setCurrentIndex(1);
@@ -572,7 +582,8 @@ class WindowTest : public QObject {
     QCOMPARE(r.cache.stats.size(), std::size_t{2});
     QCOMPARE(r.cache.stats[1].values.nonFiniteTotal, 3);
     QCOMPARE(r.cache.stats[0].keys.scales, std::vector<float>({0.01f}));
-    QVERIFY(r.tokenErrors && r.tokenErrors->layer == 1 && r.tokenErrors->keys.size() == 4 && r.tokenErrors->values.empty());
+    QVERIFY(r.tokenErrors && r.tokenErrors->layer == 1 && r.tokenErrors->keys.size() == 4 &&
+            r.tokenErrors->values.empty());
     // A map whose size is not tokens x heads x channels is refused, naming the key.
     QByteArray bad = ui::sessionJson(ui::Session{"m.gguf", {run}});
     bad.replace("\"tokens\": 2", "\"tokens\": 3");

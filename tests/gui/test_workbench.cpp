@@ -80,8 +80,10 @@ class GuiTest : public QObject {
     // Runs are named by what tells them apart, every option resolved (no default hides the 4-bit width); the
     // tooltip holds the run's own label.
     QCOMPARE(runsCell(1, 1), QString("quanto: nbits=2, axis_key=0, axis_value=0, q_group_size=64, residual_length=8"));
-    QCOMPARE(runsCell(0, 1), QString("fp8: format=e4m3fn, granularity=tensor, headroom=1, scale=amax, overflow=saturate"));
-    QVERIFY(w_->runsModel()->index(1, 1).data(Qt::ToolTipRole).toString().startsWith("quanto:nbits=2,residual_length=8"));
+    QCOMPARE(runsCell(0, 1),
+             QString("fp8: format=e4m3fn, granularity=tensor, headroom=1, scale=amax, overflow=saturate"));
+    QVERIFY(
+        w_->runsModel()->index(1, 1).data(Qt::ToolTipRole).toString().startsWith("quanto:nbits=2,residual_length=8"));
     QCOMPARE(w_->runsModel()->commonConfig(), QString("sink=0, attention=fused"));
     // Double-clicking a run puts its config back into the form.
     Q_EMIT w_->runsTable()->doubleClicked(w_->runsModel()->index(0, 1));
@@ -111,7 +113,8 @@ class GuiTest : public QObject {
     for (int c = 0; c < 64; ++c) sum += view->at(view->keys, 0, 1, c);
     if (!(sum > 0.0)) {
       QString dump;
-      for (qint64 t = 0; t < std::min<qint64>(view->tokens, 12); ++t) dump += QString::number(view->at(view->keys, t, 1, 3)) + " ";
+      for (qint64 t = 0; t < std::min<qint64>(view->tokens, 12); ++t)
+        dump += QString::number(view->at(view->keys, t, 1, 3)) + " ";
       qWarning("tokens %lld prompt %d: %s", view->tokens, last->promptTokens, qPrintable(dump));
     }
     QVERIFY(sum > 0.0);  // int2 loses something
@@ -315,7 +318,8 @@ class GuiTest : public QObject {
     QCOMPARE(r->beamTexts.size(), 3);
     QVERIFY(r->beamScores[0] >= r->beamScores[2]);
     // The prompt's step is timed apart from the decode steps (it showed "prefill 0.0 tok/s").
-    QVERIFY2(r->prefillTokS > 0 && r->decodeTokS > 0, qPrintable(QString("%1 %2").arg(r->prefillTokS).arg(r->decodeTokS)));
+    QVERIFY2(r->prefillTokS > 0 && r->decodeTokS > 0,
+             qPrintable(QString("%1 %2").arg(r->prefillTokS).arg(r->decodeTokS)));
     // No shadow reference in beam search: the text's key says it is coloured by log-prob.
     w_->findChild<ui::TextView*>()->setMetric(ui::TextView::Kl);
     QVERIFY(w_->findChild<ui::TextView*>()->colourKey().contains("no shadow reference"));
@@ -345,7 +349,8 @@ class GuiTest : public QObject {
     QVERIFY2(text.endsWith("resources/eval/coriolanus.txt"), qPrintable(text));
     w_->findChild<QSpinBox*>("evalCtx")->setValue(96);
     w_->findChild<QSpinBox*>("evalWindows")->setValue(1);
-    w_->startEval(text, {cache::parseSpec("fp8:overflow=saturate"), cache::parseSpec("quanto:nbits=2,q_group_size=32,residual_length=0")});
+    w_->startEval(text, {cache::parseSpec("fp8:overflow=saturate"),
+                         cache::parseSpec("quanto:nbits=2,q_group_size=32,residual_length=0")});
     // The engine is busy: Stop cancels the evaluation, nothing else starts (Run, Sweep, Evaluate, Scan).
     QVERIFY(w_->busy() == ui::MainWindow::Busy::Evaluating);
     for (const char* b : {"runButton", "sweepButton", "evalButton", "tuneButton"})
@@ -379,7 +384,8 @@ class GuiTest : public QObject {
     QVERIFY(w_->findChild<QLabel*>("evalSummary")->text().contains("scored tokens"));
     QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
     QVERIFY(w_->busy() == ui::MainWindow::Busy::Idle);
-    for (const char* b : {"sweepButton", "evalButton", "tuneButton"}) QVERIFY2(w_->findChild<QPushButton*>(b)->isEnabled(), b);
+    for (const char* b : {"sweepButton", "evalButton", "tuneButton"})
+      QVERIFY2(w_->findChild<QPushButton*>(b)->isEnabled(), b);
     QVERIFY(!w_->findChild<QPushButton*>("stopButton")->isEnabled());
     // A missing text is refused before the engine is asked.
     w_->startEval("/nonexistent/text.txt", {cache::parseSpec("fp8")});
@@ -403,8 +409,9 @@ class GuiTest : public QObject {
     const cache::Scan& scan = page->result()->scan;
     QCOMPARE(scan.plan.numLayers, 30);
     QCOMPARE(static_cast<int>(scan.points.size()), 60);
-    for (const auto& p : scan.points) QVERIFY2(std::isfinite(p.meanKl) && p.meanKl >= 0 && p.storedBytes < scan.referenceBytes,
-                                               qPrintable(QString::number(p.meanKl)));
+    for (const auto& p : scan.points)
+      QVERIFY2(std::isfinite(p.meanKl) && p.meanKl >= 0 && p.storedBytes < scan.referenceBytes,
+               qPrintable(QString::number(p.meanKl)));
     QCOMPARE(qobject_cast<QCPBars*>(w_->findChild<QCustomPlot*>("tuneLayerPlot")->plottable(0))->data()->size(), 30);
     QVERIFY(w_->findChild<QCustomPlot*>("tuneFrontPlot")->graph(0)->dataCount() > 2);
     QVERIFY(w_->findChild<QLabel*>("tuneSummary")->text().contains("61 runs"));
@@ -468,8 +475,8 @@ class GuiTest : public QObject {
   void exportsEveryPlot() {
     QTemporaryDir dir;
     QVERIFY(w_->exportPlotsTo(dir.path()));
-    const QStringList names{"kv_memory", "kv_memory_per_step", "fp8_scales", "quantization_error",
-                            "token_channel_error", "runs_overlay"};
+    const QStringList names{"kv_memory",          "kv_memory_per_step",  "fp8_scales",
+                            "quantization_error", "token_channel_error", "runs_overlay"};
     for (const QString& n : names)
       for (const char* ext : {".png", ".pdf"}) {
         const QFileInfo f(dir.filePath(n + ext));

@@ -7,10 +7,10 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <filesystem>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -18,9 +18,9 @@
 #include "model/llama.h"
 #include "model/safetensors.h"
 #include "runtime/session.h"
-#include "util/cancel.h"
 #include "tensor_helpers.h"
 #include "test_helpers.h"
+#include "util/cancel.h"
 
 using namespace kvscope;
 using testutil::loadTensor;
@@ -31,7 +31,9 @@ const char* modelPath() {
   const char* p = std::getenv("KVSCOPE_PARITY_MODEL");
   return p && std::filesystem::exists(p) ? p : nullptr;
 }
-const char* refPath() { return std::getenv("KVSCOPE_PARITY_REF"); }
+const char* refPath() {
+  return std::getenv("KVSCOPE_PARITY_REF");
+}
 
 struct Fixture {
   std::unique_ptr<model::SafetensorsFile> ref;
@@ -151,8 +153,9 @@ TEST(ModelLoad, ProgressCancelAndTaps) {
   });
   EXPECT_GT(calls, 10);
   EXPECT_GE(lastTotal, calls);
-  EXPECT_THROW(model::LlamaModel::load(modelPath(), at::kFloat, [](std::int64_t done, std::int64_t) { return done < 5; }),
-               model::LoadCancelled);
+  EXPECT_THROW(
+      model::LlamaModel::load(modelPath(), at::kFloat, [](std::int64_t done, std::int64_t) { return done < 5; }),
+      model::LoadCancelled);
   // Taps see every layer's attention inputs and outputs, with the shapes the cache receives.
   std::map<std::string, int> seen;
   at::Tensor k0;
@@ -347,12 +350,13 @@ TEST_P(FusedParity, FusedAgreesWithReference) {
   if (spec == "dynamic") EXPECT_EQ(same, static_cast<int>(a.tokens.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Caches, FusedParity,
-                         ::testing::Values("dynamic", "fp8:overflow=saturate", "fp8:granularity=head,overflow=saturate",
-                                           "quanto:nbits=4", "quanto:nbits=2,q_group_size=32,residual_length=16",
-                                           "hqq:nbits=4", "kivi", "fp8:sink=4,overflow=saturate",
-                                           "layers=0-1:dynamic;*:K=fp8:granularity=head,overflow=saturate,V=quanto:nbits=4"),
-                         [](const auto& p) { return "c" + std::to_string(p.index); });
+INSTANTIATE_TEST_SUITE_P(
+    Caches, FusedParity,
+    ::testing::Values("dynamic", "fp8:overflow=saturate", "fp8:granularity=head,overflow=saturate", "quanto:nbits=4",
+                      "quanto:nbits=2,q_group_size=32,residual_length=16", "hqq:nbits=4", "kivi",
+                      "fp8:sink=4,overflow=saturate",
+                      "layers=0-1:dynamic;*:K=fp8:granularity=head,overflow=saturate,V=quanto:nbits=4"),
+    [](const auto& p) { return "c" + std::to_string(p.index); });
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);

@@ -30,7 +30,9 @@ class Parity : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace
 
-TEST(ParityFixtures, Exist) { EXPECT_GE(fixtureFiles().size(), 20u) << "run parity.make_fixtures first"; }
+TEST(ParityFixtures, Exist) {
+  EXPECT_GE(fixtureFiles().size(), 20u) << "run parity.make_fixtures first";
+}
 
 // Replays a fixture through a layer in `mode`. Reference mode is transformers' computation: fp8 bit-exact, quanto and
 // hqq within 1e-6. Fused mode returns the history dequantized from the stored form for each call: fp8 bit-exact too;
@@ -79,8 +81,8 @@ static void replay(const model::SafetensorsFile& f, cache::AttentionMode mode) {
       }
     }
   }
-  std::printf("[parity] %-40s %-60s %-9s updates %3d  max|diff| %.3g\n", f.metadata().at("name").c_str(),
-              spec.c_str(), fused ? "fused" : "reference", updates, worst);
+  std::printf("[parity] %-40s %-60s %-9s updates %3d  max|diff| %.3g\n", f.metadata().at("name").c_str(), spec.c_str(),
+              fused ? "fused" : "reference", updates, worst);
 }
 
 TEST_P(Parity, ReplayMatchesReference) {

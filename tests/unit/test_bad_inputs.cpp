@@ -1,10 +1,9 @@
 // The bad-input catalogue: files and configs that lie, each refused with one error that names the file, the tensor
 // or key, and the problem (the messages are asserted, not just the exception type). The files are built here, byte
 // by byte, from a small valid model (GGUF and Hugging Face directory) and then broken one way at a time.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
-
-#include <ATen/ATen.h>
 
 #include <cmath>
 #include <cstring>
@@ -12,8 +11,8 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,11 +20,11 @@
 #include "gguf_writer.h"
 #include "model/gguf.h"
 #include "model/hf_config.h"
-#include "util/json.h"
 #include "model/llama.h"
 #include "model/safetensors.h"
 #include "test_helpers.h"
 #include "tokenizer/tokenizer.h"
+#include "util/json.h"
 
 using namespace kvscope;
 using model::FormatError;
@@ -36,7 +35,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratchRoot() { return fs::temp_directory_path() / ("kvscope_bad_inputs_" + std::to_string(::getpid())); }
+fs::path scratchRoot() {
+  return fs::temp_directory_path() / ("kvscope_bad_inputs_" + std::to_string(::getpid()));
+}
 
 fs::path scratch(const std::string& name) {
   const fs::path d = scratchRoot() / name;
@@ -71,12 +72,12 @@ std::string errorOf(const std::function<void()>& f) {
   return "";
 }
 
-#define EXPECT_MENTIONS(msg, ...)                                                             \
-  do {                                                                                        \
-    const std::string m_ = (msg);                                                             \
-    EXPECT_FALSE(m_.empty()) << "accepted";                                                   \
-    for (const std::string& part_ : std::vector<std::string>{__VA_ARGS__})                    \
-      EXPECT_NE(m_.find(part_), std::string::npos) << "`" << part_ << "` not in: " << m_;     \
+#define EXPECT_MENTIONS(msg, ...)                                                         \
+  do {                                                                                    \
+    const std::string m_ = (msg);                                                         \
+    EXPECT_FALSE(m_.empty()) << "accepted";                                               \
+    for (const std::string& part_ : std::vector<std::string>{__VA_ARGS__})                \
+      EXPECT_NE(m_.find(part_), std::string::npos) << "`" << part_ << "` not in: " << m_; \
   } while (0)
 
 // ---- GGUF ----------------------------------------------------------------------------------------------------------
@@ -85,7 +86,7 @@ std::string errorOf(const std::function<void()>& f) {
 // metadata, the tensor list or a tensor's values before the file is laid out.
 struct TinyModel {
   std::string arch = "llama";
-  std::map<std::string, std::uint32_t> ints = {{"block_count", 1},         {"embedding_length", 8},
+  std::map<std::string, std::uint32_t> ints = {{"block_count", 1},          {"embedding_length", 8},
                                                {"attention.head_count", 2}, {"attention.head_count_kv", 1},
                                                {"feed_forward_length", 16}, {"context_length", 64}};
   struct T {
@@ -169,10 +170,9 @@ TEST(BadInputs, GgufFromMemoryMatchesTheFile) {
     EXPECT_EQ(a.tensors()[i].bytes, b.tensors()[i].bytes);
     EXPECT_EQ(std::memcmp(a.tensors()[i].data, b.tensors()[i].data, a.tensors()[i].bytes), 0);
   }
-  EXPECT_MENTIONS(errorOf([&] {
-                    model::GgufFile(reinterpret_cast<const std::uint8_t*>(g.bytes.data()), 10, "short.gguf");
-                  }),
-                  "short.gguf", "too short");
+  EXPECT_MENTIONS(
+      errorOf([&] { model::GgufFile(reinterpret_cast<const std::uint8_t*>(g.bytes.data()), 10, "short.gguf"); }),
+      "short.gguf", "too short");
 }
 
 TEST(BadInputs, GgufTruncatedAtEverySectionBoundary) {
@@ -208,10 +208,10 @@ TEST(BadInputs, GgufHeadersThatLie) {
   };
   const std::string p = scratch("lie.gguf").string();
   constexpr std::uint64_t k2p63 = std::uint64_t{1} << 63;
-  EXPECT_MENTIONS(oneTensor({4}, 0, 64, 64), p, "blk.0.attn_q.weight", "past the end");            // past EOF
-  EXPECT_MENTIONS(oneTensor({4}, 0, k2p63, 64), p, "blk.0.attn_q.weight", "past the end");         // offset 2^63
+  EXPECT_MENTIONS(oneTensor({4}, 0, 64, 64), p, "blk.0.attn_q.weight", "past the end");     // past EOF
+  EXPECT_MENTIONS(oneTensor({4}, 0, k2p63, 64), p, "blk.0.attn_q.weight", "past the end");  // offset 2^63
   EXPECT_MENTIONS(oneTensor({4}, 0, ~std::uint64_t{0} - 31, 64), p, "blk.0.attn_q.weight", "past the end");
-  EXPECT_MENTIONS(oneTensor({k2p63}, 0, 0, 64), p, "blk.0.attn_q.weight", "impossible");           // dim 2^63
+  EXPECT_MENTIONS(oneTensor({k2p63}, 0, 0, 64), p, "blk.0.attn_q.weight", "impossible");              // dim 2^63
   EXPECT_MENTIONS(oneTensor({~std::uint64_t{0}}, 0, 0, 64), p, "blk.0.attn_q.weight", "impossible");  // dim -1
   EXPECT_MENTIONS(oneTensor({1u << 30, 1u << 30, 1u << 30}, 0, 0, 64), p, "blk.0.attn_q.weight", "impossible");
   EXPECT_MENTIONS(oneTensor({4, 4, 4, 4, 4}, 0, 0, 64), p, "blk.0.attn_q.weight", "5 dimensions");
@@ -296,7 +296,8 @@ TEST(BadInputs, GgufModelsThatDoNotFitTheirArchitecture) {
     TinyModel m;
     m.find("blk.0.attn_v.weight")->values[3] = std::numeric_limits<float>::quiet_NaN();
     const auto p = m.write("nan.gguf");
-    EXPECT_MENTIONS(loadError(p), p, "tensor `blk.0.attn_v.weight`", "NaN or infinite values (1 of 32; the first, nan, at flat index 3)");
+    EXPECT_MENTIONS(loadError(p), p, "tensor `blk.0.attn_v.weight`",
+                    "NaN or infinite values (1 of 32; the first, nan, at flat index 3)");
   }
   {
     TinyModel m;
@@ -359,10 +360,17 @@ std::string stError(const std::string& bytes, const std::string& name = "bad.saf
 
 // A Hugging Face directory for the same tiny llama: config.json + model.safetensors (F32, tied embeddings).
 struct TinyHf {
-  nlohmann::json config = {{"model_type", "llama"},        {"hidden_size", 8},        {"intermediate_size", 16},
-                           {"num_attention_heads", 2},     {"num_key_value_heads", 1}, {"num_hidden_layers", 1},
-                           {"vocab_size", 8},              {"rms_norm_eps", 1e-5},    {"rope_theta", 10000.0},
-                           {"max_position_embeddings", 64}, {"tie_word_embeddings", true}};
+  nlohmann::json config = {{"model_type", "llama"},
+                           {"hidden_size", 8},
+                           {"intermediate_size", 16},
+                           {"num_attention_heads", 2},
+                           {"num_key_value_heads", 1},
+                           {"num_hidden_layers", 1},
+                           {"vocab_size", 8},
+                           {"rms_norm_eps", 1e-5},
+                           {"rope_theta", 10000.0},
+                           {"max_position_embeddings", 64},
+                           {"tie_word_embeddings", true}};
   struct T {
     std::string dtype = "F32";
     std::vector<std::int64_t> shape;
@@ -443,9 +451,9 @@ TEST(BadInputs, SafetensorsTruncatedAtEverySectionBoundary) {
   // Inside the length, at the end of the length, inside and at the end of the header, inside and before the end
   // of the data.
   const std::string p = scratch("cut.safetensors").string();
-  for (const std::size_t cut : {std::size_t{0}, std::size_t{4}, std::size_t{8}, std::size_t{9}, std::size_t(8 + n / 2),
-                                std::size_t(8 + n - 1), std::size_t(8 + n), std::size_t(8 + n + 1),
-                                full.size() - 4, full.size() - 1}) {
+  for (const std::size_t cut :
+       {std::size_t{0}, std::size_t{4}, std::size_t{8}, std::size_t{9}, std::size_t(8 + n / 2), std::size_t(8 + n - 1),
+        std::size_t(8 + n), std::size_t(8 + n + 1), full.size() - 4, full.size() - 1}) {
     const std::string err = stError(full.substr(0, cut), "cut.safetensors");
     EXPECT_MENTIONS(err, p);
     const bool explained = err.find("too short") != std::string::npos ||
@@ -460,8 +468,8 @@ TEST(BadInputs, SafetensorsHeadersThatLie) {
   const std::string p = scratch("bad.safetensors").string();
   auto one = [&](const std::string& info) { return stError(safetensorsBytes(R"({"w":)" + info + "}", d)); };
   EXPECT_MENTIONS(one(R"({"dtype":"F32","shape":[4],"data_offsets":[0,128]})"), p, "`w`", "lie outside the 64");
-  EXPECT_MENTIONS(one(R"({"dtype":"F32","shape":[4],"data_offsets":[9223372036854775808,9223372036854775824]})"),
-                  p, "`w`", "lie outside");
+  EXPECT_MENTIONS(one(R"({"dtype":"F32","shape":[4],"data_offsets":[9223372036854775808,9223372036854775824]})"), p,
+                  "`w`", "lie outside");
   EXPECT_MENTIONS(one(R"({"dtype":"F32","shape":[4],"data_offsets":[32,16]})"), p, "`w`", "lie outside");
   EXPECT_MENTIONS(one(R"({"dtype":"F32","shape":[4],"data_offsets":[-16,0]})"), p, "`w`", "non-negative");
   EXPECT_MENTIONS(one(R"({"dtype":"F32","shape":[-4],"data_offsets":[0,16]})"), p, "`w`", "non-negative");
@@ -487,15 +495,14 @@ TEST(BadInputs, SafetensorsHeadersThatLie) {
 
 TEST(BadInputs, SafetensorsIndexThatLies) {
   const std::string w = "dir/model.safetensors.index.json";
-  auto err = [&](const std::string& text) {
-    return errorOf([&] { (void)model::readSafetensorsIndex(text, w); });
-  };
+  auto err = [&](const std::string& text) { return errorOf([&] { (void)model::readSafetensorsIndex(text, w); }); };
   EXPECT_MENTIONS(err("{"), w, "not valid JSON");
   EXPECT_MENTIONS(err("[]"), w, "no weight_map");
   EXPECT_MENTIONS(err(R"({"weight_map": []})"), w, "no weight_map");
   EXPECT_MENTIONS(err(R"({"weight_map": {}})"), w, "weight_map is empty");
   EXPECT_MENTIONS(err(R"({"weight_map": {"a.weight": 3}})"), w, "weight_map[`a.weight`]", "not a file name");
-  EXPECT_MENTIONS(err(R"({"weight_map": {"a.weight": "../x.safetensors"}})"), w, "a.weight", "not a file in the directory");
+  EXPECT_MENTIONS(err(R"({"weight_map": {"a.weight": "../x.safetensors"}})"), w, "a.weight",
+                  "not a file in the directory");
   EXPECT_MENTIONS(err(R"({"weight_map": {"a.weight": ".."}})"), w, "a.weight", "not a file in the directory");
   EXPECT_MENTIONS(err(R"({"weight_map": {"a.weight": ""}})"), w, "a.weight", "not a file in the directory");
   const auto ok = model::readSafetensorsIndex(R"({"metadata": {}, "weight_map": {"a": "s1", "b": "s2"}})", w);
@@ -627,7 +634,8 @@ TEST(BadInputs, ConfigJsonKeysOfTheWrongType) {
   }
 }
 
-// ---- tokenizer.json ---------------------------------------------------------------------------------------------------
+// ---- tokenizer.json
+// ---------------------------------------------------------------------------------------------------
 
 TEST(BadInputs, TokenizerJsonKeysOfTheWrongType) {
   const std::string src = "dir/tokenizer.json";
@@ -637,8 +645,7 @@ TEST(BadInputs, TokenizerJsonKeysOfTheWrongType) {
       {"decoder", {{"type", "ByteLevel"}}}};
   auto err = [&](const nlohmann::json& j, std::optional<std::string> cfg = std::nullopt) {
     return errorOf([&] {
-      (void)tokenizer::fromTokenizerJsonText(j.dump(), src,
-                                             cfg ? std::optional<std::string_view>(*cfg) : std::nullopt,
+      (void)tokenizer::fromTokenizerJsonText(j.dump(), src, cfg ? std::optional<std::string_view>(*cfg) : std::nullopt,
                                              "dir/tokenizer_config.json");
     });
   };
@@ -677,7 +684,8 @@ TEST(BadInputs, TokenizerJsonKeysOfTheWrongType) {
                   "'<|none|>' is not a token of dir/tokenizer.json");
 }
 
-// ---- found by the fuzzers (tests/fuzz) --------------------------------------------------------------------------------
+// ---- found by the fuzzers (tests/fuzz)
+// --------------------------------------------------------------------------------
 
 TEST(BadInputs, DeeplyNestedJsonIsRefusedNotAStackOverflow) {
   // Error messages dump the offending value: 30000 nested arrays overflowed the stack (ASan: stack-overflow in
@@ -698,8 +706,8 @@ TEST(BadInputs, DeeplyNestedJsonIsRefusedNotAStackOverflow) {
   EXPECT_MENTIONS(errorOf([&] { (void)model::readSafetensorsIndex(R"({"weight_map":)" + deep + "}", "i.json"); }),
                   "i.json", "nested deeper than 128 levels");
   EXPECT_MENTIONS(stError(safetensorsBytes(R"({"w":)" + deep + "}", "")), "nested deeper than 128 levels");
-  EXPECT_MENTIONS(errorOf([&] { (void)cache::configFromJson(R"({"cache_config":)" + deep + "}", "k.json"); }),
-                  "k.json", "nested deeper than 128 levels");
+  EXPECT_MENTIONS(errorOf([&] { (void)cache::configFromJson(R"({"cache_config":)" + deep + "}", "k.json"); }), "k.json",
+                  "nested deeper than 128 levels");
   // Brackets inside strings do not count; 128 levels are fine.
   EXPECT_EQ(jsonNestingDepth(R"({"a": "[[[[[[", "b": ["\"[", {}]})"), 3u);
   EXPECT_EQ(jsonNestingDepth(std::string(128, '[') + std::string(128, ']')), 128u);
@@ -719,13 +727,13 @@ TEST(BadInputs, TokenizerJsonIdFarBeyondTheVocabulary) {
   const std::string j = R"({"model":{"type":"BPE","vocab":{"a":16777215},"merges":[]},)"
                         R"("pre_tokenizer":{"type":"ByteLevel"},"decoder":{"type":"ByteLevel"},)"
                         R"("added_tokens":[{"id":3,"content":"<s>"}]})";
-  EXPECT_MENTIONS(errorOf([&] { (void)tokenizer::fromTokenizerJsonText(j, "t.json"); }), "t.json",
-                  "model.vocab['a']", "id 16777215 is beyond the 2 tokens");
+  EXPECT_MENTIONS(errorOf([&] { (void)tokenizer::fromTokenizerJsonText(j, "t.json"); }), "t.json", "model.vocab['a']",
+                  "id 16777215 is beyond the 2 tokens");
   const std::string k = R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},)"
                         R"("pre_tokenizer":{"type":"ByteLevel"},"decoder":{"type":"ByteLevel"},)"
                         R"("added_tokens":[{"id":9000000,"content":"<s>"}]})";
-  EXPECT_MENTIONS(errorOf([&] { (void)tokenizer::fromTokenizerJsonText(k, "t.json"); }), "t.json",
-                  "added_tokens[0].id", "beyond the 2 tokens");
+  EXPECT_MENTIONS(errorOf([&] { (void)tokenizer::fromTokenizerJsonText(k, "t.json"); }), "t.json", "added_tokens[0].id",
+                  "beyond the 2 tokens");
 }
 
 TEST(BadInputs, JsonNumberThatOverflowsADouble) {

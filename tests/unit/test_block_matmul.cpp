@@ -32,8 +32,8 @@ struct Case {
   std::int64_t cols;
 };
 
-const Case kCases[] = {{BlockType::F32, 45},  {BlockType::F16, 77},   {BlockType::BF16, 40},  {BlockType::Q4_0, 96},
-                       {BlockType::Q4_1, 64}, {BlockType::Q5_0, 160}, {BlockType::Q5_1, 96},  {BlockType::Q8_0, 128},
+const Case kCases[] = {{BlockType::F32, 45},   {BlockType::F16, 77},   {BlockType::BF16, 40}, {BlockType::Q4_0, 96},
+                       {BlockType::Q4_1, 64},  {BlockType::Q5_0, 160}, {BlockType::Q5_1, 96}, {BlockType::Q8_0, 128},
                        {BlockType::Q4_K, 512}, {BlockType::Q5_K, 256}, {BlockType::Q6_K, 512}};
 
 void putHalf(std::uint8_t* p, float v) {
@@ -59,7 +59,9 @@ std::vector<std::uint8_t> randomMatrix(BlockType t, std::int64_t rows, std::int6
           std::memcpy(b, &x, 4);
         }
         break;
-      case BlockType::F16: putHalf(b, sign(rng)); break;
+      case BlockType::F16:
+        putHalf(b, sign(rng));
+        break;
       case BlockType::BF16: {
         const float x = sign(rng);
         std::uint32_t bits;
@@ -69,16 +71,22 @@ std::vector<std::uint8_t> randomMatrix(BlockType t, std::int64_t rows, std::int6
         break;
       }
       case BlockType::Q4_1:
-      case BlockType::Q5_1: putHalf(b + 2, sign(rng) * 0.3f); [[fallthrough]];
+      case BlockType::Q5_1:
+        putHalf(b + 2, sign(rng) * 0.3f);
+        [[fallthrough]];
       case BlockType::Q4_0:
       case BlockType::Q5_0:
-      case BlockType::Q8_0: putHalf(b, scale(rng)); break;
+      case BlockType::Q8_0:
+        putHalf(b, scale(rng));
+        break;
       case BlockType::Q4_K:
       case BlockType::Q5_K:
         putHalf(b, scale(rng) * 0.1f);
         putHalf(b + 2, scale(rng) * 0.1f);
         break;
-      case BlockType::Q6_K: putHalf(b + 208, scale(rng) * 0.05f); break;
+      case BlockType::Q6_K:
+        putHalf(b + 208, scale(rng) * 0.05f);
+        break;
     }
   }
   return v;
@@ -124,17 +132,28 @@ struct Paths {
 
 std::string name(BlockType t) {
   switch (t) {
-    case BlockType::F32: return "F32";
-    case BlockType::F16: return "F16";
-    case BlockType::BF16: return "BF16";
-    case BlockType::Q4_0: return "Q4_0";
-    case BlockType::Q4_1: return "Q4_1";
-    case BlockType::Q5_0: return "Q5_0";
-    case BlockType::Q5_1: return "Q5_1";
-    case BlockType::Q8_0: return "Q8_0";
-    case BlockType::Q4_K: return "Q4_K";
-    case BlockType::Q5_K: return "Q5_K";
-    case BlockType::Q6_K: return "Q6_K";
+    case BlockType::F32:
+      return "F32";
+    case BlockType::F16:
+      return "F16";
+    case BlockType::BF16:
+      return "BF16";
+    case BlockType::Q4_0:
+      return "Q4_0";
+    case BlockType::Q4_1:
+      return "Q4_1";
+    case BlockType::Q5_0:
+      return "Q5_0";
+    case BlockType::Q5_1:
+      return "Q5_1";
+    case BlockType::Q8_0:
+      return "Q8_0";
+    case BlockType::Q4_K:
+      return "Q4_K";
+    case BlockType::Q5_K:
+      return "Q5_K";
+    case BlockType::Q6_K:
+      return "Q6_K";
   }
   return "?";
 }
@@ -162,8 +181,8 @@ TEST(BlockFormats, TheAffineViewIsTheDequantization) {
     for (std::int64_t gi = 0; gi < 3 * c.cols / 32; ++gi) {
       std::uint8_t q[32];
       float D[2], M[2];
-      kernels::unpackGroup(c.type, data.data() + (gi * 32 / L.values) * L.bytes,
-                           static_cast<int>(gi % (L.values / 32)), q, D, M);
+      kernels::unpackGroup(c.type, data.data() + (gi * 32 / L.values) * L.bytes, static_cast<int>(gi % (L.values / 32)),
+                           q, D, M);
       for (int l = 0; l < 32; ++l) {
         const float ref = w[static_cast<std::size_t>(gi * 32 + l)];
         const float got = D[l / 16] * static_cast<float>(q[l]) + M[l / 16];
@@ -212,15 +231,18 @@ TEST(Weight, KernelAndGemmPathsAndEmbeddingAgree) {
       const at::Tensor x = at::randn({1, m, c.cols});
       const at::Tensor y = W.linear(x).contiguous();
       ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{1, m, rows}));
-      expectProduct(w, x.data_ptr<float>(), y.data_ptr<float>(), m, rows, c.cols, name(c.type) + " linear m=" + std::to_string(m));
+      expectProduct(w, x.data_ptr<float>(), y.data_ptr<float>(), m, rows, c.cols,
+                    name(c.type) + " linear m=" + std::to_string(m));
     }
     const at::Tensor bias = at::randn({rows});
     const at::Tensor xb = at::randn({2, c.cols}).to(at::kBFloat16);
     const at::Tensor yb = W.linear(xb, bias);
     EXPECT_EQ(yb.scalar_type(), at::kBFloat16);
-    EXPECT_TRUE(at::allclose(yb.to(at::kFloat), at::linear(xb.to(at::kFloat), W.dense(), bias), 2e-2, 2e-2)) << name(c.type);
+    EXPECT_TRUE(at::allclose(yb.to(at::kFloat), at::linear(xb.to(at::kFloat), W.dense(), bias), 2e-2, 2e-2))
+        << name(c.type);
     const at::Tensor rowsOf = W.gather(at::tensor(std::vector<std::int64_t>{5, 0, 69}, at::kLong).view({1, 3}));
-    EXPECT_TRUE(at::equal(rowsOf[0], W.dense().index_select(0, at::tensor(std::vector<std::int64_t>{5, 0, 69}, at::kLong))))
+    EXPECT_TRUE(
+        at::equal(rowsOf[0], W.dense().index_select(0, at::tensor(std::vector<std::int64_t>{5, 0, 69}, at::kLong))))
         << name(c.type);
     // Permuted rows: row i of the copy is row order[i].
     std::vector<std::int64_t> order(static_cast<std::size_t>(rows));
@@ -272,7 +294,8 @@ TEST(BlockMatmul, EightBitActivationsEveryTypeBothPaths) {
       // The activations as the codes give them.
       std::vector<float> xq(static_cast<std::size_t>(m * c.cols));
       for (std::int64_t i = 0; i < m * c.cols; ++i)
-        xq[static_cast<std::size_t>(i)] = q.codes[static_cast<std::size_t>(i)] * q.scales[static_cast<std::size_t>(i / 32)];
+        xq[static_cast<std::size_t>(i)] =
+            q.codes[static_cast<std::size_t>(i)] * q.scales[static_cast<std::size_t>(i / 32)];
       for (Path path : {Path::Avx512, Path::Portable}) {
         Paths p(path);
         std::vector<float> y(static_cast<std::size_t>(m * rows));
@@ -307,7 +330,8 @@ TEST(Weight, EightBitActivationsThroughLinear) {
 
 const BlockType kPackable[] = {BlockType::Q4_0, BlockType::Q4_1, BlockType::Q8_0, BlockType::Q4_K};
 
-kernels::BlockMatrix blockMatrix(BlockType t, std::int64_t rows, std::int64_t cols, const std::vector<std::uint8_t>& d) {
+kernels::BlockMatrix blockMatrix(BlockType t, std::int64_t rows, std::int64_t cols,
+                                 const std::vector<std::uint8_t>& d) {
   const auto L = kernels::blockLayout(static_cast<std::uint32_t>(t));
   return {static_cast<std::uint32_t>(t), rows, cols, d.data(), cols / L.values * L.bytes};
 }
@@ -339,7 +363,8 @@ TEST(PackedMatmul, TheRepackedFormHoldsTheStoredValues) {
     kernels::unpackRows(p, 20, rows, back.data() + 20 * bm.rowBytes, bm.rowBytes);
     EXPECT_EQ(back, data) << name(t);
     // The stored size (Q4_K: 148 bytes per 256 values against 144), padding rows aside.
-    EXPECT_LE(static_cast<double>(p.tileBytes), (t == BlockType::Q4_K ? 148.0 / 144 : 1.0) * static_cast<double>(bm.rowBytes) * 16)
+    EXPECT_LE(static_cast<double>(p.tileBytes),
+              (t == BlockType::Q4_K ? 148.0 / 144 : 1.0) * static_cast<double>(bm.rowBytes) * 16)
         << name(t);
   }
 }
@@ -363,7 +388,9 @@ TEST(PackedMatmul, EightBitActivationsEveryPackedTypeBothPaths) {
         std::vector<float> y(static_cast<std::size_t>(m * rows), std::nanf(""));
         kernels::packedMatmulQ8(p, q, y.data(), rows, 0, 1);
         kernels::packedMatmulQ8(p, q, y.data(), rows, 1, p.tiles());
-        const char* pathName = path == Path::Avx512 ? " packed vnni" : path == Path::Avx2 ? " packed avx2" : " packed portable";
+        const char* pathName = path == Path::Avx512 ? " packed vnni"
+                               : path == Path::Avx2 ? " packed avx2"
+                                                    : " packed portable";
         expectProduct(w, xq.data_ptr<float>(), y.data(), m, rows, cols, name(t) + pathName + " m=" + std::to_string(m));
       }
     }

@@ -35,7 +35,8 @@ TEST(Fp8Calibration, AmaxPercentileAndHeadroom) {
   p.headroom = 2.0;
   p.format = Fp8Format::E5M2;
   Fp8Calibrator pc(1, p);
-  const at::Tensor ramp = at::arange(1, 1001, at::kFloat).view({1, 1, 250, 4}) * ((at::arange(0, 1000) % 2) * 2 - 1).view({1, 1, 250, 4});
+  const at::Tensor ramp =
+      at::arange(1, 1001, at::kFloat).view({1, 1, 250, 4}) * ((at::arange(0, 1000) % 2) * 2 - 1).view({1, 1, 250, 4});
   pc.add(0, true, ramp);
   pc.add(0, false, ramp);
   EXPECT_FLOAT_EQ(pc.scales(true)[0][0], 990.0f * 2.0f / 57344.0f);

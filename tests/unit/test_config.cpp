@@ -88,7 +88,8 @@ TEST(Config, ClearErrorsForBadSpecs) {
   EXPECT_EQ(errorOf("fp8:granularity=row"), "option `granularity` takes one of tensor, head, channel, got `row`");
   EXPECT_EQ(errorOf("dynamic:nbits=2"), "unknown option `nbits` for the `dynamic` backend (allowed: attention)");
   EXPECT_EQ(errorOf("fp8:optimize=true"),
-            "unknown option `optimize` for the `fp8` backend (allowed: format, granularity, headroom, scale, overflow, sink, attention)");
+            "unknown option `optimize` for the `fp8` backend (allowed: format, granularity, headroom, scale, overflow, "
+            "sink, attention)");
   EXPECT_EQ(errorOf(""), "empty cache spec (try `fp8`, `quanto:nbits=2` or a JSON file)");
   EXPECT_EQ(errorOf("/nonexistent/cfg.json"), "cannot read cache config file `/nonexistent/cfg.json`");
 }
@@ -108,8 +109,8 @@ TEST(Config, HfExportHoldsOnlyTransformersKeys) {
 
 TEST(Config, KvscopeJsonRoundTrips) {
   for (const char* spec : {"fp8", "fp8:granularity=channel,overflow=recalibrate,headroom=2,format=e5m2",
-                           "quanto:nbits=2,axis_key=-1,q_group_size=32,residual_length=16", "hqq:nbits=3,optimize=false",
-                           "hqq", "dynamic"}) {
+                           "quanto:nbits=2,axis_key=-1,q_group_size=32,residual_length=16",
+                           "hqq:nbits=3,optimize=false", "hqq", "dynamic"}) {
     CacheConfig c = parseSpec(spec);
     const CacheConfig back = configFromJson(toKvscopeJson(c));
     // The file writes group-wise keys resolved; compare resolved values and kvscope options.
@@ -225,7 +226,7 @@ TEST(Sweep, PlanValidatesEveryPointAndBudgetPicksTheBest) {
   using kvscope::cache::SweepBudget;
   const std::vector<kvscope::cache::SweepOutcome> runs{
       {1000, 0.02}, {500, 0.04}, {250, 0.30}, {100, 0.01, /*hasKl=*/false}, {50, 0.001, true, /*finished=*/false}};
-  EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxMeanKl, 0.05}), 1u);   // smallest within KL 0.05
+  EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxMeanKl, 0.05}), 1u);  // smallest within KL 0.05
   EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxMeanKl, 0.5}), 2u);
   EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxStoredBytes, 600}), 1u);  // lowest KL within 600 bytes
   EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxStoredBytes, 1000}), 0u);

@@ -26,8 +26,8 @@ namespace {
 
 using device::ExecutionContext;
 using kernels::KernelPath;
-using testutil::randomModel;
 using testutil::prompt;
+using testutil::randomModel;
 using testutil::stepLogits;
 
 const ExecutionContext kPortable(c10::kCPU, at::kFloat, /*portable=*/true);
@@ -104,8 +104,8 @@ TEST(DevicePath, WeightsAreDenseAndLogitsMatchTheHostKernels) {
   const auto b = stepLogits(*dev, cache::parseSpec("dynamic"), ids, 12);
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-4, 1e-5)) << "step " << i << ": max |diff| "
-                                                        << (a[i] - b[i]).abs().max().item<float>();
+    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-4, 1e-5))
+        << "step " << i << ": max |diff| " << (a[i] - b[i]).abs().max().item<float>();
     EXPECT_EQ(a[i].argmax().item<std::int64_t>(), b[i].argmax().item<std::int64_t>()) << "step " << i;
   }
   // bf16 on the device path: the weights themselves in bf16 (half the bytes).
@@ -203,7 +203,8 @@ TEST(DevicePath, ADecodeStepMakesOneHostCopyWithTheStatisticsOn) {
       return true;
     });
     ASSERT_GE(beamCopies.size(), 2u);
-    for (std::size_t i = 1; i < beamCopies.size(); ++i) EXPECT_EQ(beamCopies[i] - beamCopies[i - 1], 1) << "beam step " << i;
+    for (std::size_t i = 1; i < beamCopies.size(); ++i)
+      EXPECT_EQ(beamCopies[i] - beamCopies[i - 1], 1) << "beam step " << i;
   }
 }
 
@@ -272,13 +273,14 @@ TEST(DevicePath, EveryBackendFusedMatchesReference) {
   const auto host = model::LlamaModel::load(randomModel());
   const auto dev = model::LlamaModel::load(randomModel(), kPortable);
   const auto ids = prompt(20);
-  for (const char* spec : {"fp8", "fp8:granularity=head,overflow=saturate", "fp8:format=e5m2,granularity=channel,overflow=saturate",
-                           "quanto:nbits=4,q_group_size=16,residual_length=8",
-                           "quanto:nbits=2,q_group_size=8,residual_length=8,axis_key=-1",
-                           "hqq:nbits=4,q_group_size=16,residual_length=8,optimize=false",
-                           "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4",
-                           "layers=0:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=16,"
-                           "residual_length=8"}) {
+  for (const char* spec :
+       {"fp8", "fp8:granularity=head,overflow=saturate", "fp8:format=e5m2,granularity=channel,overflow=saturate",
+        "quanto:nbits=4,q_group_size=16,residual_length=8",
+        "quanto:nbits=2,q_group_size=8,residual_length=8,axis_key=-1",
+        "hqq:nbits=4,q_group_size=16,residual_length=8,optimize=false",
+        "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4",
+        "layers=0:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=16,"
+        "residual_length=8"}) {
     SCOPED_TRACE(spec);
     cache::CacheConfig fused = cache::parseSpec(spec), ref = fused;
     ref.attention = cache::AttentionMode::Reference;
@@ -301,12 +303,12 @@ TEST(DevicePath, EveryBackendFusedMatchesReference) {
 // What a fused layer hands back from update() is built from its stored form: on the device path by LibTorch's
 // operators (StoredSource::dense), bit for bit the values the host kernels decode.
 TEST(DevicePath, StoredFormsDecodeBitForBitAsOnTheHost) {
-  for (const char* spec : {"fp8", "fp8:granularity=channel,format=e5m2", "quanto:nbits=2,q_group_size=16,residual_length=4",
-                           "quanto:nbits=4,q_group_size=32,residual_length=4,attention=reference",
-                           "hqq:nbits=3,q_group_size=16,residual_length=4,optimize=false",
-                           "hqq:nbits=4,q_group_size=16,residual_length=4",
-                           "kivi:nbits=2,q_group_size=8,residual_length=4", "kivi:nbits=4,q_group_size=8,residual_length=4",
-                           "fp8:sink=3", "hqq:nbits=2,q_group_size=16,residual_length=4,sink=2"}) {
+  for (const char* spec :
+       {"fp8", "fp8:granularity=channel,format=e5m2", "quanto:nbits=2,q_group_size=16,residual_length=4",
+        "quanto:nbits=4,q_group_size=32,residual_length=4,attention=reference",
+        "hqq:nbits=3,q_group_size=16,residual_length=4,optimize=false", "hqq:nbits=4,q_group_size=16,residual_length=4",
+        "kivi:nbits=2,q_group_size=8,residual_length=4", "kivi:nbits=4,q_group_size=8,residual_length=4", "fp8:sink=3",
+        "hqq:nbits=2,q_group_size=16,residual_length=4,sink=2"}) {
     SCOPED_TRACE(spec);
     cache::KvCache a(cache::parseSpec(spec), 1), b(cache::parseSpec(spec), 1, {}, KernelPath::Device);
     at::manual_seed(3);
@@ -372,12 +374,16 @@ TEST(DevicePath, CodecsMatchTheHostPathBitForBit) {
       for (int gs : {32, 64})
         cases.push_back({"quanto" + std::to_string(bits) + "-g" + std::to_string(gs),
                          cache::detail::makeQuantoCodec(bits, gs, KernelPath::Host),
-                         cache::detail::makeQuantoCodec(bits, gs, KernelPath::Device), {0, -1}, false});
+                         cache::detail::makeQuantoCodec(bits, gs, KernelPath::Device),
+                         {0, -1},
+                         false});
     for (int bits : {1, 2, 3, 4, 8})
       for (bool optimize : {false, true})
         cases.push_back({"hqq" + std::to_string(bits) + (optimize ? "-opt" : ""),
                          cache::detail::makeHqqCodec(bits, 64, optimize, KernelPath::Host),
-                         cache::detail::makeHqqCodec(bits, 64, optimize, KernelPath::Device), {0, 1}, true});
+                         cache::detail::makeHqqCodec(bits, 64, optimize, KernelPath::Device),
+                         {0, 1},
+                         true});
     for (const Case& c : cases)
       for (int axis : c.axes) {
         SCOPED_TRACE(c.name + " axis " + std::to_string(axis) + " " + c10::toString(dt));

@@ -135,8 +135,10 @@ TEST(ErrorHistory, QuantoFlushAddsItsDriftAndBoundsTheTrueError) {
   for (std::int64_t t = 0; t < 10; ++t)
     for (std::int64_t c = 0; c < 8; ++c) {
       const float truth = absError(all, kq, t, t + 1, 0, c);
-      if (t < 6) EXPECT_LE(truth, h.at(t, 0, c) + 1e-5f) << t << " " << c;
-      else EXPECT_NEAR(truth, h.at(t, 0, c), 1e-5f) << t << " " << c;
+      if (t < 6)
+        EXPECT_LE(truth, h.at(t, 0, c) + 1e-5f) << t << " " << c;
+      else
+        EXPECT_NEAR(truth, h.at(t, 0, c), 1e-5f) << t << " " << c;
     }
 }
 

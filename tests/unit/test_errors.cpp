@@ -1,9 +1,8 @@
 // One error type with a code: every error kvscope raises carries it, and the exceptions of LibTorch and the standard
 // library are classified once (runtime::currentFailure), so that callers decide on the code.
-#include <gtest/gtest.h>
-
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <gtest/gtest.h>
 
 #include <new>
 #include <stdexcept>
@@ -51,7 +50,8 @@ TEST(Errors, EveryKvscopeErrorCarriesItsCode) {
   EXPECT_EQ(exitStatus(missing.code), 2);
   EXPECT_EQ(failureOf([] { throw runtime::ModelNotFound("no model found"); }).code, ErrorCode::BadFile);
   // Every cancel is one kvscope::Cancelled, whoever throws it.
-  for (const auto& f : {failureOf([] { throw model::LoadCancelled(); }), failureOf([] { throw generate::EvalCancelled(); })}) {
+  for (const auto& f :
+       {failureOf([] { throw model::LoadCancelled(); }), failureOf([] { throw generate::EvalCancelled(); })}) {
     EXPECT_EQ(f.code, ErrorCode::Cancelled);
     EXPECT_EQ(exitStatus(f.code), 130);
   }

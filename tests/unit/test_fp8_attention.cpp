@@ -16,7 +16,9 @@ struct Cache {
   at::Tensor kCodes, vCodes, kScale, vScale, kDeq, vDeq;
 };
 
-at::ScalarType torchFp8(Fp8Format f) { return f == Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2; }
+at::ScalarType torchFp8(Fp8Format f) {
+  return f == Fp8Format::E4M3FN ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
+}
 
 // Codes as the fp8 layer stores them ((x / scale) cast to fp8), inside a buffer with spare capacity (a strided view).
 Cache makeCache(std::int64_t B, std::int64_t Hkv, std::int64_t L, std::int64_t D, Fp8Format f, at::Tensor kScale,
@@ -51,8 +53,8 @@ TEST(Fp8Attention, CpuReferenceMatchesSdpaOnDequantizedStates) {
   for (Fp8Format f : {Fp8Format::E4M3FN, Fp8Format::E5M2})
     for (int gran = 0; gran < 3; ++gran)
       for (std::int64_t L : {1, 7, 300, 2049}) {
-        SCOPED_TRACE("format " + std::to_string(static_cast<int>(f)) + " granularity " + std::to_string(gran) +
-                     " L " + std::to_string(L));
+        SCOPED_TRACE("format " + std::to_string(static_cast<int>(f)) + " granularity " + std::to_string(gran) + " L " +
+                     std::to_string(L));
         const auto scaleOf = [&](double base) {
           if (gran == 0) return at::full({Hkv, D}, base / 448.0);
           if (gran == 1) return (at::rand({Hkv, 1}) + 0.5).expand({Hkv, D}).contiguous() * (base / 448.0);
@@ -72,7 +74,8 @@ TEST(Fp8Attention, MultiHeadAttentionBf16QueryAndCustomScale) {
   const std::int64_t B = 1, H = 4, D = 32, L = 513;
   const Cache c = makeCache(B, H, L, D, Fp8Format::E4M3FN, at::full({H, D}, 0.01), at::full({H, D}, 0.004));
   const at::Tensor q = at::randn({B, H, 1, D});
-  const at::Tensor mine = kernels::fp8DecodeAttention(q, c.kCodes, c.vCodes, c.kScale, c.vScale, Fp8Format::E4M3FN, 0.3);
+  const at::Tensor mine =
+      kernels::fp8DecodeAttention(q, c.kCodes, c.vCodes, c.kScale, c.vScale, Fp8Format::E4M3FN, 0.3);
   const at::Tensor ref = at::scaled_dot_product_attention(q, c.kDeq, c.vDeq, std::nullopt, 0.0, false, 0.3);
   EXPECT_TRUE(at::allclose(mine, ref, 1e-4, 1e-5));
   const at::Tensor qb = q.to(at::kBFloat16);

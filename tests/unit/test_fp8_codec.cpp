@@ -44,15 +44,32 @@ std::uint8_t torchCode(float x, at::ScalarType t) {
 
 }  // namespace
 
-TEST(Fp8Codec, E4M3FNBitExactForAllFloat32) { exhaustive(Fp8Format::E4M3FN); }
-TEST(Fp8Codec, E5M2BitExactForAllFloat32) { exhaustive(Fp8Format::E5M2); }
+TEST(Fp8Codec, E4M3FNBitExactForAllFloat32) {
+  exhaustive(Fp8Format::E4M3FN);
+}
+TEST(Fp8Codec, E5M2BitExactForAllFloat32) {
+  exhaustive(Fp8Format::E5M2);
+}
 
 TEST(Fp8Codec, E4M3FNSpotValues) {
   // REFERENCE §3, and each checked against LibTorch too.
   const std::pair<float, std::uint8_t> cases[] = {
-      {448.0f, 0x7E}, {456.0f, 0x7E}, {464.0f, 0x7E}, {std::nextafter(464.0f, 500.0f), 0x7F}, {479.99f, 0x7F},
-      {480.0f, 0x7F}, {0x1p-9f, 0x01}, {0x1p-10f, 0x00}, {std::nextafter(0x1p-10f, 1.0f), 0x01}, {3 * 0x1p-10f, 0x02},
-      {1.0625f, 0x38}, {1.1875f, 0x3A}, {-0.0f, 0x80}, {-448.0f, 0xFE}, {INFINITY, 0x7F}, {-INFINITY, 0xFF},
+      {448.0f, 0x7E},
+      {456.0f, 0x7E},
+      {464.0f, 0x7E},
+      {std::nextafter(464.0f, 500.0f), 0x7F},
+      {479.99f, 0x7F},
+      {480.0f, 0x7F},
+      {0x1p-9f, 0x01},
+      {0x1p-10f, 0x00},
+      {std::nextafter(0x1p-10f, 1.0f), 0x01},
+      {3 * 0x1p-10f, 0x02},
+      {1.0625f, 0x38},
+      {1.1875f, 0x3A},
+      {-0.0f, 0x80},
+      {-448.0f, 0xFE},
+      {INFINITY, 0x7F},
+      {-INFINITY, 0xFF},
   };
   for (auto [x, code] : cases) {
     EXPECT_EQ(encodeE4M3FN(x), code) << x;
@@ -96,7 +113,8 @@ TEST(Fp8Codec, RunsWithScalesMatchTorchForEveryDtype) {
   const at::Tensor scale = at::rand({D}, at::kFloat) * 0.05f + 1e-3f;
   for (auto [dt, et] : {std::pair{at::kFloat, ElemType::F32}, std::pair{at::kBFloat16, ElemType::BF16},
                         std::pair{at::kHalf, ElemType::F16}}) {
-    for (auto [f, t] : {std::pair{Fp8Format::E4M3FN, at::kFloat8_e4m3fn}, std::pair{Fp8Format::E5M2, at::kFloat8_e5m2}}) {
+    for (auto [f, t] :
+         {std::pair{Fp8Format::E4M3FN, at::kFloat8_e4m3fn}, std::pair{Fp8Format::E5M2, at::kFloat8_e5m2}}) {
       at::Tensor x = (at::randn({T, D}) * 8).to(dt).contiguous();
       // Values at the formats' edges: 448, 464, just above, 480, 57344, 61440, inf, NaN (times the scale).
       const float edges[] = {448.f, 464.f, 464.0001f, 479.f, 480.f, 57344.f, 61439.f, 61440.f, INFINITY, NAN};

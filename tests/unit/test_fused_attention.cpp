@@ -139,14 +139,16 @@ TEST_P(FusedVsReference, AttentionAgreesWithinTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(
     Backends, FusedVsReference,
-    ::testing::Values("dynamic", "fp8", "fp8:granularity=head,overflow=saturate", "fp8:granularity=channel,format=e5m2,overflow=saturate",
-                      "fp8:overflow=recalibrate", "quanto:nbits=4,q_group_size=32,residual_length=8",
+    ::testing::Values("dynamic", "fp8", "fp8:granularity=head,overflow=saturate",
+                      "fp8:granularity=channel,format=e5m2,overflow=saturate", "fp8:overflow=recalibrate",
+                      "quanto:nbits=4,q_group_size=32,residual_length=8",
                       "quanto:nbits=2,axis_key=-1,axis_value=-1,q_group_size=2,residual_length=5",
                       "hqq:nbits=4,q_group_size=32,residual_length=8",
                       "hqq:nbits=3,axis_key=1,axis_value=1,q_group_size=16,residual_length=6",
-                      "hqq:nbits=2,q_group_size=64,residual_length=7,optimize=false", "kivi:q_group_size=8,residual_length=8",
-                      "kivi:nbits=4,q_group_size=16,residual_length=4", "fp8:sink=4,overflow=saturate",
-                      "quanto:nbits=4,q_group_size=32,residual_length=8,sink=3", "kivi:q_group_size=8,residual_length=8,sink=40",
+                      "hqq:nbits=2,q_group_size=64,residual_length=7,optimize=false",
+                      "kivi:q_group_size=8,residual_length=8", "kivi:nbits=4,q_group_size=16,residual_length=4",
+                      "fp8:sink=4,overflow=saturate", "quanto:nbits=4,q_group_size=32,residual_length=8,sink=3",
+                      "kivi:q_group_size=8,residual_length=8,sink=40",
                       "layers=0:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=32,residual_length=8",
                       "layers=0:K=kivi:q_group_size=8,V=hqq:nbits=4,q_group_size=32;1:fp8",
                       "layers=*:K=dynamic,V=fp8:overflow=saturate"),
@@ -189,50 +191,53 @@ struct PortableOnly {
 TEST(SegmentedAttention, MatchesSdpaOnFullPrecisionStates) {
   at::manual_seed(5);
   for (bool portable : {false, true})
-  for (std::int64_t d : {64, 24, 12})
-  for (std::int64_t L : {1, 5, 64, 257, 3000})
-    for (std::int64_t T : {1, 4, 16})
-      for (int threads : {1, 4}) {
-        if (T > L) continue;
-        SCOPED_TRACE(fmt::format("portable {} D {} L {} T {} threads {}", portable, d, L, T, threads));
-        const PortableOnly mode(portable);
-        const std::int64_t b = 2, hq = 9, hkv = 3;
-        const at::Tensor buf = at::randn({b, hkv, L + 9, d}), vbuf = at::randn({b, hkv, L + 9, d});
-        const at::Tensor k = buf.narrow(2, 0, L), v = vbuf.narrow(2, 0, L);
-        const at::Tensor q = at::randn({b, hq, T, d});
-        at::Tensor out = at::empty({b, hq, T, d});
-        kernels::SegmentedAttentionArgs a;
-        a.q = q.const_data_ptr<float>();
-        a.B = b, a.Hq = hq, a.Hkv = hkv, a.T = T, a.D = d;
-        a.smScale = 1.0f / std::sqrt(static_cast<float>(d));
-        a.out = out.mutable_data_ptr<float>();
-        a.threads = threads;
-        const auto src = cache::detail::fpSource(k), vsrc = cache::detail::fpSource(v);
-        kernels::segmentedAttention(a, *src, *vsrc, [](std::int64_t n, const auto& fn) { at::parallel_for(0, n, 1, fn); });
-        std::optional<at::Tensor> mask;
-        if (T > 1) mask = at::ones({T, L}, at::kBool).tril(L - T).view({1, 1, T, L});
-        const at::Tensor want = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, std::nullopt, true);
-        EXPECT_LE(maxDiff(out, want), 1e-5f);
-      }
+    for (std::int64_t d : {64, 24, 12})
+      for (std::int64_t L : {1, 5, 64, 257, 3000})
+        for (std::int64_t T : {1, 4, 16})
+          for (int threads : {1, 4}) {
+            if (T > L) continue;
+            SCOPED_TRACE(fmt::format("portable {} D {} L {} T {} threads {}", portable, d, L, T, threads));
+            const PortableOnly mode(portable);
+            const std::int64_t b = 2, hq = 9, hkv = 3;
+            const at::Tensor buf = at::randn({b, hkv, L + 9, d}), vbuf = at::randn({b, hkv, L + 9, d});
+            const at::Tensor k = buf.narrow(2, 0, L), v = vbuf.narrow(2, 0, L);
+            const at::Tensor q = at::randn({b, hq, T, d});
+            at::Tensor out = at::empty({b, hq, T, d});
+            kernels::SegmentedAttentionArgs a;
+            a.q = q.const_data_ptr<float>();
+            a.B = b, a.Hq = hq, a.Hkv = hkv, a.T = T, a.D = d;
+            a.smScale = 1.0f / std::sqrt(static_cast<float>(d));
+            a.out = out.mutable_data_ptr<float>();
+            a.threads = threads;
+            const auto src = cache::detail::fpSource(k), vsrc = cache::detail::fpSource(v);
+            kernels::segmentedAttention(a, *src, *vsrc,
+                                        [](std::int64_t n, const auto& fn) { at::parallel_for(0, n, 1, fn); });
+            std::optional<at::Tensor> mask;
+            if (T > 1) mask = at::ones({T, L}, at::kBool).tril(L - T).view({1, 1, T, L});
+            const at::Tensor want = at::scaled_dot_product_attention(q, k, v, mask, 0.0, false, std::nullopt, true);
+            EXPECT_LE(maxDiff(out, want), 1e-5f);
+          }
 }
 
 TEST(SegmentedAttention, Fp8SourceDecodesEveryCode) {
   // All 256 codes of both formats, through the vectorized decode, against the scalar decoder the codec tests prove
   // equal to LibTorch's cast.
   for (bool portable : {false, true})
-  for (auto f : {kernels::Fp8Format::E4M3FN, kernels::Fp8Format::E5M2}) {
-    const PortableOnly mode(portable);
-    at::Tensor codes = at::arange(0, 256, at::kInt).to(at::kByte).view({1, 1, 4, 64});
-    const at::Tensor scale = at::full({1, 64}, 0.75f);
-    const auto src = cache::detail::fp8Source(codes, scale, f);
-    std::vector<float> out(256);
-    src->read(0, 0, 0, 4, out.data());
-    for (int c = 0; c < 256; ++c) {
-      const float want = kernels::decodeFp8(static_cast<std::uint8_t>(c), f) * 0.75f;
-      if (std::isnan(want)) EXPECT_TRUE(std::isnan(out[c])) << c;
-      else EXPECT_EQ(out[c], want) << "code " << c;
+    for (auto f : {kernels::Fp8Format::E4M3FN, kernels::Fp8Format::E5M2}) {
+      const PortableOnly mode(portable);
+      at::Tensor codes = at::arange(0, 256, at::kInt).to(at::kByte).view({1, 1, 4, 64});
+      const at::Tensor scale = at::full({1, 64}, 0.75f);
+      const auto src = cache::detail::fp8Source(codes, scale, f);
+      std::vector<float> out(256);
+      src->read(0, 0, 0, 4, out.data());
+      for (int c = 0; c < 256; ++c) {
+        const float want = kernels::decodeFp8(static_cast<std::uint8_t>(c), f) * 0.75f;
+        if (std::isnan(want))
+          EXPECT_TRUE(std::isnan(out[c])) << c;
+        else
+          EXPECT_EQ(out[c], want) << "code " << c;
+      }
     }
-  }
 }
 
 // Random codes (NaN and e5m2's infinities among them) with per-channel scales: the AVX2 decode gives the portable

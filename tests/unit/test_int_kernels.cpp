@@ -87,8 +87,8 @@ TEST(IntKernelsCpu, HqqLayoutsMatchTheCodec) {
         const at::Tensor zero = -mn * scale;
         const at::Tensor packed = kernels::quantizePack(W, axis, scale, zero, IntScheme::Hqq, bits);
         EXPECT_TRUE(at::equal(packed, q.packed));
-        const at::Tensor mine = kernels::unpackDequantize(q.packed, W.size(0), W.size(1), axis, q.scale, q.zero,
-                                                          IntScheme::Hqq, bits, dt);
+        const at::Tensor mine =
+            kernels::unpackDequantize(q.packed, W.size(0), W.size(1), axis, q.scale, q.zero, IntScheme::Hqq, bits, dt);
         at::Tensor ref = at::empty(x.sizes(), x.options());
         codec->dequantizeInto(q, ref);
         EXPECT_TRUE(sameBits(mine.reshape(x.sizes()), ref));
@@ -100,8 +100,8 @@ TEST(IntKernelsCpu, PackingIsTheBitpackLayout) {
     const std::int64_t n = 8 * 5 + 3;  // a partial last chunk
     const at::Tensor codes = at::randint(0, 1 << bits, {1, n}, at::kByte);
     // Hqq with scale 1, zero 0 on float codes quantizes each value to itself.
-    const at::Tensor packed = kernels::quantizePack(codes.to(at::kFloat), 1, at::ones({1, 1}), at::zeros({1, 1}),
-                                                    IntScheme::Hqq, bits);
+    const at::Tensor packed =
+        kernels::quantizePack(codes.to(at::kFloat), 1, at::ones({1, 1}), at::zeros({1, 1}), IntScheme::Hqq, bits);
     EXPECT_TRUE(at::equal(packed, cache::detail::packCodes(codes, bits))) << bits;
   }
 }

@@ -114,8 +114,8 @@ TEST(KiviLayer, MatchesTheReferenceStepByStep) {
     const std::int64_t pb = kvscope::kernels::packedBytes(D, bits);
     EXPECT_EQ(m.keys.payload, q * B * H * pb);
     EXPECT_EQ(m.values.payload, q * B * H * pb);
-    EXPECT_EQ(m.keys.metadata, (q / G) * B * H * D * 2 * 4);     // fp32 scale + minimum per channel and group
-    EXPECT_EQ(m.values.metadata, q * B * H * (D / G) * 2 * 4);   // per token and group of G channels
+    EXPECT_EQ(m.keys.metadata, (q / G) * B * H * D * 2 * 4);    // fp32 scale + minimum per channel and group
+    EXPECT_EQ(m.values.metadata, q * B * H * (D / G) * 2 * 4);  // per token and group of G channels
     EXPECT_EQ(m.keys.residual, (S - q) * B * H * D * 4);
     EXPECT_EQ(m.keys.unquantized, S * B * H * D * 4);
     EXPECT_EQ(layer->seqLength(), S);
@@ -183,8 +183,9 @@ TEST(KiviLayer, BadShapesAndOptions) {
 }
 
 TEST(SinkOption, FirstTokensStayFullPrecisionAndTheRestIsTheBackendAlone) {
-  for (const char* base : {"fp8", "fp8:granularity=head", "quanto:nbits=2,q_group_size=16,residual_length=3",
-                           "hqq:nbits=2,q_group_size=16,residual_length=3", "kivi:nbits=2,q_group_size=4,residual_length=4"}) {
+  for (const char* base :
+       {"fp8", "fp8:granularity=head", "quanto:nbits=2,q_group_size=16,residual_length=3",
+        "hqq:nbits=2,q_group_size=16,residual_length=3", "kivi:nbits=2,q_group_size=4,residual_length=4"}) {
     for (std::int64_t prompt : {10, 2}) {
       at::manual_seed(21);
       const std::int64_t N = 4;
@@ -249,7 +250,8 @@ TEST(SinkOption, BeamReorderAndFp8ScaleWithoutTheSink) {
   EXPECT_THROW(parseSpec("dynamic:sink=1"), ConfigError);
   EXPECT_THROW(parseSpec("quanto:sink=-1"), ConfigError);
   EXPECT_EQ(toSpec(parseSpec("hqq:sink=4")), "hqq:sink=4");
-  EXPECT_EQ(configFromJson(toKvscopeJson(parseSpec("kivi:sink=4,nbits=4"))), parseSpec("kivi:nbits=4,sink=4,q_group_size=32,residual_length=128"));
+  EXPECT_EQ(configFromJson(toKvscopeJson(parseSpec("kivi:sink=4,nbits=4"))),
+            parseSpec("kivi:nbits=4,sink=4,q_group_size=32,residual_length=128"));
 }
 
 TEST(SinkOption, ZeroIsTheBackendBitForBit) {

@@ -81,8 +81,9 @@ TEST(LayerConfigs, ExportsSayWhatDoesNotMap) {
   const HfExport hf = toHfCacheConfig(parseSpec("layers=0-1:dynamic;*:quanto:nbits=2"));
   EXPECT_EQ(nlohmann::json::parse(hf.json)["nbits"], 2);
   ASSERT_EQ(hf.notes.size(), 1u);
-  EXPECT_EQ(hf.notes[0], "not exported: layers 0-1 use keys `dynamic` and values `dynamic`; transformers applies "
-                         "this cache_config to every layer");
+  EXPECT_EQ(hf.notes[0],
+            "not exported: layers 0-1 use keys `dynamic` and values `dynamic`; transformers applies "
+            "this cache_config to every layer");
   try {
     toHfCacheConfig(parseSpec(kMixed));
     FAIL();
@@ -100,7 +101,8 @@ TEST(LayerConfigs, ExportsSayWhatDoesNotMap) {
   const FlagExport vm = toVllmFlags(parseSpec(kMixed));
   EXPECT_NE(vm.flags.find("--kv-cache-dtype-skip-layers 0 1"), std::string::npos);
   bool saidOneDtype = false;
-  for (const auto& n : vm.notes) saidOneDtype |= n.find("one --kv-cache-dtype for keys and values") != std::string::npos;
+  for (const auto& n : vm.notes)
+    saidOneDtype |= n.find("one --kv-cache-dtype for keys and values") != std::string::npos;
   EXPECT_TRUE(saidOneDtype);
   // llama.cpp: K and V types of the `*` rule; per-layer rules stated as not exported.
   const FlagExport ll = toLlamaCppFlags(parseSpec(kMixed));
@@ -124,8 +126,8 @@ TEST(LayerConfigs, CacheBuildsEachLayerFromItsRule) {
         EXPECT_TRUE(at::equal(ck.narrow(2, ck.size(2) - T, T), k));  // dynamic: stored as given
         EXPECT_TRUE(at::equal(cv.narrow(2, cv.size(2) - T, T), v));
       } else {
-        EXPECT_TRUE(sameBits(ck, fp8->update(k, v).first)) << step;        // keys: the fp8 layer alone
-        EXPECT_TRUE(at::equal(cv, quanto->update(k, v).second)) << step;   // values: the quanto layer alone
+        EXPECT_TRUE(sameBits(ck, fp8->update(k, v).first)) << step;       // keys: the fp8 layer alone
+        EXPECT_TRUE(at::equal(cv, quanto->update(k, v).second)) << step;  // values: the quanto layer alone
       }
     }
   }

@@ -101,8 +101,8 @@ TEST(Fp8Layer, AllZeroPromptGetsTheTinyScale) {
 TEST(Fp8Layer, OverflowPolicies) {
   const at::Tensor prompt = at::full({1, 2, 4, 8}, 1.0f);
   at::Tensor big = at::full({1, 2, 1, 8}, 0.5f);
-  big.index_put_({0, 0, 0, 0}, 10.0f);   // 10 / (1/448) = 4480: far beyond e4m3fn
-  big.index_put_({0, 1, 0, 3}, 1.03f);   // 461.4: rounds to 448, counted as overflow, not NaN
+  big.index_put_({0, 0, 0, 0}, 10.0f);  // 10 / (1/448) = 4480: far beyond e4m3fn
+  big.index_put_({0, 1, 0, 3}, 1.03f);  // 461.4: rounds to 448, counted as overflow, not NaN
   {
     auto layer = makeLayer(parseSpec("fp8"));
     layer->update(prompt, prompt);
@@ -226,8 +226,8 @@ TEST(ResidualLayers, FlushEveryResidualLengthSteps) {
   EXPECT_EQ(flushed, (std::vector<bool>{false, false, false, true, false, false, false, true}));
   EXPECT_EQ(layer->stats().keys.quantizedTokens, 16);
   const LayerMemory m = layer->memory();
-  EXPECT_EQ(m.keys.payload, 16 * 2 * 16 / 2);      // int4: two values a byte
-  EXPECT_EQ(m.keys.metadata, 2 * (16 * 2) * 4);     // one fp32 scale and shift per 16-value group
+  EXPECT_EQ(m.keys.payload, 16 * 2 * 16 / 2);    // int4: two values a byte
+  EXPECT_EQ(m.keys.metadata, 2 * (16 * 2) * 4);  // one fp32 scale and shift per 16-value group
   EXPECT_EQ(m.keys.residual, 0);
   layer->update(randn(1, 2, 1, 16), randn(1, 2, 1, 16));
   EXPECT_EQ(layer->memory().keys.residual, 2 * 16 * 4);
@@ -260,7 +260,9 @@ TEST(Stats, ErrorMapsAndAmax) {
   EXPECT_EQ(st.error.tokenBin, 4);
   const at::Tensor e = (fp8RoundTrip(p, (p.abs().amax() / 448.0)) - p);
   const float expected = (e.select(1, 1).narrow(1, 4, 4).select(2, 5).square().sum() /
-                          p.select(1, 1).narrow(1, 4, 4).select(2, 5).square().sum()).sqrt().item<float>();
+                          p.select(1, 1).narrow(1, 4, 4).select(2, 5).square().sum())
+                             .sqrt()
+                             .item<float>();
   EXPECT_NEAR(st.error.rel(1, 1, 5), expected, 1e-6);
   EXPECT_LT(st.error.rel(0, 0, 0), 0.1f);
   ASSERT_EQ(st.amaxPerHead.size(), 3u);

@@ -38,7 +38,9 @@ std::vector<float> gaussian(std::size_t n, std::uint32_t seed, float sd = 1.0f) 
   return x;
 }
 
-std::uint16_t halfBits(float x) { return c10::Half(x).x; }
+std::uint16_t halfBits(float x) {
+  return c10::Half(x).x;
+}
 
 // One row through a side of the cache as llama.cpp stores it: rotated (n > 0), quantized, decoded, rotated back.
 std::vector<float> throughCache(std::uint32_t type, std::vector<float> row, int n) {
@@ -151,7 +153,7 @@ TEST(Iq4Nl, DecodesScaleTimesLevel) {
   float y[32];
   kernels::dequantizeKvRow(kernels::kTypeIq4Nl, b, 32, y);
   for (int j = 0; j < 16; ++j) {
-    EXPECT_EQ(y[j], 0.25f * kernels::kvcodec::iq4NlLevel(j));             // low nibbles: values 0..15
+    EXPECT_EQ(y[j], 0.25f * kernels::kvcodec::iq4NlLevel(j));            // low nibbles: values 0..15
     EXPECT_EQ(y[j + 16], 0.25f * kernels::kvcodec::iq4NlLevel(15 - j));  // high nibbles: values 16..31
   }
 }
@@ -255,7 +257,8 @@ TEST(LlamaCppLayer, QueriesRoundAsLlamaCppsAttentionRoundsThem) {
   for (const char* rot : {"auto", "off"}) {
     const int n = std::string(rot) == "auto" ? 128 : 0;
     for (const char* mode : {"fused", "reference"}) {
-      auto layer = makeLayer(parseSpec(std::string("llamacpp:type_k=q4_0,type_v=q8_0,rot=") + rot + ",attention=" + mode));
+      auto layer =
+          makeLayer(parseSpec(std::string("llamacpp:type_k=q4_0,type_v=q8_0,rot=") + rot + ",attention=" + mode));
       const at::Tensor got = layer->attend(q, k, v);
       const at::Tensor kk = expectedStates(k, kQ4_0, n), vv = expectedStates(v, kQ8_0, n ? 64 : 0);
       const at::Tensor want = sdpa(expectedStates(q, kQ8_0, n), kk, vv);
@@ -264,7 +267,8 @@ TEST(LlamaCppLayer, QueriesRoundAsLlamaCppsAttentionRoundsThem) {
     }
   }
   auto f16 = makeLayer(parseSpec("llamacpp:type_k=f16,type_v=q8_0,attention=reference"));
-  const at::Tensor want = sdpa(q.to(at::kHalf).to(at::kFloat), expectedStates(k, kF16, 0), expectedStates(v, kQ8_0, 64));
+  const at::Tensor want =
+      sdpa(q.to(at::kHalf).to(at::kFloat), expectedStates(k, kF16, 0), expectedStates(v, kQ8_0, 64));
   EXPECT_LT((f16->attend(q, k, v) - want).abs().max().item<double>(), 2e-5);
   // Split configs round with their keys' layer; other backends leave Q as it is.
   KvCache split(parseSpec("layers=*:K=llamacpp:type_k=q4_0,rot=off,V=dynamic"), 1);
@@ -319,7 +323,8 @@ TEST(LlamaCppLayer, RefusesWhatLlamaCppCannotStore) {
     EXPECT_NE(std::string(e.what()).find("not a multiple of 32"), std::string::npos) << e.what();
   }
   // 16-bit types take any head size; auto does not rotate a head size that is not a multiple of 64, on refuses it.
-  EXPECT_NO_THROW(makeLayer(parseSpec("llamacpp:type_k=f16,type_v=bf16"))->update(randn(1, 1, 2, 48), randn(1, 1, 2, 48)));
+  EXPECT_NO_THROW(
+      makeLayer(parseSpec("llamacpp:type_k=f16,type_v=bf16"))->update(randn(1, 1, 2, 48), randn(1, 1, 2, 48)));
   auto autoRot = makeLayer(parseSpec("llamacpp:type_k=q8_0,type_v=q8_0"));
   const at::Tensor k96 = randn(1, 1, 2, 96);
   EXPECT_TRUE(at::equal(autoRot->update(k96, k96).first, expectedStates(k96, kQ8_0, 0)));
@@ -457,7 +462,8 @@ TEST(LlamaCppLayer, KeysAreBlockedInLlamaCppsChannelOrder) {
       plain.update(0, k, v);
       const at::Tensor qa = q / 40.0;  // logits that do not pick one key whatever the keys' error
       const at::Tensor got = cache.layer(0).attend(qa, k1, v1);
-      const at::Tensor want = sdpa(modelOrder(expectedStates(llamaOrder(qa), kQ8_0, n)), at::cat({wantK, modelOrder(expectedStates(llamaOrder(k1), kQ4_0, n))}, 2),
+      const at::Tensor want = sdpa(modelOrder(expectedStates(llamaOrder(qa), kQ8_0, n)),
+                                   at::cat({wantK, modelOrder(expectedStates(llamaOrder(k1), kQ4_0, n))}, 2),
                                    at::cat({expectedStates(v, kQ4_0, n), expectedStates(v1, kQ4_0, n)}, 2));
       EXPECT_LT((got - want).abs().max().item<double>(), 2e-5);
       EXPECT_GT((got - plain.layer(0).attend(qa, k1, v1)).abs().max().item<double>(), 1e-4);

@@ -22,12 +22,16 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, std::optional<std::string> value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value->c_str(), 1);
-    else unsetenv(name);
+    if (value)
+      setenv(name, value->c_str(), 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
   }
 
  private:
@@ -144,8 +148,9 @@ TEST(ModelSession, AutoActivationsFollowTheWeightsFormat) {
   EXPECT_EQ(runtime::resolveActivations("auto", *q4), model::Activations::Q8);
   EXPECT_EQ(runtime::resolveActivations("f32", *q4), model::Activations::F32);
   // The device path holds dense matrices: no block weights, float arithmetic.
-  const auto dense = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(c10::kCPU, at::kFloat, true),
-                                             {}, model::parseWeightFormat("q4_0"));
+  const auto dense =
+      model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(c10::kCPU, at::kFloat, true), {},
+                              model::parseWeightFormat("q4_0"));
   EXPECT_FALSE(dense->blockWeights());
   EXPECT_EQ(runtime::resolveActivations("auto", *dense), model::Activations::F32);
 }

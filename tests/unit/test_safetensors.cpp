@@ -26,11 +26,10 @@ TEST(Safetensors, ReadsTensorsAndMetadata) {
   std::string data(24, '\0');
   const float vals[4] = {1.f, 2.f, 3.f, 4.f};
   std::memcpy(data.data(), vals, 16);
-  const auto path = writeFile(
-      "kv_ok.safetensors",
-      R"({"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
-      R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[16,24]}})",
-      data);
+  const auto path = writeFile("kv_ok.safetensors",
+                              R"({"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+                              R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[16,24]}})",
+                              data);
   SafetensorsFile f(path);
   EXPECT_EQ(f.metadata().at("k"), "v");
   ASSERT_EQ(f.entries().size(), 2u);
@@ -47,7 +46,8 @@ TEST(Safetensors, ReadsTensorsAndMetadata) {
 
 TEST(Safetensors, LyingHeadersAreErrorsNeverWildReads) {
   const std::string d(16, '\0');
-  EXPECT_NE(errorOf(writeFile("kv_b1.safetensors", "{}", "", 1000)).find("header claims 1000 bytes"), std::string::npos);
+  EXPECT_NE(errorOf(writeFile("kv_b1.safetensors", "{}", "", 1000)).find("header claims 1000 bytes"),
+            std::string::npos);
   EXPECT_NE(errorOf(writeFile("kv_b2.safetensors", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,32]}})", d))
                 .find("lie outside the 16 data bytes"),
             std::string::npos);

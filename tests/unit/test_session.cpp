@@ -103,12 +103,14 @@ TEST(Session, AnOlderFileWithoutConfigsTakesTheConfigFromTheLabel) {
   EXPECT_EQ(*s.runs[0]->config, kvscope::cache::parseSpec("fp8:overflow=saturate"));
   EXPECT_FALSE(s.runs[1]->config.has_value());  // its scales were never in the file
   EXPECT_FALSE(s.runs[2]->config.has_value());  // a session never makes kvscope read another file
-  EXPECT_NE(error(R"({"format":"kvscope-session","version":1,"runs":[{"config":"x","tokens":[],"cache":"quanto:nbits=3"}]})")
-                .find("`cache`: `nbits` for `quanto`"),
-            std::string::npos);
-  EXPECT_NE(error(R"({"format":"kvscope-session","version":1,"runs":[{"config":"x","tokens":[],"cache":"/tmp/c.json"}]})")
-                .find("not a path"),
-            std::string::npos);
+  EXPECT_NE(
+      error(R"({"format":"kvscope-session","version":1,"runs":[{"config":"x","tokens":[],"cache":"quanto:nbits=3"}]})")
+          .find("`cache`: `nbits` for `quanto`"),
+      std::string::npos);
+  EXPECT_NE(
+      error(R"({"format":"kvscope-session","version":1,"runs":[{"config":"x","tokens":[],"cache":"/tmp/c.json"}]})")
+          .find("not a path"),
+      std::string::npos);
 }
 
 TEST(Session, SaveAndLoadThroughAFile) {

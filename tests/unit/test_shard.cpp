@@ -89,8 +89,9 @@ TEST(Shard, RefusesWhatIsNotTheShardsOfOneFinishedRun) {
   EXPECT_NE(mergeError({f[0], f[1]}).find("shard 3/3 is missing (given: 1/3, 2/3)"), std::string::npos);
   EXPECT_NE(mergeError({f[0], f[1], f[1]}).find("are both shard 2/3"), std::string::npos);
   auto other = files(8, 3, {{"text", "b"}});
-  EXPECT_NE(mergeError({f[0], f[1], other[2]}).find("not a shard of the same run as `s1.jsonl`: its \"text\" is \"b\", "
-                                                    "not \"a\""),
+  EXPECT_NE(mergeError({f[0], f[1], other[2]})
+                .find("not a shard of the same run as `s1.jsonl`: its \"text\" is \"b\", "
+                      "not \"a\""),
             std::string::npos);
   EXPECT_NE(mergeError({f[0], f[1], files(9, 3)[2]}).find("it has 9 items, not 8"), std::string::npos);
   EXPECT_NE(mergeError({f[0], f[1], files(8, 4)[2]}).find("not one split of a run"), std::string::npos);

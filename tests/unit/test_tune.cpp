@@ -5,9 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "cache/tune.h"
 
@@ -145,9 +144,8 @@ TEST(Tune, FrontsAreTheNonDominatedAssignmentsOfEachTargetsShape) {
         const Assignment& a = front[i];
         EXPECT_FALSE(dominated(a, all)) << targetName(t);
         // Its figures are its choices' figures, and it has the target's shape.
-        const auto same = std::find_if(all.begin(), all.end(), [&](const Assignment& b) {
-          return b.keys == a.keys && b.values == a.values;
-        });
+        const auto same = std::find_if(all.begin(), all.end(),
+                                       [&](const Assignment& b) { return b.keys == a.keys && b.values == a.values; });
         ASSERT_NE(same, all.end()) << targetName(t) << ": an assignment of another shape";
         EXPECT_EQ(same->storedBytes, a.storedBytes);
         EXPECT_NEAR(same->predictedKl, a.predictedKl, 1e-12);

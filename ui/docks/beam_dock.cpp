@@ -20,8 +20,9 @@ BeamDock::BeamDock(Selection* selection, QWidget* parent) : QWidget(parent), sel
   table_->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
   const int line = fontMetrics().height() + 6;  // one line a row: more steps in view
   table_->verticalHeader()->setDefaultSectionSize(line);
-  table_->setToolTip(tr("Each cell: ←p when the beam continues beam p's cache rows (the reorder, shaded), the token it "
-                        "appended, its score, and the quantized-store row it reads"));
+  table_->setToolTip(
+      tr("Each cell: ←p when the beam continues beam p's cache rows (the reorder, shaded), the token it "
+         "appended, its score, and the quantized-store row it reads"));
   hypotheses_ = new QTableWidget(0, 3, this);
   hypotheses_->setObjectName("beamHypotheses");
   hypotheses_->setHorizontalHeaderLabels({tr("#"), tr("score"), tr("finished hypothesis")});
@@ -73,9 +74,9 @@ void BeamDock::redraw() {
       // transformers scores a beam that has finished with -1e9 (never continued): said in words.
       const float score = st.scores.value(b);
       const QString scoreText = score <= -1e8f ? tr("done") : QString::number(score, 'f', 2);
-      QString cell = tr("%1%2  %3%4").arg(moved ? QString("\u2190%1 ").arg(st.parents[b]) : QString(),
-                                          st.tokens.value(b).trimmed().isEmpty() ? "\u2423" : st.tokens.value(b),
-                                          scoreText, row);
+      QString cell = tr("%1%2  %3%4")
+                         .arg(moved ? QString("\u2190%1 ").arg(st.parents[b]) : QString(),
+                              st.tokens.value(b).trimmed().isEmpty() ? "\u2423" : st.tokens.value(b), scoreText, row);
       auto* item = new QTableWidgetItem(cell);
       item->setToolTip(tr("beam %1 continues beam %2 (the cache rows were reordered to follow it); reads "
                           "quantized-store row %3")

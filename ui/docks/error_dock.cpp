@@ -1,11 +1,12 @@
 #include "docks/error_dock.h"
 
+#include <qcustomplot.h>
+
 #include <QComboBox>
 #include <QLabel>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
-#include <qcustomplot.h>
 
 #include "docks/plot_style.h"
 
@@ -38,7 +39,8 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
   connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
     const int layer = static_cast<int>(std::lround(plot_->xAxis->pixelToCoord(e->position().x())));
     const int head = static_cast<int>(std::lround(plot_->yAxis->pixelToCoord(e->position().y())));
-    if (layer < 0 || layer >= static_cast<int>(errors().size()) || head < 0 || head >= map_->data()->valueSize()) return;
+    if (layer < 0 || layer >= static_cast<int>(errors().size()) || head < 0 || head >= map_->data()->valueSize())
+      return;
     sel_->setLayer(layer);
     sel_->setHead(head);
   });

@@ -1,10 +1,11 @@
 #include "docks/memory_dock.h"
 
+#include <qcustomplot.h>
+
 #include <QLabel>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
-#include <qcustomplot.h>
 
 #include "docks/plot_style.h"
 
@@ -30,8 +31,8 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   QStringList key;
   for (int i = 0; i < names.size(); ++i)
     key << QString("<span style='color:%1'>&#9632;</span>&nbsp;%2").arg(colours[i].name(), names[i].toHtmlEscaped());
-  key << tr("- - unquantized") << tr("<span style='color:%1'>&#9473;</span>&nbsp;stored (per step, below)")
-                                     .arg(colours[0].name());
+  key << tr("- - unquantized")
+      << tr("<span style='color:%1'>&#9473;</span>&nbsp;stored (per step, below)").arg(colours[0].name());
   auto* legend = new QLabel(key.join(" &nbsp; "), this);
   legend->setObjectName("memoryLegend");
   legend->setWordWrap(true);
@@ -125,10 +126,10 @@ void MemoryDock::show(const RunSnapshotPtr& run) {
   // (allocated, not yet written) is named apart: an unquantized cache reserves room as well.
   const double inUse = mib(t.held() - t.reserved);
   const double saved = mib(t.unquantized) - inUse;
-  const QString held =
-      t.transient > 0
-          ? tr("holds %1 MiB, with a %2 MiB dequantized copy (attention=reference)").arg(inUse, 0, 'f', 2).arg(mib(t.transient), 0, 'f', 2)
-          : tr("holds %1 MiB, no full-precision copy").arg(inUse, 0, 'f', 2);
+  const QString held = t.transient > 0 ? tr("holds %1 MiB, with a %2 MiB dequantized copy (attention=reference)")
+                                             .arg(inUse, 0, 'f', 2)
+                                             .arg(mib(t.transient), 0, 'f', 2)
+                                       : tr("holds %1 MiB, no full-precision copy").arg(inUse, 0, 'f', 2);
   const QString verdict = saved >= 0 ? tr("saves %1 MiB against an unquantized cache").arg(saved, 0, 'f', 2)
                                      : tr("%1 MiB more than an unquantized cache").arg(-saved, 0, 'f', 2);
   totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); %5: %6 (+%7 MiB growth room reserved)")

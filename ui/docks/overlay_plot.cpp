@@ -1,11 +1,12 @@
 #include "docks/overlay_plot.h"
 
+#include <qcustomplot.h>
+
 #include <QComboBox>
 #include <QFontMetrics>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
-#include <qcustomplot.h>
 
 #include "docks/plot_style.h"
 
@@ -39,7 +40,7 @@ void OverlayPlot::show(const QVector<RunSnapshotPtr>& runs, const QStringList& n
 void OverlayPlot::redraw() {
   plot_->clearGraphs();
   const int metric = metric_->currentIndex();
-  static const QList<QColor> palette{QColor(52, 101, 164), QColor(204, 0, 0),   QColor(78, 154, 6),
+  static const QList<QColor> palette{QColor(52, 101, 164), QColor(204, 0, 0),    QColor(78, 154, 6),
                                      QColor(245, 121, 0),  QColor(117, 80, 123), QColor(193, 125, 17),
                                      QColor(6, 152, 154),  QColor(85, 87, 83)};
   // Steps without a finite value (a cache that stored NaN/inf makes KL and log-prob NaN or infinite) are not left
@@ -71,7 +72,8 @@ void OverlayPlot::redraw() {
     const QColor colour = palette[i++ % palette.size()];
     // Elided to fit two legend columns (the table beside it names the run in full).
     const QString label = names_.size() == runs_.size() ? names_[runs_.indexOf(run)] : run->spec;
-    const QString name = tr("#%1 %2").arg(run->runId).arg(QFontMetrics(plot_->legend->font()).elidedText(label, Qt::ElideMiddle, 130));
+    const QString name =
+        tr("#%1 %2").arg(run->runId).arg(QFontMetrics(plot_->legend->font()).elidedText(label, Qt::ElideMiddle, 130));
     auto* g = plot_->addGraph();
     g->setName(name);
     g->setPen(QPen(colour, 1.5));
@@ -80,8 +82,10 @@ void OverlayPlot::redraw() {
   }
   plot_->yAxis->setLabel(metric_->currentText());
   plot_->yAxis->setScaleType(metric == 0 ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-  if (metric == 0) plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
-  else plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  if (metric == 0)
+    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+  else
+    plot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
   plot_->rescaleAxes();
   if (metric == 0) {
     wholeDecades(plot_->yAxis);

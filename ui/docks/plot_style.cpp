@@ -1,12 +1,15 @@
 #include "docks/plot_style.h"
 
+#include <qcustomplot.h>
+
 #include <algorithm>
 #include <cmath>
-#include <qcustomplot.h>
 
 namespace kvscope::ui {
 
-double mib(std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+double mib(std::int64_t b) {
+  return static_cast<double>(b) / (1024.0 * 1024.0);
+}
 
 void legendBelow(QCustomPlot* plot, int columns) {
   plot->axisRect()->insetLayout()->take(plot->legend);

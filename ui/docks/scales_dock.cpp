@@ -1,10 +1,11 @@
 #include "docks/scales_dock.h"
 
+#include <qcustomplot.h>
+
 #include <QLabel>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
-#include <qcustomplot.h>
 
 #include "docks/plot_style.h"
 
@@ -59,8 +60,8 @@ ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent),
 
 void ScalesDock::markLayer() {
   const int layer = sel_->layer();
-  const bool has = last_ && layer < static_cast<int>(last_->cache.stats.size()) &&
-                   !last_->cache.stats[layer].keys.scales.empty();
+  const bool has =
+      last_ && layer < static_cast<int>(last_->cache.stats.size()) && !last_->cache.stats[layer].keys.scales.empty();
   mark_->setVisible(has);
   mark_->point1->setCoords(layer, 1e-3);
   mark_->point2->setCoords(layer, 1.0);

@@ -37,10 +37,11 @@ TextView::TextView(Selection* selection, QWidget* parent) : QWidget(parent), sel
   auto* bar = new QHBoxLayout();
   metric_ = new QComboBox(this);
   metric_->setObjectName("colourBy");
-  metric_->addItems({tr("KL vs reference"), tr("top-1 agreement"), tr("K/V quantization error (selected layer)"),
-                     tr("log-prob")});
-  metric_->setToolTip(tr("What each token's colour shows; the error of a token is that of its keys and values in the "
-                         "selected layer (grey: not quantized, e.g. still in a residual window)"));
+  metric_->addItems(
+      {tr("KL vs reference"), tr("top-1 agreement"), tr("K/V quantization error (selected layer)"), tr("log-prob")});
+  metric_->setToolTip(
+      tr("What each token's colour shows; the error of a token is that of its keys and values in the "
+         "selected layer (grey: not quantized, e.g. still in a residual window)"));
   key_ = new QLabel(this);
   key_->setObjectName("colourKey");
   key_->setWordWrap(true);
@@ -64,9 +65,13 @@ TextView::TextView(Selection* selection, QWidget* parent) : QWidget(parent), sel
   connect(sel_, &Selection::changed, this, [this] { redraw(); });
 }
 
-QString TextView::plainText() const { return browser_->toPlainText(); }
+QString TextView::plainText() const {
+  return browser_->toPlainText();
+}
 
-QString TextView::colourKey() const { return key_->text(); }
+QString TextView::colourKey() const {
+  return key_->text();
+}
 
 void TextView::updateKey() {
   auto sw = [](const QColor& c, const QString& what) {
@@ -92,7 +97,9 @@ void TextView::updateKey() {
   key_->setText(k.join(" &nbsp; "));
 }
 
-void TextView::setMetric(Metric m) { metric_->setCurrentIndex(static_cast<int>(m)); }
+void TextView::setMetric(Metric m) {
+  metric_->setCurrentIndex(static_cast<int>(m));
+}
 
 void TextView::show(const RunSnapshotPtr& run) {
   const bool sameRun = last_ && last_->runId == run->runId;
@@ -102,8 +109,10 @@ void TextView::show(const RunSnapshotPtr& run) {
     if (run->tokenErrors) errors_ = run->tokenErrors;
     return redraw();
   }
-  if (run->tokenErrors) errors_ = run->tokenErrors;
-  else if (!sameRun) errors_.reset();
+  if (run->tokenErrors)
+    errors_ = run->tokenErrors;
+  else if (!sameRun)
+    errors_.reset();
   // While a run streams, the tokens already shown keep their colour (KL, top-1, log-prob are per token): only the
   // new ones are appended, so a long text costs no more per snapshot than a short one. The error colouring depends
   // on the run's worst token, so it redraws whole.
@@ -135,8 +144,9 @@ QString TextView::tokenHtml(int i) const {
       tip += QString("   %1 %2").arg(t.refTop[k].first.toHtmlEscaped(), -10).arg(t.refTop[k].second, 7, 'f', 3);
   }
   const bool selected = pos == sel_->token();
-  return QString("<a href='tok:%1' style='color:black; text-decoration:%2; background-color:%3; white-space:pre-wrap;%4' "
-                 "title='%5'>%6</a>")
+  return QString(
+             "<a href='tok:%1' style='color:black; text-decoration:%2; background-color:%3; white-space:pre-wrap;%4' "
+             "title='%5'>%6</a>")
       .arg(pos)
       .arg(selected ? "underline" : "none", colour(t, pos).name(), selected ? " font-weight:bold;" : "",
            tip.toHtmlEscaped(), t.text.toHtmlEscaped());

@@ -37,7 +37,7 @@ class TextView : public QWidget {
   /// What the view shows: the run's tokens, or for beam search the selected beam's sequence.
   const QVector<TokenView>& tokens() const { return last_ && !last_->beamSteps.isEmpty() ? beam_ : last_->tokens; }
   QVector<TokenView> beam_;  ///< the selected beam's tokens (beamSequence)
-  int shown_ = 0;                  ///< tokens of the latest run in the document
+  int shown_ = 0;            ///< tokens of the latest run in the document
   Selection* sel_;
   QTextBrowser* browser_;
   QComboBox* metric_;

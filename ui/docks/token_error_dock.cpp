@@ -1,11 +1,12 @@
 #include "docks/token_error_dock.h"
 
+#include <qcustomplot.h>
+
 #include <QComboBox>
 #include <QLabel>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
-#include <qcustomplot.h>
 
 #include "docks/plot_style.h"
 
@@ -86,7 +87,8 @@ void TokenErrorDock::redraw() {
       double ts = 0, tm = 0;
       int tn = 0;
       for (int c = 0; c < C; ++c)
-        if (const float e = view_->at(side, tok, head, c); std::isfinite(e)) ts += e, tm = std::max<double>(tm, e), ++tn;
+        if (const float e = view_->at(side, tok, head, c); std::isfinite(e))
+          ts += e, tm = std::max<double>(tm, e), ++tn;
       text += tn ? tr("; token %1: mean %2, max %3").arg(tok).arg(ts / tn, 0, 'g', 3).arg(tm, 0, 'g', 3)
                  : tr("; token %1 not quantized").arg(tok);
     }

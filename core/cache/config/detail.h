@@ -2,14 +2,13 @@
 // outside core/cache/config/.
 #pragma once
 
-#include "cache/config.h"
-
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <array>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+
+#include "cache/config.h"
 
 namespace kvscope::cache::detail {
 
@@ -33,7 +32,7 @@ struct OptionField {
 
 /// transformers' group-wise keys (CacheConfig's std::optional<int> fields), in the order SPECs and messages list them.
 inline constexpr std::array<std::string_view, 5> kGroupWiseKeys{"nbits", "axis_key", "axis_value", "q_group_size",
-                                                               "residual_length"};
+                                                                "residual_length"};
 inline bool isGroupWiseKey(std::string_view key) {
   return std::find(kGroupWiseKeys.begin(), kGroupWiseKeys.end(), key) != kGroupWiseKeys.end();
 }

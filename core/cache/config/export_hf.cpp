@@ -1,9 +1,9 @@
 // Export to transformers: the cache_config its QuantizedCache takes, and notes for what it cannot express.
-#include "cache/config/detail.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
+
+#include "cache/config/detail.h"
 
 namespace kvscope::cache {
 
@@ -12,8 +12,9 @@ namespace {
 HfExport layersToHf(const CacheConfig& cfg) {
   const LayerRule* all = detail::wildcardRule(cfg);
   if (!all)
-    throw ConfigError("layers", "transformers' QuantizedCache takes one config for every layer: this per-layer "
-                                "config has no `*` rule to export (add `*:SPEC` for the layers it does not name)");
+    throw ConfigError("layers",
+                      "transformers' QuantizedCache takes one config for every layer: this per-layer "
+                      "config has no `*` rule to export (add `*:SPEC` for the layers it does not name)");
   // quanto/hqq take axis_key for the keys and axis_value for the values: sides that differ only there merge.
   CacheConfig merged = all->keys, v = all->values;
   merged.axisValue = v.axisValue;
@@ -24,11 +25,13 @@ HfExport layersToHf(const CacheConfig& cfg) {
                                             "with --cache SPEC, or use the kvscope format)",
                                             toSpec(all->keys), toSpec(all->values)));
   if (merged.backend == Backend::Dynamic)
-    throw ConfigError("layers", "the `*` rule is `dynamic`: transformers' QuantizedCache cannot leave layers "
-                                "unquantized, so there is no cache_config for most of this model");
+    throw ConfigError("layers",
+                      "the `*` rule is `dynamic`: transformers' QuantizedCache cannot leave layers "
+                      "unquantized, so there is no cache_config for most of this model");
   HfExport out = toHfCacheConfig(merged);
   for (const auto& r : cfg.layers)
-    if (!r.wildcard()) out.notes.push_back(detail::notExported(r, "transformers applies this cache_config to every layer"));
+    if (!r.wildcard())
+      out.notes.push_back(detail::notExported(r, "transformers applies this cache_config to every layer"));
   return out;
 }
 
@@ -38,7 +41,8 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
   validate(cfg);
   if (cfg.mixed()) return layersToHf(cfg);
   if (cfg.backend == Backend::Dynamic)
-    throw ConfigError("backend", "the `dynamic` backend is transformers' default cache: it has no cache_config to export");
+    throw ConfigError("backend",
+                      "the `dynamic` backend is transformers' default cache: it has no cache_config to export");
   HfExport out;
   if (cfg.backend == Backend::LlamaCpp) {
     // The nearest QuantizedCache: hqq, groups of 32 consecutive values along the head dimension (axis 1), at the
@@ -48,7 +52,9 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
       throw ConfigError("type_k", fmt::format("{} keys and {} values are not quantized: that is transformers' default "
                                               "cache, with no cache_config to export",
                                               llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV)));
-    const auto bitsOf = [](LlamaCppType t) { return t == LlamaCppType::Q8_0 ? 8 : t == LlamaCppType::F16 || t == LlamaCppType::BF16 ? 16 : 4; };
+    const auto bitsOf = [](LlamaCppType t) {
+      return t == LlamaCppType::Q8_0 ? 8 : t == LlamaCppType::F16 || t == LlamaCppType::BF16 ? 16 : 4;
+    };
     const int nb = std::min(bitsOf(cfg.typeK), bitsOf(cfg.typeV));
     detail::json d = detail::json::object();
     d["backend"] = "hqq";
@@ -58,10 +64,11 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
     d["q_group_size"] = 32;
     d["residual_length"] = 0;
     out.json = d.dump(2);
-    out.notes.push_back(fmt::format("nearest equivalent only: transformers has no llama.cpp cache types; keys {} and "
-                                    "values {} map to hqq {}-bit groups of 32 along the head dimension for both "
-                                    "sides (hqq's zero-point optimizer, its history re-quantized each step)",
-                                    llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV), nb));
+    out.notes.push_back(
+        fmt::format("nearest equivalent only: transformers has no llama.cpp cache types; keys {} and "
+                    "values {} map to hqq {}-bit groups of 32 along the head dimension for both "
+                    "sides (hqq's zero-point optimizer, its history re-quantized each step)",
+                    llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV), nb));
     if (cfg.rotation == Rotation::Auto)
       out.notes.push_back("rot=auto has no transformers equivalent: its caches store K and V unrotated");
   } else if (cfg.backend == Backend::Kivi) {
@@ -74,16 +81,18 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
     d["q_group_size"] = cfg.resolvedGroupSize();
     d["residual_length"] = cfg.resolvedResidualLength();
     out.json = d.dump(2);
-    out.notes.push_back("nearest equivalent only: transformers has no KIVI-style cache; its quanto backend groups "
-                        "keys across all tokens of a channel and re-quantizes the whole history when the residual "
-                        "window fills, where kivi quantizes each group of tokens once as it leaves the window");
+    out.notes.push_back(
+        "nearest equivalent only: transformers has no KIVI-style cache; its quanto backend groups "
+        "keys across all tokens of a channel and re-quantizes the whole history when the residual "
+        "window fills, where kivi quantizes each group of tokens once as it leaves the window");
   } else {
     out.json = detail::hfDict(cfg).dump(2);
   }
   for (auto& n : detail::optionNotes(cfg, &detail::OptionField::hfWhy, true)) out.notes.push_back(std::move(n));
   if (!cfg.keyScales.empty())
-    out.notes.push_back("calibrated scales have no transformers equivalent: its fp8 backend calibrates on the first "
-                        "update (the prompt) and freezes that scale");
+    out.notes.push_back(
+        "calibrated scales have no transformers equivalent: its fp8 backend calibrates on the first "
+        "update (the prompt) and freezes that scale");
   return out;
 }
 

@@ -1,10 +1,10 @@
 // Export to llama.cpp: -ctk/-ctv block types (and -fa on for a quantized V), with what does not carry over. The
 // `llamacpp` backend exports exactly: its types, and LLAMA_ATTN_ROT_DISABLE=1 for rot=off.
-#include "cache/config/detail.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
+
+#include "cache/config/detail.h"
 
 namespace kvscope::cache {
 
@@ -16,27 +16,34 @@ LlamaCppType cacheType(const CacheConfig& cfg, bool keys, std::vector<std::strin
     case Backend::LlamaCpp: {
       const LlamaCppType t = keys ? cfg.typeK : cfg.typeV;
       if (cfg.rotation == Rotation::On && !llamaCppQuantized(t))
-        notes.push_back(fmt::format("rot=on: llama.cpp rotates only quantized cache types; its {} {} are stored "
-                                    "unrotated", llamaCppTypeName(t), keys ? "keys" : "values"));
+        notes.push_back(
+            fmt::format("rot=on: llama.cpp rotates only quantized cache types; its {} {} are stored "
+                        "unrotated",
+                        llamaCppTypeName(t), keys ? "keys" : "values"));
       return t;
     }
     case Backend::Dynamic:
-      notes.push_back(fmt::format("{} is llama.cpp's default cache type (kvscope's dynamic cache keeps the model's "
-                                  "dtype)", llamaCppTypeName(LlamaCppType::F16)));
+      notes.push_back(
+          fmt::format("{} is llama.cpp's default cache type (kvscope's dynamic cache keeps the model's "
+                      "dtype)",
+                      llamaCppTypeName(LlamaCppType::F16)));
       return LlamaCppType::F16;
     case Backend::Fp8:
-      notes.push_back(fmt::format("nearest equivalent only: llama.cpp has no FP8 cache type; {} (int8, one scale per "
-                                  "32 values) is its 8-bit type", llamaCppTypeName(LlamaCppType::Q8_0)));
+      notes.push_back(
+          fmt::format("nearest equivalent only: llama.cpp has no FP8 cache type; {} (int8, one scale per "
+                      "32 values) is its 8-bit type",
+                      llamaCppTypeName(LlamaCppType::Q8_0)));
       return LlamaCppType::Q8_0;
     case Backend::Quanto:
     case Backend::Hqq:
     case Backend::Kivi: {
       const int nb = cfg.resolvedNbits();
       const LlamaCppType type = nb >= 8 ? LlamaCppType::Q8_0 : nb >= 4 ? LlamaCppType::Q4_1 : LlamaCppType::Q4_0;
-      notes.push_back(fmt::format("nearest equivalent only: {}-bit groups of {} with a full-precision residual map to "
-                                  "llama.cpp's {} (blocks of 32, no residual window){}",
-                                  nb, cfg.resolvedGroupSize(), llamaCppTypeName(type),
-                                  nb < 4 ? "; llama.cpp has no cache type below 4 bits" : ""));
+      notes.push_back(
+          fmt::format("nearest equivalent only: {}-bit groups of {} with a full-precision residual map to "
+                      "llama.cpp's {} (blocks of 32, no residual window){}",
+                      nb, cfg.resolvedGroupSize(), llamaCppTypeName(type),
+                      nb < 4 ? "; llama.cpp has no cache type below 4 bits" : ""));
       return type;
     }
   }
@@ -47,7 +54,7 @@ LlamaCppType cacheType(const CacheConfig& cfg, bool keys, std::vector<std::strin
 std::string rotationEnv(const CacheConfig& cfg) {
   const bool rotatable = llamaCppQuantized(cfg.typeK) || llamaCppQuantized(cfg.typeV);
   return cfg.backend == Backend::LlamaCpp && cfg.rotation == Rotation::Off && rotatable ? "LLAMA_ATTN_ROT_DISABLE=1"
-                                                                                         : "";
+                                                                                        : "";
 }
 
 FlagExport flags(LlamaCppType kt, LlamaCppType vt, std::string env, std::vector<std::string> notes) {
@@ -83,15 +90,17 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
     if (!r.wildcard()) notes.push_back(detail::notExported(r, "llama.cpp's cache types apply to every layer"));
   std::vector<std::string> said;  // the sides' notes, already added with their flags
   const LlamaCppType kt = cacheType(all->keys, true, said), vt = cacheType(all->values, false, said);
-  // LLAMA_ATTN_ROT_DISABLE is one switch for K and V: a side that rotates cannot keep rotating beside one that does not.
+  // LLAMA_ATTN_ROT_DISABLE is one switch for K and V: a side that rotates cannot keep rotating beside one that does
+  // not.
   std::string env = k.env.empty() ? v.env : k.env;
   const auto rotates = [](const CacheConfig& c, LlamaCppType type) {
     return c.backend == Backend::LlamaCpp && c.rotation != Rotation::Off && llamaCppQuantized(type);
   };
   if (!env.empty() && (rotates(all->keys, kt) || rotates(all->values, vt)))
-    notes.push_back(fmt::format("{} turns off llama.cpp's rotation of K and V together: the side this config rotates "
-                                "is stored unrotated there",
-                                env));
+    notes.push_back(
+        fmt::format("{} turns off llama.cpp's rotation of K and V together: the side this config rotates "
+                    "is stored unrotated there",
+                    env));
   return flags(kt, vt, std::move(env), std::move(notes));
 }
 

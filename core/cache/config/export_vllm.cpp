@@ -1,8 +1,8 @@
 // Export to vLLM: --kv-cache-dtype (and skip-layers for a per-layer config), with what does not carry over.
-#include "cache/config/detail.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "cache/config/detail.h"
 
 namespace kvscope::cache {
 
@@ -14,9 +14,10 @@ FlagExport layersToVllm(const CacheConfig& cfg) {
   FlagExport e = toVllmFlags(all->keys);
   if (!(all->keys == all->values)) {
     const FlagExport ev = toVllmFlags(all->values);
-    e.notes.push_back(fmt::format("vLLM has one --kv-cache-dtype for keys and values: exported from the keys' `{}`; "
-                                  "the values' `{}` alone would export as `{}`",
-                                  toSpec(all->keys), toSpec(all->values), ev.flags));
+    e.notes.push_back(
+        fmt::format("vLLM has one --kv-cache-dtype for keys and values: exported from the keys' `{}`; "
+                    "the values' `{}` alone would export as `{}`",
+                    toSpec(all->keys), toSpec(all->values), ev.flags));
   }
   std::vector<std::string> skip;
   for (const auto& r : cfg.layers) {
@@ -24,8 +25,9 @@ FlagExport layersToVllm(const CacheConfig& cfg) {
     if (r.keys.backend == Backend::Dynamic && r.values.backend == Backend::Dynamic) {
       for (int l = r.first; l <= r.last; ++l) skip.push_back(std::to_string(l));
     } else if (!(r.keys == all->keys && r.values == all->values)) {
-      e.notes.push_back(detail::notExported(r, "vLLM can only skip layers (keep them unquantized), not give them "
-                                               "another type"));
+      e.notes.push_back(detail::notExported(r,
+                                            "vLLM can only skip layers (keep them unquantized), not give them "
+                                            "another type"));
     }
   }
   if (!skip.empty() && all->keys.backend != Backend::Dynamic)
@@ -46,12 +48,14 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
     case Backend::Fp8:
       e.flags = cfg.fp8Format == Fp8Format::E5M2 ? "--kv-cache-dtype fp8_e5m2" : "--kv-cache-dtype fp8_e4m3";
       if (cfg.fp8Scale == Fp8Scale::Unit && cfg.keyScales.empty())
-        e.notes.push_back("scale=unit is vLLM's FP8 cache without k/v scales in the checkpoint (and without "
-                          "--calculate-kv-scales): every scale 1.0");
+        e.notes.push_back(
+            "scale=unit is vLLM's FP8 cache without k/v scales in the checkpoint (and without "
+            "--calculate-kv-scales): every scale 1.0");
       else if (cfg.keyScales.empty())
-        e.notes.push_back("vLLM takes per-tensor k/v scales from the checkpoint, or computes them with "
-                          "--calculate-kv-scales; without either it uses 1.0 (kvscope's scale=unit), which can hurt "
-                          "quality");
+        e.notes.push_back(
+            "vLLM takes per-tensor k/v scales from the checkpoint, or computes them with "
+            "--calculate-kv-scales; without either it uses 1.0 (kvscope's scale=unit), which can hurt "
+            "quality");
       break;
     case Backend::LlamaCpp:
       if (!llamaCppQuantized(cfg.typeK) && !llamaCppQuantized(cfg.typeV)) {
@@ -61,18 +65,20 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
         break;
       }
       e.flags = "--kv-cache-dtype fp8_e4m3";
-      e.notes.push_back(fmt::format("nearest equivalent only: vLLM has no llama.cpp block types (keys {}, values {}); "
-                                    "FP8 with one scale per tensor is its 8-bit KV cache",
-                                    llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV)));
+      e.notes.push_back(
+          fmt::format("nearest equivalent only: vLLM has no llama.cpp block types (keys {}, values {}); "
+                      "FP8 with one scale per tensor is its 8-bit KV cache",
+                      llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV)));
       if (cfg.rotation == Rotation::Auto) e.notes.push_back("rot=auto: vLLM stores K and V unrotated");
       break;
     case Backend::Quanto:
     case Backend::Hqq:
     case Backend::Kivi:
       e.flags = "--kv-cache-dtype fp8_e4m3";
-      e.notes.push_back(fmt::format("nearest equivalent only: vLLM has no {}-bit group-wise KV cache; FP8 (8 bits) is "
-                                    "its smallest KV cache type",
-                                    cfg.resolvedNbits()));
+      e.notes.push_back(
+          fmt::format("nearest equivalent only: vLLM has no {}-bit group-wise KV cache; FP8 (8 bits) is "
+                      "its smallest KV cache type",
+                      cfg.resolvedNbits()));
       break;
   }
   // Calibrated per-head scales do carry over (the checkpoint's [heads] k/v scales): no granularity note for them.
@@ -80,19 +86,23 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
   for (auto& n : detail::optionNotes(cfg, &detail::OptionField::vllmWhy, false, headScales ? "granularity" : ""))
     e.notes.push_back(std::move(n));
   if (!cfg.keyScales.empty())
-    e.notes.push_back("calibrated scales: vLLM reads them from the model checkpoint (k_scale/v_scale); "
-                      "`--scales FILE.safetensors` writes them in that form (merge step: docs/cache-configs.md)");
+    e.notes.push_back(
+        "calibrated scales: vLLM reads them from the model checkpoint (k_scale/v_scale); "
+        "`--scales FILE.safetensors` writes them in that form (merge step: docs/cache-configs.md)");
   return e;
 }
 
 VllmScales toVllmScales(const CacheConfig& cfg) {
   validate(cfg);
   if (cfg.mixed() || cfg.backend != Backend::Fp8 || cfg.keyScales.empty())
-    throw ConfigError("key_scales", fmt::format("vLLM scales come from a calibrated fp8 config (kvscope-cli calibrate), "
-                                                "got `{}`", toSpec(cfg)));
+    throw ConfigError("key_scales",
+                      fmt::format("vLLM scales come from a calibrated fp8 config (kvscope-cli calibrate), "
+                                  "got `{}`",
+                                  toSpec(cfg)));
   if (cfg.granularity == Fp8Granularity::Channel)
-    throw ConfigError("granularity", "vLLM loads one k/v scale per layer or per KV head: granularity=channel has no "
-                                     "vLLM form (calibrate with granularity=tensor or head)");
+    throw ConfigError("granularity",
+                      "vLLM loads one k/v scale per layer or per KV head: granularity=channel has no "
+                      "vLLM form (calibrate with granularity=tensor or head)");
   if (cfg.fp8Format != Fp8Format::E4M3FN)
     throw ConfigError("format", "vLLM applies checkpoint k/v scales to its fp8_e4m3 cache: calibrate with format=e4m3");
   const bool head = cfg.granularity == Fp8Granularity::Head;
@@ -100,10 +110,9 @@ VllmScales toVllmScales(const CacheConfig& cfg) {
   for (std::size_t l = 0; l < cfg.keyScales.size(); ++l)
     for (const auto* side : {&cfg.keyScales, &cfg.valueScales}) {
       const std::vector<float>& v = (*side)[l];
-      out.tensors.push_back({fmt::format("model.layers.{}.self_attn.{}_scale", l, side == &cfg.keyScales ? 'k' : 'v'),
-                             head ? std::vector<std::int64_t>{static_cast<std::int64_t>(v.size())}
-                                  : std::vector<std::int64_t>{},
-                             v});
+      out.tensors.push_back(
+          {fmt::format("model.layers.{}.self_attn.{}_scale", l, side == &cfg.keyScales ? 'k' : 'v'),
+           head ? std::vector<std::int64_t>{static_cast<std::int64_t>(v.size())} : std::vector<std::int64_t>{}, v});
     }
   // compressed-tensors with no weight scheme: the weights load as they are; kv_cache_scheme gives every attention
   // layer the k/v scale parameters these tensors fill.
@@ -112,11 +121,13 @@ VllmScales toVllmScales(const CacheConfig& cfg) {
       R"("kv_cache_scheme": {{"num_bits": 8, "type": "float", "strategy": "{}", "dynamic": false, "symmetric": true}}}})",
       head ? "attn_head" : "tensor");
   if (head)
-    out.notes.push_back("per-head scales (kv_cache_scheme strategy attn_head): vLLM's Flash-Attention 3 backend only, "
-                        "in releases since its per-head KV scales (PR #30141); other backends and older releases "
-                        "refuse them: calibrate with granularity=tensor for those");
-  out.notes.push_back("vLLM reads a checkpoint's k/v scales only through a quantization_config: add the one printed to "
-                      "config.json, and run with --kv-cache-dtype fp8_e4m3");
+    out.notes.push_back(
+        "per-head scales (kv_cache_scheme strategy attn_head): vLLM's Flash-Attention 3 backend only, "
+        "in releases since its per-head KV scales (PR #30141); other backends and older releases "
+        "refuse them: calibrate with granularity=tensor for those");
+  out.notes.push_back(
+      "vLLM reads a checkpoint's k/v scales only through a quantization_config: add the one printed to "
+      "config.json, and run with --kv-cache-dtype fp8_e4m3");
   return out;
 }
 

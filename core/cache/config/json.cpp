@@ -1,11 +1,12 @@
 // kvscope's config file (transformers' cache_config plus a `kvscope` section), and a bare transformers cache_config.
-#include "cache/config/detail.h"
 #include "util/json.h"
 
 #include <fmt/format.h>
 
 #include <fstream>
 #include <sstream>
+
+#include "cache/config/detail.h"
 
 namespace kvscope::cache {
 
@@ -15,8 +16,8 @@ namespace {
 std::vector<std::vector<float>> scalesFromJson(const std::string& key, const json& v, std::string_view origin) {
   std::vector<std::vector<float>> out;
   const auto bad = [&] {
-    return ConfigError(key, fmt::format("{}: `{}` must be a list (one per layer) of lists of positive numbers", origin,
-                                        key));
+    return ConfigError(
+        key, fmt::format("{}: `{}` must be a list (one per layer) of lists of positive numbers", origin, key));
   };
   if (!v.is_array()) throw bad();
   for (const auto& layer : v) {
@@ -106,7 +107,8 @@ CacheConfig configFromJson(std::string_view text, std::string_view origin) {
         throw ConfigError(key, fmt::format("{}: unknown top-level key `{}`", origin, key));
     }
     if (doc.contains("kvscope")) {
-      if (!doc["kvscope"].is_object()) throw ConfigError("kvscope", fmt::format("{}: `kvscope` must be an object", origin));
+      if (!doc["kvscope"].is_object())
+        throw ConfigError("kvscope", fmt::format("{}: `kvscope` must be an object", origin));
       apply(doc["kvscope"], false);
     }
   }

@@ -1,12 +1,12 @@
 // Per-layer configs (`layers=0-1:dynamic;*:K=fp8,V=quanto:nbits=4`): the rules' parsing (SPEC and JSON),
 // validation, serialisation, and the lookup of one layer's configs.
-#include "cache/config/detail.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <charconv>
 #include <sstream>
+
+#include "cache/config/detail.h"
 
 namespace kvscope::cache {
 
@@ -31,8 +31,7 @@ LayerRule parseRange(const std::string& text, const std::string& spec) {
   const auto dash = text.find('-');
   r.first = num(trim(text.substr(0, dash)));
   r.last = dash == std::string::npos ? r.first : num(trim(text.substr(dash + 1)));
-  if (r.last < r.first)
-    throw ConfigError("layers", fmt::format("layer range `{}` in `{}` runs backwards", text, spec));
+  if (r.last < r.first) throw ConfigError("layers", fmt::format("layer range `{}` in `{}` runs backwards", text, spec));
   return r;
 }
 
@@ -45,8 +44,14 @@ CacheConfig mirrorOf(const std::vector<LayerRule>& rules) {
     if (!r.wildcard()) order.push_back(&r);
   CacheConfig m = order.front()->keys;
   for (const LayerRule* r : order) {
-    if (r->keys.backend != Backend::Dynamic) { m = r->keys; break; }
-    if (r->values.backend != Backend::Dynamic) { m = r->values; break; }
+    if (r->keys.backend != Backend::Dynamic) {
+      m = r->keys;
+      break;
+    }
+    if (r->values.backend != Backend::Dynamic) {
+      m = r->values;
+      break;
+    }
   }
   m.layers = rules;
   return m;
@@ -64,20 +69,20 @@ void validateLayers(const CacheConfig& cfg) {
       throw ConfigError("layers", fmt::format("bad layer range {}..{}", r.first, r.last));
     }
     for (const CacheConfig* side : {&r.keys, &r.values}) {
-      if (side->mixed()) throw ConfigError("layers", fmt::format("{}: a rule's config cannot have rules of its own",
-                                                                 ruleWhat(r)));
+      if (side->mixed())
+        throw ConfigError("layers", fmt::format("{}: a rule's config cannot have rules of its own", ruleWhat(r)));
       try {
         validate(*side);
       } catch (const ConfigError& e) {
-        throw ConfigError(e.key(), fmt::format("{} ({}): {}", ruleWhat(r), side == &r.keys ? "keys" : "values",
-                                               e.what()));
+        throw ConfigError(e.key(),
+                          fmt::format("{} ({}): {}", ruleWhat(r), side == &r.keys ? "keys" : "values", e.what()));
       }
     }
     for (std::size_t j = 0; j < i; ++j) {
       const LayerRule& o = cfg.layers[j];
       if (!r.wildcard() && !o.wildcard() && r.first <= o.last && o.first <= r.last)
-        throw ConfigError("layers", fmt::format("layers {} and {} overlap: each layer takes one rule", rangeText(o),
-                                                rangeText(r)));
+        throw ConfigError(
+            "layers", fmt::format("layers {} and {} overlap: each layer takes one rule", rangeText(o), rangeText(r)));
     }
   }
 }
@@ -131,8 +136,8 @@ CacheConfig layersFromJson(const json& doc, std::string_view origin) {
     const json& e = list[i];
     const std::string where = fmt::format("{}: layers[{}]", origin, i);
     if (!e.is_object() || !e.contains("layers") || !e["layers"].is_string())
-      throw ConfigError("layers", fmt::format("{}: expected an object with a `layers` range (\"*\", \"N\", \"N-M\")",
-                                              where));
+      throw ConfigError("layers",
+                        fmt::format("{}: expected an object with a `layers` range (\"*\", \"N\", \"N-M\")", where));
     for (const auto& [key, value] : e.items())
       if (key != "layers" && key != "cache" && key != "keys" && key != "values")
         throw ConfigError(key, fmt::format("{}: unknown key `{}` (layers, cache, keys, values)", where, key));
@@ -232,7 +237,8 @@ std::pair<CacheConfig, CacheConfig> layerConfigs(const CacheConfig& cfg, int lay
   }
   if (!hit) hit = detail::wildcardRule(cfg);
   if (!hit)
-    throw ConfigError("layers", fmt::format("layer {} has no rule (add `*:SPEC` for the layers no range names)", layer));
+    throw ConfigError("layers",
+                      fmt::format("layer {} has no rule (add `*:SPEC` for the layers no range names)", layer));
   return {hit->keys, hit->values};
 }
 

@@ -1,14 +1,14 @@
 // The option table: which options each backend takes (OptionInfo: forms, help, errors) and, once per option, the
 // field it sets (OptionField: parsing, serialisation, export notes). Adding an option is one OptionField, its line in
 // the backends' lists, and its check in validate.cpp when it has one.
-#include "cache/config/detail.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
 #include <charconv>
+
+#include "cache/config/detail.h"
 
 namespace kvscope::cache {
 
@@ -55,16 +55,16 @@ bool asBool(std::string_view key, const json& v) {
 
 // A choice option's value, as the index of its name in `names` (the enum's order).
 template <typename Enum, std::size_t N>
-Enum asChoice(std::string_view key, const json& v, const OptionInfo* info, const std::array<std::string_view, N>& names) {
+Enum asChoice(std::string_view key, const json& v, const OptionInfo* info,
+              const std::array<std::string_view, N>& names) {
   const std::string s = valueText(v);
   const auto it = std::find(names.begin(), names.end(), s);
   const bool offered = !info || std::find(info->choices.begin(), info->choices.end(), s) != info->choices.end();
   if (it == names.end() || !offered)
-    throw ConfigError(std::string(key), fmt::format("option `{}` takes one of {}, got `{}`", key,
-                                                    fmt::join(info ? info->choices : std::vector<std::string>(
-                                                                                         names.begin(), names.end()),
-                                                              ", "),
-                                                    s));
+    throw ConfigError(
+        std::string(key),
+        fmt::format("option `{}` takes one of {}, got `{}`", key,
+                    fmt::join(info ? info->choices : std::vector<std::string>(names.begin(), names.end()), ", "), s));
   return static_cast<Enum>(it - names.begin());
 }
 
@@ -72,7 +72,8 @@ constexpr std::array<std::string_view, 2> kFormats{"e4m3fn", "e5m2"};
 constexpr std::array<std::string_view, 3> kGranularities{"tensor", "head", "channel"};
 constexpr std::array<std::string_view, 3> kOverflows{"nan", "saturate", "recalibrate"};
 constexpr std::array<std::string_view, 2> kAttention{"fused", "reference"};
-constexpr std::array<std::string_view, 8> kLlamaCppTypes{"f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+constexpr std::array<std::string_view, 8> kLlamaCppTypes{"f16",  "bf16", "q8_0", "q4_0",
+                                                         "q4_1", "q5_0", "q5_1", "iq4_nl"};
 constexpr std::array<std::string_view, 3> kRotations{"auto", "on", "off"};
 constexpr std::array<std::string_view, 2> kScales{"amax", "unit"};
 
@@ -83,11 +84,11 @@ std::vector<std::string> choicesOf(const std::array<std::string_view, N>& names)
 }
 
 // transformers' group-wise keys: std::optional<int> fields, written into SPECs when given, into files resolved.
-#define KVS_INT_FIELD(NAME, MEMBER, RESOLVED)                                                            \
-  OptionField {                                                                                          \
-    NAME, false, [](CacheConfig& c, const json& v, const OptionInfo*) { c.MEMBER = asInt(NAME, v); },    \
-        [](const CacheConfig& c) { return c.MEMBER.has_value(); },                                       \
-        [](const CacheConfig& c) { return json(c.RESOLVED()); }, {}, {}, {}                              \
+#define KVS_INT_FIELD(NAME, MEMBER, RESOLVED)                                                         \
+  OptionField {                                                                                       \
+    NAME, false, [](CacheConfig& c, const json& v, const OptionInfo*) { c.MEMBER = asInt(NAME, v); }, \
+        [](const CacheConfig& c) { return c.MEMBER.has_value(); },                                    \
+        [](const CacheConfig& c) { return json(c.RESOLVED()); }, {}, {}, {}                           \
   }
 
 const CacheConfig kDefaults{};
@@ -98,59 +99,106 @@ const std::array<OptionField, 16> kFields{{
     KVS_INT_FIELD("axis_value", axisValue, resolvedAxisValue),
     KVS_INT_FIELD("q_group_size", qGroupSize, resolvedGroupSize),
     KVS_INT_FIELD("residual_length", residualLength, resolvedResidualLength),
-    {"format", false,
-     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.fp8Format = asChoice<Fp8Format>("format", v, i, kFormats); },
+    {"format",
+     false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) {
+       c.fp8Format = asChoice<Fp8Format>("format", v, i, kFormats);
+     },
      [](const CacheConfig& c) { return c.fp8Format != kDefaults.fp8Format; },
      [](const CacheConfig& c) { return json(std::string(fp8FormatName(c.fp8Format))); },
-     "its fp8 backend stores e4m3fn", {}, {}},
-    {"granularity", false,
+     "its fp8 backend stores e4m3fn",
+     {},
+     {}},
+    {"granularity",
+     false,
      [](CacheConfig& c, const json& v, const OptionInfo* i) {
        c.granularity = asChoice<Fp8Granularity>("granularity", v, i, kGranularities);
      },
      [](const CacheConfig& c) { return c.granularity != kDefaults.granularity; },
      [](const CacheConfig& c) { return json(std::string(granularityName(c.granularity))); },
      "its fp8 backend uses one scale per tensor",
-     "vLLM's FP8 KV cache scales per tensor (or per head from a checkpoint), not as kvscope does here", {}},
-    {"headroom", false, [](CacheConfig& c, const json& v, const OptionInfo*) { c.headroom = asNumber("headroom", v); },
+     "vLLM's FP8 KV cache scales per tensor (or per head from a checkpoint), not as kvscope does here",
+     {}},
+    {"headroom",
+     false,
+     [](CacheConfig& c, const json& v, const OptionInfo*) { c.headroom = asNumber("headroom", v); },
      [](const CacheConfig& c) { return c.headroom != kDefaults.headroom; },
-     [](const CacheConfig& c) { return json(c.headroom); }, "its scale is amax / 448", {}, {}},
-    {"scale", false,
-     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.fp8Scale = asChoice<Fp8Scale>("scale", v, i, kScales); },
+     [](const CacheConfig& c) { return json(c.headroom); },
+     "its scale is amax / 448",
+     {},
+     {}},
+    {"scale",
+     false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) {
+       c.fp8Scale = asChoice<Fp8Scale>("scale", v, i, kScales);
+     },
      [](const CacheConfig& c) { return c.fp8Scale != kDefaults.fp8Scale; },
      [](const CacheConfig& c) { return json(std::string(kScales[static_cast<std::size_t>(c.fp8Scale)])); },
-     "its fp8 backend takes the scale from the first update's amax", {},
+     "its fp8 backend takes the scale from the first update's amax",
+     {},
      "llama.cpp has no FP8 cache type"},
-    {"overflow", false,
-     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.overflow = asChoice<OverflowPolicy>("overflow", v, i, kOverflows); },
+    {"overflow",
+     false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) {
+       c.overflow = asChoice<OverflowPolicy>("overflow", v, i, kOverflows);
+     },
      [](const CacheConfig& c) { return c.overflow != kDefaults.overflow; },
      [](const CacheConfig& c) { return json(std::string(overflowName(c.overflow))); },
-     "its cast turns |x/scale| >= 480 into NaN", "vLLM's FP8 cast saturates values beyond the scale", {}},
-    {"optimize", false, [](CacheConfig& c, const json& v, const OptionInfo*) { c.hqqOptimize = asBool("optimize", v); },
+     "its cast turns |x/scale| >= 480 into NaN",
+     "vLLM's FP8 cast saturates values beyond the scale",
+     {}},
+    {"optimize",
+     false,
+     [](CacheConfig& c, const json& v, const OptionInfo*) { c.hqqOptimize = asBool("optimize", v); },
      [](const CacheConfig& c) { return c.hqqOptimize != kDefaults.hqqOptimize; },
-     [](const CacheConfig& c) { return json(c.hqqOptimize); }, "transformers runs hqq's optimizer", {}, {}},
+     [](const CacheConfig& c) { return json(c.hqqOptimize); },
+     "transformers runs hqq's optimizer",
+     {},
+     {}},
     {"sink", true, [](CacheConfig& c, const json& v, const OptionInfo*) { c.sink = asInt("sink", v); },
      [](const CacheConfig& c) { return c.sink != kDefaults.sink; }, [](const CacheConfig& c) { return json(c.sink); },
      "its QuantizedCache quantizes the first tokens with the rest", "vLLM quantizes every token alike",
      "llama.cpp quantizes every token alike"},
-    {"type_k", false,
-     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.typeK = asChoice<LlamaCppType>("type_k", v, i, kLlamaCppTypes); },
+    {"type_k",
+     false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) {
+       c.typeK = asChoice<LlamaCppType>("type_k", v, i, kLlamaCppTypes);
+     },
      [](const CacheConfig& c) { return c.typeK != kDefaults.typeK; },
      [](const CacheConfig& c) { return json(std::string(llamaCppTypeName(c.typeK))); },
-     {}, {}, {}},
-    {"type_v", false,
-     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.typeV = asChoice<LlamaCppType>("type_v", v, i, kLlamaCppTypes); },
+     {},
+     {},
+     {}},
+    {"type_v",
+     false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) {
+       c.typeV = asChoice<LlamaCppType>("type_v", v, i, kLlamaCppTypes);
+     },
      [](const CacheConfig& c) { return c.typeV != kDefaults.typeV; },
      [](const CacheConfig& c) { return json(std::string(llamaCppTypeName(c.typeV))); },
-     {}, {}, {}},
-    {"rot", false,
-     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.rotation = asChoice<Rotation>("rot", v, i, kRotations); },
+     {},
+     {},
+     {}},
+    {"rot",
+     false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) {
+       c.rotation = asChoice<Rotation>("rot", v, i, kRotations);
+     },
      [](const CacheConfig& c) { return c.rotation != kDefaults.rotation; },
      [](const CacheConfig& c) { return json(std::string(rotationName(c.rotation))); },
-     "its caches store K and V unrotated", "vLLM stores K and V unrotated", {}},
-    {"attention", true,
-     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.attention = asChoice<AttentionMode>("attention", v, i, kAttention); },
+     "its caches store K and V unrotated",
+     "vLLM stores K and V unrotated",
+     {}},
+    {"attention",
+     true,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) {
+       c.attention = asChoice<AttentionMode>("attention", v, i, kAttention);
+     },
      [](const CacheConfig& c) { return c.attention != kDefaults.attention; },
-     [](const CacheConfig& c) { return json(std::string(attentionName(c.attention))); }, {}, {}, {}},
+     [](const CacheConfig& c) { return json(std::string(attentionName(c.attention))); },
+     {},
+     {},
+     {}},
 }};
 #undef KVS_INT_FIELD
 
@@ -178,9 +226,8 @@ void applyOption(CacheConfig& cfg, std::string_view key, const json& v) {
   const OptionInfo* info = findOption(cfg.backend, key);
   // fp8 knows transformers' group-wise keys in order to reject them as transformers does (validate()).
   if (!info && !(cfg.backend == Backend::Fp8 && isGroupWiseKey(key))) {
-    throw ConfigError(std::string(key),
-                      fmt::format("unknown option `{}` for the `{}` backend (allowed: {})", key,
-                                  backendName(cfg.backend), joinNames(backendOptions(cfg.backend))));
+    throw ConfigError(std::string(key), fmt::format("unknown option `{}` for the `{}` backend (allowed: {})", key,
+                                                    backendName(cfg.backend), joinNames(backendOptions(cfg.backend))));
   }
   findField(key)->set(cfg, v, info);
 }
@@ -231,22 +278,42 @@ std::vector<OptionInfo> withDefaults(Backend b, std::vector<OptionInfo> options)
 
 }  // namespace detail
 
-std::string_view fp8FormatName(Fp8Format f) { return detail::kFormats[static_cast<std::size_t>(f)]; }
-std::string_view overflowName(OverflowPolicy p) { return detail::kOverflows[static_cast<std::size_t>(p)]; }
-std::string_view granularityName(Fp8Granularity g) { return detail::kGranularities[static_cast<std::size_t>(g)]; }
-std::string_view attentionName(AttentionMode m) { return detail::kAttention[static_cast<std::size_t>(m)]; }
-std::string_view llamaCppTypeName(LlamaCppType t) { return detail::kLlamaCppTypes[static_cast<std::size_t>(t)]; }
-bool llamaCppQuantized(LlamaCppType t) { return t != LlamaCppType::F16 && t != LlamaCppType::BF16; }
-std::string_view rotationName(Rotation r) { return detail::kRotations[static_cast<std::size_t>(r)]; }
+std::string_view fp8FormatName(Fp8Format f) {
+  return detail::kFormats[static_cast<std::size_t>(f)];
+}
+std::string_view overflowName(OverflowPolicy p) {
+  return detail::kOverflows[static_cast<std::size_t>(p)];
+}
+std::string_view granularityName(Fp8Granularity g) {
+  return detail::kGranularities[static_cast<std::size_t>(g)];
+}
+std::string_view attentionName(AttentionMode m) {
+  return detail::kAttention[static_cast<std::size_t>(m)];
+}
+std::string_view llamaCppTypeName(LlamaCppType t) {
+  return detail::kLlamaCppTypes[static_cast<std::size_t>(t)];
+}
+bool llamaCppQuantized(LlamaCppType t) {
+  return t != LlamaCppType::F16 && t != LlamaCppType::BF16;
+}
+std::string_view rotationName(Rotation r) {
+  return detail::kRotations[static_cast<std::size_t>(r)];
+}
 
 std::string_view backendName(Backend b) {
   switch (b) {
-    case Backend::Dynamic: return "dynamic";
-    case Backend::Fp8: return "fp8";
-    case Backend::Quanto: return "quanto";
-    case Backend::Hqq: return "hqq";
-    case Backend::Kivi: return "kivi";
-    case Backend::LlamaCpp: return "llamacpp";
+    case Backend::Dynamic:
+      return "dynamic";
+    case Backend::Fp8:
+      return "fp8";
+    case Backend::Quanto:
+      return "quanto";
+    case Backend::Hqq:
+      return "hqq";
+    case Backend::Kivi:
+      return "kivi";
+    case Backend::LlamaCpp:
+      return "llamacpp";
   }
   return "dynamic";
 }
@@ -268,10 +335,14 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
   using detail::withDefaults;
   // The defaults are filled in by withDefaults() from CacheConfig; the choices of a choice option are the names its
   // field parses (choicesOf); int choices are the reference's limits (validate.cpp checks them from this table).
-  static const OptionInfo kSinkOption{"sink", "int", {}, {}, false,
-                                      "first tokens kept in full precision (attention sinks); 0: none"};
+  static const OptionInfo kSinkOption{"sink", "int", {},
+                                      {},     false, "first tokens kept in full precision (attention sinks); 0: none"};
   static const OptionInfo kAttentionOption{
-      "attention", "choice", choicesOf(detail::kAttention), {}, false,
+      "attention",
+      "choice",
+      choicesOf(detail::kAttention),
+      {},
+      false,
       "fused: attention reads the stored codes tile by tile (no full-precision copy; chunked prefill); reference: "
       "transformers' computation bit for bit (a dequantized copy of the history; one-shot prefill)"};
   static const std::vector<OptionInfo> dynamic = withDefaults(Backend::Dynamic, {kAttentionOption});
@@ -279,14 +350,25 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       Backend::Fp8,
       {
           {"format", "choice", choicesOf(detail::kFormats), {}, false, "FP8 format of the stored states"},
-          {"granularity", "choice", choicesOf(detail::kGranularities), {}, false,
+          {"granularity",
+           "choice",
+           choicesOf(detail::kGranularities),
+           {},
+           false,
            "one scale per tensor (transformers), per KV head, or per (head, channel)"},
-          {"headroom", "number", {}, {}, false,
-           "scale = amax x headroom / format max, calibrated on the first update"},
-          {"scale", "choice", choicesOf(detail::kScales), {}, false,
+          {"headroom", "number", {}, {}, false, "scale = amax x headroom / format max, calibrated on the first update"},
+          {"scale",
+           "choice",
+           choicesOf(detail::kScales),
+           {},
+           false,
            "without calibrated scales: from the first update's amax (transformers), or 1.0 (vLLM without checkpoint "
            "k_scale/v_scale)"},
-          {"overflow", "choice", choicesOf(detail::kOverflows), {}, false,
+          {"overflow",
+           "choice",
+           choicesOf(detail::kOverflows),
+           {},
+           false,
            "values beyond the frozen scale: NaN as PyTorch's cast (transformers), clamp, or grow the scale"},
           kSinkOption,
           kAttentionOption,
@@ -310,7 +392,11 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
           {"axis_value", "int", {"0", "1"}, {}, true, "quantization axis of the values"},
           {"q_group_size", "int", {}, {}, true, "values per scale/zero-point group"},
           {"residual_length", "int", {}, {}, true, "full-precision window before the history is re-quantized"},
-          {"optimize", "bool", {"true", "false"}, {}, false,
+          {"optimize",
+           "bool",
+           {"true", "false"},
+           {},
+           false,
            "hqq's half-quadratic zero-point optimizer (hqq's default, so transformers runs it)"},
           kSinkOption,
           kAttentionOption,
@@ -319,9 +405,17 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
       Backend::Kivi,
       {
           {"nbits", "int", {"2", "4"}, {}, false, "bits per value (keys and values)"},
-          {"q_group_size", "int", {}, {}, false,
+          {"q_group_size",
+           "int",
+           {},
+           {},
+           false,
            "keys: tokens per group (one scale/zero per channel); values: channels per group of each token"},
-          {"residual_length", "int", {}, {}, false,
+          {"residual_length",
+           "int",
+           {},
+           {},
+           false,
            "full-precision window of the newest tokens; older tokens leave it one whole group at a time"},
           kSinkOption,
           kAttentionOption,
@@ -329,23 +423,41 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
   static const std::vector<OptionInfo> llamacpp = withDefaults(
       Backend::LlamaCpp,
       {
-          {"type_k", "choice", choicesOf(detail::kLlamaCppTypes), {}, false,
+          {"type_k",
+           "choice",
+           choicesOf(detail::kLlamaCppTypes),
+           {},
+           false,
            "llama.cpp's cache type of the keys (-ctk)"},
-          {"type_v", "choice", choicesOf(detail::kLlamaCppTypes), {}, false,
+          {"type_v",
+           "choice",
+           choicesOf(detail::kLlamaCppTypes),
+           {},
+           false,
            "llama.cpp's cache type of the values (-ctv)"},
-          {"rot", "choice", choicesOf(detail::kRotations), {}, false,
+          {"rot",
+           "choice",
+           choicesOf(detail::kRotations),
+           {},
+           false,
            "Hadamard rotation of K and V before they are stored: llama.cpp's rule (quantized types, head size a "
            "multiple of 64), always, or never (LLAMA_ATTN_ROT_DISABLE=1)"},
           kSinkOption,
           kAttentionOption,
       });
   switch (b) {
-    case Backend::Dynamic: return dynamic;
-    case Backend::LlamaCpp: return llamacpp;
-    case Backend::Fp8: return fp8;
-    case Backend::Quanto: return quanto;
-    case Backend::Hqq: return hqq;
-    case Backend::Kivi: return kivi;
+    case Backend::Dynamic:
+      return dynamic;
+    case Backend::LlamaCpp:
+      return llamacpp;
+    case Backend::Fp8:
+      return fp8;
+    case Backend::Quanto:
+      return quanto;
+    case Backend::Hqq:
+      return hqq;
+    case Backend::Kivi:
+      return kivi;
   }
   return dynamic;
 }
@@ -356,7 +468,8 @@ void setOption(CacheConfig& cfg, std::string_view key, std::string_view value) {
 
 std::string optionValue(const CacheConfig& cfg, std::string_view key) {
   if (!detail::findOption(cfg.backend, key))
-    throw ConfigError(std::string(key), fmt::format("the `{}` backend has no option `{}`", backendName(cfg.backend), key));
+    throw ConfigError(std::string(key),
+                      fmt::format("the `{}` backend has no option `{}`", backendName(cfg.backend), key));
   return detail::valueText(detail::findField(key)->value(cfg));
 }
 

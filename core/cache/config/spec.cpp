@@ -1,12 +1,12 @@
 // SPEC strings: parsing (`quanto:nbits=2,q_group_size=32`), the canonical form, and grids of them for sweeps.
-#include "cache/config/detail.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <sstream>
+
+#include "cache/config/detail.h"
 
 namespace kvscope::cache {
 
@@ -98,7 +98,8 @@ std::vector<std::string> expandGrid(std::string_view gridIn) {
       throw ConfigError(key, fmt::format("grid `{}` expands to more than {} configs", grid, kMaxGridConfigs));
     std::vector<std::string> next;
     for (const auto& s : specs)
-      for (const auto& val : values) next.push_back(s + (s.find(':') == std::string::npos ? ":" : ",") + key + "=" + val);
+      for (const auto& val : values)
+        next.push_back(s + (s.find(':') == std::string::npos ? ":" : ",") + key + "=" + val);
     specs = std::move(next);
   }
   return specs;

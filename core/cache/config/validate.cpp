@@ -1,10 +1,10 @@
 // Validation of a config's combination, with the reference's own limits and messages.
-#include "cache/config/detail.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <cmath>
+
+#include "cache/config/detail.h"
 
 namespace kvscope::cache {
 
@@ -23,8 +23,8 @@ void checkGroupAndWindow(const CacheConfig& cfg) {
 void validateScales(const CacheConfig& cfg) {
   if (cfg.keyScales.empty() && cfg.valueScales.empty()) return;
   if (cfg.backend != Backend::Fp8)
-    throw ConfigError("key_scales", fmt::format("calibrated scales are for the `fp8` backend, not `{}`",
-                                                backendName(cfg.backend)));
+    throw ConfigError("key_scales",
+                      fmt::format("calibrated scales are for the `fp8` backend, not `{}`", backendName(cfg.backend)));
   if (cfg.keyScales.size() != cfg.valueScales.size())
     throw ConfigError("key_scales", fmt::format("calibrated scales for {} layers of keys but {} of values",
                                                 cfg.keyScales.size(), cfg.valueScales.size()));
@@ -34,8 +34,9 @@ void validateScales(const CacheConfig& cfg) {
       if (s.empty() || (cfg.granularity == Fp8Granularity::Tensor && s.size() != 1))
         throw ConfigError("key_scales", fmt::format("layer {}: {} calibrated scales, granularity={} takes {}", l,
                                                     s.size(), granularityName(cfg.granularity),
-                                                    cfg.granularity == Fp8Granularity::Tensor ? "1" : "one per head "
-                                                                                                     "(or channel)"));
+                                                    cfg.granularity == Fp8Granularity::Tensor ? "1"
+                                                                                              : "one per head "
+                                                                                                "(or channel)"));
       for (float x : s)
         if (!std::isfinite(x) || x <= 0.0f)
           throw ConfigError("key_scales", fmt::format("layer {}: calibrated scale {} is not a positive number", l, x));
@@ -67,8 +68,9 @@ void validate(const CacheConfig& cfg) {
     case Backend::Dynamic: {
       for (int i = 0; i < 5; ++i)
         if (groupWise[i]->has_value())
-          throw ConfigError(std::string(detail::kGroupWiseKeys[i]),
-                            fmt::format("the `dynamic` backend takes no options (got `{}`)", detail::kGroupWiseKeys[i]));
+          throw ConfigError(
+              std::string(detail::kGroupWiseKeys[i]),
+              fmt::format("the `dynamic` backend takes no options (got `{}`)", detail::kGroupWiseKeys[i]));
       return;
     }
     case Backend::Fp8: {
@@ -115,8 +117,10 @@ void validate(const CacheConfig& cfg) {
       if (std::find(bits.begin(), bits.end(), std::to_string(nb)) == bits.end())
         throw ConfigError("nbits", fmt::format("`nbits` for `kivi` has to be {}, got {}", fmt::join(bits, " or "), nb));
       for (auto [key, v] : {std::pair{"axis_key", cfg.axisKey}, std::pair{"axis_value", cfg.axisValue}})
-        if (v) throw ConfigError(key, fmt::format("`kivi` fixes the axes (keys per channel, values per token): `{}` "
-                                                  "does not apply", key));
+        if (v)
+          throw ConfigError(key, fmt::format("`kivi` fixes the axes (keys per channel, values per token): `{}` "
+                                             "does not apply",
+                                             key));
       checkGroupAndWindow(cfg);
       return;
     }

@@ -7,9 +7,9 @@
 
 #include "kernels/cpu/bitpack.h"
 #include "kernels/cpu/kv_blocks.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/kv_block_codec.h"
 #include "kernels/kv_blocks_tensor.h"
-#include "kernels/cpu/simd.h"
 #include "util/error.h"
 
 #if KVS_HAVE_AVX2_PATHS
@@ -51,7 +51,6 @@ KVS_CLONES void decodeE5M2Rows(const std::uint8_t* c, std::int64_t stride, const
     }
 }
 
-
 #if KVS_HAVE_AVX2_PATHS
 // FP8 through the CPU's half-precision conversion (F16C), 16 codes at a time; D a multiple of 16.
 // - e5m2 is the top byte of an fp16: code << 8 is the fp16 of the same value.
@@ -78,8 +77,8 @@ KVS_AVX2 void decodeFp8RowsAvx2(const std::uint8_t* c, std::int64_t stride, cons
       if (e4m3) lo = _mm256_mul_ps(lo, k256), hi = _mm256_mul_ps(hi, k256);
       if (_mm_movemask_epi8(special) != 0) {
         const __m128i signs = _mm_and_si128(x, signBit);  // 0x80 where the code is negative
-        const __m256 nanLo = _mm256_castsi256_ps(
-            _mm256_or_si256(_mm256_slli_epi32(_mm256_cvtepu8_epi32(signs), 24), quietNan));
+        const __m256 nanLo =
+            _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32(_mm256_cvtepu8_epi32(signs), 24), quietNan));
         const __m256 nanHi = _mm256_castsi256_ps(
             _mm256_or_si256(_mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(signs, 8)), 24), quietNan));
         lo = _mm256_blendv_ps(lo, nanLo, _mm256_castsi256_ps(_mm256_cvtepi8_epi32(special)));
@@ -93,13 +92,16 @@ KVS_AVX2 void decodeFp8RowsAvx2(const std::uint8_t* c, std::int64_t stride, cons
 
 // n rows of fp8 codes (either format) times their channels' scales: the AVX2 path where it runs, else the portable
 // loops.
-void decodeFp8Rows(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n, std::int64_t D,
-                   float* o, kernels::Fp8Format f) {
+void decodeFp8Rows(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n, std::int64_t D, float* o,
+                   kernels::Fp8Format f) {
 #if KVS_HAVE_AVX2_PATHS
-  if (D % 16 == 0 && kernels::avx2Paths()) return decodeFp8RowsAvx2(c, stride, s, n, D, o, f == kernels::Fp8Format::E4M3FN);
+  if (D % 16 == 0 && kernels::avx2Paths())
+    return decodeFp8RowsAvx2(c, stride, s, n, D, o, f == kernels::Fp8Format::E4M3FN);
 #endif
-  if (f == kernels::Fp8Format::E4M3FN) decodeE4M3Rows(c, stride, s, n, D, o);
-  else decodeE5M2Rows(c, stride, s, n, D, o);
+  if (f == kernels::Fp8Format::E4M3FN)
+    decodeE4M3Rows(c, stride, s, n, D, o);
+  else
+    decodeE5M2Rows(c, stride, s, n, D, o);
 }
 
 using kernels::TokenSource;
@@ -112,9 +114,15 @@ void widen(const T* in, std::int64_t n, float* out) {
 
 void widenAny(const at::Tensor& t, const void* p, std::int64_t n, float* out) {
   switch (t.scalar_type()) {
-    case at::kFloat: widen(static_cast<const float*>(p), n, out); break;
-    case at::kBFloat16: widen(static_cast<const c10::BFloat16*>(p), n, out); break;
-    case at::kHalf: widen(static_cast<const c10::Half*>(p), n, out); break;
+    case at::kFloat:
+      widen(static_cast<const float*>(p), n, out);
+      break;
+    case at::kBFloat16:
+      widen(static_cast<const c10::BFloat16*>(p), n, out);
+      break;
+    case at::kHalf:
+      widen(static_cast<const c10::Half*>(p), n, out);
+      break;
     default:
       throw Error(ErrorCode::Internal, "attention source: states must be fp32, bf16 or fp16");
   }
@@ -416,8 +424,8 @@ class LlamaCppSource final : public StoredSource {
   }
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
     checkHost(rows_);
-    const std::uint8_t* row = rows_.const_data_ptr<std::uint8_t>() + b * rows_.stride(0) + h * rows_.stride(1) +
-                              t0 * rows_.stride(2);
+    const std::uint8_t* row =
+        rows_.const_data_ptr<std::uint8_t>() + b * rows_.stride(0) + h * rows_.stride(1) + t0 * rows_.stride(2);
     float row0[kernels::kvcodec::kMaxRow];
     for (std::int64_t t = 0; t < n; ++t, row += rows_.stride(2)) {
       float* y = out + t * D_;
@@ -437,7 +445,9 @@ class LlamaCppSource final : public StoredSource {
 
 }  // namespace
 
-SourcePtr fpSource(const at::Tensor& x) { return std::make_shared<FpSource>(x); }
+SourcePtr fpSource(const at::Tensor& x) {
+  return std::make_shared<FpSource>(x);
+}
 
 SourcePtr llamaCppSource(const at::Tensor& rows, std::uint32_t ggmlType, std::int64_t D, int rotation,
                          bool interleaved) {
@@ -488,7 +498,9 @@ class Concat final : public StoredSource {
 };
 }  // namespace
 
-SourcePtr concat(const std::vector<SourcePtr>& parts) { return std::make_shared<Concat>(parts); }
+SourcePtr concat(const std::vector<SourcePtr>& parts) {
+  return std::make_shared<Concat>(parts);
+}
 
 at::Tensor packRows(const at::Tensor& codes, int bits, kernels::KernelPath path) {
   const std::int64_t D = codes.size(3), pb = kernels::packedBytes(D, bits);

@@ -22,8 +22,8 @@ namespace kvscope::cache::detail {
 
 /// FP8 codes and scales behind a source made by fp8Source: what the fused fp8 decode kernel reads.
 struct Fp8View {
-  at::Tensor codes;     ///< uint8 [B, H, S, D]
-  at::Tensor scale;     ///< float32 [H, D]
+  at::Tensor codes;  ///< uint8 [B, H, S, D]
+  at::Tensor scale;  ///< float32 [H, D]
   kernels::Fp8Format format;
 };
 
@@ -63,8 +63,8 @@ SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at:
 
 /// llama.cpp's cache rows: uint8 [B, H, S, kvRowBytes(ggmlType, D)] (last dim dense), each token's head row stored as
 /// ggml's blocks of `ggmlType` (kernels/cpu/kv_blocks.h); `rotation` > 0: the rows were Hadamard-rotated in chunks of
-/// that size before they were quantized, and are rotated back as they are read. read(): CPU rows; dense(): either device.
-/// `interleaved`: each row holds the head's channels with its two halves interleaved (llama.cpp's order for a
+/// that size before they were quantized, and are rotated back as they are read. read(): CPU rows; dense(): either
+/// device. `interleaved`: each row holds the head's channels with its two halves interleaved (llama.cpp's order for a
 /// Llama-family model's keys: here channel j * D/2 + i is the row's 2i + j); they are read back into the model's order.
 SourcePtr llamaCppSource(const at::Tensor& rows, std::uint32_t ggmlType, std::int64_t D, int rotation,
                          bool interleaved = false);

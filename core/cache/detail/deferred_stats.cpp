@@ -6,7 +6,9 @@
 
 namespace kvscope::cache::detail {
 
-void DeferredStats::add(const at::Tensor& value, Sink sink) { items_.push_back({value, std::move(sink)}); }
+void DeferredStats::add(const at::Tensor& value, Sink sink) {
+  items_.push_back({value, std::move(sink)});
+}
 
 void DeferredStats::collect(std::vector<at::Tensor>& out) const {
   for (const Item& i : items_) out.push_back(i.value.reshape({-1}).to(at::kDouble));

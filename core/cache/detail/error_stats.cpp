@@ -80,10 +80,17 @@ template <class F>
 bool dispatchHost(const at::Tensor& x, kernels::KernelPath path, F&& f) {
   if (path != kernels::KernelPath::Host) return false;
   switch (x.scalar_type()) {
-    case at::kFloat: f(float{}); return true;
-    case at::kBFloat16: f(c10::BFloat16{}); return true;
-    case at::kHalf: f(c10::Half{}); return true;
-    default: return false;
+    case at::kFloat:
+      f(float{});
+      return true;
+    case at::kBFloat16:
+      f(c10::BFloat16{});
+      return true;
+    case at::kHalf:
+      f(c10::Half{});
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -11,10 +11,10 @@
 namespace kvscope::cache::detail {
 
 struct QuantizedBlock {
-  at::Tensor packed;                    ///< uint8, codes packed by kernels::packBits in the grouped layout's order
-  at::Tensor scale, zero;               ///< the backend's own layouts and dtypes
-  std::vector<std::int64_t> grouped;    ///< shape of the grouped 2-D code matrix
-  std::vector<std::int64_t> shape;      ///< original [B, H, S, D]
+  at::Tensor packed;                  ///< uint8, codes packed by kernels::packBits in the grouped layout's order
+  at::Tensor scale, zero;             ///< the backend's own layouts and dtypes
+  std::vector<std::int64_t> grouped;  ///< shape of the grouped 2-D code matrix
+  std::vector<std::int64_t> shape;    ///< original [B, H, S, D]
   int axis = 0;
   std::int64_t payloadBytes() const { return packed.defined() ? packed.numel() : 0; }
   std::int64_t metadataBytes() const {

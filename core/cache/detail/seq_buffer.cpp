@@ -24,8 +24,9 @@ void SeqBuffer::reserve(std::int64_t total, const at::Tensor& like, std::optiona
   // Doubling keeps appends amortized O(1); the first allocation leaves room for kFirstRoom decode tokens so that a
   // prompt is not copied again on the very next step.
   const std::int64_t cap = std::max<std::int64_t>({total, 2 * capacity(), total + kFirstRoom});
-  at::Tensor next = at::empty({like.size(0), like.size(1), cap, like.size(3)},
-                              buf_.defined() ? buf_.options() : like.options().dtype(dtype.value_or(like.scalar_type())));
+  at::Tensor next =
+      at::empty({like.size(0), like.size(1), cap, like.size(3)},
+                buf_.defined() ? buf_.options() : like.options().dtype(dtype.value_or(like.scalar_type())));
   if (buf_.defined() && len_ > 0) next.narrow(2, 0, len_).copy_(buf_.narrow(2, 0, len_));
   buf_ = std::move(next);
 }
@@ -41,7 +42,9 @@ at::Tensor SeqBuffer::tail(std::int64_t n, const at::Tensor& like, std::optional
   return buf_.narrow(2, len_, n);
 }
 
-at::Tensor SeqBuffer::view() const { return buf_.narrow(2, 0, len_); }
+at::Tensor SeqBuffer::view() const {
+  return buf_.narrow(2, 0, len_);
+}
 
 void SeqBuffer::reorderBatch(const at::Tensor& idx) {
   if (!buf_.defined()) return;
@@ -92,9 +95,10 @@ void checkQueries(const at::Tensor& q, const at::Tensor& keys, const char* what)
   checkStates(q, what);
   if (q.size(0) != keys.size(0) || q.size(2) != keys.size(2) || q.size(3) != keys.size(3) ||
       q.size(1) % keys.size(1) != 0 || q.device() != keys.device()) {
-    throw CacheError(fmt::format("{}: shape {} on {} does not fit the keys {} on {} (the same batch, tokens, head "
-                                 "size and device; query heads a multiple of the KV heads)",
-                                 what, shapeText(q), q.device().str(), shapeText(keys), keys.device().str()));
+    throw CacheError(
+        fmt::format("{}: shape {} on {} does not fit the keys {} on {} (the same batch, tokens, head "
+                    "size and device; query heads a multiple of the KV heads)",
+                    what, shapeText(q), q.device().str(), shapeText(keys), keys.device().str()));
   }
 }
 

@@ -99,22 +99,42 @@ void unpackStream(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t
 void packBits(const std::uint8_t* v, std::int64_t n, int bits, std::uint8_t* out) {
   if (n <= 0) return;  // nothing to pack (and the pointers may be null)
   switch (bits) {
-    case 1: packFixed<1>(v, n, out); break;
-    case 2: packFixed<2>(v, n, out); break;
-    case 4: packFixed<4>(v, n, out); break;
-    case 8: std::memcpy(out, v, static_cast<std::size_t>(n)); break;
-    default: packStream(v, n, bits, out); break;
+    case 1:
+      packFixed<1>(v, n, out);
+      break;
+    case 2:
+      packFixed<2>(v, n, out);
+      break;
+    case 4:
+      packFixed<4>(v, n, out);
+      break;
+    case 8:
+      std::memcpy(out, v, static_cast<std::size_t>(n));
+      break;
+    default:
+      packStream(v, n, bits, out);
+      break;
   }
 }
 
 void unpackBits(const std::uint8_t* in, std::int64_t n, int bits, std::uint8_t* v) {
   if (n <= 0) return;
   switch (bits) {
-    case 1: unpackFixed<1>(in, n, v); break;
-    case 2: unpackFixed<2>(in, n, v); break;
-    case 4: unpackFixed<4>(in, n, v); break;
-    case 8: std::memcpy(v, in, static_cast<std::size_t>(n)); break;
-    default: unpackStream(in, n, bits, v); break;
+    case 1:
+      unpackFixed<1>(in, n, v);
+      break;
+    case 2:
+      unpackFixed<2>(in, n, v);
+      break;
+    case 4:
+      unpackFixed<4>(in, n, v);
+      break;
+    case 8:
+      std::memcpy(v, in, static_cast<std::size_t>(n));
+      break;
+    default:
+      unpackStream(in, n, bits, v);
+      break;
   }
 }
 

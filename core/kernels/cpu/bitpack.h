@@ -6,7 +6,9 @@
 
 namespace kvscope::kernels {
 
-constexpr std::int64_t packedBytes(std::int64_t n, int bits) { return (n * bits + 7) / 8; }
+constexpr std::int64_t packedBytes(std::int64_t n, int bits) {
+  return (n * bits + 7) / 8;
+}
 
 /// Packs v[0..n) (each < 2^bits) into out[0..packedBytes(n, bits)).
 void packBits(const std::uint8_t* v, std::int64_t n, int bits, std::uint8_t* out);

@@ -60,7 +60,8 @@ void blocksPortable(const BlockMatrix& w, const float* x, std::int64_t m, std::i
 }
 
 #if KVS_HAVE_AVX2_PATHS
-// ---- AVX2 + FMA + F16C (and AVX-512 below) --------------------------------------------------------------------------------------------
+// ---- AVX2 + FMA + F16C (and AVX-512 below)
+// --------------------------------------------------------------------------------------------
 
 // A dense row's last cols - body values (fewer than one vector) added to each activation row's vector sum, stored.
 void finishDenseRow(const BlockMatrix& w, const std::uint8_t* row, std::int64_t body, const float* x, std::int64_t ldx,
@@ -91,8 +92,8 @@ KVS_AVX2 inline __m256i nibbles16(const std::uint8_t* p) {
 // Bit j of qh -> 0x10 in byte j (Q5_0 / Q5_1's fifth bits).
 KVS_AVX2 inline __m256i fifthBits(std::uint32_t qh) {
   const __m256i v = _mm256_set1_epi32(static_cast<int>(qh));
-  const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3,
-                                        3, 3, 3, 3, 3);
+  const __m256i pick =
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, pick), bit), bit);
   return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
@@ -128,7 +129,8 @@ KVS_AVX2 inline __m256i group(const std::uint8_t* b, int g, float D[2], float M[
     if constexpr (five) {
       const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << g));
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
-      q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(0x10)));
+      q = _mm256_or_si256(q,
+                          _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(0x10)));
     }
     return q;
   } else {  // Q6_K
@@ -231,30 +233,45 @@ inline void forTiles(std::int64_t m, Run&& run) {
   std::int64_t i = 0;
   for (; i + 4 <= m; i += 4) run(std::integral_constant<int, 4>{}, i);
   switch (m - i) {
-    case 3: run(std::integral_constant<int, 3>{}, i); break;
-    case 2: run(std::integral_constant<int, 2>{}, i); break;
-    case 1: run(std::integral_constant<int, 1>{}, i); break;
-    default: break;
+    case 3:
+      run(std::integral_constant<int, 3>{}, i);
+      break;
+    case 2:
+      run(std::integral_constant<int, 2>{}, i);
+      break;
+    case 1:
+      run(std::integral_constant<int, 1>{}, i);
+      break;
+    default:
+      break;
   }
 }
 
-constexpr bool isFloatType(BlockType T) { return T == BlockType::F32 || T == BlockType::F16 || T == BlockType::BF16; }
+constexpr bool isFloatType(BlockType T) {
+  return T == BlockType::F32 || T == BlockType::F16 || T == BlockType::BF16;
+}
 
 template <BlockType T>
 void tilesAvx2(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
                std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   const std::int64_t ldxs = w.cols / 16;
   forTiles(m, [&](auto mt, std::int64_t i) {
-    if constexpr (isFloatType(T)) denseAvx2<T, mt()>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
-    else blocksAvx2<T, mt()>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
+    if constexpr (isFloatType(T))
+      denseAvx2<T, mt()>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
+    else
+      blocksAvx2<T, mt()>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
   });
 }
 
 // ---- AVX-512 ------------------------------------------------------------------------------------------------------
 // A group's two halves are one 16-lane vector each: widened straight from 16 bytes, and Q8_0 sign-extended (M = 0).
 
-KVS_AVX512 inline __m512 widen(__m128i v) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v)); }
-KVS_AVX512 inline __m128i load(const std::uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+KVS_AVX512 inline __m512 widen(__m128i v) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+}
+KVS_AVX512 inline __m128i load(const std::uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+}
 
 // 16 six-bit values of Q6_K (group k of a half: low nibbles from ql, two high bits from qh).
 KVS_AVX512 inline __m128i six16(const std::uint8_t* ql, const std::uint8_t* qh, int k) {
@@ -272,8 +289,7 @@ KVS_AVX512 inline void group512(const std::uint8_t* b, int g, float D[2], float 
     M[0] = M[1] = 0.0f;
     lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load(b + 2)));
     hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load(b + 18)));
-  } else if constexpr (T == BlockType::Q4_0 || T == BlockType::Q4_1 || T == BlockType::Q5_0 ||
-                       T == BlockType::Q5_1) {
+  } else if constexpr (T == BlockType::Q4_0 || T == BlockType::Q4_1 || T == BlockType::Q5_0 || T == BlockType::Q5_1) {
     constexpr bool minimum = T == BlockType::Q4_1 || T == BlockType::Q5_1;
     constexpr bool five = T == BlockType::Q5_0 || T == BlockType::Q5_1;
     constexpr int qs = (minimum ? 4 : 2) + (five ? 4 : 0);
@@ -402,8 +418,10 @@ void tilesAvx512(const BlockMatrix& w, const float* x, std::int64_t m, std::int6
                  std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   const std::int64_t ldxs = w.cols / 16;
   forTiles(m, [&](auto mt, std::int64_t i) {
-    if constexpr (isFloatType(T)) denseAvx512<T, mt()>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
-    else blocksAvx512<T, mt()>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
+    if constexpr (isFloatType(T))
+      denseAvx512<T, mt()>(w, x + i * ldx, ldx, y + i * ldy, ldy, r0, r1);
+    else
+      blocksAvx512<T, mt()>(w, x + i * ldx, ldx, xs + i * ldxs, y + i * ldy, ldy, r0, r1);
   });
 }
 
@@ -432,7 +450,8 @@ KVS_VNNI void q8Rows(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, flo
         const std::int64_t gi = bi * perBlock + g;
         for (int i = 0; i < MT; ++i) {
           const std::int64_t xr = i0 + i;
-          const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes.data() + xr * w.cols + gi * 32));
+          const __m256i c =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes.data() + xr * w.cols + gi * 32));
           const float d = x.scales[static_cast<std::size_t>(xr * groups + gi)];
           // Lanes 0..3 hold values 0..15, lanes 4..7 values 16..31.
           const __m256 scale = _mm256_set_m128(_mm_set1_ps(D[1] * d), _mm_set1_ps(D[0] * d));
@@ -458,10 +477,12 @@ bool simdMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int64
                 std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   const bool wide = avx512Paths();
   switch (static_cast<BlockType>(w.type)) {
-#define KVS_CASE(T)                                                      \
-  case BlockType::T:                                                     \
-    if (wide) tilesAvx512<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1); \
-    else tilesAvx2<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1);        \
+#define KVS_CASE(T)                                                \
+  case BlockType::T:                                               \
+    if (wide)                                                      \
+      tilesAvx512<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1); \
+    else                                                           \
+      tilesAvx2<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1);   \
     return true;
     KVS_CASE(F32) KVS_CASE(F16) KVS_CASE(BF16) KVS_QUANTIZED_TYPES(KVS_CASE)
 #undef KVS_CASE
@@ -469,14 +490,16 @@ bool simdMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int64
   return false;
 }
 
-bool simdMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0,
-                  std::int64_t r1) {
+bool simdMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   switch (static_cast<BlockType>(w.type)) {
-#define KVS_CASE(T)                                          \
-  case BlockType::T: tilesQ8<BlockType::T>(w, x, y, ldy, r0, r1); return true;
+#define KVS_CASE(T)                              \
+  case BlockType::T:                             \
+    tilesQ8<BlockType::T>(w, x, y, ldy, r0, r1); \
+    return true;
     KVS_QUANTIZED_TYPES(KVS_CASE)
 #undef KVS_CASE
-    default: break;
+    default:
+      break;
   }
   return false;
 }
@@ -559,8 +582,10 @@ void blockMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int6
 #if KVS_HAVE_AVX2_PATHS
   if (avx2Paths() && simdMatmul(w, x, m, ldx, xsum, y, ldy, r0, r1)) return;
 #endif
-  if (blockLayout(w.type).quantized()) blocksPortable(w, x, m, ldx, xsum, y, ldy, r0, r1);
-  else densePortable(w, x, m, ldx, y, ldy, r0, r1);
+  if (blockLayout(w.type).quantized())
+    blocksPortable(w, x, m, ldx, xsum, y, ldy, r0, r1);
+  else
+    densePortable(w, x, m, ldx, y, ldy, r0, r1);
 }
 
 }  // namespace kvscope::kernels

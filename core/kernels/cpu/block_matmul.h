@@ -44,7 +44,8 @@ struct Q8Rows {
 void quantizeRowsQ8(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols, Q8Rows& out);
 
 /// y[i * ldy + r] = sum_k xq[i, k] * W[r, k] for r in [r0, r1), with the activation codes: integer dot products per
-/// group (AVX-512 VNNI, or the portable twin: slow, for CPUs without VNNI and for tests). W must be of a quantized type (blockLayout(type).quantized()).
+/// group (AVX-512 VNNI, or the portable twin: slow, for CPUs without VNNI and for tests). W must be of a quantized type
+/// (blockLayout(type).quantized()).
 void blockMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1);
 
 }  // namespace kvscope::kernels

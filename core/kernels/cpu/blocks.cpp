@@ -17,7 +17,9 @@ inline std::uint16_t u16(const std::uint8_t* p) {
   std::memcpy(&h, p, 2);
   return h;
 }
-inline float half(const std::uint8_t* p) { return static_cast<float>(c10::Half(u16(p), c10::Half::from_bits())); }
+inline float half(const std::uint8_t* p) {
+  return static_cast<float>(c10::Half(u16(p), c10::Half::from_bits()));
+}
 inline std::uint32_t u32(const std::uint8_t* p) {
   std::uint32_t v;
   std::memcpy(&v, p, 4);
@@ -77,27 +79,40 @@ void blocks(const std::uint8_t* src, std::int64_t n, float* dst, std::int64_t va
   for (std::int64_t b = 0; b < n / values; ++b) F(src + b * bytes, dst + b * values);
 }
 
-bool halfFinite(std::uint16_t h) { return (h & 0x7C00u) != 0x7C00u; }
+bool halfFinite(std::uint16_t h) {
+  return (h & 0x7C00u) != 0x7C00u;
+}
 
 }  // namespace
 
 void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
   switch (static_cast<BlockType>(type)) {
-    case BlockType::F32: std::memcpy(dst, src, static_cast<std::size_t>(n) * 4); return;
+    case BlockType::F32:
+      std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
+      return;
     case BlockType::F16:
       for (std::int64_t i = 0; i < n; ++i) dst[i] = half(src + 2 * i);
       return;
     case BlockType::BF16:
-      for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(c10::BFloat16(u16(src + 2 * i), c10::BFloat16::from_bits()));
+      for (std::int64_t i = 0; i < n; ++i)
+        dst[i] = static_cast<float>(c10::BFloat16(u16(src + 2 * i), c10::BFloat16::from_bits()));
       return;
-    case BlockType::Q4_0: return blocks<legacy<kvcodec::Q4_0>>(src, n, dst, 32, 18);
-    case BlockType::Q4_1: return blocks<legacy<kvcodec::Q4_1>>(src, n, dst, 32, 20);
-    case BlockType::Q5_0: return blocks<legacy<kvcodec::Q5_0>>(src, n, dst, 32, 22);
-    case BlockType::Q5_1: return blocks<legacy<kvcodec::Q5_1>>(src, n, dst, 32, 24);
-    case BlockType::Q8_0: return blocks<legacy<kvcodec::Q8_0>>(src, n, dst, 32, 34);
-    case BlockType::Q4_K: return blocks<qk<false>>(src, n, dst, 256, 144);
-    case BlockType::Q5_K: return blocks<qk<true>>(src, n, dst, 256, 176);
-    case BlockType::Q6_K: return blocks<q6_k>(src, n, dst, 256, 210);
+    case BlockType::Q4_0:
+      return blocks<legacy<kvcodec::Q4_0>>(src, n, dst, 32, 18);
+    case BlockType::Q4_1:
+      return blocks<legacy<kvcodec::Q4_1>>(src, n, dst, 32, 20);
+    case BlockType::Q5_0:
+      return blocks<legacy<kvcodec::Q5_0>>(src, n, dst, 32, 22);
+    case BlockType::Q5_1:
+      return blocks<legacy<kvcodec::Q5_1>>(src, n, dst, 32, 24);
+    case BlockType::Q8_0:
+      return blocks<legacy<kvcodec::Q8_0>>(src, n, dst, 32, 34);
+    case BlockType::Q4_K:
+      return blocks<qk<false>>(src, n, dst, 256, 144);
+    case BlockType::Q5_K:
+      return blocks<qk<true>>(src, n, dst, 256, 176);
+    case BlockType::Q6_K:
+      return blocks<q6_k>(src, n, dst, 256, 210);
   }
 }
 
@@ -121,9 +136,14 @@ std::int64_t firstNonFiniteBlock(std::uint32_t type, const std::uint8_t* src, st
     case BlockType::Q4_1:
     case BlockType::Q5_1:
     case BlockType::Q4_K:
-    case BlockType::Q5_K: at1 = 2; break;
-    case BlockType::Q6_K: at0 = 208; break;
-    default: break;
+    case BlockType::Q5_K:
+      at1 = 2;
+      break;
+    case BlockType::Q6_K:
+      at0 = 208;
+      break;
+    default:
+      break;
   }
   for (std::int64_t i = 0; i < blocks; ++i) {
     const std::uint8_t* b = src + i * L.bytes;
@@ -192,7 +212,8 @@ void unpackGroup(BlockType type, const std::uint8_t* b, int g, std::uint8_t q[32
       }
       return;
     }
-    default: break;
+    default:
+      break;
   }
 }
 

@@ -15,7 +15,17 @@ namespace kvscope::kernels {
 
 /// ggml's type numbers for the weight formats kvscope keeps in memory as they are stored.
 enum class BlockType : std::uint32_t {
-  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, BF16 = 30,
+  F32 = 0,
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  Q4_K = 12,
+  Q5_K = 13,
+  Q6_K = 14,
+  BF16 = 30,
 };
 
 struct BlockLayout {
@@ -27,21 +37,33 @@ struct BlockLayout {
 /// The layout of ggml type `type` (its number); values == 0 when kvscope does not read it.
 constexpr BlockLayout blockLayout(std::uint32_t type) {
   switch (static_cast<BlockType>(type)) {
-    case BlockType::F32: return {1, 4};
+    case BlockType::F32:
+      return {1, 4};
     case BlockType::F16:
-    case BlockType::BF16: return {1, 2};
-    case BlockType::Q4_0: return {32, 18};
-    case BlockType::Q4_1: return {32, 20};
-    case BlockType::Q5_0: return {32, 22};
-    case BlockType::Q5_1: return {32, 24};
-    case BlockType::Q8_0: return {32, 34};
-    case BlockType::Q4_K: return {256, 144};
-    case BlockType::Q5_K: return {256, 176};
-    case BlockType::Q6_K: return {256, 210};
+    case BlockType::BF16:
+      return {1, 2};
+    case BlockType::Q4_0:
+      return {32, 18};
+    case BlockType::Q4_1:
+      return {32, 20};
+    case BlockType::Q5_0:
+      return {32, 22};
+    case BlockType::Q5_1:
+      return {32, 24};
+    case BlockType::Q8_0:
+      return {32, 34};
+    case BlockType::Q4_K:
+      return {256, 144};
+    case BlockType::Q5_K:
+      return {256, 176};
+    case BlockType::Q6_K:
+      return {256, 210};
   }
   return {};
 }
-constexpr BlockLayout blockLayout(BlockType type) { return blockLayout(static_cast<std::uint32_t>(type)); }
+constexpr BlockLayout blockLayout(BlockType type) {
+  return blockLayout(static_cast<std::uint32_t>(type));
+}
 
 /// Q4_K / Q5_K: the 6-bit scale and min of group j (0..7) from the block's 12 scale bytes (ggml's
 /// get_scale_min_k4).
@@ -66,8 +88,10 @@ constexpr bool quantizable(std::uint32_t type) {
     case BlockType::Q4_0:
     case BlockType::Q4_1:
     case BlockType::Q5_0:
-    case BlockType::Q5_1: return true;
-    default: return false;
+    case BlockType::Q5_1:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -1,5 +1,4 @@
 #include "kernels/cpu/fp8_cpu.h"
-#include "kernels/cpu/simd.h"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -7,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+
+#include "kernels/cpu/simd.h"
 
 namespace kvscope::kernels {
 namespace {
@@ -84,10 +85,10 @@ inline void decodeLoop(const std::uint8_t* __restrict q, const float* __restrict
   }
 }
 
-#define KVS_ENC(T, F, S)                                                                                    \
-  KVS_CLONES Fp8Counts enc_##T##_##F##_##S(const T* x, const float* s, std::int64_t p, std::int64_t n,      \
-                                            std::uint8_t* o) {                                              \
-    return encodeLoop<T, Fp8Format::F, S>(x, s, p, n, o);                                                   \
+#define KVS_ENC(T, F, S)                                                                               \
+  KVS_CLONES Fp8Counts enc_##T##_##F##_##S(const T* x, const float* s, std::int64_t p, std::int64_t n, \
+                                           std::uint8_t* o) {                                          \
+    return encodeLoop<T, Fp8Format::F, S>(x, s, p, n, o);                                              \
   }
 using bf16 = c10::BFloat16;
 using f16 = c10::Half;
@@ -113,21 +114,20 @@ KVS_CLONES void dec_bf16(const std::uint8_t* q, const float* s, std::int64_t p, 
                          const float* t) {
   decodeLoop(q, s, p, n, o, t);
 }
-KVS_CLONES void dec_f16(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, f16* o,
-                        const float* t) {
+KVS_CLONES void dec_f16(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, f16* o, const float* t) {
   decodeLoop(q, s, p, n, o, t);
 }
 
 template <class T>
 Fp8Counts dispatchEncode(const T* x, const float* s, std::int64_t p, std::int64_t n, std::uint8_t* o, Fp8Format f,
                          bool sat);
-#define KVS_DISPATCH(T)                                                                              \
-  template <>                                                                                        \
-  Fp8Counts dispatchEncode<T>(const T* x, const float* s, std::int64_t p, std::int64_t n,            \
-                              std::uint8_t* o, Fp8Format f, bool sat) {                             \
-    if (f == Fp8Format::E4M3FN) return sat ? enc_##T##_E4M3FN_true(x, s, p, n, o)                   \
-                                           : enc_##T##_E4M3FN_false(x, s, p, n, o);                 \
-    return sat ? enc_##T##_E5M2_true(x, s, p, n, o) : enc_##T##_E5M2_false(x, s, p, n, o);          \
+#define KVS_DISPATCH(T)                                                                                    \
+  template <>                                                                                              \
+  Fp8Counts dispatchEncode<T>(const T* x, const float* s, std::int64_t p, std::int64_t n, std::uint8_t* o, \
+                              Fp8Format f, bool sat) {                                                     \
+    if (f == Fp8Format::E4M3FN)                                                                            \
+      return sat ? enc_##T##_E4M3FN_true(x, s, p, n, o) : enc_##T##_E4M3FN_false(x, s, p, n, o);           \
+    return sat ? enc_##T##_E5M2_true(x, s, p, n, o) : enc_##T##_E5M2_false(x, s, p, n, o);                 \
   }
 KVS_DISPATCH(float)
 KVS_DISPATCH(bf16)
@@ -139,9 +139,12 @@ KVS_DISPATCH(f16)
 Fp8Counts fp8EncodeRun(ElemType type, const void* x, const float* scale, std::int64_t period, std::int64_t n,
                        std::uint8_t* out, Fp8Format format, bool saturate) {
   switch (type) {
-    case ElemType::F32: return dispatchEncode(static_cast<const float*>(x), scale, period, n, out, format, saturate);
-    case ElemType::BF16: return dispatchEncode(static_cast<const bf16*>(x), scale, period, n, out, format, saturate);
-    case ElemType::F16: return dispatchEncode(static_cast<const f16*>(x), scale, period, n, out, format, saturate);
+    case ElemType::F32:
+      return dispatchEncode(static_cast<const float*>(x), scale, period, n, out, format, saturate);
+    case ElemType::BF16:
+      return dispatchEncode(static_cast<const bf16*>(x), scale, period, n, out, format, saturate);
+    case ElemType::F16:
+      return dispatchEncode(static_cast<const f16*>(x), scale, period, n, out, format, saturate);
   }
   return {};
 }
@@ -150,9 +153,15 @@ void fp8DecodeRun(ElemType type, const std::uint8_t* q, const float* scale, std:
                   void* out, Fp8Format format) {
   const float* table = format == Fp8Format::E4M3FN ? lut().e4m3fn.data() : lut().e5m2.data();
   switch (type) {
-    case ElemType::F32: dec_float(q, scale, period, n, static_cast<float*>(out), table); break;
-    case ElemType::BF16: dec_bf16(q, scale, period, n, static_cast<bf16*>(out), table); break;
-    case ElemType::F16: dec_f16(q, scale, period, n, static_cast<f16*>(out), table); break;
+    case ElemType::F32:
+      dec_float(q, scale, period, n, static_cast<float*>(out), table);
+      break;
+    case ElemType::BF16:
+      dec_bf16(q, scale, period, n, static_cast<bf16*>(out), table);
+      break;
+    case ElemType::F16:
+      dec_f16(q, scale, period, n, static_cast<f16*>(out), table);
+      break;
   }
 }
 

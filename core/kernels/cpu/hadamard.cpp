@@ -14,7 +14,9 @@ int hadamardSizeForKeys(int headDim) {
   return n;
 }
 
-int hadamardSizeForValues(int headDim) { return headDim > 0 && headDim % 64 == 0 ? 64 : 0; }
+int hadamardSizeForValues(int headDim) {
+  return headDim > 0 && headDim % 64 == 0 ? 64 : 0;
+}
 
 void hadamardRotate(float* x, std::int64_t count, int n) {
   if (n < 1 || (n & (n - 1)) != 0 || count % n != 0)

@@ -11,18 +11,27 @@ namespace {
 
 inline float load(IntElem t, const void* x, std::int64_t i) {
   switch (t) {
-    case IntElem::F32: return static_cast<const float*>(x)[i];
-    case IntElem::BF16: return bitsFloat(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(x)[i]) << 16);
-    case IntElem::F16: return static_cast<float>(static_cast<const c10::Half*>(x)[i]);
+    case IntElem::F32:
+      return static_cast<const float*>(x)[i];
+    case IntElem::BF16:
+      return bitsFloat(static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(x)[i]) << 16);
+    case IntElem::F16:
+      return static_cast<float>(static_cast<const c10::Half*>(x)[i]);
   }
   return 0.0f;
 }
 
 inline void store(IntElem t, void* out, std::int64_t i, float v) {  // v is already a T value
   switch (t) {
-    case IntElem::F32: static_cast<float*>(out)[i] = v; break;
-    case IntElem::BF16: static_cast<std::uint16_t*>(out)[i] = static_cast<std::uint16_t>(floatBits(v) >> 16); break;
-    case IntElem::F16: static_cast<c10::Half*>(out)[i] = c10::Half(v); break;
+    case IntElem::F32:
+      static_cast<float*>(out)[i] = v;
+      break;
+    case IntElem::BF16:
+      static_cast<std::uint16_t*>(out)[i] = static_cast<std::uint16_t>(floatBits(v) >> 16);
+      break;
+    case IntElem::F16:
+      static_cast<c10::Half*>(out)[i] = c10::Half(v);
+      break;
   }
 }
 

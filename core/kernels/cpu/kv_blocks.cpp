@@ -26,7 +26,9 @@ void checkWhole(std::int64_t n) {
 
 }  // namespace
 
-int iq4NlNearestLevel(float x) { return kvcodec::iq4NlNearest(x); }
+int iq4NlNearestLevel(float x) {
+  return kvcodec::iq4NlNearest(x);
+}
 
 std::int64_t kvRowBytes(std::uint32_t type, std::int64_t n) {
   if (!kvcodec::isKvType(type)) unsupported(type);

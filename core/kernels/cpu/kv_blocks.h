@@ -27,13 +27,14 @@ KvBlockBytes kvBlockBytes(std::uint32_t ggmlType);
 /// an Error, Internal).
 std::int64_t kvRowBytes(std::uint32_t ggmlType, std::int64_t n);
 
-/// n values (a multiple of 32; any n for F16 / BF16) into blocks of `ggmlType` (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL).
+/// n values (a multiple of 32; any n for F16 / BF16) into blocks of `ggmlType` (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+/// or IQ4_NL).
 void quantizeKvRow(std::uint32_t ggmlType, const float* src, std::int64_t n, std::uint8_t* dst);
 /// The inverse: n values (whole blocks) of `ggmlType` into float32, as ggml dequantizes them.
 void dequantizeKvRow(std::uint32_t ggmlType, const std::uint8_t* src, std::int64_t n, float* dst);
 
-/// The index of IQ4_NL's level (kvcodec::iq4NlLevel: ggml's kvalues_iq4nl) nearest to x (ggml's best_index_int8: ties between two levels go to the upper one; below
-/// the first or above the last level, the end level).
+/// The index of IQ4_NL's level (kvcodec::iq4NlLevel: ggml's kvalues_iq4nl) nearest to x (ggml's best_index_int8: ties
+/// between two levels go to the upper one; below the first or above the last level, the end level).
 int iq4NlNearestLevel(float x);
 
 }  // namespace kvscope::kernels

@@ -42,16 +42,24 @@ constexpr Shape shapeOf(BlockType type) {
   if (type == BlockType::Q8_0) s.minPerD = -128.0f;
   return s;
 }
-Shape shapeOf(std::uint32_t type) { return shapeOf(static_cast<BlockType>(type)); }
+Shape shapeOf(std::uint32_t type) {
+  return shapeOf(static_cast<BlockType>(type));
+}
 
-std::uint16_t bitsOf(c10::Half h) { return h.x; }
-float fromBits(std::uint16_t b) { return static_cast<float>(c10::Half(b, c10::Half::from_bits())); }
+std::uint16_t bitsOf(c10::Half h) {
+  return h.x;
+}
+float fromBits(std::uint16_t b) {
+  return static_cast<float>(c10::Half(b, c10::Half::from_bits()));
+}
 std::uint16_t load16(const std::uint8_t* p) {
   std::uint16_t v;
   std::memcpy(&v, p, 2);
   return v;
 }
-void store16(std::uint8_t* p, std::uint16_t v) { std::memcpy(p, &v, 2); }
+void store16(std::uint8_t* p, std::uint16_t v) {
+  std::memcpy(p, &v, 2);
+}
 
 // The pieces of row r's group g in the repacked form.
 struct GroupAt {
@@ -100,8 +108,10 @@ bool packableType(std::uint32_t type) {
     case BlockType::Q4_0:
     case BlockType::Q4_1:
     case BlockType::Q8_0:
-    case BlockType::Q4_K: return true;
-    default: return false;
+    case BlockType::Q4_K:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -124,7 +134,8 @@ void packTiles(const BlockMatrix& w, PackedMatrix& out, std::int64_t t0, std::in
   const auto type = static_cast<BlockType>(w.type);
   const std::int64_t groups = w.cols / 32, perBlock = L.values / 32;
   for (std::int64_t t = t0; t < t1; ++t)  // a last tile's padding rows: zero (D = M = 0)
-    if (16 * t + 16 > w.rows) std::memset(out.data.get() + t * out.tileBytes, 0, static_cast<std::size_t>(out.tileBytes));
+    if (16 * t + 16 > w.rows)
+      std::memset(out.data.get() + t * out.tileBytes, 0, static_cast<std::size_t>(out.tileBytes));
   for (std::int64_t r = t0 * 16; r < std::min(t1 * 16, w.rows); ++r) {
     const std::uint8_t* row = w.data + r * w.rowBytes;
     for (std::int64_t g = 0; g < groups; ++g) {
@@ -222,8 +233,7 @@ void packedDequantize(const PackedMatrix& w, std::int64_t r0, std::int64_t r1, f
 
 namespace {
 
-void portableQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0,
-                std::int64_t t1) {
+void portableQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0, std::int64_t t1) {
   const Shape s = shapeOf(w.type);
   const std::int64_t groups = w.cols / 32;
   for (std::int64_t r = t0 * 16; r < std::min(t1 * 16, w.rows); ++r)
@@ -363,7 +373,8 @@ KVS_AVX2 void tileQ8Avx2(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0
         __m256 scf, mnf;
         if constexpr (Scaled) {
           scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * h))));
-          mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 16 + 8 * h))));
+          mnf = _mm256_cvtepi32_ps(
+              _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 16 + 8 * h))));
           p += 32;
         }
         __m256i q[8];  // as the VNNI path: 4-bit low nibbles in q[0..3], high in q[4..7]; 8-bit chunk c in q[c]
@@ -427,10 +438,17 @@ void tilesQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy,
     std::int64_t i = 0;
     for (; i + 4 <= x.m; i += 4) tileQ8<T, 4>(w, x, i, y, ldy, t);
     switch (x.m - i) {
-      case 3: tileQ8<T, 3>(w, x, i, y, ldy, t); break;
-      case 2: tileQ8<T, 2>(w, x, i, y, ldy, t); break;
-      case 1: tileQ8<T, 1>(w, x, i, y, ldy, t); break;
-      default: break;
+      case 3:
+        tileQ8<T, 3>(w, x, i, y, ldy, t);
+        break;
+      case 2:
+        tileQ8<T, 2>(w, x, i, y, ldy, t);
+        break;
+      case 1:
+        tileQ8<T, 1>(w, x, i, y, ldy, t);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -444,20 +462,38 @@ void packedMatmulQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64
 #if KVS_HAVE_AVX2_PATHS
   if (vnniPaths()) {
     switch (static_cast<BlockType>(w.type)) {
-      case BlockType::Q4_0: tilesQ8<BlockType::Q4_0>(w, x, y, ldy, t0, t1); return;
-      case BlockType::Q4_1: tilesQ8<BlockType::Q4_1>(w, x, y, ldy, t0, t1); return;
-      case BlockType::Q8_0: tilesQ8<BlockType::Q8_0>(w, x, y, ldy, t0, t1); return;
-      case BlockType::Q4_K: tilesQ8<BlockType::Q4_K>(w, x, y, ldy, t0, t1); return;
-      default: break;
+      case BlockType::Q4_0:
+        tilesQ8<BlockType::Q4_0>(w, x, y, ldy, t0, t1);
+        return;
+      case BlockType::Q4_1:
+        tilesQ8<BlockType::Q4_1>(w, x, y, ldy, t0, t1);
+        return;
+      case BlockType::Q8_0:
+        tilesQ8<BlockType::Q8_0>(w, x, y, ldy, t0, t1);
+        return;
+      case BlockType::Q4_K:
+        tilesQ8<BlockType::Q4_K>(w, x, y, ldy, t0, t1);
+        return;
+      default:
+        break;
     }
   }
   if (avx2Paths()) {
     switch (static_cast<BlockType>(w.type)) {
-      case BlockType::Q4_0: tilesQ8Avx2<BlockType::Q4_0>(w, x, y, ldy, t0, t1); return;
-      case BlockType::Q4_1: tilesQ8Avx2<BlockType::Q4_1>(w, x, y, ldy, t0, t1); return;
-      case BlockType::Q8_0: tilesQ8Avx2<BlockType::Q8_0>(w, x, y, ldy, t0, t1); return;
-      case BlockType::Q4_K: tilesQ8Avx2<BlockType::Q4_K>(w, x, y, ldy, t0, t1); return;
-      default: break;
+      case BlockType::Q4_0:
+        tilesQ8Avx2<BlockType::Q4_0>(w, x, y, ldy, t0, t1);
+        return;
+      case BlockType::Q4_1:
+        tilesQ8Avx2<BlockType::Q4_1>(w, x, y, ldy, t0, t1);
+        return;
+      case BlockType::Q8_0:
+        tilesQ8Avx2<BlockType::Q8_0>(w, x, y, ldy, t0, t1);
+        return;
+      case BlockType::Q4_K:
+        tilesQ8Avx2<BlockType::Q4_K>(w, x, y, ldy, t0, t1);
+        return;
+      default:
+        break;
     }
   }
 #endif

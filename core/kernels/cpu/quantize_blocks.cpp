@@ -1,6 +1,7 @@
 // Quantizers for the formats kvscope writes (model/weight.h: Weight::requantized), in the `gguf` Python package's
-// arithmetic (gguf.quants), float32 throughout: the block codecs shared with the CUDA kernels (kernels/kv_block_codec.h).
-// Built without contraction into fused multiply-adds (CMake), like numpy's separate roundings.
+// arithmetic (gguf.quants), float32 throughout: the block codecs shared with the CUDA kernels
+// (kernels/kv_block_codec.h). Built without contraction into fused multiply-adds (CMake), like numpy's separate
+// roundings.
 
 #include "kernels/cpu/blocks.h"
 #include "kernels/kv_block_codec.h"

@@ -112,7 +112,6 @@ KVS_CLONES void attendTile(const float* q, std::int64_t rows, std::int64_t T, st
   }
 }
 
-
 #if KVS_HAVE_AVX2_PATHS
 // The same tile step by hand for AVX2 + FMA (head_dim a multiple of 8). Scores: eight keys at a time, each with its
 // own accumulator (eight independent FMA chains instead of one), reduced together by a transpose of horizontal adds.
@@ -215,14 +214,30 @@ KVS_AVX2 void attendTileAvx2(const float* q, std::int64_t rows, std::int64_t T, 
     }
     for (std::int64_t d0 = 0; d0 < D; d0 += 64) {
       switch (std::min<std::int64_t>(8, (D - d0) / 8)) {
-        case 8: weightedValues<8>(scores, nn, vt + d0, D, ar + d0); break;
-        case 7: weightedValues<7>(scores, nn, vt + d0, D, ar + d0); break;
-        case 6: weightedValues<6>(scores, nn, vt + d0, D, ar + d0); break;
-        case 5: weightedValues<5>(scores, nn, vt + d0, D, ar + d0); break;
-        case 4: weightedValues<4>(scores, nn, vt + d0, D, ar + d0); break;
-        case 3: weightedValues<3>(scores, nn, vt + d0, D, ar + d0); break;
-        case 2: weightedValues<2>(scores, nn, vt + d0, D, ar + d0); break;
-        default: weightedValues<1>(scores, nn, vt + d0, D, ar + d0); break;
+        case 8:
+          weightedValues<8>(scores, nn, vt + d0, D, ar + d0);
+          break;
+        case 7:
+          weightedValues<7>(scores, nn, vt + d0, D, ar + d0);
+          break;
+        case 6:
+          weightedValues<6>(scores, nn, vt + d0, D, ar + d0);
+          break;
+        case 5:
+          weightedValues<5>(scores, nn, vt + d0, D, ar + d0);
+          break;
+        case 4:
+          weightedValues<4>(scores, nn, vt + d0, D, ar + d0);
+          break;
+        case 3:
+          weightedValues<3>(scores, nn, vt + d0, D, ar + d0);
+          break;
+        case 2:
+          weightedValues<2>(scores, nn, vt + d0, D, ar + d0);
+          break;
+        default:
+          weightedValues<1>(scores, nn, vt + d0, D, ar + d0);
+          break;
       }
     }
     l[r] += sum;

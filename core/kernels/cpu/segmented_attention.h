@@ -45,12 +45,12 @@ using ParallelFor = std::function<void(std::int64_t n, const std::function<void(
 struct SegmentedAttentionArgs {
   const float* q = nullptr;  ///< [B, Hq, T, D], dense
   std::int64_t B = 0, Hq = 0, Hkv = 0, T = 0, D = 0;
-  float smScale = 1.0f;      ///< softmax scale (1/sqrt(D) for Llama)
+  float smScale = 1.0f;  ///< softmax scale (1/sqrt(D) for Llama)
   /// Query t (of T) sees keys [0, L - T + t]: the T queries are the newest T positions of the L keys.
   bool causal = true;
-  float* out = nullptr;      ///< [B, Hq, T, D], dense
-  int threads = 1;           ///< how many workers the parallel loop has (chooses the sequence splits)
-  std::int64_t tile = 64;    ///< tokens dequantized at a time
+  float* out = nullptr;    ///< [B, Hq, T, D], dense
+  int threads = 1;         ///< how many workers the parallel loop has (chooses the sequence splits)
+  std::int64_t tile = 64;  ///< tokens dequantized at a time
 };
 
 /// out = softmax(smScale * q k^T [causal]) v, query head h reading KV head h / (Hq / Hkv). keys and values hold the

@@ -49,11 +49,17 @@ std::atomic<bool>& enabled() {
 
 }  // namespace
 
-bool avx2Paths() { return enabled().load(std::memory_order_relaxed); }
+bool avx2Paths() {
+  return enabled().load(std::memory_order_relaxed);
+}
 
-void setAvx2Paths(bool on) { enabled().store(on && cpuHasAvx2(), std::memory_order_relaxed); }
+void setAvx2Paths(bool on) {
+  enabled().store(on && cpuHasAvx2(), std::memory_order_relaxed);
+}
 
-bool avx512Paths() { return avx2Paths() && enabled512().load(std::memory_order_relaxed); }
+bool avx512Paths() {
+  return avx2Paths() && enabled512().load(std::memory_order_relaxed);
+}
 
 bool vnniPaths() {
 #if KVS_HAVE_AVX2_PATHS
@@ -64,6 +70,8 @@ bool vnniPaths() {
 #endif
 }
 
-void setAvx512Paths(bool on) { enabled512().store(on && cpuHasAvx512(), std::memory_order_relaxed); }
+void setAvx512Paths(bool on) {
+  enabled512().store(on && cpuHasAvx512(), std::memory_order_relaxed);
+}
 
 }  // namespace kvscope::kernels

@@ -1,5 +1,6 @@
-// Vectorized CPU kernels: target clones (KVS_CLONES), and hand-written paths (AVX2 + FMA + F16C) chosen at run time. Each has a portable twin that
-// computes the same values; tests switch the fast paths off to compare the two on the same machine.
+// Vectorized CPU kernels: target clones (KVS_CLONES), and hand-written paths (AVX2 + FMA + F16C) chosen at run time.
+// Each has a portable twin that computes the same values; tests switch the fast paths off to compare the two on the
+// same machine.
 #pragma once
 
 // Function multi-versioning: a loop compiled for AVX-512, AVX2 and the baseline, the best picked at load time (GCC;

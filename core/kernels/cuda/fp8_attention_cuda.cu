@@ -48,11 +48,11 @@ __device__ __forceinline__ float blockSum(float v, float* red) {
 template <bool Vec16>
 __global__ void __launch_bounds__(kThreads) splitKernel(Fp8AttentionArgs a, std::int64_t chunk, float* ws) {
   extern __shared__ float sm[];
-  float* lut = sm;                 // 256
-  float* qs = lut + 256;           // D
-  float* p = qs + a.D;             // kThreads
-  float* part = p + kThreads;      // kThreads
-  float* red = part + kThreads;    // kWarps
+  float* lut = sm;               // 256
+  float* qs = lut + 256;         // D
+  float* p = qs + a.D;           // kThreads
+  float* part = p + kThreads;    // kThreads
+  float* red = part + kThreads;  // kWarps
   const int tid = threadIdx.x;
   const std::int64_t bh = blockIdx.x, b = bh / a.Hq, hq = bh % a.Hq, hk = hq / (a.Hq / a.Hkv);
   const int splits = gridDim.y, split = blockIdx.y;
@@ -137,7 +137,8 @@ __global__ void mergeKernel(Fp8AttentionArgs a, int splits, const float* ws) {
 
 int smCount() {
   int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return 80;
   return n > 0 ? n : 80;
 }

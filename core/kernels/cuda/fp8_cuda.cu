@@ -15,20 +15,32 @@ namespace {
 template <class T>
 __device__ __forceinline__ float load(const T* p);
 template <>
-__device__ __forceinline__ float load<float>(const float* p) { return *p; }
+__device__ __forceinline__ float load<float>(const float* p) {
+  return *p;
+}
 template <>
-__device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
 template <>
-__device__ __forceinline__ float load<__half>(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ float load<__half>(const __half* p) {
+  return __half2float(*p);
+}
 
 template <class T>
 __device__ __forceinline__ void store(T* p, float v);
 template <>
-__device__ __forceinline__ void store<float>(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store<float>(float* p, float v) {
+  *p = v;
+}
 template <>
-__device__ __forceinline__ void store<__nv_bfloat16>(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store<__nv_bfloat16>(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16_rn(v);
+}
 template <>
-__device__ __forceinline__ void store<__half>(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store<__half>(__half* p, float v) {
+  *p = __float2half_rn(v);
+}
 
 template <class T>
 __global__ void encodeKernel(const T* x, std::int64_t xStride, const float* scale, std::int64_t scaleRows,
@@ -96,9 +108,9 @@ __device__ __forceinline__ void store16<__half>(__half* out, const float (&v)[16
 }
 
 template <class T, __nv_fp8_interpretation_t Kind>
-__global__ void __launch_bounds__(256) decodeKernel16(const std::uint8_t* q, std::int64_t qStride, const float* scale,
-                                                     std::int64_t scaleRows, std::int64_t period, std::int64_t n16,
-                                                     T* out, std::int64_t outStride) {
+__global__ void __launch_bounds__(256)
+    decodeKernel16(const std::uint8_t* q, std::int64_t qStride, const float* scale, std::int64_t scaleRows,
+                   std::int64_t period, std::int64_t n16, T* out, std::int64_t outStride) {
   const std::int64_t r = blockIdx.y;
   const float* s = scale + (r % scaleRows) * period;
   const uint4* qr = reinterpret_cast<const uint4*>(q + r * qStride);
@@ -127,7 +139,9 @@ __global__ void __launch_bounds__(256) decodeKernel16(const std::uint8_t* q, std
   }
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+bool aligned16(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
 
 dim3 grid(std::int64_t rows, std::int64_t n) {
   const std::int64_t blocks = (n + 255) / 256;
@@ -148,8 +162,8 @@ void fp8Encode(ElemType type, const void* x, std::int64_t xStride, const float* 
                                       outStride, format, saturate, counts);
       break;
     case ElemType::BF16:
-      encodeKernel<<<g, 256, 0, st>>>(static_cast<const __nv_bfloat16*>(x), xStride, scale, scaleRows, period, n,
-                                      out, outStride, format, saturate, counts);
+      encodeKernel<<<g, 256, 0, st>>>(static_cast<const __nv_bfloat16*>(x), xStride, scale, scaleRows, period, n, out,
+                                      outStride, format, saturate, counts);
       break;
     case ElemType::F16:
       encodeKernel<<<g, 256, 0, st>>>(static_cast<const __half*>(x), xStride, scale, scaleRows, period, n, out,
@@ -171,15 +185,21 @@ void fp8Decode(ElemType type, const std::uint8_t* q, std::int64_t qStride, const
     const std::int64_t cap = std::max<std::int64_t>(1, 4096 / rows);
     const dim3 g(static_cast<unsigned>(std::min(blocks, cap)), static_cast<unsigned>(rows));
     const bool e4 = format == Fp8Format::E4M3FN;
-#define KVS_DECODE16(TYPE)                                                                                          \
-  (e4 ? decodeKernel16<TYPE, __NV_E4M3><<<g, 256, 0, st>>>(q, qStride, scale, scaleRows, period, n / 16,           \
-                                                          static_cast<TYPE*>(out), outStride)                     \
-      : decodeKernel16<TYPE, __NV_E5M2><<<g, 256, 0, st>>>(q, qStride, scale, scaleRows, period, n / 16,           \
-                                                          static_cast<TYPE*>(out), outStride))
+#define KVS_DECODE16(TYPE)                                                                                   \
+  (e4 ? decodeKernel16<TYPE, __NV_E4M3>                                                                      \
+       <<<g, 256, 0, st>>>(q, qStride, scale, scaleRows, period, n / 16, static_cast<TYPE*>(out), outStride) \
+      : decodeKernel16<TYPE, __NV_E5M2>                                                                      \
+       <<<g, 256, 0, st>>>(q, qStride, scale, scaleRows, period, n / 16, static_cast<TYPE*>(out), outStride))
     switch (type) {
-      case ElemType::F32: KVS_DECODE16(float); break;
-      case ElemType::BF16: KVS_DECODE16(__nv_bfloat16); break;
-      case ElemType::F16: KVS_DECODE16(__half); break;
+      case ElemType::F32:
+        KVS_DECODE16(float);
+        break;
+      case ElemType::BF16:
+        KVS_DECODE16(__nv_bfloat16);
+        break;
+      case ElemType::F16:
+        KVS_DECODE16(__half);
+        break;
     }
 #undef KVS_DECODE16
     return;

@@ -12,17 +12,26 @@ namespace {
 
 __device__ __forceinline__ float load(IntElem t, const void* x, std::int64_t i) {
   switch (t) {
-    case IntElem::F32: return static_cast<const float*>(x)[i];
-    case IntElem::BF16: return __uint_as_float(static_cast<unsigned>(static_cast<const unsigned short*>(x)[i]) << 16);
-    default: return __half2float(static_cast<const __half*>(x)[i]);
+    case IntElem::F32:
+      return static_cast<const float*>(x)[i];
+    case IntElem::BF16:
+      return __uint_as_float(static_cast<unsigned>(static_cast<const unsigned short*>(x)[i]) << 16);
+    default:
+      return __half2float(static_cast<const __half*>(x)[i]);
   }
 }
 
 __device__ __forceinline__ void store(IntElem t, void* out, std::int64_t i, float v) {
   switch (t) {
-    case IntElem::F32: static_cast<float*>(out)[i] = v; break;
-    case IntElem::BF16: static_cast<unsigned short*>(out)[i] = static_cast<unsigned short>(__float_as_uint(v) >> 16); break;
-    default: static_cast<__half*>(out)[i] = __float2half_rn(v); break;
+    case IntElem::F32:
+      static_cast<float*>(out)[i] = v;
+      break;
+    case IntElem::BF16:
+      static_cast<unsigned short*>(out)[i] = static_cast<unsigned short>(__float_as_uint(v) >> 16);
+      break;
+    default:
+      static_cast<__half*>(out)[i] = __float2half_rn(v);
+      break;
   }
 }
 

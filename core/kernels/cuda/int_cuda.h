@@ -9,8 +9,7 @@
 
 namespace kvscope::kernels::cuda {
 
-void groupMinMax(IntElem t, const void* x, std::int64_t R, std::int64_t C, int dim, float* mn, float* mx,
-                 void* stream);
+void groupMinMax(IntElem t, const void* x, std::int64_t R, std::int64_t C, int dim, float* mn, float* mx, void* stream);
 
 void quantizePack(IntElem t, const void* x, std::int64_t R, std::int64_t C, int dim, const float* scale,
                   const float* zero, IntScheme s, int bits, std::uint8_t* out, void* stream);

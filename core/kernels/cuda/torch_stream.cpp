@@ -42,13 +42,19 @@ void resetPeak(int device) {
 #include <cuda_runtime.h>
 
 namespace kvscope::kernels::cuda {
-void* currentStream(int) { return nullptr; }
+void* currentStream(int) {
+  return nullptr;
+}
 void synchronize(int device) {
   DeviceScope scope(device);
   cudaDeviceSynchronize();
 }
-std::int64_t allocatedBytes(int) { return 0; }
-std::int64_t peakAllocatedBytes(int) { return 0; }
+std::int64_t allocatedBytes(int) {
+  return 0;
+}
+std::int64_t peakAllocatedBytes(int) {
+  return 0;
+}
 void resetPeak(int) {}
 }  // namespace kvscope::kernels::cuda
 
