@@ -1,6 +1,6 @@
 # The two Quick start commands. Both install what is missing (packaging/setup.sh, cached in ~/.cache/kvscope),
 # configure and build into ./build.
-.PHONY: run cli-demo test test-llamacpp test-asan test-tsan test-fuzz build bench
+.PHONY: run cli-demo test test-llamacpp test-asan test-tsan test-fuzz lint build bench
 
 build:
 	@bash packaging/build.sh >/dev/null
@@ -63,6 +63,13 @@ test-fuzz:
 	@export CCACHE_DIR=$${CCACHE_DIR:-$${KVSCOPE_CACHE:-$$HOME/.cache/kvscope}/ccache} CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1; \
 	  cmake --preset fuzz >/dev/null && cmake --build build-fuzz -j 2 --target fuzz_targets >/dev/null
 	cd build-fuzz && ctest --output-on-failure -j2 --timeout 600 -L fuzz
+
+# clang-format over the whole tree, clang-tidy over the C++ sources changed since LINT_BASE (default: the last commit);
+# any difference or finding fails (packaging/lint.sh).
+LINT_BASE ?= HEAD~1
+lint:
+	@bash packaging/build.sh >/dev/null
+	bash packaging/lint.sh $(LINT_BASE)
 
 bench:
 	@bash packaging/build.sh >/dev/null

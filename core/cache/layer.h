@@ -114,6 +114,8 @@ class CacheLayer {
   /// An update begins: counts it, and drops what the update before left deferred (only the latest one's values wait).
   void beginUpdate() {
     ++stats_.updates;
+    stats_.keys.drift = {};
+    stats_.values.drift = {};
     deferred_.clear();
   }
   /// Forgets every statistic (reset()).
@@ -125,6 +127,8 @@ class CacheLayer {
   /// deferred: max |x| per head; the error map of xq against x from position tokenStart; t's values.
   void recordAmax(TensorStats& st, const at::Tensor& x);
   void recordError(TensorStats& st, const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart);
+  /// st.drift: xq against x for the tokens [0, T) that a re-quantization changed, in at most driftRanges ranges.
+  void recordDrift(TensorStats& st, const at::Tensor& x, const at::Tensor& xq);
   void recordValues(std::vector<float>& out, const at::Tensor& t);
   mutable LayerStats stats_;
   mutable detail::DeferredStats deferred_;

@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <optional>
 
@@ -24,6 +25,7 @@
 #include "cache/detail/group_codec.h"
 #include "cache/detail/layers.h"
 #include "cache/detail/seq_buffer.h"
+#include "util/process_memory.h"
 
 namespace kvscope::cache::detail {
 namespace {
@@ -65,9 +67,10 @@ class ResidualQuantizedLayer final : public CacheLayer {
       at::Tensor retK = concat(k_, k), retV = concat(v_, v);
       QuantizedBlock qk = codec_->quantize(retK, k_.axis);
       QuantizedBlock qv = codec_->quantize(retV, v_.axis);
-      setStore(k_, std::move(qk), retK, 0, stats_.keys);
-      setStore(v_, std::move(qv), retV, 0, stats_.values);
+      setStore(k_, std::move(qk), retK, k_.storeLen, stats_.keys);
+      setStore(v_, std::move(qv), retV, v_.storeLen, stats_.values);
       resetRows(k.size(0));
+      util::releaseFreeMemory();
       return {retK, retV};
     }
     for (auto [s, x, st] : {std::tuple{&k_, &k, &stats_.keys}, std::tuple{&v_, &v, &stats_.values}}) {
@@ -89,8 +92,10 @@ class ResidualQuantizedLayer final : public CacheLayer {
       QuantizedBlock qk = codec_->quantize(kc, k_.axis);
       QuantizedBlock qv = codec_->quantize(vc, v_.axis);
       beginUpdate();
-      setStoreFused(k_, std::move(qk), kc, kc, stats_.keys);
-      setStoreFused(v_, std::move(qv), vc, vc, stats_.values);
+      recordStore(stats_.keys, qk, kc, 0);
+      recordStore(stats_.values, qv, vc, 0);
+      installFused(k_, std::move(qk), kc);
+      installFused(v_, std::move(qv), vc);
       initialized_ = true;
       resetRows(k.size(0));
       return stagedAsIs(k, v);  // the first update attends over its inputs
@@ -106,16 +111,19 @@ class ResidualQuantizedLayer final : public CacheLayer {
       st.keys = detail::concat({storeSource(k_), residualSource(k_), fpSource(kc)});
       st.values = detail::concat({storeSource(v_), residualSource(v_), fpSource(vc)});
       st.finish = [this, kc, vc] {
-        // One side's full-precision history at a time (the statistics keep it for their error map).
+        // One side's history at a time: built, quantized, measured, dropped, before the other side's is built.
         at::Tensor fullK = history(k_, kc);
         QuantizedBlock qk = codec_->quantize(fullK, k_.axis);
-        if (!statsOptions_.enabled) fullK = at::Tensor();
+        recordStore(stats_.keys, qk, fullK, k_.storeLen);
+        fullK = at::Tensor();
         at::Tensor fullV = history(v_, vc);
         QuantizedBlock qv = codec_->quantize(fullV, v_.axis);
-        if (!statsOptions_.enabled) fullV = at::Tensor();
-        setStoreFused(k_, std::move(qk), kc, fullK, stats_.keys);
-        setStoreFused(v_, std::move(qv), vc, fullV, stats_.values);
+        recordStore(stats_.values, qv, fullV, v_.storeLen);
+        fullV = at::Tensor();
+        installFused(k_, std::move(qk), kc);
+        installFused(v_, std::move(qv), vc);
         resetRows(kc.size(0));
+        util::releaseFreeMemory();  // the old stores' pages: the new ones, larger, never fit their holes
       };
       return st;
     }
@@ -174,8 +182,10 @@ class ResidualQuantizedLayer final : public CacheLayer {
       const at::Tensor pv = dequantizedStore(v_).narrow(2, 0, keep).contiguous();
       QuantizedBlock qk = codec_->quantize(pk, k_.axis);
       QuantizedBlock qv = codec_->quantize(pv, v_.axis);
-      setStoreFused(k_, std::move(qk), pk, pk, stats_.keys);
-      setStoreFused(v_, std::move(qv), pv, pv, stats_.values);
+      recordStore(stats_.keys, qk, pk, keep);
+      recordStore(stats_.values, qv, pv, keep);
+      installFused(k_, std::move(qk), pk);
+      installFused(v_, std::move(qv), pv);
       resetRows(pk.size(0));
       return;
     }
@@ -193,8 +203,8 @@ class ResidualQuantizedLayer final : public CacheLayer {
     const at::Tensor pv = v_.buf.view().narrow(2, 0, keep).contiguous();
     QuantizedBlock qk = codec_->quantize(pk, k_.axis);
     QuantizedBlock qv = codec_->quantize(pv, v_.axis);
-    setStore(k_, std::move(qk), pk, 0, stats_.keys);
-    setStore(v_, std::move(qv), pv, 0, stats_.values);
+    setStore(k_, std::move(qk), pk, keep, stats_.keys);
+    setStore(v_, std::move(qv), pv, keep, stats_.values);
     resetRows(pk.size(0));
   }
 
@@ -264,23 +274,35 @@ class ResidualQuantizedLayer final : public CacheLayer {
   }
 
   // Fused mode: installs a freshly quantized store; the residual window starts empty. `like` gives the states'
-  // layout and dtype; `source` (the states quantized, for the error map) may be undefined when statistics are off.
-  void setStoreFused(Side& s, QuantizedBlock q, const at::Tensor& like, const at::Tensor& source, TensorStats& st) {
-    const std::int64_t S = q.shape[2];
+  // layout and dtype.
+  void installFused(Side& s, QuantizedBlock q, const at::Tensor& like) {
     s.like = at::empty({like.size(0), like.size(1), 0, like.size(3)}, like.options());
     s.bytesPerToken = like.size(0) * like.size(1) * like.size(3) * static_cast<std::int64_t>(like.element_size());
     s.buf.clear();
     s.buf.reserve(std::max<std::int64_t>(residualLength_, 1), s.like);
+    s.storeLen = q.shape[2];
     s.store = std::move(q);
-    s.storeLen = S;
+  }
+
+  // The statistics of a store `q` just quantized from `source` (its S tokens), whose first `before` tokens had been
+  // quantized before (a flush, a crop): the error map of tokens [before, S) against the model's states, and the drift
+  // map of [0, before), what the re-quantization changed, in a bounded number of ranges.
+  void recordStore(TensorStats& st, const QuantizedBlock& q, const at::Tensor& source, std::int64_t before) {
+    const std::int64_t S = source.size(2);
     st.quantized = true;
     st.quantizedTokens = S;
-    if (statsOptions_.enabled && source.defined()) {
-      at::Tensor deq = at::empty_like(source);
-      codec_->dequantizeInto(*s.store, deq);
-      recordAmax(st, source);
-      recordError(st, source, deq, 0);
-    }
+    if (!statsOptions_.enabled) return;
+    at::Tensor deq = at::empty_like(source);
+    codec_->dequantizeInto(q, deq);
+    measureStore(st, source, deq, before);
+  }
+  void measureStore(TensorStats& st, const at::Tensor& source, const at::Tensor& deq, std::int64_t before) {
+    const std::int64_t S = source.size(2);
+    before = std::clamp<std::int64_t>(before, 0, S);
+    recordAmax(st, source);
+    recordError(st, source.narrow(2, before, S - before), deq.narrow(2, before, S - before), before);
+    st.drift = {};
+    if (before > 0) recordDrift(st, source.narrow(2, 0, before), deq.narrow(2, 0, before));
   }
 
   // [buffer | x] as one contiguous tensor: what transformers' torch.cat returns on a flush step.
@@ -293,8 +315,8 @@ class ResidualQuantizedLayer final : public CacheLayer {
   }
 
   // Installs a freshly quantized store made from `source` and rebuilds the buffer as its dequantized values, with
-  // room for the next residual window.
-  void setStore(Side& s, QuantizedBlock q, const at::Tensor& source, std::int64_t tokenStart, TensorStats& st) {
+  // room for the next residual window; its first `before` tokens had been quantized before (recordStore).
+  void setStore(Side& s, QuantizedBlock q, const at::Tensor& source, std::int64_t before, TensorStats& st) {
     const std::int64_t S = source.size(2);
     SeqBuffer fresh;
     fresh.reserve(S + std::max<std::int64_t>(residualLength_, 1), source);
@@ -306,10 +328,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
     s.storeLen = S;
     st.quantized = true;
     st.quantizedTokens = S;
-    if (statsOptions_.enabled) {
-      recordAmax(st, source);
-      recordError(st, source, slot, tokenStart);
-    }
+    if (statsOptions_.enabled) measureStore(st, source, slot, before);
   }
 
   void resetRows(std::int64_t batch) {

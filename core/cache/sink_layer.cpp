@@ -134,8 +134,10 @@ class SinkLayer final : public CacheLayer {
         t->quantized = false;
         t->quantizedTokens = 0;
         t->error = {};
-      } else if (!t->error.empty()) {
-        t->error.tokenStart += innerOffset_;
+        t->drift = {};
+      } else {
+        for (ErrorMap* m : {&t->error, &t->drift})
+          if (!m->empty()) m->tokenStart += innerOffset_;
       }
     }
   }

@@ -45,6 +45,7 @@ struct ErrorMap {
   std::int64_t heads = 0, ranges = 0, channels = 0;
   std::int64_t tokenStart = 0;   ///< absolute position of the first token of range 0
   std::int64_t tokenBin = 0;     ///< tokens per range (the last one may hold fewer)
+  std::int64_t tokens = 0;       ///< tokens the map covers: [tokenStart, tokenStart + tokens)
   std::vector<float> relL2;      ///< [heads][ranges][channels]: ||xq - x|| / ||x|| over batch and the range's tokens
   std::vector<float> maxAbs;     ///< [heads][ranges][channels]: max |xq - x|
   std::vector<float> headRelL2;  ///< [heads]: ||xq - x|| / ||x|| over batch, all tokens and all channels
@@ -65,7 +66,12 @@ struct TensorStats {
   std::int64_t nonFiniteTotal = 0;
   std::int64_t recalibrations = 0;  ///< fp8 overflow=recalibrate: times the scale grew
   float formatMax = 0.0f;           ///< fp8: the format's largest finite value (448 e4m3fn, 57344 e5m2); 0 otherwise
-  ErrorMap error;                   ///< of what this update quantized (empty when it quantized nothing)
+  /// Of the tokens this update quantized for the first time, against the states the model produced (empty when it
+  /// quantized nothing).
+  ErrorMap error;
+  /// quanto/hqq flush: what re-quantizing the history changed in the tokens quantized before (new minus old
+  /// dequantized values), in at most StatsOptions::driftRanges ranges: its size does not grow with the context.
+  ErrorMap drift;
 };
 
 struct LayerStats {
@@ -112,8 +118,9 @@ struct CacheSnapshot {
 };
 
 struct StatsOptions {
-  bool enabled = true;         ///< amax and error maps; overflow counters are always kept
-  std::int64_t tokenBin = 16;  ///< tokens per range of the error maps
+  bool enabled = true;            ///< amax and error maps; overflow counters are always kept
+  std::int64_t tokenBin = 16;     ///< tokens per range of the error maps
+  std::int64_t driftRanges = 64;  ///< at most this many ranges in a drift map (its ranges widen with the history)
 };
 
 }  // namespace kvscope::cache

@@ -217,7 +217,8 @@ TEST(DevicePath, DeferredStatisticsMatchTheHostPath) {
     SCOPED_TRACE(spec);
     const cache::CacheConfig cfg = cache::parseSpec(spec);
     cache::KvCache host(cfg, 2), dev(cfg, 2, {}, KernelPath::Device);
-    for (int step = 0; step < 4; ++step) {  // no stats() read between the updates; later states overflow the scale
+    // No stats() read between the updates; later states overflow the scale; the 5th flushes quanto's residual.
+    for (int step = 0; step < 5; ++step) {
       const std::int64_t T = step == 0 ? 6 : 1;
       for (int l = 0; l < 2; ++l) {
         const at::Tensor k = at::randn({1, 2, T, 8}) * (step == 0 ? 1.0 : 600.0), v = at::randn({1, 2, T, 8});
@@ -242,9 +243,13 @@ TEST(DevicePath, DeferredStatisticsMatchTheHostPath) {
         EXPECT_TRUE(near(x->error.maxAbs, y->error.maxAbs, 0));
         EXPECT_TRUE(near(x->error.relL2, y->error.relL2, 1e-5));
         EXPECT_TRUE(near(x->error.headRelL2, y->error.headRelL2, 1e-5));
+        EXPECT_EQ(x->drift.tokens, y->drift.tokens);
+        EXPECT_TRUE(near(x->drift.maxAbs, y->drift.maxAbs, 0));
+        EXPECT_TRUE(near(x->drift.headRelL2, y->drift.headRelL2, 1e-5));
       }
     }
-    EXPECT_GT(overflow, 0);  // the counters were exercised: three updates' worth, two of them never read
+    EXPECT_GT(overflow, 0);  // the counters were exercised: four updates' worth, three of them never read
+    if (cfg.mixed()) EXPECT_EQ(host.layer(0).stats().values.drift.tokens, 6);  // and a flush's drift map
   }
 }
 

@@ -123,9 +123,14 @@ TEST(ErrorHistory, QuantoFlushAddsItsDriftAndBoundsTheTrueError) {
     EXPECT_EQ(h.tokens(), flushed ? 10 : 6) << step;
     EXPECT_EQ(flushed, step == 3) << step;
   }
-  const ErrorMap& flush = layer->stats().keys.error;
+  // The flush's error map covers the 4 tokens it quantized for the first time, its drift map the 6 before them.
+  const ErrorMap &flush = layer->stats().keys.error, &drift = layer->stats().keys.drift;
+  EXPECT_EQ(flush.tokenStart, 6);
+  EXPECT_EQ(flush.tokens, 4);
+  EXPECT_EQ(drift.tokenStart, 0);
+  EXPECT_EQ(drift.tokens, 6);
   // Token 0 had its prefill error; the flush re-quantized its dequantized value and added its drift.
-  EXPECT_FLOAT_EQ(h.at(0, 0, 0), before + flush.max(0, 0, 0));
+  EXPECT_FLOAT_EQ(h.at(0, 0, 0), before + drift.max(0, 0, 0));
   // What attention reads from now on: the next step returns the flushed store dequantized (the flush step itself
   // returned the states unquantized, as transformers does).
   kq = layer->update(at::randn({1, 1, 1, 8}), at::randn({1, 1, 1, 8})).first;
@@ -140,6 +145,54 @@ TEST(ErrorHistory, QuantoFlushAddsItsDriftAndBoundsTheTrueError) {
       else
         EXPECT_NEAR(truth, h.at(t, 0, c), 1e-5f) << t << " " << c;
     }
+}
+
+// A flush's maps stay small however long the history: the error map covers the tokens the flush quantized for the
+// first time, the drift map the rest in at most driftRanges ranges; the history they write still bounds the true
+// error from above, and is exact for the tokens quantized once.
+TEST(ErrorHistory, FlushMapsStayBoundedAsTheHistoryGrows) {
+  at::manual_seed(11);
+  StatsOptions so;
+  so.tokenBin = 1;
+  so.driftRanges = 4;
+  for (const char* spec :
+       {"quanto:nbits=2,residual_length=4,q_group_size=8", "hqq:nbits=2,residual_length=4,q_group_size=8",
+        "quanto:nbits=2,residual_length=4,q_group_size=8,attention=reference"}) {
+    auto layer = makeLayer(parseSpec(spec), so);
+    ErrorHistory h;
+    at::Tensor all = at::randn({1, 2, 40, 8});
+    layer->update(all, all);
+    h.add(layer->stats().keys);
+    at::Tensor kq;
+    for (int step = 0; step < 4; ++step) {
+      const at::Tensor k = at::randn({1, 2, 1, 8}) * 3.0;
+      all = at::cat({all, k}, 2);
+      kq = layer->update(k, k).first;
+      h.add(layer->stats().keys);
+    }
+    const TensorStats& st = layer->stats().keys;
+    ASSERT_TRUE(st.quantized) << spec;
+    EXPECT_EQ(st.quantizedTokens, 44) << spec;
+    EXPECT_EQ(st.error.tokenStart, 40) << spec;
+    EXPECT_EQ(st.error.tokens, 4) << spec;
+    EXPECT_EQ(st.error.ranges, 4) << spec;
+    EXPECT_EQ(st.drift.tokens, 40) << spec;
+    EXPECT_EQ(st.drift.ranges, 4) << spec;
+    EXPECT_EQ(st.drift.tokenBin, 10) << spec;
+    EXPECT_EQ(st.drift.maxAbs.size(), 2u * 4 * 8) << spec;
+    kq = layer->update(at::randn({1, 2, 1, 8}), at::randn({1, 2, 1, 8})).first;
+    h.add(layer->stats().keys);
+    ASSERT_EQ(h.tokens(), 44) << spec;
+    for (std::int64_t hd = 0; hd < 2; ++hd)
+      for (std::int64_t t = 0; t < 44; ++t)
+        for (std::int64_t c = 0; c < 8; ++c) {
+          const float truth = absError(all, kq, t, t + 1, hd, c);
+          if (t < 40)
+            EXPECT_LE(truth, h.at(t, hd, c) + 1e-5f) << spec << " " << t << " " << c;
+          else
+            EXPECT_NEAR(truth, h.at(t, hd, c), 1e-5f) << spec << " " << t << " " << c;
+        }
+  }
 }
 
 TEST(ErrorMap, HeadRelativeErrorIsOverTheWholeHead) {
@@ -169,6 +222,7 @@ TEST(ErrorHistory, NewShapeStartsAgain) {
   TensorStats s;
   s.quantized = true;
   s.quantizedTokens = 2;
+  s.error.tokens = 2;
   s.error.heads = 1;
   s.error.ranges = 1;
   s.error.channels = 2;
@@ -180,6 +234,7 @@ TEST(ErrorHistory, NewShapeStartsAgain) {
   EXPECT_FLOAT_EQ(h.at(1, 0, 1), 0.25f);
   s.error.tokenStart = 5;
   s.quantizedTokens = 1;
+  s.error.tokens = 1;
   h.add(s);
   EXPECT_EQ(h.tokens(), 6);
   EXPECT_TRUE(std::isnan(h.at(3, 0, 0)));  // never quantized

@@ -129,6 +129,7 @@ void errorMap(const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart
   m.channels = D;
   m.tokenStart = tokenStart;
   m.tokenBin = bin;
+  m.tokens = T;
   if (xq.scalar_type() == x.scalar_type() &&
       dispatchHost(x, path, [&](auto tag) { errorLoop<decltype(tag)>(x, xq, bin, m); }))
     return;
