@@ -24,6 +24,10 @@
 namespace kvscope {
 namespace {
 
+// Layer 0 unquantized, the others fp8 keys and quanto values.
+constexpr const char* kMixedSpec =
+    "layers=0:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=16,residual_length=8";
+
 using device::ExecutionContext;
 using kernels::KernelPath;
 using testutil::prompt;
@@ -156,9 +160,7 @@ TEST(DevicePath, ADecodeStepMakesOneHostCopyWithTheStatisticsOn) {
   for (const char* spec : {"dynamic", "fp8", "fp8:granularity=channel,overflow=saturate,attention=reference",
                            "quanto:nbits=4,q_group_size=16,residual_length=8",
                            "hqq:nbits=4,q_group_size=16,residual_length=8",  // its optimizer waits for nothing
-                           "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4",
-                           "layers=0:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=16,"
-                           "residual_length=8"}) {
+                           "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4", kMixedSpec}) {
     SCOPED_TRACE(spec);
     cache::StatsOptions so;
     so.tokenBin = 1;  // the GUI's setting: every token's own error
@@ -283,9 +285,7 @@ TEST(DevicePath, EveryBackendFusedMatchesReference) {
         "quanto:nbits=4,q_group_size=16,residual_length=8",
         "quanto:nbits=2,q_group_size=8,residual_length=8,axis_key=-1",
         "hqq:nbits=4,q_group_size=16,residual_length=8,optimize=false",
-        "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4",
-        "layers=0:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4,q_group_size=16,"
-        "residual_length=8"}) {
+        "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4", kMixedSpec}) {
     SCOPED_TRACE(spec);
     cache::CacheConfig fused = cache::parseSpec(spec), ref = fused;
     ref.attention = cache::AttentionMode::Reference;
