@@ -46,26 +46,26 @@ namespace kvscope::cache::detail {
 namespace {
 
 std::uint32_t ggmlType(LlamaCppType t) {
-  using kernels::BlockType;
+  using kernels::GgmlType;
   switch (t) {
     case LlamaCppType::F16:
-      return static_cast<std::uint32_t>(BlockType::F16);
+      return static_cast<std::uint32_t>(GgmlType::F16);
     case LlamaCppType::BF16:
-      return static_cast<std::uint32_t>(BlockType::BF16);
+      return static_cast<std::uint32_t>(GgmlType::BF16);
     case LlamaCppType::Q8_0:
-      return static_cast<std::uint32_t>(BlockType::Q8_0);
+      return static_cast<std::uint32_t>(GgmlType::Q8_0);
     case LlamaCppType::Q4_0:
-      return static_cast<std::uint32_t>(BlockType::Q4_0);
+      return static_cast<std::uint32_t>(GgmlType::Q4_0);
     case LlamaCppType::Q4_1:
-      return static_cast<std::uint32_t>(BlockType::Q4_1);
+      return static_cast<std::uint32_t>(GgmlType::Q4_1);
     case LlamaCppType::Q5_0:
-      return static_cast<std::uint32_t>(BlockType::Q5_0);
+      return static_cast<std::uint32_t>(GgmlType::Q5_0);
     case LlamaCppType::Q5_1:
-      return static_cast<std::uint32_t>(BlockType::Q5_1);
+      return static_cast<std::uint32_t>(GgmlType::Q5_1);
     case LlamaCppType::IQ4_NL:
       return kernels::kTypeIq4Nl;
   }
-  return static_cast<std::uint32_t>(BlockType::F16);
+  return static_cast<std::uint32_t>(GgmlType::F16);
 }
 
 class LlamaCppLayer final : public CacheLayer {
@@ -123,7 +123,7 @@ class LlamaCppLayer final : public CacheLayer {
 
   at::Tensor roundQueries(const at::Tensor& q) const override {
     const std::uint32_t dot =
-        llamaCppQuantized(k_.type) ? static_cast<std::uint32_t>(kernels::BlockType::Q8_0) : ggmlType(k_.type);
+        llamaCppQuantized(k_.type) ? static_cast<std::uint32_t>(kernels::GgmlType::Q8_0) : ggmlType(k_.type);
     const bool perm = permuted(k_);
     const at::Tensor r = kernels::roundThroughKvRows(perm ? kernels::interleaveHalves(q) : q, dot, k_.rotation);
     return (perm ? kernels::deinterleaveHalves(r) : r).to(q.scalar_type()).contiguous();

@@ -20,7 +20,7 @@
 
 namespace kvscope::kernels::kvcodec {
 
-/// ggml's type numbers of the cache types (BlockType's, and IQ4_NL's 20).
+/// ggml's type numbers of the cache types (GgmlType's, and IQ4_NL's 20).
 enum Type : std::uint32_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, IQ4_NL = 20, BF16 = 30 };
 
 /// Largest head size the row functions take (their scratch row lives on the stack / in a thread's local memory).

@@ -15,7 +15,7 @@ void checkReadable(std::uint32_t type) {
     throw FormatError(
         fmt::format("tensor type {} is not supported (kvscope reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
                     "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
-                    ggmlTypeName(type)));
+                    kernels::ggmlTypeName(type)));
 }
 
 void dequantizeRow(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {

@@ -12,24 +12,6 @@ namespace {
 constexpr std::uint64_t kMaxDims = 4;                // GGML_MAX_DIMS
 constexpr std::uint64_t kMaxStringBytes = 1u << 30;  // a key or value string longer than this is a lie
 
-struct TypeInfo {
-  const char* name;
-  std::int64_t blockElems;
-  std::uint64_t blockBytes;
-};
-
-const TypeInfo* typeInfo(std::uint32_t t) {
-  static const std::map<std::uint32_t, TypeInfo> table = {
-      {0, {"F32", 1, 4}},       {1, {"F16", 1, 2}},       {2, {"Q4_0", 32, 18}},    {3, {"Q4_1", 32, 20}},
-      {6, {"Q5_0", 32, 22}},    {7, {"Q5_1", 32, 24}},    {8, {"Q8_0", 32, 34}},    {9, {"Q8_1", 32, 36}},
-      {10, {"Q2_K", 256, 84}},  {11, {"Q3_K", 256, 110}}, {12, {"Q4_K", 256, 144}}, {13, {"Q5_K", 256, 176}},
-      {14, {"Q6_K", 256, 210}}, {15, {"Q8_K", 256, 292}}, {24, {"I8", 1, 1}},       {25, {"I16", 1, 2}},
-      {26, {"I32", 1, 4}},      {27, {"I64", 1, 8}},      {28, {"F64", 1, 8}},      {30, {"BF16", 1, 2}},
-  };
-  const auto it = table.find(t);
-  return it == table.end() ? nullptr : &it->second;
-}
-
 // Reads the header through bounds-checked primitives; every failure names what was being read.
 class Cursor {
  public:
@@ -173,11 +155,6 @@ GgufFile::Value readValue(Cursor& c, std::uint32_t t, const std::string& what, s
 
 }  // namespace
 
-std::string ggmlTypeName(std::uint32_t type) {
-  const TypeInfo* t = typeInfo(type);
-  return t ? t->name : fmt::format("type {}", type);
-}
-
 std::int64_t GgufFile::Tensor::numel() const {
   std::int64_t n = 1;
   for (auto d : dims) n *= d;
@@ -185,12 +162,12 @@ std::int64_t GgufFile::Tensor::numel() const {
 }
 
 std::uint64_t GgufFile::tensorBytes(std::uint32_t type, std::int64_t numel, const std::string& what) {
-  const TypeInfo* t = typeInfo(type);
+  const kernels::GgmlTypeInfo* t = kernels::ggmlTypeInfo(type);
   if (!t) throw FormatError(fmt::format("{}: unknown tensor type {}", what, type));
-  if (numel % t->blockElems != 0)
+  if (numel % t->blockValues != 0)
     throw FormatError(
-        fmt::format("{}: {} elements is not a whole number of {} blocks of {}", what, numel, t->name, t->blockElems));
-  return static_cast<std::uint64_t>(numel / t->blockElems) * t->blockBytes;
+        fmt::format("{}: {} elements is not a whole number of {} blocks of {}", what, numel, t->name, t->blockValues));
+  return static_cast<std::uint64_t>(numel / t->blockValues) * t->blockBytes;
 }
 
 GgufFile::GgufFile(const std::string& path) : path_(path), file_(path, 24, "a GGUF file") {

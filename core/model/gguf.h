@@ -10,31 +10,11 @@
 #include <variant>
 #include <vector>
 
+#include "kernels/ggml_type.h"
 #include "model/mapped_file.h"
 #include "model/safetensors.h"  // FormatError
 
 namespace kvscope::model {
-
-/// ggml tensor types kvscope reads (numbering as in ggml).
-enum class GgmlType : std::uint32_t {
-  F32 = 0,
-  F16 = 1,
-  Q4_0 = 2,
-  Q4_1 = 3,
-  Q5_0 = 6,
-  Q5_1 = 7,
-  Q8_0 = 8,
-  Q8_1 = 9,
-  Q2_K = 10,
-  Q3_K = 11,
-  Q4_K = 12,
-  Q5_K = 13,
-  Q6_K = 14,
-  Q8_K = 15,
-  BF16 = 30,
-};
-/// "Q4_1", or "type 99" for one kvscope does not know.
-std::string ggmlTypeName(std::uint32_t type);
 
 class GgufFile {
  public:
@@ -44,7 +24,7 @@ class GgufFile {
 
   struct Tensor {
     std::string name;
-    std::uint32_t type = 0;          ///< GgmlType value
+    std::uint32_t type = 0;          ///< a kernels::GgmlType number
     std::vector<std::int64_t> dims;  ///< ggml order: dims[0] is the fastest-varying (row length)
     std::uint64_t offset = 0;        ///< from the start of the data section
     const std::uint8_t* data = nullptr;

@@ -109,8 +109,8 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
   };
   const std::int64_t H = c.hidden, qDim = static_cast<std::int64_t>(c.heads) * c.headDim,
                      kvDim = static_cast<std::int64_t>(c.kvHeads) * c.headDim;
-  auto need = [&](const std::string& name, std::vector<std::int64_t> shape) { return get(name, shape, false); };
-  auto maybe = [&](const std::string& name, std::vector<std::int64_t> shape) { return get(name, shape, true); };
+  auto need = [&](const std::string& name, const std::vector<std::int64_t>& shape) { return get(name, shape, false); };
+  auto maybe = [&](const std::string& name, const std::vector<std::int64_t>& shape) { return get(name, shape, true); };
   embed_ = need(names.embed, {c.vocab, H});
   finalNorm_ = vec(need(names.finalNorm, {H}), dtype);
   c.tiedEmbeddings = tiedEmbeddings;
@@ -144,7 +144,7 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     layers_.push_back(std::move(L));
   }
   if (requantized > 0)
-    c.weightTypes.push_back(fmt::format("{} x{} quantized at load", ggmlTypeName(requantize), requantized));
+    c.weightTypes.push_back(fmt::format("{} x{} quantized at load", kernels::ggmlTypeName(requantize), requantized));
   // RoPE inverse frequencies (float32), with llama3 scaling when the config asks for it.
   at::Tensor inv = 1.0 / at::pow(c.ropeTheta, at::arange(0, c.headDim, 2, at::kLong).to(at::kFloat) / c.headDim);
   if (c.ropeFactor > 0) {
@@ -215,7 +215,7 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
     throw FormatError(
         fmt::format("{}: {} attention heads are not a multiple of {} KV heads", path, c.heads, c.kvHeads));
   std::map<std::string, int> types;
-  for (const auto& t : f.tensors()) ++types[ggmlTypeName(t.type)];
+  for (const auto& t : f.tensors()) ++types[kernels::ggmlTypeName(t.type)];
   for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
   const GgufFile::Tensor& emb = f.at("token_embd.weight");
   if (emb.dims.size() != 2 || emb.dims[0] != c.hidden)
@@ -296,13 +296,13 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const 
       throw FormatError(fmt::format("{}: missing tensor `{}`", dir, name));
     }
     const auto& e = it->second->at(name);
-    GgmlType type;
+    kernels::GgmlType type;
     if (e.dtype == "F32")
-      type = GgmlType::F32;
+      type = kernels::GgmlType::F32;
     else if (e.dtype == "BF16")
-      type = GgmlType::BF16;
+      type = kernels::GgmlType::BF16;
     else if (e.dtype == "F16")
-      type = GgmlType::F16;
+      type = kernels::GgmlType::F16;
     else
       throw FormatError(
           fmt::format("{}: tensor `{}` has dtype {} (fp32, bf16, fp16 only)", it->second->path(), name, e.dtype));

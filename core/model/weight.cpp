@@ -28,11 +28,11 @@ const char* activationsName(Activations a) {
 
 std::uint32_t parseWeightFormat(const std::string& name) {
   if (name == "stored") return 0;
-  if (name == "q8_0") return static_cast<std::uint32_t>(kernels::BlockType::Q8_0);
-  if (name == "q4_0") return static_cast<std::uint32_t>(kernels::BlockType::Q4_0);
-  if (name == "q4_1") return static_cast<std::uint32_t>(kernels::BlockType::Q4_1);
-  if (name == "q5_0") return static_cast<std::uint32_t>(kernels::BlockType::Q5_0);
-  if (name == "q5_1") return static_cast<std::uint32_t>(kernels::BlockType::Q5_1);
+  if (name == "q8_0") return static_cast<std::uint32_t>(kernels::GgmlType::Q8_0);
+  if (name == "q4_0") return static_cast<std::uint32_t>(kernels::GgmlType::Q4_0);
+  if (name == "q4_1") return static_cast<std::uint32_t>(kernels::GgmlType::Q4_1);
+  if (name == "q5_0") return static_cast<std::uint32_t>(kernels::GgmlType::Q5_0);
+  if (name == "q5_1") return static_cast<std::uint32_t>(kernels::GgmlType::Q5_1);
   throw Error(ErrorCode::BadInput, "weights must be stored, q8_0, q5_1, q5_0, q4_1 or q4_0, got `" + name + "`");
 }
 
@@ -65,6 +65,7 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
   const at::Tensor xf = x.to(at::kFloat).contiguous().view({-1, cols});
   const std::int64_t n = xf.size(0);
   std::vector<at::Tensor> ys;
+  ys.reserve(ws.size());
   for (const Weight* w : ws) ys.push_back(at::empty({n, w->rows()}, at::kFloat));
   // Each weight's path: its packed form on 8-bit activations (any batch), the block kernels (a small batch), or a
   // GEMM over dequantized tiles.

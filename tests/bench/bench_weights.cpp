@@ -57,7 +57,7 @@ void denseF32(benchmark::State& st) {
 }
 
 void copyBytes(benchmark::State& st) {  // Q4_0's stored size
-  const auto src = randomBlocks(static_cast<std::uint32_t>(kernels::BlockType::Q4_0));
+  const auto src = randomBlocks(static_cast<std::uint32_t>(kernels::GgmlType::Q4_0));
   std::vector<std::uint8_t> dst(src->size());
   for (auto _ : st) {
     std::memcpy(dst.data(), src->data(), src->size());
@@ -70,11 +70,11 @@ void copyBytes(benchmark::State& st) {  // Q4_0's stored size
 }  // namespace
 
 int main(int argc, char** argv) {
-  using kernels::BlockType;
-  const std::pair<const char*, BlockType> types[] = {
-      {"Q4_0", BlockType::Q4_0}, {"Q4_1", BlockType::Q4_1}, {"Q5_0", BlockType::Q5_0}, {"Q5_1", BlockType::Q5_1},
-      {"Q8_0", BlockType::Q8_0}, {"Q4_K", BlockType::Q4_K}, {"Q5_K", BlockType::Q5_K}, {"Q6_K", BlockType::Q6_K},
-      {"F16", BlockType::F16},   {"BF16", BlockType::BF16}, {"F32", BlockType::F32}};
+  using kernels::GgmlType;
+  const std::pair<const char*, GgmlType> types[] = {
+      {"Q4_0", GgmlType::Q4_0}, {"Q4_1", GgmlType::Q4_1}, {"Q5_0", GgmlType::Q5_0}, {"Q5_1", GgmlType::Q5_1},
+      {"Q8_0", GgmlType::Q8_0}, {"Q4_K", GgmlType::Q4_K}, {"Q5_K", GgmlType::Q5_K}, {"Q6_K", GgmlType::Q6_K},
+      {"F16", GgmlType::F16},   {"BF16", GgmlType::BF16}, {"F32", GgmlType::F32}};
   for (const auto& [prefix, form] : {std::pair{"matvec/", Form::F32}, std::pair{"matvec_q8/", Form::Q8},
                                      std::pair{"matvec_q8_packed/", Form::Q8Packed}})
     for (const auto& [name, t] : types) {

@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::vector<float> row;
     volatile std::uint8_t sink = 0;
     for (const auto& t : f.tensors()) {
-      (void)kvscope::model::ggmlTypeName(t.type);
+      (void)kvscope::kernels::ggmlTypeName(t.type);
       if (f.find(t.name) != &t) __builtin_trap();
       // The reader promised [data, data + bytes) lies inside the buffer: touch both ends.
       if (t.bytes > 0) sink = sink + t.data[0] + t.data[t.bytes - 1];

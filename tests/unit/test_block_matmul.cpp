@@ -23,18 +23,18 @@
 #include "test_helpers.h"
 
 using namespace kvscope;
-using kernels::BlockType;
+using kernels::GgmlType;
 
 namespace {
 
 struct Case {
-  BlockType type;
+  GgmlType type;
   std::int64_t cols;
 };
 
-const Case kCases[] = {{BlockType::F32, 45},   {BlockType::F16, 77},   {BlockType::BF16, 40}, {BlockType::Q4_0, 96},
-                       {BlockType::Q4_1, 64},  {BlockType::Q5_0, 160}, {BlockType::Q5_1, 96}, {BlockType::Q8_0, 128},
-                       {BlockType::Q4_K, 512}, {BlockType::Q5_K, 256}, {BlockType::Q6_K, 512}};
+const Case kCases[] = {{GgmlType::F32, 45},   {GgmlType::F16, 77},   {GgmlType::BF16, 40}, {GgmlType::Q4_0, 96},
+                       {GgmlType::Q4_1, 64},  {GgmlType::Q5_0, 160}, {GgmlType::Q5_1, 96}, {GgmlType::Q8_0, 128},
+                       {GgmlType::Q4_K, 512}, {GgmlType::Q5_K, 256}, {GgmlType::Q6_K, 512}};
 
 void putHalf(std::uint8_t* p, float v) {
   const std::uint16_t h = c10::Half(v).x;
@@ -42,7 +42,7 @@ void putHalf(std::uint8_t* p, float v) {
 }
 
 // Random bytes with finite scales where the format has them (a random fp16 could be NaN).
-std::vector<std::uint8_t> randomMatrix(BlockType t, std::int64_t rows, std::int64_t cols, unsigned seed) {
+std::vector<std::uint8_t> randomMatrix(GgmlType t, std::int64_t rows, std::int64_t cols, unsigned seed) {
   const kernels::BlockLayout L = kernels::blockLayout(static_cast<std::uint32_t>(t));
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -53,16 +53,16 @@ std::vector<std::uint8_t> randomMatrix(BlockType t, std::int64_t rows, std::int6
   for (std::int64_t i = 0; i < blocks; ++i) {
     std::uint8_t* b = v.data() + i * L.bytes;
     switch (t) {
-      case BlockType::F32:
+      case GgmlType::F32:
         for (std::int64_t k = 0; k < L.values; ++k) {
           const float x = sign(rng);
           std::memcpy(b, &x, 4);
         }
         break;
-      case BlockType::F16:
+      case GgmlType::F16:
         putHalf(b, sign(rng));
         break;
-      case BlockType::BF16: {
+      case GgmlType::BF16: {
         const float x = sign(rng);
         std::uint32_t bits;
         std::memcpy(&bits, &x, 4);
@@ -70,21 +70,21 @@ std::vector<std::uint8_t> randomMatrix(BlockType t, std::int64_t rows, std::int6
         std::memcpy(b, &h, 2);
         break;
       }
-      case BlockType::Q4_1:
-      case BlockType::Q5_1:
+      case GgmlType::Q4_1:
+      case GgmlType::Q5_1:
         putHalf(b + 2, sign(rng) * 0.3f);
         [[fallthrough]];
-      case BlockType::Q4_0:
-      case BlockType::Q5_0:
-      case BlockType::Q8_0:
+      case GgmlType::Q4_0:
+      case GgmlType::Q5_0:
+      case GgmlType::Q8_0:
         putHalf(b, scale(rng));
         break;
-      case BlockType::Q4_K:
-      case BlockType::Q5_K:
+      case GgmlType::Q4_K:
+      case GgmlType::Q5_K:
         putHalf(b, scale(rng) * 0.1f);
         putHalf(b + 2, scale(rng) * 0.1f);
         break;
-      case BlockType::Q6_K:
+      case GgmlType::Q6_K:
         putHalf(b + 208, scale(rng) * 0.05f);
         break;
     }
@@ -92,7 +92,7 @@ std::vector<std::uint8_t> randomMatrix(BlockType t, std::int64_t rows, std::int6
   return v;
 }
 
-std::vector<float> dequantized(BlockType t, const std::vector<std::uint8_t>& data, std::int64_t n) {
+std::vector<float> dequantized(GgmlType t, const std::vector<std::uint8_t>& data, std::int64_t n) {
   std::vector<float> w(static_cast<std::size_t>(n));
   kernels::dequantize(static_cast<std::uint32_t>(t), data.data(), n, w.data());
   return w;
@@ -130,29 +130,29 @@ struct Paths {
   }
 };
 
-std::string name(BlockType t) {
+std::string name(GgmlType t) {
   switch (t) {
-    case BlockType::F32:
+    case GgmlType::F32:
       return "F32";
-    case BlockType::F16:
+    case GgmlType::F16:
       return "F16";
-    case BlockType::BF16:
+    case GgmlType::BF16:
       return "BF16";
-    case BlockType::Q4_0:
+    case GgmlType::Q4_0:
       return "Q4_0";
-    case BlockType::Q4_1:
+    case GgmlType::Q4_1:
       return "Q4_1";
-    case BlockType::Q5_0:
+    case GgmlType::Q5_0:
       return "Q5_0";
-    case BlockType::Q5_1:
+    case GgmlType::Q5_1:
       return "Q5_1";
-    case BlockType::Q8_0:
+    case GgmlType::Q8_0:
       return "Q8_0";
-    case BlockType::Q4_K:
+    case GgmlType::Q4_K:
       return "Q4_K";
-    case BlockType::Q5_K:
+    case GgmlType::Q5_K:
       return "Q5_K";
-    case BlockType::Q6_K:
+    case GgmlType::Q6_K:
       return "Q6_K";
   }
   return "?";
@@ -258,12 +258,12 @@ TEST(Weight, NonFiniteScalesAreFoundWithoutDequantizingEverything) {
     auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(c.type, rows, c.cols, 9));
     const auto L = kernels::blockLayout(static_cast<std::uint32_t>(c.type));
     // The scale (or, for the float types, the value) of the third block becomes infinite.
-    const std::int64_t at = c.type == BlockType::Q6_K ? 208 : 0;
+    const std::int64_t at = c.type == GgmlType::Q6_K ? 208 : 0;
     std::uint8_t* b = data->data() + 2 * L.bytes + at;
-    if (c.type == BlockType::F32) {
+    if (c.type == GgmlType::F32) {
       const float inf = INFINITY;
       std::memcpy(b, &inf, 4);
-    } else if (c.type == BlockType::BF16) {
+    } else if (c.type == GgmlType::BF16) {
       b[0] = 0x80, b[1] = 0x7F;
     } else {
       putHalf(b, INFINITY);
@@ -315,7 +315,7 @@ TEST(BlockMatmul, EightBitActivationsEveryTypeBothPaths) {
 // 8-bit activations through Weight::linear: the product of the weights with the activations as their codes give
 // them (codes times scale), to float rounding, not merely near the float32 product.
 TEST(Weight, EightBitActivationsThroughLinear) {
-  const Case c{BlockType::Q4_1, 128};
+  const Case c{GgmlType::Q4_1, 128};
   auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(c.type, 50, c.cols, 17));
   const model::Weight W(static_cast<std::uint32_t>(c.type), 50, c.cols, data->data(), data);
   at::manual_seed(17);
@@ -328,10 +328,9 @@ TEST(Weight, EightBitActivationsThroughLinear) {
   EXPECT_ERROR_CODE(model::parseActivations("q4"), ErrorCode::BadInput);
 }
 
-const BlockType kPackable[] = {BlockType::Q4_0, BlockType::Q4_1, BlockType::Q8_0, BlockType::Q4_K};
+const GgmlType kPackable[] = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K};
 
-kernels::BlockMatrix blockMatrix(BlockType t, std::int64_t rows, std::int64_t cols,
-                                 const std::vector<std::uint8_t>& d) {
+kernels::BlockMatrix blockMatrix(GgmlType t, std::int64_t rows, std::int64_t cols, const std::vector<std::uint8_t>& d) {
   const auto L = kernels::blockLayout(static_cast<std::uint32_t>(t));
   return {static_cast<std::uint32_t>(t), rows, cols, d.data(), cols / L.values * L.bytes};
 }
@@ -347,8 +346,8 @@ kernels::PackedMatrix packedOf(const kernels::BlockMatrix& bm) {
 // The repacked form holds exactly the stored values: its dequantization is the stored one bit for bit, and the
 // blocks come back byte for byte (37 rows: two full tiles and a padded one).
 TEST(PackedMatmul, TheRepackedFormHoldsTheStoredValues) {
-  for (BlockType t : kPackable) {
-    const std::int64_t rows = 37, cols = t == BlockType::Q4_K ? 512 : 96;
+  for (GgmlType t : kPackable) {
+    const std::int64_t rows = 37, cols = t == GgmlType::Q4_K ? 512 : 96;
     const auto data = randomMatrix(t, rows, cols, 23);
     const auto bm = blockMatrix(t, rows, cols, data);
     const kernels::PackedMatrix p = packedOf(bm);
@@ -364,7 +363,7 @@ TEST(PackedMatmul, TheRepackedFormHoldsTheStoredValues) {
     EXPECT_EQ(back, data) << name(t);
     // The stored size (Q4_K: 148 bytes per 256 values against 144), padding rows aside.
     EXPECT_LE(static_cast<double>(p.tileBytes),
-              (t == BlockType::Q4_K ? 148.0 / 144 : 1.0) * static_cast<double>(bm.rowBytes) * 16)
+              (t == GgmlType::Q4_K ? 148.0 / 144 : 1.0) * static_cast<double>(bm.rowBytes) * 16)
         << name(t);
   }
 }
@@ -373,8 +372,8 @@ TEST(PackedMatmul, TheRepackedFormHoldsTheStoredValues) {
 // twin against the weights times the activations' codes in double: one
 // activation row (a decode step), tiles of four and what is left, and a prefill-sized batch; a tile range split.
 TEST(PackedMatmul, EightBitActivationsEveryPackedTypeBothPaths) {
-  for (BlockType t : kPackable) {
-    const std::int64_t rows = 37, cols = t == BlockType::Q4_K ? 512 : 128;
+  for (GgmlType t : kPackable) {
+    const std::int64_t rows = 37, cols = t == GgmlType::Q4_K ? 512 : 128;
     const auto data = randomMatrix(t, rows, cols, 29);
     const auto w = dequantized(t, data, rows * cols);
     const kernels::PackedMatrix p = packedOf(blockMatrix(t, rows, cols, data));
@@ -401,8 +400,8 @@ TEST(PackedMatmul, EightBitActivationsEveryPackedTypeBothPaths) {
 // same rows looked up, float32 activations still right (dequantized tiles), the stored bytes back when unpacked; a
 // Q8_0 scale whose -128 d overflows fp16 keeps the stored form.
 TEST(Weight, PackedForEightBitActivations) {
-  for (BlockType t : kPackable) {
-    const std::int64_t rows = 40, cols = t == BlockType::Q4_K ? 256 : 64;
+  for (GgmlType t : kPackable) {
+    const std::int64_t rows = 40, cols = t == GgmlType::Q4_K ? 256 : 64;
     auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(t, rows, cols, 31));
     const model::Weight W(static_cast<std::uint32_t>(t), rows, cols, data->data(), data);
     const model::Weight P = W.packed();
@@ -411,7 +410,7 @@ TEST(Weight, PackedForEightBitActivations) {
     ASSERT_TRUE(P.isPacked()) << name(t);
     EXPECT_FALSE(W.isPacked());
     // What the stored form takes for the padded rows (Q4_K: 148 bytes per 256 values against 144).
-    const std::uint64_t rowBytes = W.bytes() / rows, packedRow = t == BlockType::Q4_K ? rowBytes / 144 * 148 : rowBytes;
+    const std::uint64_t rowBytes = W.bytes() / rows, packedRow = t == GgmlType::Q4_K ? rowBytes / 144 * 148 : rowBytes;
     EXPECT_EQ(P.bytes(), static_cast<std::uint64_t>((rows + 15) / 16 * 16) * packedRow) << name(t);
     for (std::int64_t n : {1, 5, 40}) {  // past Weight::kKernelRows the stored form runs a GEMM
       const at::Tensor x = at::randn({n, cols});
@@ -430,17 +429,17 @@ TEST(Weight, PackedForEightBitActivations) {
     const model::Weight U = P.unpacked();
     EXPECT_FALSE(U.isPacked());
     EXPECT_TRUE(at::equal(U.dense(), W.dense())) << name(t);
-    EXPECT_ERROR_CODE(P.requantized(static_cast<std::uint32_t>(BlockType::Q8_0)), ErrorCode::Internal);
+    EXPECT_ERROR_CODE(P.requantized(static_cast<std::uint32_t>(GgmlType::Q8_0)), ErrorCode::Internal);
   }
   // Q8_0's M (-128 d) is not stored: a scale whose M is past fp16's range still packs, exactly.
-  auto big = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(BlockType::Q8_0, 16, 32, 5));
-  putHalf(big->data() + 5 * 34, 1000.0f);
-  const model::Weight B(static_cast<std::uint32_t>(BlockType::Q8_0), 16, 32, big->data(), big);
+  auto big = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(GgmlType::Q8_0, 16, 32, 5));
+  putHalf(big->data() + std::ptrdiff_t{5} * 34, 1000.0f);
+  const model::Weight B(static_cast<std::uint32_t>(GgmlType::Q8_0), 16, 32, big->data(), big);
   ASSERT_TRUE(B.packed().isPacked());
   EXPECT_TRUE(at::equal(B.packed().dense(), B.dense()));
   // Types without a packed form stay as they are.
-  auto q6 = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(BlockType::Q6_K, 16, 256, 5));
-  EXPECT_FALSE(model::Weight(static_cast<std::uint32_t>(BlockType::Q6_K), 16, 256, q6->data(), q6).packed().isPacked());
+  auto q6 = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(GgmlType::Q6_K, 16, 256, 5));
+  EXPECT_FALSE(model::Weight(static_cast<std::uint32_t>(GgmlType::Q6_K), 16, 256, q6->data(), q6).packed().isPacked());
 }
 
 // --weights: float matrices quantized at load. Each value within half a code step (Q8_0: amax / 254, Q4_1: range /
@@ -451,14 +450,14 @@ TEST(Weight, RequantizedAtLoadToTheFormatsKvscopeWrites) {
   const at::Tensor x = at::randn({24, 96}) * 0.5;
   const auto f32 = std::make_shared<at::Tensor>(x.contiguous());
   const model::Weight w(0, 24, 96, static_cast<const std::uint8_t*>(f32->data_ptr()), f32);
-  for (auto [type, step] : {std::pair{BlockType::Q8_0, 1.0 / 254}, std::pair{BlockType::Q4_0, 1.0 / 8},
-                            std::pair{BlockType::Q4_1, 1.0 / 30}, std::pair{BlockType::Q5_0, 1.0 / 16},
-                            std::pair{BlockType::Q5_1, 1.0 / 62}}) {
+  for (auto [type, step] :
+       {std::pair{GgmlType::Q8_0, 1.0 / 254}, std::pair{GgmlType::Q4_0, 1.0 / 8}, std::pair{GgmlType::Q4_1, 1.0 / 30},
+        std::pair{GgmlType::Q5_0, 1.0 / 16}, std::pair{GgmlType::Q5_1, 1.0 / 62}}) {
     const model::Weight q = w.requantized(static_cast<std::uint32_t>(type));
     EXPECT_EQ(q.type(), static_cast<std::uint32_t>(type));
     EXPECT_EQ(q.bytes(), static_cast<std::uint64_t>(24 * 96 / 32 * kernels::blockLayout(type).bytes));
     const at::Tensor back = q.dense().view({-1, 32}), orig = x.view({-1, 32});
-    const bool affine = type == BlockType::Q4_1 || type == BlockType::Q5_1;
+    const bool affine = type == GgmlType::Q4_1 || type == GgmlType::Q5_1;
     const at::Tensor span = affine ? std::get<0>(orig.max(1)) - std::get<0>(orig.min(1)) : orig.abs().amax(1);
     // fp16 scales add a relative 2^-11 of the block's magnitude.
     const at::Tensor tol = span.view({-1, 1}) * (step * 1.01) + orig.abs().amax(1).view({-1, 1}) * 1e-3;
@@ -466,16 +465,16 @@ TEST(Weight, RequantizedAtLoadToTheFormatsKvscopeWrites) {
     const at::Tensor a = at::randn({3, 96});
     EXPECT_TRUE(at::allclose(q.linear(a), at::mm(a, q.dense().t()), 1e-4, 1e-4));
   }
-  for (auto bad : {BlockType::Q6_K, BlockType::Q4_K, BlockType::F16})
+  for (auto bad : {GgmlType::Q6_K, GgmlType::Q4_K, GgmlType::F16})
     EXPECT_ERROR_CODE(w.requantized(static_cast<std::uint32_t>(bad)), ErrorCode::Internal);
   const auto odd = std::make_shared<at::Tensor>(at::randn({4, 40}));
   EXPECT_ERROR_CODE(model::Weight(0, 4, 40, static_cast<const std::uint8_t*>(odd->data_ptr()), odd)
-                        .requantized(static_cast<std::uint32_t>(BlockType::Q8_0)),
+                        .requantized(static_cast<std::uint32_t>(GgmlType::Q8_0)),
                     ErrorCode::BadInput);
   EXPECT_EQ(model::parseWeightFormat("stored"), 0u);
-  EXPECT_EQ(model::parseWeightFormat("q4_1"), static_cast<std::uint32_t>(BlockType::Q4_1));
-  EXPECT_EQ(model::parseWeightFormat("q5_0"), static_cast<std::uint32_t>(BlockType::Q5_0));
-  EXPECT_EQ(model::parseWeightFormat("q5_1"), static_cast<std::uint32_t>(BlockType::Q5_1));
+  EXPECT_EQ(model::parseWeightFormat("q4_1"), static_cast<std::uint32_t>(GgmlType::Q4_1));
+  EXPECT_EQ(model::parseWeightFormat("q5_0"), static_cast<std::uint32_t>(GgmlType::Q5_0));
+  EXPECT_EQ(model::parseWeightFormat("q5_1"), static_cast<std::uint32_t>(GgmlType::Q5_1));
   EXPECT_ERROR_CODE(model::parseWeightFormat("q6_k"), ErrorCode::BadInput);
 }
 
@@ -484,13 +483,14 @@ TEST(Weight, RequantizedAtLoadToTheFormatsKvscopeWrites) {
 TEST(Weight, AModelQuantizedAtLoad) {
   const auto f32 = model::LlamaModel::load(testutil::randomModel());
   const auto q8 = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(), {},
-                                          static_cast<std::uint32_t>(BlockType::Q8_0));
+                                          static_cast<std::uint32_t>(GgmlType::Q8_0));
   ASSERT_FALSE(q8->config().weightTypes.empty());
   EXPECT_EQ(q8->config().weightTypes.back(), "Q8_0 x14 quantized at load");
-  const std::uint64_t embed = 96 * 64 * 4;  // tied: kept as stored
-  EXPECT_EQ(q8->weightBytes() - embed - 5 * 64 * 4, (f32->weightBytes() - embed - 5 * 64 * 4) / 4 * 34 / 32);
+  const std::uint64_t embed = std::uint64_t{96} * 64 * 4;  // tied: kept as stored
+  const std::uint64_t norms = std::uint64_t{5} * 64 * 4;
+  EXPECT_EQ(q8->weightBytes() - embed - norms, (f32->weightBytes() - embed - norms) / 4 * 34 / 32);
   const auto q4 = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(), {},
-                                          static_cast<std::uint32_t>(BlockType::Q4_0));
+                                          static_cast<std::uint32_t>(GgmlType::Q4_0));
   // Mean KL of the next-token distributions against the float model over a few greedy steps.
   const auto ref = testutil::stepLogits(*f32, cache::parseSpec("dynamic"), testutil::prompt(16), 6);
   auto meanKl = [&](const model::LlamaModel& m) {
@@ -511,7 +511,7 @@ TEST(Weight, AModelQuantizedAtLoad) {
 // switched back it computes exactly what it computed before; the 8-bit next-token distribution stays close.
 TEST(Weight, AModelPackedForEightBitActivationsAndBack) {
   auto m = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(), {},
-                                   static_cast<std::uint32_t>(BlockType::Q4_0));
+                                   static_cast<std::uint32_t>(GgmlType::Q4_0));
   const std::uint64_t stored = m->weightBytes();
   const auto before = testutil::stepLogits(*m, cache::parseSpec("dynamic"), testutil::prompt(16), 4);
   m->setActivations(model::Activations::Q8);

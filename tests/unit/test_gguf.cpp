@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "gguf_writer.h"
+#include "kernels/cpu/blocks.h"
 #include "model/dequant.h"
 #include "model/gguf.h"
 #include "test_helpers.h"
@@ -85,10 +86,11 @@ TEST(Gguf, LyingHeaders) {
     b.put<std::uint64_t>(std::uint64_t{1} << 61);
     EXPECT_NE(errorOf(b.write("kv_arr.gguf")).find("array claims"), std::string::npos);
   }
-  auto oneTensor = [](std::vector<std::uint64_t> dims, std::uint32_t type, std::uint64_t off, std::size_t dataBytes) {
+  auto oneTensor = [](const std::vector<std::uint64_t>& dims, std::uint32_t type, std::uint64_t off,
+                      std::size_t dataBytes) {
     GgufWriter b;
     b.header(1, 0);
-    b.tensorInfo("w", std::move(dims), type, off);
+    b.tensorInfo("w", dims, type, off);
     b.align();
     b.bytes += std::string(dataBytes, '\0');
     return b;
@@ -136,4 +138,24 @@ TEST(Gguf, UnsupportedTensorTypeNamesTheTensor) {
     EXPECT_NE(std::string(e.what()).find("blk.0.attn_q.weight"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("Q3_K"), std::string::npos) << e.what();
   }
+}
+
+// One table of ggml's types: the reader's sizes and the kernels' layouts are the same numbers.
+TEST(Gguf, OneTableOfGgmlTypes) {
+  using namespace kvscope::kernels;
+  for (const GgmlTypeInfo& t : kGgmlTypes) {
+    const auto n = static_cast<std::uint32_t>(t.type);
+    EXPECT_EQ(ggmlTypeInfo(n), &t) << t.name << " appears twice";
+    EXPECT_EQ(ggmlTypeName(n), t.name);
+    const BlockLayout L = blockLayout(n);
+    if (L.values > 0) {
+      EXPECT_EQ(L.values, t.blockValues) << t.name;
+      EXPECT_EQ(L.bytes, t.blockBytes) << t.name;
+    }
+  }
+  EXPECT_EQ(ggmlTypeInfo(99), nullptr);
+  EXPECT_EQ(ggmlTypeName(99), "type 99");
+  EXPECT_EQ(blockLayout(GgmlType::Q3_K).values, 0);  // sized by the reader, not kept as stored
+  EXPECT_EQ(blockLayout(GgmlType::Q4_K).bytes, 144);
+  EXPECT_EQ(GgufFile::tensorBytes(12, 512, "t"), 288u);
 }

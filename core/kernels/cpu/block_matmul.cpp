@@ -34,7 +34,7 @@ void densePortable(const BlockMatrix& w, const float* x, std::int64_t m, std::in
 void blocksPortable(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
                     std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   const BlockLayout L = blockLayout(w.type);
-  const auto t = static_cast<BlockType>(w.type);
+  const auto t = static_cast<GgmlType>(w.type);
   const std::int64_t groups = w.cols / 32, perBlock = L.values / 32, ldxs = w.cols / 16;
   std::vector<float> acc(static_cast<std::size_t>(m));
   for (std::int64_t r = r0; r < r1; ++r) {
@@ -100,30 +100,31 @@ KVS_AVX2 inline __m256i fifthBits(std::uint32_t qh) {
 }
 
 // Group g of one block as 32 unsigned bytes, with D and M of its two halves (blocks.h's affine view).
-template <BlockType T>
+template <GgmlType T>
 KVS_AVX2 inline __m256i group(const std::uint8_t* b, int g, float D[2], float M[2]) {
-  if constexpr (T == BlockType::Q4_0 || T == BlockType::Q4_1) {
+  if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1) {
     D[0] = D[1] = halfAt(b);
-    M[0] = M[1] = T == BlockType::Q4_0 ? -8.0f * D[0] : halfAt(b + 2);
-    return nibbles16(b + (T == BlockType::Q4_0 ? 2 : 4));
-  } else if constexpr (T == BlockType::Q5_0 || T == BlockType::Q5_1) {
-    constexpr bool one = T == BlockType::Q5_1;
+    M[0] = M[1] = T == GgmlType::Q4_0 ? -8.0f * D[0] : halfAt(b + 2);
+    return nibbles16(b + (T == GgmlType::Q4_0 ? 2 : 4));
+  } else if constexpr (T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
+    constexpr bool one = T == GgmlType::Q5_1;
     std::uint32_t qh;
     std::memcpy(&qh, b + (one ? 4 : 2), 4);
     D[0] = D[1] = halfAt(b);
     M[0] = M[1] = one ? halfAt(b + 2) : -16.0f * D[0];
     return _mm256_or_si256(nibbles16(b + (one ? 8 : 6)), fifthBits(qh));
-  } else if constexpr (T == BlockType::Q8_0) {
+  } else if constexpr (T == GgmlType::Q8_0) {
     D[0] = D[1] = halfAt(b);
     M[0] = M[1] = -128.0f * D[0];
     return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), _mm256_set1_epi8(-128));
-  } else if constexpr (T == BlockType::Q4_K || T == BlockType::Q5_K) {
-    constexpr bool five = T == BlockType::Q5_K;
+  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+    constexpr bool five = T == GgmlType::Q5_K;
     int sc, mn;
     scaleMinK4(g, b + 4, sc, mn);
     D[0] = D[1] = halfAt(b) * static_cast<float>(sc);
     M[0] = M[1] = -(halfAt(b + 2) * static_cast<float>(mn));
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (five ? 48 : 16) + 32 * (g / 2)));
+    const __m256i x =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (five ? 48 : 16) + 32 * std::ptrdiff_t{g / 2}));
     const __m256i lo = _mm256_set1_epi8(0x0F);
     __m256i q = g % 2 ? _mm256_and_si256(_mm256_srli_epi16(x, 4), lo) : _mm256_and_si256(x, lo);
     if constexpr (five) {
@@ -135,12 +136,13 @@ KVS_AVX2 inline __m256i group(const std::uint8_t* b, int g, float D[2], float M[
     return q;
   } else {  // Q6_K
     const int n = g / 4, k = g % 4;
-    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * n + (k & 1 ? 32 : 0)));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * n));
+    const __m256i ql =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + std::ptrdiff_t{64} * n + (k & 1 ? 32 : 0)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + std::ptrdiff_t{32} * n));
     const __m256i lo = _mm256_set1_epi8(0x0F);
     const __m256i low = k >= 2 ? _mm256_and_si256(_mm256_srli_epi16(ql, 4), lo) : _mm256_and_si256(ql, lo);
     const __m256i high = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k)), _mm256_set1_epi8(3));
-    const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + 8 * n + 2 * k;
+    const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + std::ptrdiff_t{8} * n + std::ptrdiff_t{2} * k;
     const float d = halfAt(b + 208);
     for (int h = 0; h < 2; ++h) {
       D[h] = d * static_cast<float>(sc[h]);
@@ -151,12 +153,12 @@ KVS_AVX2 inline __m256i group(const std::uint8_t* b, int g, float D[2], float M[
 }
 
 // MT activation rows at once: each weight group is widened to float once and used MT times.
-template <BlockType T, int MT>
+template <GgmlType T, int MT>
 KVS_AVX2 void blocksAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx, const float* xs, float* y,
                          std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   constexpr BlockLayout L = blockLayout(T);
   constexpr int perBlock = static_cast<int>(L.values / 32);
-  constexpr bool twoScales = T == BlockType::Q6_K;
+  constexpr bool twoScales = T == GgmlType::Q6_K;
   const std::int64_t blocks = w.cols / L.values, ldxs = w.cols / 16;
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::uint8_t* row = w.data + r * w.rowBytes;
@@ -196,11 +198,11 @@ KVS_AVX2 void blocksAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx,
   }
 }
 
-template <BlockType T>
+template <GgmlType T>
 KVS_AVX2 inline __m256 load8(const std::uint8_t* p) {
-  if constexpr (T == BlockType::F32) {
+  if constexpr (T == GgmlType::F32) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-  } else if constexpr (T == BlockType::F16) {
+  } else if constexpr (T == GgmlType::F16) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   } else {  // BF16: the upper half of a float32
     const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -208,10 +210,10 @@ KVS_AVX2 inline __m256 load8(const std::uint8_t* p) {
   }
 }
 
-template <BlockType T, int MT>
+template <GgmlType T, int MT>
 KVS_AVX2 void denseAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx, float* y, std::int64_t ldy,
                         std::int64_t r0, std::int64_t r1) {
-  constexpr std::int64_t es = T == BlockType::F32 ? 4 : 2;
+  constexpr std::int64_t es = T == GgmlType::F32 ? 4 : 2;
   const std::int64_t body = w.cols / 8 * 8;
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::uint8_t* row = w.data + r * w.rowBytes;
@@ -247,11 +249,11 @@ inline void forTiles(std::int64_t m, Run&& run) {
   }
 }
 
-constexpr bool isFloatType(BlockType T) {
-  return T == BlockType::F32 || T == BlockType::F16 || T == BlockType::BF16;
+constexpr bool isFloatType(GgmlType T) {
+  return T == GgmlType::F32 || T == GgmlType::F16 || T == GgmlType::BF16;
 }
 
-template <BlockType T>
+template <GgmlType T>
 void tilesAvx2(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
                std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   const std::int64_t ldxs = w.cols / 16;
@@ -281,17 +283,17 @@ KVS_AVX512 inline __m128i six16(const std::uint8_t* ql, const std::uint8_t* qh, 
   return _mm_or_si128(_mm_and_si128(l, _mm_set1_epi8(0x0F)), _mm_slli_epi16(h, 4));
 }
 
-template <BlockType T>
+template <GgmlType T>
 KVS_AVX512 inline void group512(const std::uint8_t* b, int g, float D[2], float M[2], __m512& lo, __m512& hi) {
   const __m128i nib = _mm_set1_epi8(0x0F);
-  if constexpr (T == BlockType::Q8_0) {
+  if constexpr (T == GgmlType::Q8_0) {
     D[0] = D[1] = halfAt(b);
     M[0] = M[1] = 0.0f;
     lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load(b + 2)));
     hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load(b + 18)));
-  } else if constexpr (T == BlockType::Q4_0 || T == BlockType::Q4_1 || T == BlockType::Q5_0 || T == BlockType::Q5_1) {
-    constexpr bool minimum = T == BlockType::Q4_1 || T == BlockType::Q5_1;
-    constexpr bool five = T == BlockType::Q5_0 || T == BlockType::Q5_1;
+  } else if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
+    constexpr bool minimum = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
+    constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
     constexpr int qs = (minimum ? 4 : 2) + (five ? 4 : 0);
     D[0] = D[1] = halfAt(b);
     M[0] = M[1] = minimum ? halfAt(b + 2) : (five ? -16.0f : -8.0f) * D[0];
@@ -306,13 +308,13 @@ KVS_AVX512 inline void group512(const std::uint8_t* b, int g, float D[2], float 
     }
     lo = widen(l);
     hi = widen(h);
-  } else if constexpr (T == BlockType::Q4_K || T == BlockType::Q5_K) {
-    constexpr bool five = T == BlockType::Q5_K;
+  } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
+    constexpr bool five = T == GgmlType::Q5_K;
     int sc, mn;
     scaleMinK4(g, b + 4, sc, mn);
     D[0] = D[1] = halfAt(b) * static_cast<float>(sc);
     M[0] = M[1] = -(halfAt(b + 2) * static_cast<float>(mn));
-    const std::uint8_t* q = b + (five ? 48 : 16) + 32 * (g / 2);
+    const std::uint8_t* q = b + (five ? 48 : 16) + 32 * std::ptrdiff_t{g / 2};
     __m128i l = load(q), h = load(q + 16);
     if (g % 2) {
       l = _mm_srli_epi16(l, 4);
@@ -329,11 +331,11 @@ KVS_AVX512 inline void group512(const std::uint8_t* b, int g, float D[2], float 
     hi = widen(h);
   } else {  // Q6_K
     const int n = g / 4, k = g % 4;
-    const std::uint8_t* ql = b + 64 * n + (k & 1 ? 32 : 0);
-    const std::uint8_t* qh = b + 128 + 32 * n;
+    const std::uint8_t* ql = b + std::ptrdiff_t{64} * n + (k & 1 ? 32 : 0);
+    const std::uint8_t* qh = b + 128 + std::ptrdiff_t{32} * n;
     lo = widen(six16(ql, qh, k));
     hi = widen(six16(ql + 16, qh + 16, k));
-    const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + 8 * n + 2 * k;
+    const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + std::ptrdiff_t{8} * n + std::ptrdiff_t{2} * k;
     const float d = halfAt(b + 208);
     for (int j = 0; j < 2; ++j) {
       D[j] = d * static_cast<float>(sc[j]);
@@ -342,12 +344,12 @@ KVS_AVX512 inline void group512(const std::uint8_t* b, int g, float D[2], float 
   }
 }
 
-template <BlockType T, int MT>
+template <GgmlType T, int MT>
 KVS_AVX512 void blocksAvx512(const BlockMatrix& w, const float* x, std::int64_t ldx, const float* xs, float* y,
                              std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   constexpr BlockLayout L = blockLayout(T);
   constexpr int perBlock = static_cast<int>(L.values / 32);
-  constexpr bool twoScales = T == BlockType::Q6_K, noMin = T == BlockType::Q8_0;
+  constexpr bool twoScales = T == GgmlType::Q6_K, noMin = T == GgmlType::Q8_0;
   const std::int64_t blocks = w.cols / L.values, ldxs = w.cols / 16;
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::uint8_t* row = w.data + r * w.rowBytes;
@@ -386,10 +388,10 @@ KVS_AVX512 void blocksAvx512(const BlockMatrix& w, const float* x, std::int64_t 
   }
 }
 
-template <BlockType T, int MT>
+template <GgmlType T, int MT>
 KVS_AVX512 void denseAvx512(const BlockMatrix& w, const float* x, std::int64_t ldx, float* y, std::int64_t ldy,
                             std::int64_t r0, std::int64_t r1) {
-  constexpr std::int64_t es = T == BlockType::F32 ? 4 : 2;
+  constexpr std::int64_t es = T == GgmlType::F32 ? 4 : 2;
   const std::int64_t body = w.cols / 16 * 16;
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::uint8_t* row = w.data + r * w.rowBytes;
@@ -397,9 +399,9 @@ KVS_AVX512 void denseAvx512(const BlockMatrix& w, const float* x, std::int64_t l
     for (int i = 0; i < MT; ++i) acc[i] = _mm512_setzero_ps();
     for (std::int64_t k = 0; k < body; k += 16) {
       __m512 wv;
-      if constexpr (T == BlockType::F32) {
+      if constexpr (T == GgmlType::F32) {
         wv = _mm512_loadu_ps(reinterpret_cast<const float*>(row + k * es));
-      } else if constexpr (T == BlockType::F16) {
+      } else if constexpr (T == GgmlType::F16) {
         wv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * es)));
       } else {
         const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * es)));
@@ -413,7 +415,7 @@ KVS_AVX512 void denseAvx512(const BlockMatrix& w, const float* x, std::int64_t l
   }
 }
 
-template <BlockType T>
+template <GgmlType T>
 void tilesAvx512(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
                  std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   const std::int64_t ldxs = w.cols / 16;
@@ -429,7 +431,7 @@ void tilesAvx512(const BlockMatrix& w, const float* x, std::int64_t m, std::int6
 // Per group: the 32 weight bytes (group<T>, the affine view) times the 32 activation codes as one integer dot product
 // (VNNI's vpdpbusd), scaled by D * d, plus M times the group's code sums. Without VNNI the portable twin runs.
 
-template <BlockType T, int MT>
+template <GgmlType T, int MT>
 KVS_VNNI void q8Rows(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, float* y, std::int64_t ldy,
                      std::int64_t r0, std::int64_t r1) {
   constexpr BlockLayout L = blockLayout(T);
@@ -466,7 +468,7 @@ KVS_VNNI void q8Rows(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, flo
   }
 }
 
-template <BlockType T>
+template <GgmlType T>
 void tilesQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   forTiles(x.m, [&](auto mt, std::int64_t i) { q8Rows<T, mt()>(w, x, i, y, ldy, r0, r1); });
 }
@@ -476,25 +478,29 @@ void tilesQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, 
 bool simdMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
                 std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   const bool wide = avx512Paths();
-  switch (static_cast<BlockType>(w.type)) {
-#define KVS_CASE(T)                                                \
-  case BlockType::T:                                               \
-    if (wide)                                                      \
-      tilesAvx512<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1); \
-    else                                                           \
-      tilesAvx2<BlockType::T>(w, x, m, ldx, xs, y, ldy, r0, r1);   \
+  switch (static_cast<GgmlType>(w.type)) {
+#define KVS_CASE(T)                                               \
+  case GgmlType::T:                                               \
+    if (wide)                                                     \
+      tilesAvx512<GgmlType::T>(w, x, m, ldx, xs, y, ldy, r0, r1); \
+    else                                                          \
+      tilesAvx2<GgmlType::T>(w, x, m, ldx, xs, y, ldy, r0, r1);   \
     return true;
+    // clang-format off
     KVS_CASE(F32) KVS_CASE(F16) KVS_CASE(BF16) KVS_QUANTIZED_TYPES(KVS_CASE)
 #undef KVS_CASE
+    default:  // a type without a vector path: the caller's portable loop
+      break;
+    // clang-format on
   }
   return false;
 }
 
 bool simdMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
-  switch (static_cast<BlockType>(w.type)) {
-#define KVS_CASE(T)                              \
-  case BlockType::T:                             \
-    tilesQ8<BlockType::T>(w, x, y, ldy, r0, r1); \
+  switch (static_cast<GgmlType>(w.type)) {
+#define KVS_CASE(T)                             \
+  case GgmlType::T:                             \
+    tilesQ8<GgmlType::T>(w, x, y, ldy, r0, r1); \
     return true;
     KVS_QUANTIZED_TYPES(KVS_CASE)
 #undef KVS_CASE
@@ -541,7 +547,7 @@ void blockMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t
   if (vnniPaths() && simdMatmulQ8(w, x, y, ldy, r0, r1)) return;
 #endif
   const BlockLayout L = blockLayout(w.type);
-  const auto t = static_cast<BlockType>(w.type);
+  const auto t = static_cast<GgmlType>(w.type);
   const std::int64_t groups = w.cols / 32, perBlock = L.values / 32;
   std::vector<float> acc(static_cast<std::size_t>(x.m));
   for (std::int64_t r = r0; r < r1; ++r) {

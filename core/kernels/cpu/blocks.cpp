@@ -43,7 +43,7 @@ void qk(const std::uint8_t* b, float* y) {
     int sc, mn;
     scaleMinK4(j, b + 4, sc, mn);
     const float dj = d * static_cast<float>(sc), mj = dmin * static_cast<float>(mn);
-    const std::uint8_t* qj = q + 32 * (j / 2);
+    const std::uint8_t* qj = q + std::ptrdiff_t{32} * (j / 2);
     for (int l = 0; l < 32; ++l) {
       const int v = (j % 2 ? qj[l] >> 4 : qj[l] & 0xF) + (Five && (qh[l] >> j) & 1 ? 16 : 0);
       y[l] = dj * static_cast<float>(v) - mj;
@@ -86,33 +86,35 @@ bool halfFinite(std::uint16_t h) {
 }  // namespace
 
 void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
-  switch (static_cast<BlockType>(type)) {
-    case BlockType::F32:
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::F32:
       std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
       return;
-    case BlockType::F16:
+    case GgmlType::F16:
       for (std::int64_t i = 0; i < n; ++i) dst[i] = half(src + 2 * i);
       return;
-    case BlockType::BF16:
+    case GgmlType::BF16:
       for (std::int64_t i = 0; i < n; ++i)
         dst[i] = static_cast<float>(c10::BFloat16(u16(src + 2 * i), c10::BFloat16::from_bits()));
       return;
-    case BlockType::Q4_0:
+    case GgmlType::Q4_0:
       return blocks<legacy<kvcodec::Q4_0>>(src, n, dst, 32, 18);
-    case BlockType::Q4_1:
+    case GgmlType::Q4_1:
       return blocks<legacy<kvcodec::Q4_1>>(src, n, dst, 32, 20);
-    case BlockType::Q5_0:
+    case GgmlType::Q5_0:
       return blocks<legacy<kvcodec::Q5_0>>(src, n, dst, 32, 22);
-    case BlockType::Q5_1:
+    case GgmlType::Q5_1:
       return blocks<legacy<kvcodec::Q5_1>>(src, n, dst, 32, 24);
-    case BlockType::Q8_0:
+    case GgmlType::Q8_0:
       return blocks<legacy<kvcodec::Q8_0>>(src, n, dst, 32, 34);
-    case BlockType::Q4_K:
+    case GgmlType::Q4_K:
       return blocks<qk<false>>(src, n, dst, 256, 144);
-    case BlockType::Q5_K:
+    case GgmlType::Q5_K:
       return blocks<qk<true>>(src, n, dst, 256, 176);
-    case BlockType::Q6_K:
+    case GgmlType::Q6_K:
       return blocks<q6_k>(src, n, dst, 256, 210);
+    default:  // the precondition: blockLayout(type).values > 0
+      return;
   }
 }
 
@@ -120,26 +122,26 @@ std::int64_t firstNonFiniteBlock(std::uint32_t type, const std::uint8_t* src, st
   const BlockLayout L = blockLayout(type);
   // Where each block's fp16 scales sit.
   int at0 = 0, at1 = -1;
-  switch (static_cast<BlockType>(type)) {
-    case BlockType::F32:
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::F32:
       for (std::int64_t i = 0; i < blocks; ++i)
         if ((u32(src + 4 * i) & 0x7F800000u) == 0x7F800000u) return i;
       return -1;
-    case BlockType::F16:
+    case GgmlType::F16:
       for (std::int64_t i = 0; i < blocks; ++i)
         if (!halfFinite(u16(src + 2 * i))) return i;
       return -1;
-    case BlockType::BF16:
+    case GgmlType::BF16:
       for (std::int64_t i = 0; i < blocks; ++i)
         if ((u16(src + 2 * i) & 0x7F80u) == 0x7F80u) return i;
       return -1;
-    case BlockType::Q4_1:
-    case BlockType::Q5_1:
-    case BlockType::Q4_K:
-    case BlockType::Q5_K:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_1:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
       at1 = 2;
       break;
-    case BlockType::Q6_K:
+    case GgmlType::Q6_K:
       at0 = 208;
       break;
     default:
@@ -152,22 +154,22 @@ std::int64_t firstNonFiniteBlock(std::uint32_t type, const std::uint8_t* src, st
   return -1;
 }
 
-void unpackGroup(BlockType type, const std::uint8_t* b, int g, std::uint8_t q[32], float D[2], float M[2]) {
+void unpackGroup(GgmlType type, const std::uint8_t* b, int g, std::uint8_t q[32], float D[2], float M[2]) {
   switch (type) {
-    case BlockType::Q4_0:
-    case BlockType::Q4_1: {
-      const std::uint8_t* qs = b + (type == BlockType::Q4_0 ? 2 : 4);
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1: {
+      const std::uint8_t* qs = b + (type == GgmlType::Q4_0 ? 2 : 4);
       for (int j = 0; j < 16; ++j) {
         q[j] = qs[j] & 0x0F;
         q[j + 16] = qs[j] >> 4;
       }
       D[0] = D[1] = half(b);
-      M[0] = M[1] = type == BlockType::Q4_0 ? -8.0f * D[0] : half(b + 2);
+      M[0] = M[1] = type == GgmlType::Q4_0 ? -8.0f * D[0] : half(b + 2);
       return;
     }
-    case BlockType::Q5_0:
-    case BlockType::Q5_1: {
-      const bool one = type == BlockType::Q5_1;
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1: {
+      const bool one = type == GgmlType::Q5_1;
       const std::uint32_t qh = u32(b + (one ? 4 : 2));
       const std::uint8_t* qs = b + (one ? 8 : 6);
       for (int j = 0; j < 16; ++j) {
@@ -178,15 +180,15 @@ void unpackGroup(BlockType type, const std::uint8_t* b, int g, std::uint8_t q[32
       M[0] = M[1] = one ? half(b + 2) : -16.0f * D[0];
       return;
     }
-    case BlockType::Q8_0:
+    case GgmlType::Q8_0:
       for (int j = 0; j < 32; ++j) q[j] = static_cast<std::uint8_t>(b[2 + j] ^ 0x80);
       D[0] = D[1] = half(b);
       M[0] = M[1] = -128.0f * D[0];
       return;
-    case BlockType::Q4_K:
-    case BlockType::Q5_K: {
-      const bool five = type == BlockType::Q5_K;
-      const std::uint8_t* qs = b + (five ? 48 : 16) + 32 * (g / 2);
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K: {
+      const bool five = type == GgmlType::Q5_K;
+      const std::uint8_t* qs = b + (five ? 48 : 16) + std::ptrdiff_t{32} * (g / 2);
       for (int l = 0; l < 32; ++l) {
         int v = g % 2 ? qs[l] >> 4 : qs[l] & 0xF;
         if (five && (b[16 + l] >> g) & 1) v += 16;
@@ -198,11 +200,11 @@ void unpackGroup(BlockType type, const std::uint8_t* b, int g, std::uint8_t q[32
       M[0] = M[1] = -(half(b + 2) * static_cast<float>(mn));
       return;
     }
-    case BlockType::Q6_K: {
+    case GgmlType::Q6_K: {
       const int n = g / 4, k = g % 4;
-      const std::uint8_t* ql = b + 64 * n + (k & 1 ? 32 : 0);
-      const std::uint8_t* qh = b + 128 + 32 * n;
-      const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + 8 * n + 2 * k;
+      const std::uint8_t* ql = b + std::ptrdiff_t{64} * n + (k & 1 ? 32 : 0);
+      const std::uint8_t* qh = b + 128 + std::ptrdiff_t{32} * n;
+      const auto* sc = reinterpret_cast<const std::int8_t*>(b + 192) + std::ptrdiff_t{8} * n + std::ptrdiff_t{2} * k;
       for (int l = 0; l < 32; ++l)
         q[l] = static_cast<std::uint8_t>((k >= 2 ? ql[l] >> 4 : ql[l] & 0xF) | (((qh[l] >> (2 * k)) & 3) << 4));
       const float d = half(b + 208);

@@ -11,22 +11,9 @@
 
 #include <cstdint>
 
-namespace kvscope::kernels {
+#include "kernels/ggml_type.h"
 
-/// ggml's type numbers for the weight formats kvscope keeps in memory as they are stored.
-enum class BlockType : std::uint32_t {
-  F32 = 0,
-  F16 = 1,
-  Q4_0 = 2,
-  Q4_1 = 3,
-  Q5_0 = 6,
-  Q5_1 = 7,
-  Q8_0 = 8,
-  Q4_K = 12,
-  Q5_K = 13,
-  Q6_K = 14,
-  BF16 = 30,
-};
+namespace kvscope::kernels {
 
 struct BlockLayout {
   std::int64_t values = 0;  ///< values per block (1 for F32/F16/BF16); 0 for a type kvscope does not read
@@ -34,34 +21,29 @@ struct BlockLayout {
   bool quantized() const { return values > 1; }
 };
 
-/// The layout of ggml type `type` (its number); values == 0 when kvscope does not read it.
+/// The layout of ggml type `type` (its number) where kvscope keeps it in memory as stored; values == 0 for the other
+/// types (the loader converts or refuses them).
 constexpr BlockLayout blockLayout(std::uint32_t type) {
-  switch (static_cast<BlockType>(type)) {
-    case BlockType::F32:
-      return {1, 4};
-    case BlockType::F16:
-    case BlockType::BF16:
-      return {1, 2};
-    case BlockType::Q4_0:
-      return {32, 18};
-    case BlockType::Q4_1:
-      return {32, 20};
-    case BlockType::Q5_0:
-      return {32, 22};
-    case BlockType::Q5_1:
-      return {32, 24};
-    case BlockType::Q8_0:
-      return {32, 34};
-    case BlockType::Q4_K:
-      return {256, 144};
-    case BlockType::Q5_K:
-      return {256, 176};
-    case BlockType::Q6_K:
-      return {256, 210};
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K: {
+      const GgmlTypeInfo* t = ggmlTypeInfo(type);
+      return {t->blockValues, t->blockBytes};
+    }
+    default:
+      return {};
   }
-  return {};
 }
-constexpr BlockLayout blockLayout(BlockType type) {
+constexpr BlockLayout blockLayout(GgmlType type) {
   return blockLayout(static_cast<std::uint32_t>(type));
 }
 
@@ -83,12 +65,12 @@ void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, flo
 
 /// The types quantizeRows() writes: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.
 constexpr bool quantizable(std::uint32_t type) {
-  switch (static_cast<BlockType>(type)) {
-    case BlockType::Q8_0:
-    case BlockType::Q4_0:
-    case BlockType::Q4_1:
-    case BlockType::Q5_0:
-    case BlockType::Q5_1:
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
       return true;
     default:
       return false;
@@ -106,6 +88,6 @@ std::int64_t firstNonFiniteBlock(std::uint32_t type, const std::uint8_t* src, st
 
 /// The affine view of group `g` (0 .. values/32 - 1) of one block of a quantized type: q[32], and D, M for each
 /// half. Portable code: the reference the vector paths are tested against.
-void unpackGroup(BlockType type, const std::uint8_t* block, int g, std::uint8_t q[32], float D[2], float M[2]);
+void unpackGroup(GgmlType type, const std::uint8_t* block, int g, std::uint8_t q[32], float D[2], float M[2]);
 
 }  // namespace kvscope::kernels

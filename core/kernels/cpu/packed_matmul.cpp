@@ -18,6 +18,10 @@
 
 namespace kvscope::kernels {
 
+// The packing and the dot-product tiles index bytes with products of small loop counters (units of 32 values, lanes,
+// chunks of 64 bytes: all below 2^16), the way the intrinsics take them; widening each one would only add noise.
+// NOLINTBEGIN(bugprone-implicit-widening-of-multiplication-result)
+
 namespace {
 
 // Where a type's pieces lie in a tile (packed_matmul.h).
@@ -31,19 +35,19 @@ struct Shape {
   std::int64_t unitBytes() const { return headerBytes() + groupsPerUnit * groupBytes(); }
 };
 
-constexpr Shape shapeOf(BlockType type) {
+constexpr Shape shapeOf(GgmlType type) {
   Shape s;
-  if (type == BlockType::Q4_K) {
+  if (type == GgmlType::Q4_K) {
     s.groupsPerUnit = 8;
     s.scaled = true;
   }
-  if (type == BlockType::Q8_0) s.chunks = 8;
-  if (type == BlockType::Q4_0) s.minPerD = -8.0f;
-  if (type == BlockType::Q8_0) s.minPerD = -128.0f;
+  if (type == GgmlType::Q8_0) s.chunks = 8;
+  if (type == GgmlType::Q4_0) s.minPerD = -8.0f;
+  if (type == GgmlType::Q8_0) s.minPerD = -128.0f;
   return s;
 }
 Shape shapeOf(std::uint32_t type) {
-  return shapeOf(static_cast<BlockType>(type));
+  return shapeOf(static_cast<GgmlType>(type));
 }
 
 std::uint16_t bitsOf(c10::Half h) {
@@ -104,11 +108,11 @@ void readGroup(const PackedMatrix& w, const Shape& s, std::int64_t r, std::int64
 }  // namespace
 
 bool packableType(std::uint32_t type) {
-  switch (static_cast<BlockType>(type)) {
-    case BlockType::Q4_0:
-    case BlockType::Q4_1:
-    case BlockType::Q8_0:
-    case BlockType::Q4_K:
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_K:
       return true;
     default:
       return false;
@@ -131,7 +135,7 @@ void packPrepare(const BlockMatrix& w, PackedMatrix& out) {
 void packTiles(const BlockMatrix& w, PackedMatrix& out, std::int64_t t0, std::int64_t t1) {
   const Shape s = shapeOf(w.type);
   const BlockLayout L = blockLayout(w.type);
-  const auto type = static_cast<BlockType>(w.type);
+  const auto type = static_cast<GgmlType>(w.type);
   const std::int64_t groups = w.cols / 32, perBlock = L.values / 32;
   for (std::int64_t t = t0; t < t1; ++t)  // a last tile's padding rows: zero (D = M = 0)
     if (16 * t + 16 > w.rows)
@@ -169,13 +173,13 @@ void packTiles(const BlockMatrix& w, PackedMatrix& out, std::int64_t t0, std::in
 void unpackRows(const PackedMatrix& w, std::int64_t r0, std::int64_t r1, std::uint8_t* dst, std::int64_t rowBytes) {
   const Shape s = shapeOf(w.type);
   const BlockLayout L = blockLayout(w.type);
-  const auto type = static_cast<BlockType>(w.type);
+  const auto type = static_cast<GgmlType>(w.type);
   const std::int64_t blocks = w.cols / L.values;
   for (std::int64_t r = r0; r < r1; ++r) {
     std::uint8_t* row = dst + (r - r0) * rowBytes;
     for (std::int64_t bi = 0; bi < blocks; ++bi) {
       std::uint8_t* b = row + bi * L.bytes;
-      if (type == BlockType::Q4_K) {
+      if (type == GgmlType::Q4_K) {
         int sc[8], mn[8];
         for (int gg = 0; gg < 8; ++gg) {
           const GroupAt a = locate(w, s, r, bi * 8 + gg);
@@ -208,11 +212,11 @@ void unpackRows(const PackedMatrix& w, std::int64_t r0, std::int64_t r1, std::ui
       }
       const GroupAt a = locate(w, s, r, bi);
       store16(b, load16(a.unit + 2 * a.j));
-      const int qs = type == BlockType::Q4_1 ? 4 : 2;
-      if (type == BlockType::Q4_1) store16(b + 2, load16(a.unit + 32 + 2 * a.j));
+      const int qs = type == GgmlType::Q4_1 ? 4 : 2;
+      if (type == GgmlType::Q4_1) store16(b + 2, load16(a.unit + 32 + 2 * a.j));
       for (int i = 0; i < 4 * s.chunks; ++i) {
         const std::uint8_t c = a.codes[64 * (i / 4) + 4 * a.j + i % 4];
-        b[qs + i] = type == BlockType::Q8_0 ? static_cast<std::uint8_t>(c ^ 0x80) : c;
+        b[qs + i] = type == GgmlType::Q8_0 ? static_cast<std::uint8_t>(c ^ 0x80) : c;
       }
     }
   }
@@ -261,7 +265,7 @@ KVS_VNNI inline __m512i bcast4(const std::int8_t* p) {
 }
 
 // Activation rows i0 .. i0 + MT - 1 against weight tile t: sixteen output rows in the lanes of one vector.
-template <BlockType T, int MT>
+template <GgmlType T, int MT>
 KVS_VNNI void tileQ8(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0, float* y, std::int64_t ldy,
                      std::int64_t t) {
   constexpr Shape S = shapeOf(T);
@@ -345,7 +349,7 @@ KVS_AVX2 inline __m256i dot4Avx2(__m256i q, const std::int8_t* c, bool eightBit)
   return _mm256_add_epi32(d, _mm256_set1_epi32(128 * (c[0] + c[1] + c[2] + c[3])));
 }
 
-template <BlockType T, int MT>
+template <GgmlType T, int MT>
 KVS_AVX2 void tileQ8Avx2(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0, float* y, std::int64_t ldy,
                          std::int64_t t) {
   constexpr Shape S = shapeOf(T);
@@ -422,7 +426,7 @@ KVS_AVX2 void tileQ8Avx2(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0
   }
 }
 
-template <BlockType T>
+template <GgmlType T>
 void tilesQ8Avx2(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0, std::int64_t t1) {
   for (std::int64_t t = t0; t < t1; ++t) {
     std::int64_t i = 0;
@@ -431,7 +435,7 @@ void tilesQ8Avx2(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t 
   }
 }
 
-template <BlockType T>
+template <GgmlType T>
 void tilesQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t t0, std::int64_t t1) {
   // Weight tile outside, activation rows inside: a prefill reads each tile once while it sits in the cache.
   for (std::int64_t t = t0; t < t1; ++t) {
@@ -461,36 +465,36 @@ void packedMatmulQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64
   if (x.m <= 0 || t0 >= t1) return;
 #if KVS_HAVE_AVX2_PATHS
   if (vnniPaths()) {
-    switch (static_cast<BlockType>(w.type)) {
-      case BlockType::Q4_0:
-        tilesQ8<BlockType::Q4_0>(w, x, y, ldy, t0, t1);
+    switch (static_cast<GgmlType>(w.type)) {
+      case GgmlType::Q4_0:
+        tilesQ8<GgmlType::Q4_0>(w, x, y, ldy, t0, t1);
         return;
-      case BlockType::Q4_1:
-        tilesQ8<BlockType::Q4_1>(w, x, y, ldy, t0, t1);
+      case GgmlType::Q4_1:
+        tilesQ8<GgmlType::Q4_1>(w, x, y, ldy, t0, t1);
         return;
-      case BlockType::Q8_0:
-        tilesQ8<BlockType::Q8_0>(w, x, y, ldy, t0, t1);
+      case GgmlType::Q8_0:
+        tilesQ8<GgmlType::Q8_0>(w, x, y, ldy, t0, t1);
         return;
-      case BlockType::Q4_K:
-        tilesQ8<BlockType::Q4_K>(w, x, y, ldy, t0, t1);
+      case GgmlType::Q4_K:
+        tilesQ8<GgmlType::Q4_K>(w, x, y, ldy, t0, t1);
         return;
       default:
         break;
     }
   }
   if (avx2Paths()) {
-    switch (static_cast<BlockType>(w.type)) {
-      case BlockType::Q4_0:
-        tilesQ8Avx2<BlockType::Q4_0>(w, x, y, ldy, t0, t1);
+    switch (static_cast<GgmlType>(w.type)) {
+      case GgmlType::Q4_0:
+        tilesQ8Avx2<GgmlType::Q4_0>(w, x, y, ldy, t0, t1);
         return;
-      case BlockType::Q4_1:
-        tilesQ8Avx2<BlockType::Q4_1>(w, x, y, ldy, t0, t1);
+      case GgmlType::Q4_1:
+        tilesQ8Avx2<GgmlType::Q4_1>(w, x, y, ldy, t0, t1);
         return;
-      case BlockType::Q8_0:
-        tilesQ8Avx2<BlockType::Q8_0>(w, x, y, ldy, t0, t1);
+      case GgmlType::Q8_0:
+        tilesQ8Avx2<GgmlType::Q8_0>(w, x, y, ldy, t0, t1);
         return;
-      case BlockType::Q4_K:
-        tilesQ8Avx2<BlockType::Q4_K>(w, x, y, ldy, t0, t1);
+      case GgmlType::Q4_K:
+        tilesQ8Avx2<GgmlType::Q4_K>(w, x, y, ldy, t0, t1);
         return;
       default:
         break;
@@ -499,5 +503,7 @@ void packedMatmulQ8(const PackedMatrix& w, const Q8Rows& x, float* y, std::int64
 #endif
   portableQ8(w, x, y, ldy, t0, t1);
 }
+
+// NOLINTEND(bugprone-implicit-widening-of-multiplication-result)
 
 }  // namespace kvscope::kernels
