@@ -25,6 +25,7 @@
 #include "cache/detail/layers.h"
 #include "cache/detail/seq_buffer.h"
 #include "kernels/cpu/bitpack.h"
+#include "util/process_memory.h"
 
 namespace kvscope::cache::detail {
 namespace {
@@ -97,6 +98,9 @@ class KiviLayer final : public CacheLayer {
     pendingK_ = pendingV_ = pendingDeqK_ = pendingDeqV_ = at::Tensor();
     k_.out.append(k);
     v_.out.append(v);
+    // A prefill chunk quantized many groups through many short-lived buffers: give their pages back now, or the
+    // holes they leave (30 layers' worth within a chunk) keep the resident size above what the cache holds.
+    if (quantized_ - before > group_) util::releaseFreeMemory();
     if (first) resetRows(k.size(0));
     return first;
   }

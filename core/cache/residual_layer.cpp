@@ -116,6 +116,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
         QuantizedBlock qk = codec_->quantize(fullK, k_.axis);
         recordStore(stats_.keys, qk, fullK, k_.storeLen);
         fullK = at::Tensor();
+        util::releaseFreeMemory();  // the keys' working buffers, before the values' are made
         at::Tensor fullV = history(v_, vc);
         QuantizedBlock qv = codec_->quantize(fullV, v_.axis);
         recordStore(stats_.values, qv, fullV, v_.storeLen);
