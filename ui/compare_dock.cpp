@@ -187,7 +187,9 @@ void CompareDock::finishSweep() {
   const bool byKl = budgetKind_->currentIndex() == 0;
   const double limit = budget_->value();
   std::vector<cache::SweepOutcome> outcomes;
-  for (const auto& r : sweepRuns_) outcomes.push_back({r->cache.total().stored(), r->meanKl, r->shadow, !r->cancelled});
+  for (const auto& r : sweepRuns_)
+    outcomes.push_back(
+        {r->cache.total().stored(), r->meanKl, r->shadow, !r->cancelled, r->cache.overflowTotals().nonFinite == 0});
   const auto at = cache::bestUnderBudget(
       outcomes, byKl ? cache::SweepBudget{cache::SweepBudget::Kind::MaxMeanKl, limit}
                      : cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes, limit * 1048576.0});

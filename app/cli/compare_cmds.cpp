@@ -152,7 +152,8 @@ void sweepHead(const nlohmann::json& run, const SweepPrint& how) {
 int sweepBest(const std::vector<RunFigures>& all, const SweepPrint& how) {
   if (!how.maxKl && !how.maxBytes) return 0;
   std::vector<cache::SweepOutcome> outcomes;
-  for (const auto& f : all) outcomes.push_back({f.memory.stored(), f.meanKl});
+  outcomes.reserve(all.size());
+  for (const auto& f : all) outcomes.push_back({f.memory.stored(), f.meanKl, true, true, f.nonFinite == 0});
   const cache::SweepBudget b =
       how.maxKl ? cache::SweepBudget{cache::SweepBudget::Kind::MaxMeanKl, *how.maxKl}
                 : cache::SweepBudget{cache::SweepBudget::Kind::MaxStoredBytes, static_cast<double>(*how.maxBytes)};

@@ -1,5 +1,7 @@
 #include "cache/sweep.h"
 
+#include <cmath>
+
 namespace kvscope::cache {
 
 std::vector<CacheConfig> planSweep(const std::vector<std::string>& grids) {
@@ -13,7 +15,7 @@ std::optional<std::size_t> bestUnderBudget(const std::vector<SweepOutcome>& outc
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < outcomes.size(); ++i) {
     const SweepOutcome& o = outcomes[i];
-    if (!o.finished) continue;
+    if (!o.finished || !o.finite || (o.hasKl && !std::isfinite(o.meanKl))) continue;
     if (budget.kind == SweepBudget::Kind::MaxMeanKl) {
       if (o.hasKl && o.meanKl <= budget.limit && (!best || o.storedBytes < outcomes[*best].storedBytes)) best = i;
     } else if (static_cast<double>(o.storedBytes) <= budget.limit && o.hasKl &&

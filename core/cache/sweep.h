@@ -28,9 +28,11 @@ struct SweepOutcome {
   double meanKl = 0;
   bool hasKl = true;     ///< false: run without the unquantized reference (no KL to judge)
   bool finished = true;  ///< false: cancelled, failed: never the best
+  bool finite = true;    ///< false: the cache stored NaN/inf codes: never the best, whatever its figures say
 };
 
-/// The index of the best outcome under the budget; nullopt when none meets it. Ties keep the earlier run.
+/// The index of the best outcome under the budget; nullopt when none meets it. Ties keep the earlier run. A run that
+/// did not finish, stored NaN/inf or has a KL that is not finite is never the best.
 std::optional<std::size_t> bestUnderBudget(const std::vector<SweepOutcome>& outcomes, const SweepBudget& budget);
 
 }  // namespace kvscope::cache

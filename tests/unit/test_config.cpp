@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -231,6 +232,15 @@ TEST(Sweep, PlanValidatesEveryPointAndBudgetPicksTheBest) {
   EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxStoredBytes, 600}), 1u);  // lowest KL within 600 bytes
   EXPECT_EQ(bestUnderBudget(runs, {SweepBudget::Kind::MaxStoredBytes, 1000}), 0u);
   EXPECT_FALSE(bestUnderBudget(runs, {SweepBudget::Kind::MaxMeanKl, 0.001}).has_value());
+  // A run that stored NaN/inf, or whose KL is NaN or inf, never ranks best, first in the list or not.
+  for (const double bad : {std::nan(""), double(INFINITY)}) {
+    const std::vector<kvscope::cache::SweepOutcome> broken{{100, bad}, {500, 0.04}};
+    EXPECT_EQ(bestUnderBudget(broken, {SweepBudget::Kind::MaxStoredBytes, 1000}), 1u);
+    EXPECT_EQ(bestUnderBudget(broken, {SweepBudget::Kind::MaxMeanKl, 0.5}), 1u);
+  }
+  const std::vector<kvscope::cache::SweepOutcome> storedNan{{100, 0.001, true, true, /*finite=*/false}, {500, 0.04}};
+  EXPECT_EQ(bestUnderBudget(storedNan, {SweepBudget::Kind::MaxStoredBytes, 1000}), 1u);
+  EXPECT_EQ(bestUnderBudget(storedNan, {SweepBudget::Kind::MaxMeanKl, 0.5}), 1u);
 }
 
 TEST(Config, OptionValueIsTheResolvedValue) {
