@@ -216,6 +216,7 @@ void MainWindow::run() {
   if (!runPanel_->runEnabled()) return;
   RunRequest r = runPanel_->request();
   r.serial = ++runSerial_;
+  r.runId = nextRunId_++;
   message_->clear();
   messageBar_->dismiss();
   setBusy(Busy::Running);
@@ -243,7 +244,7 @@ void MainWindow::showRun(const RunSnapshotPtr& run) {
   scales_->show(run);
   errors_->show(run);
   // The engine attaches the token x channel errors at most twice a second (and always to the final snapshot).
-  if (run->tokenErrors) tokenErrors_->show(run->tokenErrors);
+  tokenErrors_->showRun(run);
   beamDock_->show(run);
   // A beam search's reorder is its primary view: the Beams tab comes to the front as the run starts.
   if (!run->beamSteps.isEmpty() && std::exchange(beamsRaisedFor_, run->runId) != run->runId)
@@ -422,6 +423,7 @@ void MainWindow::openSession(const QString& path) {
     return;
   }
   compare_->setRuns(s.runs);
+  for (const auto& r : s.runs) nextRunId_ = std::max(nextRunId_, r->runId + 1);  // new runs go on after these
   if (!s.runs.isEmpty()) {
     showRun(s.runs.back());
     onInspection(last_->tokenErrors);
@@ -430,6 +432,7 @@ void MainWindow::openSession(const QString& path) {
       const QSignalBlocker quiet(configPanel());
       configPanel()->setConfig(*last_->config);
     }
+    if (last_->request) runPanel_->setRequest(*last_->request);  // its prompt and decoding too
     updateActions();
   }
   message_->setText(tr("Opened %1 runs from %2%3")

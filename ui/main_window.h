@@ -166,6 +166,7 @@ class MainWindow : public QMainWindow {
   std::function<void(quint64)> stop_;
   std::function<void(int)> inspect_;
   quint64 runSerial_ = 0;
+  int nextRunId_ = 1;  ///< the next run's number: after every run in the table, reopened ones included
   ModelInfo model_;
   RunSnapshotPtr last_;
   int beamsRaisedFor_ = 0;  ///< the beam-search run whose Beams tab was brought to the front

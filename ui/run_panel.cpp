@@ -10,6 +10,7 @@
 #include <QPushButton>
 #include <QSpinBox>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "config_panel.h"
 
@@ -144,6 +145,22 @@ RunRequest RunPanel::request() const {
   r.beams = decoding_->currentIndex() == 2 ? beams_->value() : 0;
   if (r.beams > 0) r.shadow = false;
   return r;
+}
+
+void RunPanel::setRequest(const RunRequest& r) {
+  prompt_->setPlainText(r.prompt);
+  chat_->setChecked(r.chat);
+  maxNew_->setValue(r.maxNew);
+  prefillChunk_->setValue(r.prefillChunk);
+  decoding_->setCurrentIndex(r.beams > 0 ? 2 : r.sample ? 1 : 0);
+  temperature_->setValue(r.temperature);
+  topP_->setValue(r.topP);
+  topK_->setValue(r.topK);
+  seed_->setValue(static_cast<int>(std::min<quint64>(r.seed, quint64(seed_->maximum()))));
+  if (r.beams > 0)
+    beams_->setValue(r.beams);
+  else
+    shadow_->setChecked(r.shadow);  // a beam search runs without the reference; the box keeps the user's choice
 }
 
 void RunPanel::setShadow(bool on) {

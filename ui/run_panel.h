@@ -27,6 +27,8 @@ class RunPanel : public QWidget {
 
   /// What Run would ask for now (the serial is the caller's).
   RunRequest request() const;
+  /// Sets the prompt and the generation options as `r` asks (a reopened run's); the config is the config panel's.
+  void setRequest(const RunRequest& r);
   ConfigPanel* configPanel() const { return config_; }
   QPlainTextEdit* promptEdit() const { return prompt_; }
   QSpinBox* maxNewBox() const { return maxNew_; }

@@ -51,7 +51,7 @@ QStringList configNames(const QVector<RunSnapshotPtr>& runs, QString* common) {
     for (const auto& [k, v] : all.front()) {
       bool same = true;
       for (const auto& f : all) {
-        const auto it = std::find_if(f.begin(), f.end(), [&](const auto& p) { return p.first == k; });
+        const auto it = std::find_if(f.begin(), f.end(), [&key = k](const auto& p) { return p.first == key; });
         same = same && it != f.end() && it->second == v;
       }
       if (same) shared.insert(k, v), sharedOrder << k;
@@ -79,6 +79,23 @@ QStringList configNames(const QVector<RunSnapshotPtr>& runs, QString* common) {
                   : (backend.isEmpty() ? QString() : backend + (said.isEmpty() ? "" : ": ")) + said.join(", ");
   }
   return names;
+}
+
+QString nothingQuantizedReason(const RunSnapshot& run) {
+  QString head = QObject::tr("nothing quantized yet in run #%1").arg(run.runId);
+  if (!run.config || run.config->mixed()) return head;
+  const cache::CacheConfig& c = *run.config;
+  const QString backend = QString::fromStdString(std::string(cache::backendName(c.backend)));
+  if (c.backend == cache::Backend::Dynamic)
+    return QObject::tr("run #%1: dynamic stores every token unquantized, so there is no error to show").arg(run.runId);
+  const QString held =
+      QObject::tr("%1 prompt + %2 generated tokens so far").arg(run.promptTokens).arg(run.tokens.size());
+  if (c.backend == cache::Backend::Kivi || c.backend == cache::Backend::Quanto || c.backend == cache::Backend::Hqq)
+    return QObject::tr("%1: %2 keeps the newest %3 tokens in full precision; %4")
+        .arg(head, backend)
+        .arg(c.resolvedResidualLength())
+        .arg(held);
+  return QObject::tr("%1 (%2; %3)").arg(head, backend, held);
 }
 
 RunsModel::RunsModel(QObject* parent) : QAbstractTableModel(parent) {}

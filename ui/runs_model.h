@@ -17,6 +17,10 @@ namespace kvscope::ui {
 /// q_group_size=32" (spaces, so that a narrow column wraps them); the runs' tooltips keep their SPECs.
 QStringList configNames(const QVector<RunSnapshotPtr>& runs, QString* common = nullptr);
 
+/// Why the error views have nothing for `run` ("nothing quantized yet in run #3: kivi keeps the newest 128 tokens in
+/// full precision; 40 prompt + 12 generated tokens so far"), for views that must not show another run's data instead.
+QString nothingQuantizedReason(const RunSnapshot& run);
+
 class RunsModel : public QAbstractTableModel {
   Q_OBJECT
  public:

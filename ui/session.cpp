@@ -6,18 +6,28 @@
 #include <QJsonObject>
 #include <QLocale>
 #include <QSaveFile>
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace kvscope::ui {
 
 namespace {
 
-// A QVector or std::vector of floats; NaN is written as null and reads back as NaN.
+// A number as JSON, which has neither NaN nor infinity: NaN as null, +-inf as the strings "inf" and "-inf" (a KL of
+// inf is a finding, not a missing value). Reader::number() and Reader::floats() read them back.
+QJsonValue numberJson(double d) {
+  if (std::isnan(d)) return QJsonValue::Null;
+  if (std::isinf(d)) return QString(d > 0 ? "inf" : "-inf");
+  return d;
+}
+
+// A QVector or std::vector of floats, each as numberJson() writes it.
 template <typename Floats>
 QJsonArray floatsJson(const Floats& v) {
   QJsonArray a;
-  for (float f : v) a.append(double(f));
+  for (float f : v) a.append(numberJson(f));
   return a;
 }
 
@@ -25,7 +35,7 @@ QJsonArray floatsJson(const Floats& v) {
 QJsonObject scaleStatsJson(const cache::TensorStats& t) {
   return {{"scales", floatsJson(t.scales)},
           {"amax", floatsJson(t.amaxPerHead)},
-          {"format_max", double(t.formatMax)},
+          {"format_max", numberJson(t.formatMax)},
           {"overflow_total", double(t.overflowTotal)},
           {"non_finite_total", double(t.nonFiniteTotal)},
           {"recalibrations", double(t.recalibrations)}};
@@ -38,8 +48,8 @@ QJsonObject memoryJson(const cache::TensorMemory& m) {
 
 // Reading is strict: every key has one type, integers are whole and in range (a double outside int64 is undefined
 // behaviour when cast, and bytes summed over layers must not overflow), and an error names the run, the token and
-// the key. Numbers that a run may hold as NaN (a log-prob or KL after an FP8 overflow) are written as null by
-// QJsonDocument, so null reads back as NaN there.
+// the key. Numbers that a run may hold as NaN or inf (a log-prob or KL after an FP8 overflow) are written by
+// numberJson(): null reads back as NaN there, "inf" and "-inf" as infinities.
 constexpr qint64 kMaxBytes = qint64{1} << 48;  // per field: 256 TiB; 4096 layers x 5 fields stay below 2^63
 constexpr int kMaxLayers = 4096;
 constexpr qint64 kMaxFileBytes = qint64{1} << 30;
@@ -81,21 +91,30 @@ class Reader {
   qint64 integer(const QJsonObject& o, const char* key, qint64 lo, qint64 hi, qint64 dflt) const {
     const QJsonValue v = o[key];
     if (v.isUndefined()) return dflt;
-    const double d = v.toDouble(std::nan(""));
-    if (!v.isDouble() || d != std::floor(d) || d < double(lo) || d > double(hi))
-      fail(QString("`%1` must be a whole number in [%2, %3] (got %4)").arg(key).arg(lo).arg(hi).arg(shown(v)));
-    return static_cast<qint64>(d);
+    const std::optional<qint64> n = wholeIn(v, lo, hi);
+    if (!n) fail(QString("`%1` must be a whole number in [%2, %3] (got %4)").arg(key).arg(lo).arg(hi).arg(shown(v)));
+    return *n;
   }
-  /// A number within +-FLT_MAX when `asFloat`; null reads as NaN.
+  /// The array `o[key]` (required) of whole numbers in [lo, hi].
+  QVector<qint64> integers(const QJsonObject& o, const char* key, qint64 lo, qint64 hi) const {
+    QVector<qint64> out;
+    for (const auto& v : array(o, key, true)) {
+      const std::optional<qint64> n = wholeIn(v, lo, hi);
+      if (!n) fail(QString("`%1` must hold whole numbers in [%2, %3]").arg(key).arg(lo).arg(hi));
+      out << *n;
+    }
+    return out;
+  }
+  /// A number (within +-FLT_MAX when `asFloat`) as numberJson() writes it: null reads as NaN, "inf" and "-inf" as
+  /// infinities.
   double number(const QJsonObject& o, const char* key, double dflt, bool asFloat = false) const {
     const QJsonValue v = o[key];
     if (v.isUndefined()) return dflt;
-    if (v.isNull()) return std::nan("");
-    if (!v.isDouble()) fail(QString("`%1` must be a number or null (got %2)").arg(key, shown(v)));
-    const double d = v.toDouble();
-    if (asFloat && std::abs(d) > double(std::numeric_limits<float>::max()))
-      fail(QString("`%1` is out of the float range (got %2)").arg(key).arg(d));
-    return d;
+    const std::optional<double> d = numberOf(v);
+    if (!d) fail(QString("`%1` must be a number, null, \"inf\" or \"-inf\" (got %2)").arg(key, shown(v)));
+    if (asFloat && std::isfinite(*d) && std::abs(*d) > double(std::numeric_limits<float>::max()))
+      fail(QString("`%1` is out of the float range (got %2)").arg(key).arg(*d));
+    return *d;
   }
   cache::TensorMemory memory(const QJsonObject& o) const {
     cache::TensorMemory m;
@@ -126,11 +145,11 @@ class Reader {
     if (a.size() > max) fail(QString("`%1` holds %2 values (at most %3)").arg(key).arg(a.size()).arg(max));
     QVector<float> out;
     for (const auto& v : a) {
-      if (!v.isDouble() && !v.isNull()) fail(QString("`%1` must hold numbers or null").arg(key));
-      const double d = v.isNull() ? std::nan("") : v.toDouble();
-      if (std::abs(d) > double(std::numeric_limits<float>::max()))
-        fail(QString("`%1` holds %2, out of the float range").arg(key).arg(d));
-      out << static_cast<float>(d);
+      const std::optional<double> d = numberOf(v);
+      if (!d) fail(QString("`%1` must hold numbers, null, \"inf\" or \"-inf\" (got %2)").arg(key, shown(v)));
+      if (std::isfinite(*d) && std::abs(*d) > double(std::numeric_limits<float>::max()))
+        fail(QString("`%1` holds %2, out of the float range").arg(key).arg(*d));
+      out << static_cast<float>(*d);
     }
     return out;
   }
@@ -148,6 +167,20 @@ class Reader {
   }
 
  private:
+  // A whole number in [lo, hi]; nothing for any other value (a double outside int64 must never be cast).
+  static std::optional<qint64> wholeIn(const QJsonValue& v, qint64 lo, qint64 hi) {
+    const double d = v.toDouble(std::nan(""));
+    if (!v.isDouble() || d != std::floor(d) || d < double(lo) || d > double(hi)) return std::nullopt;
+    return static_cast<qint64>(d);
+  }
+  // numberJson()'s inverse; nothing for any other value.
+  static std::optional<double> numberOf(const QJsonValue& v) {
+    if (v.isNull()) return std::nan("");
+    if (v.isDouble()) return v.toDouble();
+    if (v == QJsonValue("inf")) return std::numeric_limits<double>::infinity();
+    if (v == QJsonValue("-inf")) return -std::numeric_limits<double>::infinity();
+    return std::nullopt;
+  }
   static QString shown(const QJsonValue& v) {
     switch (v.type()) {
       case QJsonValue::Double:
@@ -176,8 +209,8 @@ QByteArray sessionJson(const Session& s) {
     for (const auto& t : r->tokens)
       tokens.append(QJsonObject{{"id", double(t.id)},
                                 {"text", t.text},
-                                {"logprob", t.logprob},
-                                {"kl", t.kl},
+                                {"logprob", numberJson(t.logprob)},
+                                {"kl", numberJson(t.kl)},
                                 {"top1", t.top1Agrees},
                                 {"kv_stored", double(t.kvStored)},
                                 {"kv_unquantized", double(t.kvUnquantized)}});
@@ -188,23 +221,37 @@ QByteArray sessionJson(const Session& s) {
       scales.append(QJsonObject{{"k", scaleStatsJson(st.keys)}, {"v", scaleStatsJson(st.values)}});
     for (qsizetype l = 0; l < r->headErrorK.size(); ++l)
       headError.append(QJsonObject{{"k", floatsJson(r->headErrorK[l])}, {"v", floatsJson(r->headErrorV.value(l))}});
-    QJsonArray beams;
+    QJsonArray beams, beamSteps;
+    for (const BeamStepView& b : r->beamSteps) {
+      QJsonArray parents, ids, tokens, rows;
+      for (qint64 p : b.parents) parents.append(double(p));
+      for (qint64 id : b.ids) ids.append(double(id));
+      for (const QString& t : b.tokens) tokens.append(t);
+      for (qint64 row : b.storeRows) rows.append(double(row));
+      beamSteps.append(QJsonObject{{"step", b.step},
+                                   {"parents", parents},
+                                   {"ids", ids},
+                                   {"tokens", tokens},
+                                   {"scores", floatsJson(b.scores)},
+                                   {"store_rows", rows}});
+    }
     for (int i = 0; i < r->beamTexts.size(); ++i)
-      beams.append(QJsonObject{{"text", r->beamTexts[i]}, {"score", r->beamScores.value(i)}});
+      beams.append(QJsonObject{{"text", r->beamTexts[i]}, {"score", numberJson(r->beamScores.value(i))}});
     QJsonObject run{{"run", r->runId},
                     {"config", r->spec},
                     {"shadow", r->shadow},
                     {"prompt_tokens", r->promptTokens},
                     {"tokens", tokens},
                     {"memory", memory},
-                    {"prefill_tok_s", r->prefillTokS},
-                    {"decode_tok_s", r->decodeTokS},
-                    {"mean_kl", r->meanKl},
-                    {"max_kl", r->maxKl},
-                    {"top1_agreement", r->top1Agreement},
+                    {"prefill_tok_s", numberJson(r->prefillTokS)},
+                    {"decode_tok_s", numberJson(r->decodeTokS)},
+                    {"mean_kl", numberJson(r->meanKl)},
+                    {"max_kl", numberJson(r->maxKl)},
+                    {"top1_agreement", numberJson(r->top1Agreement)},
                     {"first_divergence", r->firstDivergence},
                     {"stop_reason", r->stopReason},
                     {"beams", beams},
+                    {"beam_steps", beamSteps},
                     {"scales", scales},
                     {"head_error", headError}};
     // The inspected layer's token x channel error, within reason (the map of a reopened run).
@@ -213,6 +260,18 @@ QByteArray sessionJson(const Session& s) {
       run["token_errors"] =
           QJsonObject{{"layer", te->layer},       {"tokens", double(te->tokens)}, {"heads", te->heads},
                       {"channels", te->channels}, {"k", floatsJson(te->keys)},    {"v", floatsJson(te->values)}};
+    if (const auto& q = r->request)
+      run["request"] = QJsonObject{{"prompt", q->prompt},
+                                   {"chat", q->chat},
+                                   {"max_new", q->maxNew},
+                                   {"sample", q->sample},
+                                   {"temperature", numberJson(q->temperature)},
+                                   {"top_p", numberJson(q->topP)},
+                                   {"top_k", q->topK},
+                                   {"seed", QString::number(q->seed)},  // a quint64: a string keeps every digit
+                                   {"shadow", q->shadow},
+                                   {"beams", q->beams},
+                                   {"prefill_chunk", q->prefillChunk}};
     // The whole config: its SPEC (which parses back to the same config), or, where offline-calibrated scales make it
     // more than a SPEC holds, kvscope's config file.
     if (r->config) {
@@ -306,6 +365,30 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
       r->beamTexts << rd.string(b, "text");
       r->beamScores << static_cast<float>(rd.number(b, "score", 0.0, true));
     }
+    const QJsonArray steps = rd.array(o, "beam_steps");
+    if (steps.size() > kMaxValues) rd.fail(QString("`beam_steps` lists %1 steps").arg(steps.size()));
+    for (qsizetype j = 0; j < steps.size(); ++j) {
+      rd.where = QString("run #%1 beam step #%2: ").arg(i).arg(j);
+      const QJsonObject b = rd.object(steps[j], "the beam step");
+      BeamStepView v;
+      v.step = static_cast<int>(rd.integer(b, "step", 0, std::numeric_limits<int>::max(), j));
+      v.ids = rd.integers(b, "ids", 0, std::numeric_limits<int>::max());
+      const qint64 beamsHere = v.ids.size();
+      v.parents = rd.integers(b, "parents", 0, std::max<qint64>(beamsHere - 1, 0));
+      v.storeRows = rd.integers(b, "store_rows", 0, std::max<qint64>(beamsHere - 1, 0));
+      for (const auto& t : rd.array(b, "tokens", true)) {
+        if (!t.isString()) rd.fail("`tokens` must hold strings");
+        v.tokens << t.toString();
+      }
+      v.scores = rd.floats(b, "scores", kMaxValues);
+      if (v.parents.size() != beamsHere || v.tokens.size() != beamsHere || v.scores.size() != beamsHere)
+        rd.fail(QString("`parents`, `tokens` and `scores` must list the %1 beams of `ids`").arg(beamsHere));
+      for (qint64 p : v.parents)  // beamSequence() walks back through the parents
+        if (j > 0 && p >= r->beamSteps.back().ids.size())
+          rd.fail(QString("parent %1 names a beam the step before does not have").arg(p));
+      r->beamSteps << v;
+    }
+    rd.where = QString("run #%1: ").arg(i);
     rd.layers(o, "scales", i, [&](const QJsonObject& m) {
       cache::LayerStats st;
       st.keys = rd.scaleStats(rd.object(m["k"], "`k`"));
@@ -354,6 +437,27 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
         r->config = cache::parseSpec(label.spec.toStdString());
       } catch (const cache::ConfigError&) {
       }
+    }
+    if (o.contains("request")) {
+      rd.where = QString("run #%1 request: ").arg(i);
+      const QJsonObject q = rd.object(o["request"], "`request`");
+      RunRequest req;
+      req.prompt = rd.string(q, "prompt");
+      req.chat = rd.boolean(q, "chat", true);
+      req.maxNew = static_cast<int>(rd.integer(q, "max_new", 0, 1 << 20, req.maxNew));
+      req.sample = rd.boolean(q, "sample", false);
+      req.temperature = rd.number(q, "temperature", req.temperature);
+      req.topP = rd.number(q, "top_p", req.topP);
+      req.topK = static_cast<int>(rd.integer(q, "top_k", 0, std::numeric_limits<int>::max(), 0));
+      bool ok = true;
+      const QString seed = rd.string(q, "seed");
+      req.seed = seed.isEmpty() ? 0 : seed.toULongLong(&ok);
+      if (!ok) rd.fail(QString("`seed` must be a whole number written as a string (got \"%1\")").arg(seed));
+      req.shadow = rd.boolean(q, "shadow", true);
+      req.beams = static_cast<int>(rd.integer(q, "beams", 0, 1 << 10, 0));
+      req.prefillChunk = static_cast<int>(rd.integer(q, "prefill_chunk", -1, 1 << 30, -1));
+      if (r->config) req.config = *r->config;
+      r->request = req;
     }
     r->finished = true;
     s.runs.append(r);

@@ -55,6 +55,7 @@ struct RunRequest {
   int beams = 0;          ///< > 0: beam search with this many beams (no shadow)
   int prefillChunk = -1;  ///< prompt tokens per forward pass; 0: one shot; -1: the cache's default (generate.h)
   quint64 serial = 0;     ///< increases with every request; a stop names the run it is for
+  int runId = 0;          ///< the run's number (the window's: it goes on after reopened runs); 0: the engine's next
 };
 
 /// Evaluate cache configs on a text file (generate::evaluate): perplexity, KL and top-1 against the unquantized cache.
@@ -160,6 +161,9 @@ struct RunSnapshot {
   QVector<BeamStepView> beamSteps;
   QStringList beamTexts;  ///< finished hypotheses, best first
   QVector<float> beamScores;
+  /// What the run was asked: its prompt and generation options (its config equals `config` above; sessions write
+  /// it once). Absent for a run reopened from a session that did not record it.
+  std::optional<RunRequest> request;
 };
 using RunSnapshotPtr = std::shared_ptr<const RunSnapshot>;
 

@@ -28,7 +28,7 @@ namespace {
 // of memory says during what and what is kept; kvscope's own failure says so and asks for a report.
 QString describeCurrent(const QString& during, bool modelKept) {
   const runtime::Failure f = runtime::currentFailure();
-  const QString what = QString::fromStdString(f.message);
+  QString what = QString::fromStdString(f.message);
   if (f.code == ErrorCode::Cancelled)
     return QString("%1 cancelled%2").arg(during, modelKept ? "; the loaded model is kept" : "");
   if (f.code == ErrorCode::Internal)
@@ -48,10 +48,9 @@ constexpr qint64 kInspectionMs = 500;
 
 struct Engine::Impl {
   std::optional<runtime::Session> session;  // the loaded model, its tokenizer and what runs ask of them
-  int runs = 0;
   // The current (or latest) run's error history and per-head errors, per layer, keys and values.
   cache::CacheRecorder recorder;
-  int errorsRun = 0;
+  int runId = 0;  // the current run's number (its snapshots' and its token x channel errors')
 };
 
 void Engine::fillHeadErrors(ui::RunSnapshot& snap) const {
@@ -72,7 +71,7 @@ ui::TokenErrorViewPtr Engine::inspection() const {
   const cache::ErrorHistory& k = d_->recorder.history(layer, cache::CacheRecorder::Keys);
   const cache::ErrorHistory& v = d_->recorder.history(layer, cache::CacheRecorder::Values);
   auto view = std::make_shared<ui::TokenErrorView>();
-  view->runId = d_->errorsRun;
+  view->runId = d_->runId;
   view->layer = layer;
   view->tokens = std::max(k.tokens(), v.tokens());
   view->heads = static_cast<int>(std::max(k.heads(), v.heads()));
@@ -99,8 +98,9 @@ void Engine::publishInspection() {
 void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt,
                       cache::KvCache& kv) {
   auto snap = std::make_shared<ui::RunSnapshot>();
-  snap->runId = ++d_->runs;
+  snap->runId = d_->runId;
   snap->spec = QString::fromStdString(cache::toSpec(cfg)) + QString(" (%1 beams)").arg(r.beams);
+  snap->request = r;
   snap->config = cfg;
   snap->promptTokens = static_cast<int>(prompt.size());
   generate::BeamOptions bo;
@@ -357,7 +357,7 @@ void Engine::run(const ui::RunRequest& r) {
     stats.tokenBin = 1;  // the token x channel map needs every token's own error
     auto kv = d_->session->model().makeCache(cfg, stats);
     d_->recorder.reset();
-    d_->errorsRun = d_->runs + 1;
+    d_->runId = r.runId > 0 ? r.runId : d_->runId + 1;  // the run's number: the window's when it gives one
     if (r.beams > 0) {
       runBeams(r, cfg, prompt, *kv);
       return;
@@ -375,8 +375,9 @@ void Engine::run(const ui::RunRequest& r) {
     o.stopIds = d_->session->stopIds();
 
     auto snap = std::make_shared<ui::RunSnapshot>();
-    snap->runId = ++d_->runs;
+    snap->runId = d_->runId;
     snap->spec = QString::fromStdString(cache::toSpec(cfg));
+    snap->request = r;
     snap->config = cfg;
     snap->shadow = r.shadow;
     snap->promptTokens = static_cast<int>(prompt.size());

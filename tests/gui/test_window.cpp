@@ -297,6 +297,58 @@ class WindowTest : public QObject {
     QVERIFY(!overlay->axisRect()->insetLayout()->elements(false).contains(overlay->legend));
   }
 
+  void aRunThatQuantizedNothingSaysWhyAndNeverShowsThePreviousRunsMaps() {
+    // Run A quantized: both maps show its errors.
+    auto a = std::make_shared<ui::RunSnapshot>();
+    a->runId = 950;
+    a->spec = "quanto:nbits=2";
+    a->config = cache::parseSpec("quanto:nbits=2");
+    a->finished = true;
+    a->headErrorK = {QVector<float>{0.1f, 0.2f, 0.3f}};
+    a->headErrorV = a->headErrorK;
+    auto te = std::make_shared<ui::TokenErrorView>();
+    te->runId = 950;
+    te->layer = 0;
+    te->tokens = 4;
+    te->heads = 3;
+    te->channels = 2;
+    te->keys.assign(std::size_t{4} * 3 * 2, 0.0875f);
+    te->values = te->keys;
+    a->tokenErrors = te;
+    w_->onRunUpdated(a);
+    auto* map = qobject_cast<QCPColorMap*>(w_->errorDock()->plot()->plottable(0));
+    auto* tokenMap = qobject_cast<QCPColorMap*>(w_->tokenErrorDock()->plot()->plottable(0));
+    QVERIFY(map && tokenMap);
+    QCOMPARE(map->data()->keySize(), 1);
+    QCOMPARE(tokenMap->data()->keySize(), 4);
+    // Run B, kivi on a short prompt: its window holds every token, nothing is quantized, no maps at all.
+    auto b = std::make_shared<ui::RunSnapshot>();
+    b->runId = 951;
+    b->spec = "kivi";
+    b->config = cache::parseSpec("kivi");
+    b->finished = true;
+    b->promptTokens = 40;
+    b->tokens.resize(21);
+    w_->onRunUpdated(b);
+    QCOMPARE(map->data()->keySize(), 0);  // not run A's map
+    QCOMPARE(tokenMap->data()->keySize(), 0);
+    const QString why = w_->findChild<QLabel*>("errorLegend")->text();
+    QVERIFY2(why.contains("nothing quantized yet in run #951") && why.contains("kivi keeps the newest 128 tokens") &&
+                 why.contains("40 prompt + 21 generated"),
+             qPrintable(why));
+    QCOMPARE(w_->tokenErrorDock()->view()->runId, 951);
+    bool said = false;
+    for (auto* l : w_->tokenErrorDock()->findChildren<QLabel*>()) said = said || l->text() == why;
+    QVERIFY(said);
+    // The unquantized cache says that it has nothing to compare.
+    auto d = std::make_shared<ui::RunSnapshot>(*b);
+    d->runId = 952;
+    d->spec = "dynamic";
+    d->config = cache::parseSpec("dynamic");
+    w_->onRunUpdated(d);
+    QVERIFY(w_->findChild<QLabel*>("errorLegend")->text().contains("dynamic stores every token unquantized"));
+  }
+
   void scalesPlotDividesByTheFormatsOwnMax() {
     // An e5m2 cache: amax / 57344, not / 448; V's line too; a log axis over whole decades, so that scales of
     // 1e-3..3e-3 keep labelled ticks.

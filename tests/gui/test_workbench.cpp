@@ -158,7 +158,7 @@ class GuiTest : public QObject {
     r.options.path = model_.toStdString();
     r.options.device = "cuda:7";
     Q_EMIT w_->loadRequested(r);  // straight to the engine, through wire()'s link, past the window's own checks
-    QTRY_VERIFY_WITH_TIMEOUT(spy.failures.size() > 0, 30000);
+    QTRY_VERIFY_WITH_TIMEOUT(!spy.failures.empty(), 30000);
     QVERIFY(spy.failures.takeFirst().contains("device `cuda:7` is not available"));
     // The window shows it through its own queued slot: wait for that before the next test starts a run.
     QTRY_VERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("cuda:7"));
@@ -231,7 +231,7 @@ class GuiTest : public QObject {
     w_->openModel(model_);
     QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 60000);
     QCOMPARE(done.takeFirst().at(0).value<ui::RunSnapshotPtr>()->stopReason, QString("cancelled"));
-    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() > 0, 60000);
+    QTRY_VERIFY_WITH_TIMEOUT(!spy.loads.empty(), 60000);
     QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
     const auto r = runAndWait("fp8:overflow=saturate", 2);
     QVERIFY(r && r->tokens.size() == 2);
@@ -242,7 +242,7 @@ class GuiTest : public QObject {
     w_->openModel(model_);
     QVERIFY(w_->findChild<QPushButton*>("stopButton")->isEnabled());
     QTest::keyClick(w_, Qt::Key_Escape);
-    QTRY_VERIFY_WITH_TIMEOUT(spy.failures.size() > 0, 60000);
+    QTRY_VERIFY_WITH_TIMEOUT(!spy.failures.empty(), 60000);
     QCOMPARE(spy.loads.size(), 0);
     const QString msg = spy.failures.takeFirst();
     QVERIFY2(msg.contains("cancelled; the loaded model is kept"), qPrintable(msg));
@@ -264,7 +264,7 @@ class GuiTest : public QObject {
     EngineSpy spy(engine_);
     QCOMPARE(setrlimit(RLIMIT_AS, &cap), 0);
     w_->openModel(model_);
-    const bool gotIt = QTest::qWaitFor([&] { return spy.failures.size() > 0; }, 60000);
+    const bool gotIt = QTest::qWaitFor([&] { return !spy.failures.empty(); }, 60000);
     setrlimit(RLIMIT_AS, &old);
     QVERIFY(gotIt);
     const QString msg = spy.failures.takeFirst();
@@ -299,7 +299,7 @@ class GuiTest : public QObject {
     f.close();
     EngineSpy spy(engine_);
     w_->openModel(bad);
-    QTRY_VERIFY_WITH_TIMEOUT(spy.failures.size() > 0, 30000);
+    QTRY_VERIFY_WITH_TIMEOUT(!spy.failures.empty(), 30000);
     QVERIFY(spy.failures.takeFirst().contains("broken.gguf"));
     QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());  // the old model is still there
     const auto again = runAndWait("fp8:overflow=saturate", 4);
@@ -470,6 +470,14 @@ class GuiTest : public QObject {
     w_->overlay()->metricBox()->setCurrentIndex(2);
     QVERIFY(w_->overlay()->plot()->graphCount() > 0);
     QVERIFY(w_->overlay()->plot()->graph(0)->data()->size() > 0);
+    // The form took the last run's request, its decoding included; the tests after this one decode greedily.
+    QVERIFY(before.back()->request.has_value());
+    QCOMPARE(w_->findChild<QComboBox*>("decoding")->currentText(),
+             QString(before.back()->request->beams > 0 ? "Beam search" : "Greedy"));
+    QCOMPARE(w_->promptEdit()->toPlainText(), before.back()->request->prompt);
+    QCOMPARE(w_->lastRun()->beamSteps.size(), before.back()->beamSteps.size());  // the Beams view comes back
+    QCOMPARE(w_->beamDock()->hypotheses()->rowCount(), before.back()->beamTexts.size());
+    w_->findChild<QComboBox*>("decoding")->setCurrentIndex(0);
   }
 
   void exportsEveryPlot() {
@@ -493,7 +501,7 @@ class GuiTest : public QObject {
   void bf16ReloadsAndRuns() {
     EngineSpy spy(engine_);
     w_->findChild<QComboBox*>("dtype")->setCurrentText("bf16");
-    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() > 0, 60000);
+    QTRY_VERIFY_WITH_TIMEOUT(!spy.loads.empty(), 60000);
     QCOMPARE(spy.loads.takeFirst().dtype, QString("bf16"));
     // The window learns of the load through its own queued slot: wait until it is ready to run.
     QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
@@ -502,7 +510,7 @@ class GuiTest : public QObject {
     // bf16 states: the unquantized equivalent is two bytes a value, fp8 one.
     QCOMPARE(r->cache.total().payload * 2, r->cache.total().unquantized);
     w_->findChild<QComboBox*>("dtype")->setCurrentText("fp32");
-    QTRY_VERIFY_WITH_TIMEOUT(spy.loads.size() > 0, 60000);
+    QTRY_VERIFY_WITH_TIMEOUT(!spy.loads.empty(), 60000);
     QTRY_VERIFY_WITH_TIMEOUT(w_->findChild<QPushButton*>("runButton")->isEnabled(), 60000);
   }
 
@@ -610,6 +618,48 @@ class GuiTest : public QObject {
     QVERIFY(f32 && q8 && f32->tokens.size() == 4 && q8->tokens.size() == 4);
     // The two arithmetics give different numbers for the same tokens: the switch reached the model.
     QVERIFY(f32->tokens.front().logprob != q8->tokens.front().logprob);
+  }
+
+  // Last: reopening a session replaces the runs the other tests count.
+  void runsAfterAReopenedSessionGoOnFromItsNumbersWithItsPromptAndDecoding() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("s.kvscope.json");
+    ui::Session s{"model.gguf", {}};
+    for (int id : {40, 90}) {  // above this window's own runs; not from 1, with a gap
+      auto r = std::make_shared<ui::RunSnapshot>();
+      r->runId = id;
+      r->spec = "fp8:overflow=saturate (2 beams)";
+      r->config = cache::parseSpec("fp8:overflow=saturate");
+      r->finished = true;
+      ui::RunRequest q;
+      q.prompt = "Name a colour.";
+      q.maxNew = 3;
+      q.beams = 2;
+      q.config = *r->config;
+      r->request = q;
+      s.runs << r;
+    }
+    ui::saveSession(s, path);
+    const QString prompt = w_->promptEdit()->toPlainText();
+    const int maxNew = w_->maxNewBox()->value();
+    w_->openSession(path);
+    // The form shows the last reopened run's request: its prompt, its length and beam search.
+    QCOMPARE(w_->promptEdit()->toPlainText(), QString("Name a colour."));
+    QCOMPARE(w_->maxNewBox()->value(), 3);
+    QCOMPARE(w_->findChild<QComboBox*>("decoding")->currentText(), QString("Beam search"));
+    QSignalSpy done(w_, &ui::MainWindow::runFinished);
+    auto* runButton = w_->findChild<QPushButton*>("runButton");
+    QTRY_VERIFY_WITH_TIMEOUT(runButton->isEnabled(), 60000);
+    QTest::mouseClick(runButton, Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() > 0, 60000);
+    const auto r = done.takeFirst().at(0).value<ui::RunSnapshotPtr>();
+    QCOMPARE(r->runId, 91);  // after the reopened #40 and #90, never a number the table already shows
+    QVERIFY(!r->beamSteps.isEmpty());
+    QCOMPARE(w_->runsModel()->rowCount(), 3);
+    QCOMPARE(runsCell(2, 0), QString::number(r->runId));
+    w_->findChild<QComboBox*>("decoding")->setCurrentIndex(0);
+    w_->promptEdit()->setPlainText(prompt);
+    w_->maxNewBox()->setValue(maxNew);
   }
 
   void cleanupTestCase() {

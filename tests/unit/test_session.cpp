@@ -27,10 +27,10 @@ ui::Session sample() {
     t.id = 100 + i;
     t.text = i == 2 ? QString::fromUtf8("é\n") : " the";
     t.logprob = i == 1 ? std::nanf("") : -0.5f * float(i);
-    t.kl = i == 1 ? std::nanf("") : 0.01f * float(i);
+    t.kl = i == 1 ? std::nanf("") : i == 3 ? INFINITY : 0.01f * float(i);
     t.top1Agrees = i != 3;
-    t.kvStored = 1000 * (i + 1);
-    t.kvUnquantized = 4000 * (i + 1);
+    t.kvStored = qint64{1000} * (i + 1);
+    t.kvUnquantized = qint64{4000} * (i + 1);
     r->tokens.append(t);
   }
   kvscope::cache::LayerMemory lm;
@@ -40,10 +40,29 @@ ui::Session sample() {
   r->cache.memory = {lm, lm};
   r->decodeTokS = 25.25;
   r->maxKl = std::nan("");
+  r->meanKl = INFINITY;
   r->firstDivergence = 2;
   r->stopReason = "eos";
   r->beamTexts = {"a", "b"};
-  r->beamScores = {-1.0f, -2.5f};
+  r->beamScores = {-1.0f, -INFINITY};
+  for (int step = 0; step < 2; ++step) {
+    ui::BeamStepView b;
+    b.step = step;
+    b.parents = {0, step};
+    b.ids = {7 + step, 9};
+    b.tokens = {"x", "y"};
+    b.scores = {-0.5f * float(step + 1), -1.0f};
+    b.storeRows = {1, 0};
+    r->beamSteps << b;
+  }
+  ui::RunRequest q;
+  q.prompt = "Say \"hi\"";
+  q.chat = false;
+  q.maxNew = 7;
+  q.beams = 2;
+  q.seed = 18446744073709551557ull;  // beyond a double's whole numbers
+  q.topP = 0.5;
+  r->request = q;
   r->finished = true;
   r->config = kvscope::cache::parseSpec("quanto:nbits=4");
   return ui::Session{"/models/m.gguf", {r}};
@@ -86,6 +105,23 @@ TEST(Session, RoundTripKeepsEverythingWrittenIncludingNaN) {
   ASSERT_EQ(r.cache.memory.size(), 2u);
   EXPECT_EQ(r.cache.memory[1].values.residual, 1 << 20);
   EXPECT_TRUE(std::isnan(r.maxKl));
+  EXPECT_EQ(r.meanKl, INFINITY);  // inf stays inf: a KL of inf is a finding, not a missing value
+  EXPECT_EQ(r.tokens[3].kl, INFINITY);
+  EXPECT_EQ(r.beamScores.value(1), -INFINITY);
+  ASSERT_EQ(r.beamSteps.size(), 2);  // the Beams view of a reopened run
+  EXPECT_EQ(r.beamSteps[1].parents, (QVector<qint64>{0, 1}));
+  EXPECT_EQ(r.beamSteps[1].ids, (QVector<qint64>{8, 9}));
+  EXPECT_EQ(r.beamSteps[1].tokens, QStringList({"x", "y"}));
+  EXPECT_EQ(r.beamSteps[1].storeRows, (QVector<qint64>{1, 0}));
+  EXPECT_FLOAT_EQ(r.beamSteps[1].scores.value(0), -1.0f);
+  ASSERT_TRUE(r.request.has_value());  // the prompt and the decoding come back
+  EXPECT_EQ(r.request->prompt, "Say \"hi\"");
+  EXPECT_FALSE(r.request->chat);
+  EXPECT_EQ(r.request->maxNew, 7);
+  EXPECT_EQ(r.request->beams, 2);
+  EXPECT_EQ(r.request->seed, 18446744073709551557ull);
+  EXPECT_DOUBLE_EQ(r.request->topP, 0.5);
+  EXPECT_EQ(r.request->config, *r.config);
   EXPECT_EQ(r.firstDivergence, 2);
   EXPECT_EQ(r.beamTexts, QStringList({"a", "b"}));
   ASSERT_TRUE(r.config.has_value());
@@ -146,7 +182,7 @@ TEST(Session, MalformedFilesNameTheKeyAndWhere) {
       {withToken(R"({"id":-1})"), "token #1: `id` must be a whole number"},
       {withToken(R"({"id":2.5})"), "token #1: `id` must be a whole number"},
       {withToken(R"({"text":3})"), "token #1: `text` must be a string"},
-      {withToken(R"({"kl":"x"})"), "token #1: `kl` must be a number or null (got a string)"},
+      {withToken(R"({"kl":"x"})"), "token #1: `kl` must be a number, null, \"inf\" or \"-inf\" (got a string)"},
       {withToken(R"({"logprob":1e300})"), "token #1: `logprob` is out of the float range"},
       {withToken(R"({"top1":1})"), "token #1: `top1` must be true or false"},
       {withToken(R"({"kv_stored":9.3e18})"), "token #1: `kv_stored` must be a whole number"},
@@ -156,7 +192,17 @@ TEST(Session, MalformedFilesNameTheKeyAndWhere) {
       {R"({"format":"kvscope-session","version":1,"runs":[{"config":"fp8","tokens":[],"memory":[{"k":{"payload":-4},"v":{}}]}]})",
        "run #0 memory layer 0: `payload` must be a whole number in [0, 281474976710656]"},
       {R"({"format":"kvscope-session","version":1,"runs":[{"config":"fp8","tokens":[],"beams":[{"score":true}]}]})",
-       "run #0 beam #0: `score` must be a number or null"},
+       "run #0 beam #0: `score` must be a number, null"},
+      {R"({"format":"kvscope-session","version":1,"runs":[{"config":"fp8","tokens":[],"beam_steps":[{"ids":[1,2],"parents":[0,5],"tokens":["a","b"],"scores":[0,0],"store_rows":[]}]}]})",
+       "run #0 beam step #0: `parents` must hold whole numbers in [0, 1]"},
+      {R"({"format":"kvscope-session","version":1,"runs":[{"config":"fp8","tokens":[],"beam_steps":[{"ids":[1,2],"parents":[0],"tokens":["a","b"],"scores":[0,0],"store_rows":[]}]}]})",
+       "run #0 beam step #0: `parents`, `tokens` and `scores` must list the 2 beams of `ids`"},
+      {R"({"format":"kvscope-session","version":1,"runs":[{"config":"fp8","tokens":[],"beam_steps":[{"ids":[1],"parents":[0],"tokens":["a"],"scores":[0],"store_rows":[]},{"ids":[1,2],"parents":[0,1],"tokens":["a","b"],"scores":[0,0],"store_rows":[]}]}]})",
+       "run #0 beam step #1: parent 1 names a beam the step before does not have"},
+      {R"({"format":"kvscope-session","version":1,"runs":[{"config":"fp8","tokens":[],"request":{"seed":"-3"}}]})",
+       "run #0 request: `seed` must be a whole number written as a string"},
+      {R"({"format":"kvscope-session","version":1,"runs":[{"config":"fp8","tokens":[],"request":{"beams":1e9}}]})",
+       "run #0 request: `beams` must be a whole number in [0, 1024]"},
       {R"({"format":"kvscope-session","version":1,"runs":[{"config":"fp8","tokens":[],"first_divergence":-2}]})",
        "run #0: `first_divergence` must be a whole number in [-1,"},
   };

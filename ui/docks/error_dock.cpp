@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "docks/plot_style.h"
+#include "runs_model.h"
 
 namespace kvscope::ui {
 
@@ -72,7 +73,15 @@ void ErrorDock::redraw() {
   const int layers = static_cast<int>(rel.size());
   int heads = 0;
   for (const auto& r : rel) heads = std::max<int>(heads, static_cast<int>(r.size()));
-  if (layers == 0 || heads == 0) return;
+  if (layers == 0 || heads == 0) {  // nothing quantized in the shown run: say why, never keep another run's map
+    for (auto* m : {map_, nanMap_}) m->data()->clear();
+    nanMap_->setVisible(false);
+    mark_->setVisible(false);
+    legend_->setText(last_ ? nothingQuantizedReason(*last_) : QString());
+    legend_->setVisible(last_ != nullptr);
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+    return;
+  }
   for (auto* m : {map_, nanMap_}) {
     m->data()->setSize(layers, heads);
     m->data()->setRange(QCPRange(0, layers - 1), QCPRange(0, heads - 1));

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "docks/plot_style.h"
+#include "runs_model.h"
 
 namespace kvscope::ui {
 
@@ -48,8 +49,27 @@ void TokenErrorDock::show(const TokenErrorViewPtr& view) {
   redraw();
 }
 
+void TokenErrorDock::showRun(const RunSnapshotPtr& run) {
+  if (!run) return;
+  emptyReason_ = nothingQuantizedReason(*run);
+  if (run->tokenErrors) return show(run->tokenErrors);
+  if (view_ && view_->runId == run->runId) return redraw();  // the engine attaches errors at most twice a second
+  auto none = std::make_shared<TokenErrorView>();
+  none->runId = run->runId;
+  none->layer = sel_->layer();
+  view_ = none;
+  redraw();
+}
+
 void TokenErrorDock::redraw() {
-  if (!view_ || view_->tokens == 0 || view_->heads == 0) return;
+  if (!view_) return;
+  if (view_->tokens == 0 || view_->heads == 0 || (view_->keys.empty() && view_->values.empty())) {
+    map_->data()->clear();
+    mark_->setVisible(false);
+    title_->setText(emptyReason_.isEmpty() ? tr("nothing quantized yet") : emptyReason_);
+    plot_->replot(QCustomPlot::rpQueuedReplot);
+    return;
+  }
   const auto& side = which_->currentIndex() == 0 ? view_->keys : view_->values;
   const int head = std::min(sel_->head(), view_->heads - 1);
   const int C = view_->channels;

@@ -21,6 +21,9 @@ class TokenErrorDock : public QWidget {
  public:
   TokenErrorDock(Selection* selection, QWidget* parent = nullptr);
   void show(const TokenErrorViewPtr& view);
+  /// Shows `run`'s errors: its attached view, else the one this run's inspection sent last; for a run that has none
+  /// (yet), an empty map and why, never the previous run's map.
+  void showRun(const RunSnapshotPtr& run);
   QCustomPlot* plot() const { return plot_; }
   TokenErrorViewPtr view() const { return view_; }
 
@@ -33,6 +36,7 @@ class TokenErrorDock : public QWidget {
   QComboBox* which_;
   QLabel* title_;
   TokenErrorViewPtr view_;
+  QString emptyReason_;  ///< what the title says when the view has nothing quantized
 };
 
 }  // namespace kvscope::ui
