@@ -249,6 +249,8 @@ QByteArray sessionJson(const Session& s) {
                     {"max_kl", numberJson(r->maxKl)},
                     {"top1_agreement", numberJson(r->top1Agreement)},
                     {"first_divergence", r->firstDivergence},
+                    {"ref_perplexity", numberJson(r->refPerplexity)},
+                    {"ref_tokens", r->refTokens},
                     {"stop_reason", r->stopReason},
                     {"beams", beams},
                     {"beam_steps", beamSteps},
@@ -356,6 +358,8 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
     r->maxKl = rd.number(o, "max_kl", 0.0);
     r->top1Agreement = rd.number(o, "top1_agreement", 1.0);
     r->firstDivergence = static_cast<int>(rd.integer(o, "first_divergence", -1, std::numeric_limits<int>::max(), -1));
+    r->refTokens = static_cast<int>(rd.integer(o, "ref_tokens", 0, std::numeric_limits<int>::max(), 0));
+    r->refPerplexity = rd.number(o, "ref_perplexity", std::nan(""));
     r->stopReason = rd.string(o, "stop_reason");
     r->cancelled = r->stopReason == QLatin1String("cancelled");  // the file's word for it
     const QJsonArray beams = rd.array(o, "beams");

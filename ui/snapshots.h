@@ -6,6 +6,9 @@
 #include <QString>
 #include <QStringList>
 #include <QVector>
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -97,6 +100,11 @@ struct TuneResultView {
   int windows = 0, ctx = 0, prompt = 0, step = 0;
   qint64 scored = 0;  ///< tokens scored per run
   cache::Scan scan;   ///< plain numbers: the fronts and picks are computed from it on the GUI thread
+  /// A scan still going (its points so far, at most twice a second) or stopped: the fronts are those of the
+  /// candidates scanned whole (cache::completedCandidates).
+  bool complete = true;
+  bool stopped = false;       ///< Stop ended it: what was scanned is kept
+  double secondsLeft = -1.0;  ///< while it goes: the time left at the pace so far (-1: not known yet)
 };
 
 struct TokenView {
@@ -152,6 +160,12 @@ struct RunSnapshot {
   QVector<QVector<float>> headErrorK, headErrorV;
   double prefillTokS = 0.0, decodeTokS = 0.0;
   double meanKl = 0.0, maxKl = 0.0, top1Agreement = 1.0;
+  /// Perplexity on the reference continuation: the unquantized cache's greedy answer to the same prompt, teacher-
+  /// forced through this run's config (the same tokens for every run on the prompt; NaN where the cache's logits
+  /// were). refTokens 0: not scored (refPerplexityNote says why when known).
+  double refPerplexity = std::numeric_limits<double>::quiet_NaN();
+  int refTokens = 0;
+  QString refPerplexityNote;
   int firstDivergence = -1;
   bool finished = false;
   QString stopReason;             ///< generate::stopReasonName(): "max_new", "stop_token", "callback", "cancelled"
@@ -168,19 +182,34 @@ struct RunSnapshot {
 using RunSnapshotPtr = std::shared_ptr<const RunSnapshot>;
 
 /// The tokens beam `beam` holds after the run's latest step, traced back through each step's parents (the cache
-/// reorder): what that beam's cache rows hold. Empty for a run without beam steps or a beam it does not have.
+/// reorder): what that beam's cache rows hold. Each token's log-prob is its beam's score minus its parent's (NaN where
+/// transformers marks a finished beam with -1e9); its candidates (`top`) are the continuations of the same parent that
+/// the step kept, best first. Empty for a run without beam steps or a beam it does not have.
 inline QVector<TokenView> beamSequence(const RunSnapshot& run, int beam) {
   QVector<TokenView> out;
   if (run.beamSteps.isEmpty() || beam < 0 || beam >= run.beamSteps.back().parents.size()) return out;
+  constexpr float kFinished = -1e8f;  // transformers' -1e9 for a beam that is no longer continued
   qint64 b = beam;
   for (auto s = run.beamSteps.size() - 1; s >= 0 && b >= 0; --s) {
     const BeamStepView& st = run.beamSteps[s];
     if (b >= st.parents.size()) break;
+    const qint64 parent = st.parents[b];
+    auto logprob = [&](qint64 j) {
+      const float before = s > 0 ? run.beamSteps[s - 1].scores.value(st.parents.value(j), 0.0f) : 0.0f;
+      const float after = st.scores.value(j, kFinished);
+      return after <= kFinished || before <= kFinished ? std::numeric_limits<float>::quiet_NaN() : after - before;
+    };
     TokenView t;
     t.id = st.ids.value(b);
     t.text = st.tokens.value(b);
+    t.logprob = logprob(b);
+    for (qint64 j = 0; j < st.parents.size(); ++j)
+      if (st.parents[j] == parent) t.top.append({st.tokens.value(j), logprob(j)});
+    auto rank = [](float lp) { return std::isnan(lp) ? -std::numeric_limits<float>::infinity() : lp; };
+    std::stable_sort(t.top.begin(), t.top.end(),
+                     [&](const auto& x, const auto& y) { return rank(x.second) > rank(y.second); });
     out.prepend(t);
-    b = st.parents[b];
+    b = parent;
   }
   return out;
 }

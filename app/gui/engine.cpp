@@ -44,6 +44,10 @@ constexpr qint64 kEmitMs = 100;
 // The token x channel errors (a copy of a layer's whole history) ride along at most twice a second while a run goes;
 // the final snapshot always carries them.
 constexpr qint64 kInspectionMs = 500;
+// Runs up to this many tokens (prompt + new) are scored on the reference continuation as they finish: a second pass
+// through the run's config (its own cache freed first), about a run's time again on the embedded model. Longer ones
+// say so; the Text evaluation tab scores long texts.
+constexpr std::size_t kReferenceScoreTokens = 4096;
 }  // namespace
 
 struct Engine::Impl {
@@ -51,7 +55,44 @@ struct Engine::Impl {
   // The current (or latest) run's error history and per-head errors, per layer, keys and values.
   cache::CacheRecorder recorder;
   int runId = 0;  // the current run's number (its snapshots' and its token x channel errors')
+  // The unquantized cache's greedy continuation of the latest prompt: what every run on it is scored on.
+  struct Reference {
+    std::vector<std::int64_t> prompt;
+    int maxNew = 0;
+    std::vector<std::int64_t> tokens;
+  };
+  std::optional<Reference> reference;
 };
+
+void Engine::scoreOnReference(ui::RunSnapshot& snap, const ui::RunRequest& r, const std::vector<std::int64_t>& prompt) {
+  if (snap.cancelled || snap.tokens.isEmpty()) return;
+  if (prompt.size() + static_cast<std::size_t>(r.maxNew) > kReferenceScoreTokens) {
+    snap.refPerplexityNote = QString(
+                                 "not scored: prompt + new tokens exceed %1 (the Text evaluation tab scores long "
+                                 "texts)")
+                                 .arg(kReferenceScoreTokens);
+    return;
+  }
+  const model::LlamaModel& model = d_->session->model();
+  cache::StatsOptions quiet;
+  quiet.enabled = false;
+  auto& ref = d_->reference;
+  if (!ref || ref->prompt != prompt || ref->maxNew != r.maxNew) {
+    ref.reset();
+    generate::GenerateOptions o;
+    o.maxNew = r.maxNew;
+    o.stopIds = d_->session->stopIds();
+    auto kv = model.makeCache(cache::parseSpec("dynamic"), quiet);
+    const auto g = generate::generate(model, *kv, prompt, o, {}, &cancel_);
+    if (g.stopReason == generate::StopReason::Cancelled) return;
+    ref = Impl::Reference{prompt, r.maxNew, g.tokens};
+  }
+  auto kv = model.makeCache(*snap.config, quiet);
+  const auto s = generate::scoreContinuation(model, *kv, prompt, ref->tokens, r.prefillChunk, &cancel_);
+  if (s.cancelled) return;
+  snap.refPerplexity = s.ppl();
+  snap.refTokens = static_cast<int>(s.scored);
+}
 
 void Engine::fillHeadErrors(ui::RunSnapshot& snap) const {
   snap.headErrorK.clear();
@@ -213,6 +254,7 @@ void Engine::load(const ui::LoadRequest& r) {
     });
     // Only a complete load replaces the previous model: a failure keeps what was there.
     d_->session.emplace(std::move(m));
+    d_->reference.reset();  // another model: another reference continuation
     const auto& c = d_->session->model().config();
     ui::ModelInfo info;
     info.path = QString::fromStdString(d_->session->path());
@@ -258,35 +300,65 @@ std::vector<std::vector<std::int64_t>> Engine::textWindows(const QString& path, 
 
 void Engine::tune(const ui::TuneRequest& r) {
   beginRun(r.serial);
+  ui::TuneResultView out;  // outside the try: a stopped scan keeps its points
   try {
     if (!d_->session) throw Error(ErrorCode::BadInput, "no model is loaded");
-    cache::Scan scan;
+    out.textPath = r.textPath;
+    out.modelPath = r.modelPath;
+    out.complete = false;
+    cache::Scan& scan = out.scan;
     scan.plan = cache::planScan(r.candidates, d_->session->model().config().layers);
     const auto windows = textWindows(r.textPath, r.ctx, r.windows);
     generate::EvalOptions o;
     o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);
     o.step = r.step;
-    std::vector<cache::CacheConfig> cfgs;
-    for (const auto& it : scan.plan.items) cfgs.push_back(scan.plan.config(it));
-    const int total = static_cast<int>(windows.size() * (cfgs.size() + 1));
-    const auto figs = generate::evaluate(d_->session->model(), windows, cfgs, o,
-                                         [&](std::size_t wi, std::size_t, std::size_t ci, std::size_t nc) {
-                                           Q_EMIT evalProgress(static_cast<int>(wi * nc + ci), total);
-                                           return !cancel_.requested();
-                                         });
-    scan.referenceBytes = figs[0].memory.stored();
-    for (std::size_t i = 0; i < scan.plan.items.size(); ++i)
-      scan.points.push_back({scan.plan.items[i], figs[i + 1].meanKl(), figs[i + 1].memory.stored()});
-    ui::TuneResultView out;
-    out.textPath = r.textPath;
-    out.modelPath = r.modelPath;
     out.windows = static_cast<int>(windows.size());
     out.ctx = static_cast<int>(windows[0].size());
     out.prompt = o.prompt;
     out.step = o.step;
-    out.scored = figs[0].scored;
-    out.scan = std::move(scan);
+    std::vector<cache::CacheConfig> cfgs;
+    for (const auto& it : scan.plan.items) cfgs.push_back(scan.plan.config(it));
+    const int total = static_cast<int>(windows.size() * (cfgs.size() + 1));
+    // A config's figures are whole after the last window that has tokens to score (evaluate skips a short one).
+    std::size_t lastWindow = 0;
+    for (std::size_t w = 0; w < windows.size(); ++w)
+      if (windows[w].size() > static_cast<std::size_t>(o.prompt)) lastWindow = w;
+    QElapsedTimer clock, sinceEmit;
+    clock.start();
+    sinceEmit.start();
+    int passes = 0;  // (window, config) pairs done: the pace of the time estimate
+    const auto figs = generate::evaluate(
+        d_->session->model(), windows, cfgs, o,
+        [&](std::size_t wi, std::size_t, std::size_t ci, std::size_t nc) {
+          Q_EMIT evalProgress(static_cast<int>(wi * nc + ci), total);
+          return !cancel_.requested();
+        },
+        [&](std::size_t wi, std::size_t ci, const generate::EvalFigures& f) {
+          ++passes;
+          if (wi != lastWindow) return;
+          if (ci == 0) {
+            scan.referenceBytes = f.memory.stored();
+            out.scored = f.scored;
+            return;
+          }
+          scan.points.push_back({scan.plan.items[ci - 1], f.meanKl(), f.memory.stored()});
+          if (sinceEmit.elapsed() < kInspectionMs || ci == cfgs.size()) return;
+          out.secondsLeft = clock.elapsed() / 1000.0 / passes * (total - passes);
+          Q_EMIT tuneProgress(out);
+          sinceEmit.restart();
+        });
+    (void)figs;
+    out.complete = true;
+    out.secondsLeft = 0;
     Q_EMIT evalProgress(total, total);
+    Q_EMIT tuneFinished(out);
+  } catch (const generate::EvalCancelled&) {
+    if (out.scan.points.empty()) {
+      Q_EMIT failed(r.serial, describeCurrent("the tuner's scan", false));
+      return;
+    }
+    out.stopped = true;  // Stop keeps what was scanned: the fronts of the candidates scanned whole
+    out.secondsLeft = -1;
     Q_EMIT tuneFinished(out);
   } catch (...) {
     Q_EMIT failed(r.serial, describeCurrent("the tuner's scan", false));
@@ -432,6 +504,8 @@ void Engine::run(const ui::RunRequest& r) {
     snap->tokenErrors = inspection();
     snap->deviceMemory = deviceMemory();
     fillHeadErrors(*snap);
+    kv.reset();  // the run's cache goes before the scoring cache comes (what the views need is in the snapshot)
+    scoreOnReference(*snap, r, prompt);
     Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
   } catch (...) {
     Q_EMIT failed(r.serial, describeCurrent("the run", d_->session.has_value()));

@@ -44,7 +44,8 @@ class Engine : public QObject {
   void run(const kvscope::ui::RunRequest& request);
   /// Evaluates configs on a text (progress, then evalFinished or failed); Stop cancels it like a run.
   void evaluate(const kvscope::ui::EvalRequest& request);
-  /// Scans each layer side with the request's candidates (progress as evalProgress, then tuneFinished or failed);
+  /// Scans each layer side with the request's candidates (progress as evalProgress and tuneProgress, then
+  /// tuneFinished, also when stopped with points scanned, or failed);
   /// Stop cancels it like a run.
   void tune(const kvscope::ui::TuneRequest& request);
   /// Emits inspectionUpdated for the inspected layer of the latest run (after it, or between runs).
@@ -57,6 +58,8 @@ class Engine : public QObject {
   void inspectionUpdated(const kvscope::ui::TokenErrorViewPtr& view);
   void evalProgress(int done, int total);
   void evalFinished(const kvscope::ui::EvalResultView& result);
+  /// A scan's points so far (TuneResultView::complete false), at most twice a second while it goes.
+  void tuneProgress(const kvscope::ui::TuneResultView& partial);
   void tuneFinished(const kvscope::ui::TuneResultView& result);
   /// Request `serial` (a load, a run or an evaluation) failed or was cancelled: one line for the user.
   void failed(quint64 serial, const QString& message);
@@ -67,6 +70,9 @@ class Engine : public QObject {
   struct Impl;
   std::unique_ptr<Impl> d_;
   void fillHeadErrors(ui::RunSnapshot& snap) const;
+  /// The run's perplexity on the reference continuation (ui::RunSnapshot::refPerplexity): the unquantized cache's
+  /// greedy answer to the same prompt (generated once per prompt and length), teacher-forced through `cfg`.
+  void scoreOnReference(ui::RunSnapshot& snap, const ui::RunRequest& r, const std::vector<std::int64_t>& prompt);
   ui::TokenErrorViewPtr inspection() const;
   ui::TokenErrorViewPtr inspectionIfDue(QElapsedTimer& since) const;
   void beginRun(quint64 serial);

@@ -169,15 +169,41 @@ ScanPlan planScan(const std::vector<CacheConfig>& candidates, int numLayers) {
   return plan;
 }
 
-const Scan::Point& Scan::at(int layer, KvSide side, std::size_t candidate) const {
+const Scan::Point* Scan::find(int layer, KvSide side, std::size_t candidate) const {
   // The plan's order: candidate, layer, side.
   const std::size_t i = (candidate * static_cast<std::size_t>(plan.numLayers) + static_cast<std::size_t>(layer)) * 2 +
                         (side == KvSide::Keys ? 0 : 1);
   if (i < points.size() && points[i].item.layer == layer && points[i].item.side == side &&
       points[i].item.candidate == candidate)
-    return points[i];
+    return &points[i];
   for (const Point& p : points)
-    if (p.item.layer == layer && p.item.side == side && p.item.candidate == candidate) return p;
+    if (p.item.layer == layer && p.item.side == side && p.item.candidate == candidate) return &p;
+  return nullptr;
+}
+
+Scan completedCandidates(const Scan& scan) {
+  Scan out;
+  out.referenceBytes = scan.referenceBytes;
+  out.plan.numLayers = scan.plan.numLayers;
+  for (std::size_t c = 0; c < scan.plan.candidates.size(); ++c) {
+    std::vector<Scan::Point> pts;
+    for (int l = 0; l < scan.plan.numLayers; ++l)
+      for (KvSide s : {KvSide::Keys, KvSide::Values})
+        if (const Scan::Point* p = scan.find(l, s, c)) pts.push_back(*p);
+    if (pts.size() != static_cast<std::size_t>(scan.plan.numLayers) * 2) continue;
+    const std::size_t renumbered = out.plan.candidates.size();
+    out.plan.candidates.push_back(scan.plan.candidates[c]);
+    for (Scan::Point& p : pts) {
+      p.item.candidate = renumbered;
+      out.plan.items.push_back(p.item);
+      out.points.push_back(p);
+    }
+  }
+  return out;
+}
+
+const Scan::Point& Scan::at(int layer, KvSide side, std::size_t candidate) const {
+  if (const Point* p = find(layer, side, candidate)) return *p;
   throw ConfigError(
       "scan", fmt::format("the scan has no point for layer {} {} with candidate {}", layer, sideName(side), candidate));
 }

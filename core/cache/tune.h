@@ -52,7 +52,13 @@ struct Scan {
   std::vector<Point> points;
   /// The point of (layer, side, candidate); throws ConfigError when the scan lacks it.
   const Point& at(int layer, KvSide side, std::size_t candidate) const;
+  /// The same; nullptr when the scan lacks it (a scan still going, or stopped).
+  const Point* find(int layer, KvSide side, std::size_t candidate) const;
 };
+
+/// What a partial scan (still going, or stopped) can be solved from: the candidates whose every layer side has its
+/// point, renumbered in their order, with those points. Equal to `scan` when it is complete.
+Scan completedCandidates(const Scan& scan);
 
 /// What the assignment must look like for a target to run it as tuned.
 enum class TuneTarget {

@@ -95,7 +95,7 @@ std::vector<std::vector<std::int64_t>> textWindows(const std::vector<std::int64_
 
 std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vector<std::vector<std::int64_t>>& windows,
                                   const std::vector<cache::CacheConfig>& configs, const EvalOptions& o,
-                                  const EvalProgress& progress) {
+                                  const EvalProgress& progress, const EvalFiguresFn& figures) {
   if (windows.empty() || windows[0].size() < 2) throw Error(ErrorCode::BadInput, "the text has fewer than 2 tokens");
   if (o.step < 1) throw Error(ErrorCode::BadInput, fmt::format("step must be >= 1, got {}", o.step));
   const std::size_t prompt =
@@ -129,6 +129,7 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
       f.nonFinite += o.nonFinite;
       if (ci == 0) {
         ref = lp;
+        if (figures) figures(wi, ci, f);
         continue;
       }
       // KL(reference || config) per position, in nats; positions whose logits are not finite are counted apart.
@@ -152,6 +153,7 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
           f.klAtPosition[prompt + i] += f.tokenKl[first + i];
           ++f.tokensAtPosition[prompt + i];
         }
+      if (figures) figures(wi, ci, f);
     }
   }
   return figs;

@@ -72,10 +72,14 @@ struct EvalCancelled : Cancelled {
   EvalCancelled() : Cancelled("evaluation cancelled") {}
 };
 
+/// Called after each (window, config) pair with that config's figures so far (whole after the last window): what a
+/// caller shows while an evaluation goes (the tuner's partial fronts).
+using EvalFiguresFn = std::function<void(std::size_t window, std::size_t config, const EvalFigures& figures)>;
+
 /// Figures for the unquantized reference (first, spec "dynamic (reference)") and then each config.
 /// Throws an Error (BadInput) for windows of fewer than 2 tokens or a step below 1.
 std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vector<std::vector<std::int64_t>>& windows,
                                   const std::vector<cache::CacheConfig>& configs, const EvalOptions& o = {},
-                                  const EvalProgress& progress = {});
+                                  const EvalProgress& progress = {}, const EvalFiguresFn& figures = {});
 
 }  // namespace kvscope::generate

@@ -9,6 +9,7 @@
 
 #include "device/host_copy.h"
 #include "util/error.h"
+#include "util/metrics.h"
 
 namespace kvscope::generate {
 
@@ -52,6 +53,49 @@ model::ForwardOptions forwardOptions(std::int64_t chunk, const CancelToken* canc
 std::int64_t prefillChunkFor(const cache::KvCache& cache, std::int64_t requested) {
   if (requested >= 0) return requested;
   return cache::allFused(cache.config()) ? kDefaultPrefillChunk : 0;
+}
+
+double ContinuationScore::ppl() const {
+  return scored > 0 ? kvscope::perplexity(nll, scored) : std::nan("");
+}
+
+ContinuationScore scoreContinuation(const model::LlamaModel& model, cache::KvCache& cache,
+                                    const std::vector<std::int64_t>& prompt,
+                                    const std::vector<std::int64_t>& continuation, std::int64_t prefillChunk,
+                                    const CancelToken* cancel) {
+  if (prompt.empty()) throw Error(ErrorCode::BadInput, "scoring a continuation: the prompt is empty");
+  if (cache.seqLength() != 0) throw Error(ErrorCode::Internal, "scoring a continuation: the cache must start empty");
+  ContinuationScore r;
+  if (continuation.empty()) return r;
+  // The log-probs stay where the logits are, gathered per step and summed once at the end: one host copy.
+  std::vector<at::Tensor> picked;
+  picked.reserve(continuation.size());
+  try {
+    at::Tensor logits = model
+                            .forward(at::tensor(prompt, at::kLong).view({1, -1}), cache,
+                                     forwardOptions(prefillChunkFor(cache, prefillChunk), cancel))
+                            .select(0, 0)
+                            .select(0, -1);
+    for (std::size_t i = 0; i < continuation.size(); ++i) {
+      if (cancel && cancel->requested()) {
+        r.cancelled = true;
+        return r;
+      }
+      if (i > 0)
+        logits = model
+                     .forward(at::tensor(std::vector<std::int64_t>{continuation[i - 1]}, at::kLong).view({1, 1}), cache,
+                              forwardOptions(0))
+                     .select(0, 0)
+                     .select(0, -1);
+      picked.push_back(logits.to(at::kFloat).log_softmax(0).narrow(0, continuation[i], 1).to(at::kDouble));
+    }
+  } catch (const kvscope::Cancelled&) {
+    r.cancelled = true;
+    return r;
+  }
+  r.nll = -device::toHost(at::cat(picked).sum().view({1})).const_data_ptr<double>()[0];
+  r.scored = static_cast<std::int64_t>(continuation.size());
+  return r;
 }
 
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,

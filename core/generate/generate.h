@@ -98,6 +98,23 @@ struct GenerateResult {
 GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, const std::vector<std::int64_t>& prompt,
                         const GenerateOptions& options, const StepFn& onStep = {}, const CancelToken* cancel = nullptr);
 
+/// Teacher forcing: how well a cache predicts given tokens after a prompt.
+struct ContinuationScore {
+  double nll = 0.0;         ///< sum of -log p(token) over the scored tokens (NaN/inf when the logits were)
+  std::int64_t scored = 0;  ///< tokens scored
+  bool cancelled = false;
+  double ppl() const;  ///< exp(nll / scored); NaN when nothing was scored
+};
+
+/// Feeds `prompt` into `cache` (empty at the call) as generate() prefills it, then `continuation` one token per
+/// forward pass as generate() decodes, and scores each continuation token under the logits before it: every scored
+/// token attends to what the cache stored of the prompt and the tokens before it, as in a generation. The same
+/// continuation through several configs is a perplexity on the same tokens. `cancel`: as generate().
+ContinuationScore scoreContinuation(const model::LlamaModel& model, cache::KvCache& cache,
+                                    const std::vector<std::int64_t>& prompt,
+                                    const std::vector<std::int64_t>& continuation, std::int64_t prefillChunk = -1,
+                                    const CancelToken* cancel = nullptr);
+
 struct BeamOptions {
   int numBeams = 4;
   double lengthPenalty = 1.0;

@@ -42,6 +42,8 @@ ui::Session sample() {
   r->maxKl = std::nan("");
   r->meanKl = INFINITY;
   r->firstDivergence = 2;
+  r->refPerplexity = std::nan("");  // a cache whose logits were NaN on the reference tokens
+  r->refTokens = 40;
   r->stopReason = "eos";
   r->beamTexts = {"a", "b"};
   r->beamScores = {-1.0f, -INFINITY};
@@ -123,6 +125,8 @@ TEST(Session, RoundTripKeepsEverythingWrittenIncludingNaN) {
   EXPECT_DOUBLE_EQ(r.request->topP, 0.5);
   EXPECT_EQ(r.request->config, *r.config);
   EXPECT_EQ(r.firstDivergence, 2);
+  EXPECT_TRUE(std::isnan(r.refPerplexity));
+  EXPECT_EQ(r.refTokens, 40);
   EXPECT_EQ(r.beamTexts, QStringList({"a", "b"}));
   ASSERT_TRUE(r.config.has_value());
   EXPECT_EQ(*r.config, kvscope::cache::parseSpec("quanto:nbits=4"));

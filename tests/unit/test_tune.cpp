@@ -277,3 +277,27 @@ TEST(Tune, PicksExportInEachTargetsTerms) {
   EXPECT_EQ(none.text, "(not exported)");
   EXPECT_EQ(none.notes.size(), 2u);
 }
+
+TEST(Tune, APartialScanIsSolvedFromTheCandidatesItHasWhole) {
+  const Scan whole = syntheticScan(3, 7);
+  // The scan runs candidate by candidate: stopped in the middle of the second, the first is whole.
+  Scan part = whole;
+  part.points.resize(whole.points.size() - 2);
+  EXPECT_EQ(part.find(2, KvSide::Values, 1), nullptr);
+  ASSERT_NE(part.find(0, KvSide::Keys, 1), nullptr);
+  const Scan solved = completedCandidates(part);
+  ASSERT_EQ(solved.plan.candidates.size(), 1u);
+  EXPECT_EQ(solved.plan.candidates[0], whole.plan.candidates[0]);
+  EXPECT_EQ(solved.points.size(), 6u);
+  for (TuneTarget t : allTargets()) {
+    const auto front = paretoFront(solved, t);
+    ASSERT_FALSE(front.empty());
+    for (const Assignment& a : front)  // only the whole candidate (0) or unquantized
+      for (const auto* side : {&a.keys, &a.values})
+        for (int c : *side) EXPECT_LE(c, 0);
+  }
+  // A scan that is whole is its own solve; one with no whole candidate has nothing to solve.
+  EXPECT_EQ(completedCandidates(whole).points.size(), whole.points.size());
+  part.points.resize(5);
+  EXPECT_TRUE(completedCandidates(part).plan.candidates.empty());
+}
