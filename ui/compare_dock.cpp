@@ -14,6 +14,7 @@
 #include <QTableView>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "cache/sweep.h"
 #include "docks/overlay_plot.h"
@@ -74,6 +75,9 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   header->setSectionResizeMode(QHeaderView::ResizeToContents);
   header->setSectionResizeMode(RunsModel::Config, QHeaderView::Stretch);
   header->setMinimumSectionSize(36);
+  // Click a header to sort; a run that stored NaN/inf goes last in either order (RunsModel::sort).
+  header->setSortIndicator(RunsModel::Run, Qt::AscendingOrder);
+  table_->setSortingEnabled(true);
   overlay_ = new OverlayPlot(this);
   split_ = new QSplitter(Qt::Horizontal, this);
   auto* runsPage = new QWidget(this);
@@ -95,6 +99,13 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
 
   connect(sweep, &QPushButton::clicked, this, [this] { startSweep(grid_->text()); });
   connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this, &CompareDock::updateOverlay);
+  connect(table_->selectionModel(), &QItemSelectionModel::selectionChanged, this, [this] {
+    auto rows = table_->selectionModel()->selectedRows();
+    std::sort(rows.begin(), rows.end(), [](const QModelIndex& x, const QModelIndex& y) { return x.row() < y.row(); });
+    const bool chosen = rows.size() == 1 || rows.size() == 2;
+    Q_EMIT runsChosen(chosen ? model_->run(rows[0].row()) : nullptr,
+                      rows.size() == 2 ? model_->run(rows[1].row()) : nullptr);
+  });
   connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& i) {
     if (const auto r = model_->run(i.row()); r && r->config) Q_EMIT configChosen(*r->config);
   });
@@ -203,11 +214,15 @@ void CompareDock::finishSweep() {
   }
   const RunSnapshotPtr best = sweepRuns_[static_cast<qsizetype>(*at)];
   const auto t = best->cache.total();
-  best_->setText(tr("Best under %1: <b>%2</b> (%3 MiB, %4x, mean KL %5)")
-                     .arg(budget, best->spec.toHtmlEscaped())
+  // Named by what sets it apart from the sweep's other configs, every option resolved (its SPEC hides defaults).
+  const QString name = configNames(sweepRuns_).value(static_cast<int>(*at), best->spec);
+  best_->setText(tr("Best under %1: <b>%2</b> (#%6 %3 MiB, %4x, mean KL %5)")
+                     .arg(budget, name.toHtmlEscaped())
                      .arg(t.stored() / 1048576.0, 0, 'f', 3)
                      .arg(t.compressionRatio(), 0, 'f', 2)
-                     .arg(best->meanKl, 0, 'g', 3));
+                     .arg(best->meanKl, 0, 'g', 3)
+                     .arg(best->runId));
+  best_->setToolTip(best->spec);
   table_->selectRow(static_cast<int>(model_->runs().indexOf(best)));
 }
 

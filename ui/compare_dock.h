@@ -65,6 +65,9 @@ class CompareDock : public QWidget {
   /// A layer was clicked on the tuner's bars: select it everywhere.
   void layerChosen(int layer);
   void failed(const QString& message);
+  /// The table's selection: one run (b null), two (a the earlier row, b the later), or none (both null: the views
+  /// follow the latest run). More than two selected rows choose none (they are the text evaluation's configs).
+  void runsChosen(const kvscope::ui::RunSnapshotPtr& a, const kvscope::ui::RunSnapshotPtr& b);
 
  protected:
   void resizeEvent(QResizeEvent* e) override;

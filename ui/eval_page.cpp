@@ -15,8 +15,10 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 #include <cmath>
+#include <limits>
 
 #include "docks/plot_style.h"
+#include "runs_model.h"
 
 namespace kvscope::ui {
 
@@ -141,13 +143,22 @@ void EvalPage::showResult(const EvalResultView& result) {
   table_->setRowCount(0);
   const double refPpl = result.rows.isEmpty() ? 0.0 : result.rows.front().ppl;
   auto num = [](double x, char f, int prec) { return std::isnan(x) ? QString("nan") : QString::number(x, f, prec); };
+  // The config column names what tells the configs apart (every option resolved); the tooltip has the whole SPEC and
+  // the summary what they share, so that the column stays narrow enough to keep in view beside the figures.
+  QStringList specs;
+  for (const auto& row : result.rows)
+    if (!row.reference) specs << row.spec;
+  QString common;
+  const QStringList names = specNames(specs, &common);
+  int named = 0;
   for (const auto& row : result.rows) {
     const int r = table_->rowCount();
     table_->insertRow(r);
+    const QString name = row.reference ? row.spec : names.value(named++, row.spec);
     auto pm = [&](double v, double e, double scale, int prec, const QString& unit) {
       return num(scale * v, 'f', prec) + " ± " + num(scale * e, 'f', prec) + unit;
     };
-    QStringList cells{row.spec,
+    QStringList cells{name,
                       QString::number(row.ratio, 'f', 2) + "x",
                       num(row.ppl, 'f', 3),
                       row.reference ? "-" : num(row.ppl - refPpl, 'f', 3),
@@ -161,25 +172,71 @@ void EvalPage::showResult(const EvalResultView& result) {
       cells << num(row.klStderr, 'g', 3) << num(row.medianKl, 'g', 4) << num(row.kl99, 'g', 4) << num(row.kl999, 'g', 4)
             << pm(row.rmsDeltaP, row.rmsDeltaPStderr, 100.0, 3, "%")
             << pm(row.pplRatio, row.pplRatioStderr, 1.0, 4, "");
-    for (int c = 0; c < cells.size(); ++c) table_->setItem(r, c, new QTableWidgetItem(cells[c]));
+    for (int c = 0; c < cells.size(); ++c) {
+      auto* item = new QTableWidgetItem(cells[c]);
+      if (c == 0) item->setToolTip(row.spec);
+      table_->setItem(r, c, item);
+    }
   }
   positions_->clearGraphs();
+  // The first position any config was scored at (the evaluation's prompt comes before it): from there on, a position
+  // without a finite KL is the cache's NaN/inf, drawn as a cross at the top and counted in the legend, never left out
+  // silently (a curve with holes would look good).
+  int firstScored = std::numeric_limits<int>::max();
+  for (const auto& row : result.rows)
+    for (int i = 0; i < row.klByPosition.size(); ++i)
+      if (std::isfinite(row.klByPosition[i])) {
+        firstScored = std::min(firstScored, i);
+        break;
+      }
   int colour = 0;
+  struct Bad {
+    QVector<double> at;
+    QColor colour;
+    QString name;
+  };
+  QVector<Bad> bad;
   for (const auto& row : result.rows) {
     if (row.reference) continue;
     QCPGraph* g = positions_->addGraph();
-    g->setName(row.spec);
-    g->setPen(QPen(QColor::fromHsv((colour++ * 97) % 360, 200, 200), 1.5));
-    for (int i = 0; i < row.klByPosition.size(); ++i)
-      if (std::isfinite(row.klByPosition[i])) g->addData(i, row.klByPosition[i]);
+    const QColor c = QColor::fromHsv((colour++ * 97) % 360, 200, 200);
+    const QString name = names.value(colour - 1, row.spec);
+    g->setName(name);
+    g->setPen(QPen(c, 1.5));
+    Bad b{{}, c, name};
+    for (int i = 0; i < row.klByPosition.size(); ++i) {
+      if (std::isfinite(row.klByPosition[i]))
+        g->addData(i, row.klByPosition[i]);
+      else if (i >= firstScored)
+        b.at << i;
+    }
+    if (!b.at.isEmpty()) bad << b;
   }
   positions_->rescaleAxes();
+  if (!bad.isEmpty()) {
+    QCPRange y = positions_->yAxis->range();
+    if (!(y.size() > 0)) y = QCPRange(0, 1);
+    y.upper += 0.08 * y.size();
+    positions_->yAxis->setRange(y);
+    double x1 = positions_->xAxis->range().upper;
+    for (const auto& b : bad) x1 = std::max(x1, b.at.back());
+    positions_->xAxis->setRange(std::min(positions_->xAxis->range().lower, 0.0), std::max(x1, 1.0));
+    for (const auto& b : bad) {
+      auto* g = positions_->addGraph();
+      g->setName(tr("%1: NaN/inf at %2 positions").arg(b.name).arg(b.at.size()));
+      g->setPen(QPen(b.colour));
+      g->setLineStyle(QCPGraph::lsNone);
+      g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCross, b.colour, 7));
+      g->setData(b.at, QVector<double>(b.at.size(), y.upper - 0.04 * y.size()));
+    }
+  }
   positions_->replot();
-  summary_->setText(tr("%1: %2 window(s) of %3 tokens, %4 scored tokens per config")
+  summary_->setText(tr("%1: %2 window(s) of %3 tokens, %4 scored tokens per config%5")
                         .arg(result.textPath)
                         .arg(result.windows)
                         .arg(result.ctx)
-                        .arg(result.rows.isEmpty() ? 0 : result.rows.front().scored));
+                        .arg(result.rows.isEmpty() ? 0 : result.rows.front().scored)
+                        .arg(common.isEmpty() ? QString() : tr("; every config: %1").arg(common)));
 }
 
 }  // namespace kvscope::ui

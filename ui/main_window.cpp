@@ -56,6 +56,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   });
   connect(configPanel(), &ConfigPanel::changed, this, [this] { updateActions(); });
   connect(compare_, &CompareDock::runRequested, this, &MainWindow::runConfig);
+  connect(compare_, &CompareDock::runsChosen, this, &MainWindow::inspectRuns);
   connect(compare_, &CompareDock::configChosen, this,
           [this](const cache::CacheConfig& c) { configPanel()->setConfig(c); });
   connect(compare_, &CompareDock::failed, this, &MainWindow::showError);  // a bad grid, the tuner page's pick or save
@@ -87,7 +88,14 @@ void MainWindow::buildDocks() {
   scroll->setFrameShape(QFrame::NoFrame);
   scroll->setWidget(runPanel_);
   scroll->setMinimumWidth(runPanel_->minimumSizeHint().width() + scroll->verticalScrollBar()->sizeHint().width());
-  addDock(this, tr("Run"), "runDock", scroll, Qt::LeftDockWidgetArea);
+  // Run and Stop stay below the scrolling form, always in view.
+  auto* runSide = new QWidget(this);
+  auto* rs = new QVBoxLayout(runSide);
+  rs->setContentsMargins(0, 0, 0, 0);
+  rs->setSpacing(0);
+  rs->addWidget(scroll, 1);
+  rs->addWidget(runPanel_->buttonBar());
+  addDock(this, tr("Run"), "runDock", runSide, Qt::LeftDockWidgetArea);
 
   // One selection (layer, head, token, beam) that every view observes and sets; no view calls another.
   selection_ = new Selection(this);
@@ -217,6 +225,7 @@ void MainWindow::run() {
   RunRequest r = runPanel_->request();
   r.serial = ++runSerial_;
   r.runId = nextRunId_++;
+  compare_->table()->clearSelection();  // the views follow the new run
   message_->clear();
   messageBar_->dismiss();
   setBusy(Busy::Running);
@@ -238,21 +247,39 @@ void MainWindow::startSweep(const QString& grid) {
 }
 
 void MainWindow::showRun(const RunSnapshotPtr& run) {
-  last_ = run;
-  text_->show(run);
-  memory_->show(run);
-  scales_->show(run);
-  errors_->show(run);
+  shown_ = run;
+  const RunSnapshotPtr& b = against_;
+  text_->show(run, b);
+  memory_->show(run, b);
+  scales_->show(run, b);
+  errors_->show(run, b);
   // The engine attaches the token x channel errors at most twice a second (and always to the final snapshot).
-  tokenErrors_->showRun(run);
+  tokenErrors_->showRun(run, b);
   beamDock_->show(run);
+  // Each view's title names the run it shows.
+  const QString who =
+      b ? tr(" — A: run #%1, B: run #%2").arg(run->runId).arg(b->runId) : tr(" — run #%1").arg(run->runId);
+  for (auto* d : findChildren<QDockWidget*>()) {
+    if (d->objectName() == "runDock" || d->objectName() == "runsDock") continue;
+    if (!d->property("baseTitle").isValid()) d->setProperty("baseTitle", d->windowTitle());
+    d->setWindowTitle(d->property("baseTitle").toString() +
+                      (d->objectName() == "beamDock" ? tr(" — run #%1").arg(run->runId) : who));
+  }
   // A beam search's reorder is its primary view: the Beams tab comes to the front as the run starts.
   if (!run->beamSteps.isEmpty() && std::exchange(beamsRaisedFor_, run->runId) != run->runId)
     findChild<QDockWidget*>("beamDock")->raise();
 }
 
+void MainWindow::inspectRuns(const RunSnapshotPtr& a, const RunSnapshotPtr& b) {
+  pinned_ = a;
+  against_ = a ? b : nullptr;
+  if (const RunSnapshotPtr& run = a ? a : last_) showRun(run);
+}
+
 void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {
-  showRun(run);
+  last_ = run;
+  tokenErrors_->setLiveRun(run->runId);
+  if (!pinned_) showRun(run);  // a run chosen in the table stays in view while another runs
   updateStatus();
   if (!run->finished) return;
   if (busy_ == Busy::Running) setBusy(Busy::Idle);  // (a run stopped for a load finishes while the load waits)
@@ -314,6 +341,10 @@ void MainWindow::startTune() {
   compare_->showProgress(0, 0);
   compare_->tunePage()->showStarted(r);
   Q_EMIT tuneRequested(r);
+}
+
+void MainWindow::onTuneProgress(const TuneResultView& partial) {
+  if (busy_ == Busy::Tuning) compare_->tunePage()->showResult(partial);
 }
 
 void MainWindow::onTuneFinished(const TuneResultView& result) {
@@ -425,7 +456,9 @@ void MainWindow::openSession(const QString& path) {
   compare_->setRuns(s.runs);
   for (const auto& r : s.runs) nextRunId_ = std::max(nextRunId_, r->runId + 1);  // new runs go on after these
   if (!s.runs.isEmpty()) {
-    showRun(s.runs.back());
+    pinned_ = against_ = nullptr;
+    last_ = s.runs.back();
+    showRun(last_);
     onInspection(last_->tokenErrors);
     // The form follows the run shown (its recorded config, calibrated scales and per-layer rules included).
     if (last_->config) {

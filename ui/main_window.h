@@ -111,6 +111,8 @@ class MainWindow : public QMainWindow {
   /// Scans each layer side with the tuner tab's candidates on its text; results go to the "Tuner" tab. Stop cancels it.
   void startTune();
   void onTuneFinished(const kvscope::ui::TuneResultView& result);
+  /// A scan's points so far: the Tuner tab draws them as they come.
+  void onTuneProgress(const kvscope::ui::TuneResultView& partial);
   /// Where every finished run is saved as it finishes (a session file).
   static QString autosavePath();
   /// When an earlier session left an autosave, offers it in the message bar (Reopen). The app calls it at start.
@@ -137,7 +139,11 @@ class MainWindow : public QMainWindow {
 
  private:
   void buildDocks();
+  /// Every view shows `run` (with against_ as run B when two are chosen); the docks' titles name them.
   void showRun(const RunSnapshotPtr& run);
+  /// The runs chosen in the compare table: one (shown instead of the live run), two (A and B side by side), or none
+  /// (the views follow the latest run again).
+  void inspectRuns(const RunSnapshotPtr& a, const RunSnapshotPtr& b);
   /// The engine's new state; the actions follow it.
   void setBusy(Busy busy);
   /// Enables what depends on the busy state, the model and the form: Run, Stop, Sweep, Evaluate, Scan.
@@ -168,7 +174,10 @@ class MainWindow : public QMainWindow {
   quint64 runSerial_ = 0;
   int nextRunId_ = 1;  ///< the next run's number: after every run in the table, reopened ones included
   ModelInfo model_;
-  RunSnapshotPtr last_;
+  RunSnapshotPtr last_;     ///< the latest run the engine reported (the status line's)
+  RunSnapshotPtr shown_;    ///< the run the views show (run A of two)
+  RunSnapshotPtr pinned_;   ///< chosen in the compare table: the views keep it while other runs go on
+  RunSnapshotPtr against_;  ///< run B, when two runs are chosen
   int beamsRaisedFor_ = 0;  ///< the beam-search run whose Beams tab was brought to the front
   Busy busy_ = Busy::Idle;
 };

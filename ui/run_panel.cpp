@@ -113,7 +113,14 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   runButton_->setObjectName("runButton");
   stopButton_ = new QPushButton(tr("Stop"), this);
   stopButton_->setObjectName("stopButton");
-  auto* buttons = new QHBoxLayout();
+  // Run and Stop in a bar of their own, which the window keeps in view below the scrolling form (at 768 px the
+  // form is taller than the screen).
+  buttonBar_ = new QWidget(this);
+  buttonBar_->setObjectName("runButtons");
+  auto* buttons = new QHBoxLayout(buttonBar_);
+  buttons->setContentsMargins(4, 2, 4, 2);
+  runButton_->setParent(buttonBar_);
+  stopButton_->setParent(buttonBar_);
   buttons->addWidget(runButton_);
   buttons->addWidget(stopButton_);
   pl->addWidget(modelCard_);
@@ -123,8 +130,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   pl->addWidget(prompt_, 1);
   pl->addWidget(chat_);
   pl->addWidget(shadow_);
-  pl->addLayout(opts);
-  pl->addLayout(buttons);
+  pl->addLayout(opts);  // (buttonBar_ is placed by the window)
   connect(runButton_, &QPushButton::clicked, this, &RunPanel::runClicked);
   connect(stopButton_, &QPushButton::clicked, this, &RunPanel::stopClicked);
 }

@@ -23,6 +23,8 @@ class ConfigPanel;
 class RunPanel : public QWidget {
   Q_OBJECT
  public:
+  /// Run and Stop: the window places this bar where it stays in view (below the form's scroll area).
+  QWidget* buttonBar() const { return buttonBar_; }
   explicit RunPanel(QWidget* parent = nullptr);
 
   /// What Run would ask for now (the serial is the caller's).
@@ -73,6 +75,7 @@ class RunPanel : public QWidget {
   QSpinBox* topK_;
   QSpinBox* seed_;
   QSpinBox* beams_;
+  QWidget* buttonBar_ = nullptr;
   QPushButton* runButton_;
   QPushButton* stopButton_;
 };

@@ -1,7 +1,10 @@
 #include "runs_model.h"
 
+#include <QColor>
 #include <QMap>
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "cache/config.h"
 #include "util/metrics.h"
@@ -10,14 +13,22 @@ namespace kvscope::ui {
 
 namespace {
 
-/// exp(-mean log-prob) of the generated tokens under the run's own cache.
-QString perplexity(const RunSnapshot& run) {
+/// exp(-mean log-prob) of the generated tokens under the run's own cache: not comparable between runs (a cache that
+/// repeats one token scores well), so only the tooltip shows it.
+QString ownPerplexity(const RunSnapshot& run) {
   if (!run.beamSteps.isEmpty() || !run.beamTexts.isEmpty()) return "-";  // beam hypotheses carry scores, not log-probs
   double s = 0;
   int n = 0;
   for (const auto& t : run.tokens)
     if (std::isfinite(t.logprob)) s += t.logprob, ++n;
   return n ? QString::number(kvscope::perplexity(-s, n), 'f', 3) : QString("-");
+}
+
+/// A figure as the table shows it: "NaN"/"inf" spelled out.
+QString figure(double x, char format, int precision) {
+  if (std::isnan(x)) return "NaN";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return QString::number(x, format, precision);
 }
 
 // A run's config as ordered (key, value) pairs: the backend, then every option resolved. A per-layer config is its
@@ -98,7 +109,82 @@ QString nothingQuantizedReason(const RunSnapshot& run) {
   return QObject::tr("%1 (%2; %3)").arg(head, backend, held);
 }
 
+QStringList specNames(const QStringList& specs, QString* common) {
+  QVector<RunSnapshotPtr> runs;
+  for (const QString& spec : specs) {
+    auto r = std::make_shared<RunSnapshot>();
+    r->spec = spec;
+    try {
+      r->config = cache::parseSpec(parseRunLabel(spec).spec.toStdString());
+    } catch (const cache::ConfigError&) {
+      // a label (e.g. "dynamic (reference)"): named as it is
+    }
+    runs << r;
+  }
+  return configNames(runs, common);
+}
+
+bool brokenRun(const RunSnapshot& run) {
+  if (run.cache.overflowTotals().nonFinite > 0) return true;
+  if (run.shadow && (!std::isfinite(run.meanKl) || !std::isfinite(run.maxKl))) return true;
+  return run.refTokens > 0 && !std::isfinite(run.refPerplexity);
+}
+
 RunsModel::RunsModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+void RunsModel::sort(int column, Qt::SortOrder order) {
+  if (column < 0 || column >= ColumnCount) return;
+  // The figure a column sorts by; nullopt: the run has none ("-").
+  auto key = [column](const RunSnapshot& r) -> std::optional<double> {
+    const auto t = r.cache.total();
+    switch (column) {
+      case Run:
+        return r.runId;
+      case KvMiB:
+        return static_cast<double>(t.stored());
+      case Ratio:
+        return t.compressionRatio();
+      case DecodeTokS:
+        return r.decodeTokS;
+      case MeanKl:
+        return r.shadow ? std::optional<double>(r.meanKl) : std::nullopt;
+      case Top1:
+        return r.shadow ? std::optional<double>(r.top1Agreement) : std::nullopt;
+      case FirstDivergence:
+        return r.shadow && r.firstDivergence >= 0 ? std::optional<double>(r.firstDivergence) : std::nullopt;
+      case MaxKl:
+        return r.shadow ? std::optional<double>(r.maxKl) : std::nullopt;
+      case Perplexity:
+        return r.refTokens > 0 ? std::optional<double>(r.refPerplexity) : std::nullopt;
+      default:
+        return std::nullopt;
+    }
+  };
+  Q_EMIT layoutAboutToBeChanged({}, QAbstractItemModel::VerticalSortHint);
+  const QModelIndexList before = persistentIndexList();
+  QVector<RunSnapshotPtr> was = runs_;
+  std::stable_sort(runs_.begin(), runs_.end(), [&](const RunSnapshotPtr& a, const RunSnapshotPtr& b) {
+    // Broken runs and runs without the figure go last, whatever the order.
+    const bool ba = brokenRun(*a), bb = brokenRun(*b);
+    if (ba != bb) return bb;
+    if (column == Config) {
+      const QString na = names_.value(static_cast<int>(was.indexOf(a))),
+                    nb = names_.value(static_cast<int>(was.indexOf(b)));
+      return order == Qt::AscendingOrder ? na < nb : nb < na;
+    }
+    const auto ka = key(*a), kb = key(*b);
+    const bool ha = ka && std::isfinite(*ka), hb = kb && std::isfinite(*kb);
+    if (ha != hb) return ha;
+    if (!ha) return false;
+    return order == Qt::AscendingOrder ? *ka < *kb : *kb < *ka;
+  });
+  QModelIndexList after;
+  after.reserve(before.size());
+  for (const QModelIndex& i : before) after << index(static_cast<int>(runs_.indexOf(was.value(i.row()))), i.column());
+  changePersistentIndexList(before, after);
+  names_ = configNames(runs_, &common_);
+  Q_EMIT layoutChanged({}, QAbstractItemModel::VerticalSortHint);
+}
 
 void RunsModel::append(const RunSnapshotPtr& run) {
   beginInsertRows({}, static_cast<int>(runs_.size()), static_cast<int>(runs_.size()));
@@ -143,15 +229,15 @@ QString RunsModel::cell(int row, int column, bool fullLabel) const {
     case DecodeTokS:
       return QString::number(r.decodeTokS, 'f', 1);
     case MeanKl:
-      return r.shadow ? QString::number(r.meanKl, 'g', 3) : "-";
+      return r.shadow ? figure(r.meanKl, 'g', 3) : "-";
     case Top1:
       return r.shadow ? QString::number(100.0 * r.top1Agreement, 'f', 1) + "%" : "-";
     case FirstDivergence:
       return r.shadow && r.firstDivergence >= 0 ? QString::number(r.firstDivergence) : "-";
     case MaxKl:
-      return r.shadow ? QString::number(r.maxKl, 'g', 3) : "-";
+      return r.shadow ? figure(r.maxKl, 'g', 3) : "-";
     case Perplexity:
-      return perplexity(r);
+      return r.refTokens > 0 ? figure(r.refPerplexity, 'f', 3) : QString("-");
     default:
       return {};
   }
@@ -160,10 +246,21 @@ QString RunsModel::cell(int row, int column, bool fullLabel) const {
 QVariant RunsModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= runs_.size()) return {};
   if (role == Qt::DisplayRole) return cell(index.row(), index.column(), false);
-  if (role == Qt::ToolTipRole && index.column() == Config) {
-    const RunSnapshot& r = *runs_[index.row()];
-    return tr("%1\nDouble-click: load this config into the form").arg(r.spec);
+  const RunSnapshot& r = *runs_[index.row()];
+  if (role == Qt::ToolTipRole && index.column() == Config)
+    return tr("%1\nDouble-click: load this config into the form%2")
+        .arg(r.spec, brokenRun(r) ? tr("\nIts cache stored NaN/inf (or its figures are not finite): never ranked best")
+                                  : QString());
+  if (role == Qt::ToolTipRole && index.column() == Perplexity) {
+    const QString scored =
+        r.refTokens > 0
+            ? tr("on %1 reference tokens (the unquantized cache's greedy answer to the prompt, teacher-forced through "
+                 "this config)")
+                  .arg(r.refTokens)
+            : (r.refPerplexityNote.isEmpty() ? tr("not scored") : r.refPerplexityNote);
+    return tr("%1\nOn its own generated tokens: %2 (not comparable between runs)").arg(scored, ownPerplexity(r));
   }
+  if (role == Qt::BackgroundRole && brokenRun(r)) return QColor(255, 215, 215);
   if (role == Qt::TextAlignmentRole && index.column() != Config)
     return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
   return {};
@@ -174,7 +271,7 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
   if (section < 0 || section >= ColumnCount) return {};
   // Short headers, so that every figure fits beside the config without scrolling; the tooltips say them in full.
   static const char* kNames[] = {"run",     "config", "KV MiB",   "ratio",  "tok/s",
-                                 "mean KL", "top-1",  "1st div.", "max KL", "ppl"};
+                                 "mean KL", "top-1",  "1st div.", "max KL", "ppl (ref)"};
   static const char* kTips[] = {
       "the run's number (the overlay's legend and the session use it)",
       nullptr,
@@ -185,7 +282,8 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
       "share of steps whose top-1 token is the reference's",
       "first generated step whose token differs from the reference's",
       "largest per-step KL (nats)",
-      "perplexity: exp(-mean log-prob) of the generated tokens under the run's cache"};
+      "perplexity on the reference tokens: the unquantized cache's greedy answer to the same prompt, teacher-forced "
+      "through each run's cache, so that every run is scored on the same tokens"};
   if (role == Qt::DisplayRole) return tr(kNames[section]);
   if (role != Qt::ToolTipRole) return {};
   if (section == Config)
@@ -197,7 +295,7 @@ QString RunsModel::csv() const {
   auto quoted = [](QString s) { return QString("\"%1\"").arg(s.replace('"', "\"\"")); };
   QString out;
   static const char* kCsvNames[] = {"run",     "config", "kv_mib",           "ratio",  "decode_tok_s",
-                                    "mean_kl", "top1",   "first_divergence", "max_kl", "perplexity"};
+                                    "mean_kl", "top1",   "first_divergence", "max_kl", "ref_perplexity"};
   for (int c = 0; c < ColumnCount; ++c) out += QString(c ? "," : "") + kCsvNames[c];
   out += "\n";
   for (int r = 0; r < runs_.size(); ++r) {

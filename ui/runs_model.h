@@ -16,10 +16,17 @@ namespace kvscope::ui {
 /// `common` receives what every run shares, "" when there is one run or none. Names read "quanto: nbits=2,
 /// q_group_size=32" (spaces, so that a narrow column wraps them); the runs' tooltips keep their SPECs.
 QStringList configNames(const QVector<RunSnapshotPtr>& runs, QString* common = nullptr);
+/// configNames() of configs given as SPECs (a text evaluation's rows, the tuner's candidates); a label that is no
+/// SPEC is kept as it is.
+QStringList specNames(const QStringList& specs, QString* common = nullptr);
 
 /// Why the error views have nothing for `run` ("nothing quantized yet in run #3: kivi keeps the newest 128 tokens in
 /// full precision; 40 prompt + 12 generated tokens so far"), for views that must not show another run's data instead.
 QString nothingQuantizedReason(const RunSnapshot& run);
+
+/// Whether a run's figures cannot be trusted: its cache stored NaN/inf codes, or its KL or reference perplexity is not
+/// finite. Such a run never ranks best (the table's sort, the sweep's best).
+bool brokenRun(const RunSnapshot& run);
 
 class RunsModel : public QAbstractTableModel {
   Q_OBJECT
@@ -43,6 +50,9 @@ class RunsModel : public QAbstractTableModel {
   int columnCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
   QVariant headerData(int section, Qt::Orientation o, int role = Qt::DisplayRole) const override;
+  /// Sorts by a column; a run that stored NaN/inf codes or has a non-finite figure goes last in either order (it
+  /// never ranks best), as do runs without the figure ("-").
+  void sort(int column, Qt::SortOrder order = Qt::AscendingOrder) override;
 
  private:
   QString cell(int row, int column, bool fullLabel) const;

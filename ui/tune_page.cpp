@@ -24,6 +24,7 @@
 
 #include "docks/plot_style.h"
 #include "eval_page.h"
+#include "runs_model.h"
 
 namespace kvscope::ui {
 
@@ -138,8 +139,16 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   tabs->setDocumentMode(true);
   tabs->addTab(layers_, tr("Per layer"));
   tabs->addTab(front_, tr("Pareto front"));
-  form->addRow(summary_);
-  form->addRow(pick_);
+  // The pick's text (a long SPEC or export) has a tab of its own: at 768 px the controls' column left it ~100 px.
+  pick_->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+  pick_->setContentsMargins(6, 6, 6, 6);
+  tabs->addTab(pick_, tr("Pick"));
+  auto* results = new QWidget(this);
+  auto* rl = new QVBoxLayout(results);
+  rl->setContentsMargins(0, 0, 0, 0);
+  rl->setSpacing(2);
+  rl->addWidget(summary_);  // the scan's state (progress, time left, stopped) above its plots
+  rl->addWidget(tabs, 1);
   auto* scroll = new QScrollArea(this);  // the pick's text may be long: the column scrolls, the plots keep their room
   scroll->setObjectName("tuneControls");
   scroll->setWidgetResizable(true);
@@ -148,7 +157,7 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   scroll->setMaximumWidth(300);
   scroll->setMinimumWidth(230);
   l->addWidget(scroll);
-  l->addWidget(tabs, 1);
+  l->addWidget(results, 1);
 
   connect(scan, &QPushButton::clicked, this, &TunePage::scanClicked);
   connect(use, &QPushButton::clicked, this, &TunePage::pickClicked);
@@ -208,12 +217,40 @@ void TunePage::setStartEnabled(bool on) {
 
 void TunePage::showResult(const TuneResultView& result) {
   result_ = result;
+  // A scan still going (or stopped) is solved from the candidates it has scanned whole; the bars show every point.
+  solved_ = result.complete ? result.scan : cache::completedCandidates(result.scan);
   fronts_.clear();
-  for (cache::TuneTarget t : cache::allTargets()) fronts_.push_back(cache::paretoFront(result_->scan, t));
+  for (cache::TuneTarget t : cache::allTargets())
+    fronts_.push_back(solved_.plan.candidates.empty() ? std::vector<cache::Assignment>{}
+                                                      : cache::paretoFront(solved_, t));
   const QSignalBlocker block(shown_);
+  const int shownBefore = shown_->currentIndex();
   shown_->clear();
-  for (const auto& c : result.scan.plan.candidates) shown_->addItem(QString::fromStdString(cache::toSpec(c)));
-  summary_->setText(tr("%1: %2 window(s) of %3 tokens, %4 scored tokens per run, %5 runs; unquantized KV %6 MiB")
+  // Each candidate named with every option resolved ("llamacpp" alone hid its types), the SPEC in the tooltip.
+  QStringList specs;
+  for (const auto& c : result.scan.plan.candidates) specs << QString::fromStdString(cache::toSpec(c));
+  const QStringList names = specNames(specs);
+  for (int i = 0; i < specs.size(); ++i) {
+    shown_->addItem(names.value(i, specs[i]));
+    shown_->setItemData(i, specs[i], Qt::ToolTipRole);
+  }
+  shown_->setCurrentIndex(std::clamp(shownBefore, 0, static_cast<int>(specs.size()) - 1));
+  QString state;
+  const auto planned = result.scan.plan.items.size();
+  if (result.stopped || !result.complete) {
+    state = (result.stopped ? tr("stopped after %1 of %2 layer-side runs") : tr("scanning: %1 of %2 layer-side runs"))
+                .arg(result.scan.points.size())
+                .arg(planned);
+    if (!result.stopped && result.secondsLeft >= 0)
+      state += tr(", about %1 left")
+                   .arg(result.secondsLeft < 90 ? tr("%1 s").arg(std::ceil(result.secondsLeft))
+                                                : tr("%1 min").arg(std::ceil(result.secondsLeft / 60)));
+    state += tr("; fronts from the %1 of %2 candidates scanned whole. ")
+                 .arg(solved_.plan.candidates.size())
+                 .arg(result.scan.plan.candidates.size());
+  }
+  summary_->setText(state +
+                    tr("%1: %2 window(s) of %3 tokens, %4 scored tokens per run, %5 runs; unquantized KV %6 MiB")
                         .arg(result.textPath)
                         .arg(result.windows)
                         .arg(result.ctx)
@@ -238,7 +275,7 @@ std::optional<cache::CacheConfig> TunePage::frontConfig(cache::TuneTarget target
   if (!result_) return std::nullopt;
   const auto& points = front(target);
   if (index < 0 || index >= static_cast<int>(points.size())) return std::nullopt;
-  return cache::assignmentConfig(result_->scan, points[static_cast<std::size_t>(index)]);
+  return cache::assignmentConfig(solved_, points[static_cast<std::size_t>(index)]);
 }
 
 void TunePage::redraw() {
@@ -260,8 +297,11 @@ void TunePage::redraw() {
     for (int layer = 0; layer < scan.plan.numLayers; ++layer) {
       xk << layer - 0.2;
       xv << layer + 0.2;
-      k << scan.at(layer, cache::KvSide::Keys, c).meanKl;
-      v << scan.at(layer, cache::KvSide::Values, c).meanKl;
+      // Bars fill in per layer as a scan goes: a point not scanned yet is no bar.
+      const auto* pk = scan.find(layer, cache::KvSide::Keys, c);
+      const auto* pv = scan.find(layer, cache::KvSide::Values, c);
+      k << (pk ? pk->meanKl : 0.0);
+      v << (pv ? pv->meanKl : 0.0);
       for (double x : {k.back(), v.back()})
         if (std::isfinite(x)) top = std::max(top, x);
     }
@@ -304,7 +344,7 @@ void TunePage::redraw() {
     ring->setStyle(QCPItemTracer::tsCircle);
     ring->setSize(14);
     ring->setPen(QPen(Qt::black, 1.5));
-    const cache::CacheConfig cfg = cache::assignmentConfig(scan, *pick);
+    const cache::CacheConfig cfg = cache::assignmentConfig(solved_, *pick);
     pick_->setText(
         tr("Pick for %1 (predicted mean KL ≤ %2): %3 MiB (%4x), predicted %5 — %6")
             .arg(target_->currentText())
@@ -329,7 +369,7 @@ void TunePage::pickClicked() {
   if (!pick)
     return Q_EMIT failed(
         tr("no %1 assignment meets a predicted mean KL of %2").arg(target_->currentText()).arg(budget_->value()));
-  Q_EMIT configChosen(cache::assignmentConfig(result_->scan, *pick));
+  Q_EMIT configChosen(cache::assignmentConfig(solved_, *pick));
 }
 
 void TunePage::saveScan() {
@@ -342,7 +382,8 @@ void TunePage::saveScan() {
                       {"windows", result_->windows},     {"prompt", result_->prompt}, {"step", result_->step},
                       {"scored_tokens", result_->scored}};
   const std::string settings = QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString();
-  const std::string text = cache::scanToJson(result_->scan, settings) + "\n";
+  // A partial scan saves the candidates it has whole (what --scan-in can solve).
+  const std::string text = cache::scanToJson(solved_, settings) + "\n";
   if (!f.open(QIODevice::WriteOnly) || f.write(text.data(), static_cast<qint64>(text.size())) < 0 || !f.commit())
     Q_EMIT failed(tr("cannot write `%1`: %2").arg(path, f.errorString()));
 }

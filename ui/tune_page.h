@@ -65,6 +65,7 @@ class TunePage : public QWidget {
   const std::vector<cache::Assignment>& front(cache::TuneTarget t) const;
   std::optional<TuneResultView> result_;
   std::vector<std::vector<cache::Assignment>> fronts_;
+  cache::Scan solved_;  ///< what the fronts are of: the scan, or its candidates scanned whole while it goes
   int selectedLayer_ = 0;
 };
 

@@ -38,7 +38,7 @@ void fitToScreen(QMainWindow* w, const QByteArray& savedGeometry) {
   const QRect avail = w->screen()->availableGeometry();
   const QSize room = avail.size() - kFrameAllowance;
   if (!w->restoreGeometry(savedGeometry)) {
-    w->resize(QSize(1500, 950).boundedTo(room));
+    w->resize(room);  // the first start takes the screen: the plots need every pixel
     w->move(avail.topLeft() +
             QPoint(std::max(0, room.width() - w->width()) / 2, std::max(0, room.height() - w->height()) / 2));
   } else if (!w->isMaximized() && !w->isFullScreen() && w->size().boundedTo(room) != w->size()) {

@@ -26,6 +26,7 @@ void wire(Engine* engine, ui::MainWindow* w) {
   link(engine, &Engine::evalProgress, w, &ui::MainWindow::onEvalProgress);
   link(engine, &Engine::evalFinished, w, &ui::MainWindow::onEvalFinished);
   link(engine, &Engine::tuneFinished, w, &ui::MainWindow::onTuneFinished);
+  link(engine, &Engine::tuneProgress, w, &ui::MainWindow::onTuneProgress);
   link(engine, &Engine::failed, w, &ui::MainWindow::onRequestFailed);
 }
 

@@ -12,6 +12,7 @@
 #include <QDockWidget>
 #include <QDoubleSpinBox>
 #include <QFileInfo>
+#include <QHeaderView>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
@@ -24,13 +25,16 @@
 #include <QScrollArea>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTextBlock>
 #include <QTextBrowser>
 #include <QThread>
 #include <QToolButton>
+#include <algorithm>
 #include <cmath>
 
 #include "compare_dock.h"
@@ -43,6 +47,7 @@
 #include "docks/text_view.h"
 #include "docks/token_error_dock.h"
 #include "engine.h"
+#include "eval_page.h"
 #include "main_window.h"
 #include "message_bar.h"
 #include "overflow_advice.h"

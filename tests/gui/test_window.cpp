@@ -64,8 +64,13 @@ class WindowTest : public QObject {
     const auto tabs = w_->tabifiedDockWidgets(memory);
     QVERIFY(tabs.contains(w_->findChild<QDockWidget*>("scalesDock")));
     QVERIFY(tabs.contains(w_->findChild<QDockWidget*>("errorDock")));
-    // The run form scrolls rather than setting the window's height.
-    QVERIFY(w_->findChild<QScrollArea*>("runScroll"));
+    // The run form scrolls rather than setting the window's height; Run and Stop stay below it, always in view.
+    auto* scroll = w_->findChild<QScrollArea*>("runScroll");
+    QVERIFY(scroll);
+    for (const char* b : {"runButton", "stopButton"}) {
+      auto* button = w_->findChild<QPushButton*>(b);
+      QVERIFY2(button && !scroll->isAncestorOf(button) && button->isVisibleTo(w_), b);
+    }
   }
 
   void viewMenuTogglesEveryDockAndResetsTheLayout() {
@@ -349,6 +354,201 @@ class WindowTest : public QObject {
     QVERIFY(w_->findChild<QLabel*>("errorLegend")->text().contains("dynamic stores every token unquantized"));
   }
 
+  void selectingRunsSwitchesEveryViewAndTwoShowTheirDifference() {
+    // Three finished runs of one layer, three heads: each with its own errors, tokens, scales and bytes.
+    auto make = [](int id, const char* spec, float err, QVector<qint64> ids, float scale, std::int64_t bytes) {
+      auto r = std::make_shared<ui::RunSnapshot>();
+      r->runId = id;
+      r->spec = spec;
+      r->config = cache::parseSpec(spec);
+      r->finished = true;
+      r->stopReason = "max_new";
+      r->promptTokens = 5;
+      for (qint64 t : ids) {
+        ui::TokenView v;
+        v.id = t;
+        v.text = QString(" t%1").arg(t);
+        v.kvStored = bytes;
+        v.kvUnquantized = 4 * bytes;
+        r->tokens << v;
+      }
+      r->headErrorK = {QVector<float>{err, 2 * err, 3 * err}};
+      r->headErrorV = r->headErrorK;
+      r->cache.memory.resize(1);
+      r->cache.memory[0].keys.payload = bytes;
+      r->cache.stats.resize(1);
+      r->cache.stats[0].keys.scales = {scale};
+      r->cache.stats[0].values.scales = {scale};
+      auto te = std::make_shared<ui::TokenErrorView>();
+      te->runId = id;
+      te->tokens = 5 + ids.size();
+      te->heads = 3;
+      te->channels = 2;
+      te->keys.assign(static_cast<std::size_t>(te->tokens) * 3 * 2, err);
+      te->values = te->keys;
+      r->tokenErrors = te;
+      return r;
+    };
+    const auto r1 = make(971, "quanto:nbits=4", 0.01f, {10, 11, 12, 13}, 0.01f, 1000);
+    const auto r2 = make(972, "quanto:nbits=2", 0.04f, {10, 11, 20, 21}, 0.02f, 600);
+    const auto r3 = make(973, "fp8:overflow=saturate", 0.002f, {10, 11, 12, 13}, 0.03f, 2000);
+    for (const auto& r : {r1, r2, r3}) w_->onRunUpdated(r);
+    auto* table = w_->runsTable();
+    auto* errors = w_->errorDock();
+    auto* tokens = w_->tokenErrorDock();
+    auto dockTitle = [this](const char* name) { return w_->findChild<QDockWidget*>(name)->windowTitle(); };
+    // The views follow the latest run (#973) until a row is chosen.
+    QCOMPARE(errors->cell(0, 1), 0.004f);
+    QVERIFY(dockTitle("errorDock").endsWith("run #973"));
+    // One row: every view shows that run, and says so.
+    table->selectRow(0);
+    QCOMPARE(errors->cell(0, 1), 0.02f);
+    QCOMPARE(tokens->view()->runId, 971);
+    QCOMPARE(tokens->shownCell(0, 0), 0.01f);
+    QVERIFY(w_->textView()->plainText().contains(" t12 t13"));
+    QVERIFY(w_->findChild<QLabel*>("memoryTotals")->text().startsWith("quanto:nbits=4"));
+    QVERIFY(w_->findChild<QLabel*>("fp8Counters")->text().contains("overflows 0"));
+    for (const char* d : {"memoryDock", "scalesDock", "errorDock", "tokenErrorDock", "beamDock"})
+      QVERIFY2(dockTitle(d).endsWith("run #971"), qPrintable(dockTitle(d)));
+    QCOMPARE(w_->findChild<QLabel*>("textRunTitle")->text(), QString("run #971"));
+    // A later snapshot of another run does not take the views from the chosen one.
+    auto live = std::make_shared<ui::RunSnapshot>(*r3);
+    live->runId = 974;
+    live->finished = false;
+    w_->onRunUpdated(live);
+    QCOMPARE(errors->cell(0, 1), 0.02f);
+    // Two rows: A (the earlier) and B side by side, their difference on a scale centred on 0.
+    table->selectionModel()->select(table->model()->index(1, 0),
+                                    QItemSelectionModel::Select | QItemSelectionModel::Rows);
+    QCOMPARE(errors->cell(0, 2), 0.03f);
+    QCOMPARE(errors->difference(0, 2), 0.12f - 0.03f);
+    QVERIFY(errors->plot(1)->isVisibleTo(errors) && errors->plot(2)->isVisibleTo(errors));
+    auto* diff = qobject_cast<QCPColorMap*>(errors->plot(2)->plottable(0));
+    QCOMPARE(diff->dataRange().lower, -diff->dataRange().upper);
+    auto* mapA = qobject_cast<QCPColorMap*>(errors->plot(0)->plottable(0));
+    auto* mapB = qobject_cast<QCPColorMap*>(errors->plot(1)->plottable(0));
+    QCOMPARE(mapA->dataRange(), mapB->dataRange());  // one colour range for A and B
+    QVERIFY(dockTitle("errorDock").endsWith("A: run #971, B: run #972"));
+    // The token x channel map: A, B, B - A.
+    tokens->setPairView(1);
+    QCOMPARE(tokens->shownCell(3, 1), 0.04f);
+    tokens->setPairView(2);
+    QCOMPARE(tokens->shownCell(3, 1), 0.04f - 0.01f);
+    tokens->setPairView(0);
+    // The text marks where B's tokens part from A's: the third generated token (12 against 20).
+    QCOMPARE(w_->textView()->divergence(), 2);
+    QVERIFY(w_->textView()->colourKey().contains("agree on the first 2 generated tokens"));
+    QVERIFY2(w_->textView()->plainText().contains(" t11▼B « t20» t12"), qPrintable(w_->textView()->plainText()));
+    // Scales and memory name both runs.
+    QVERIFY(w_->findChild<QLabel*>("fp8Counters")->text().contains("B (run #972)"));
+    QVERIFY(w_->findChild<QLabel*>("memoryTotals")->text().contains("B − A: -"));
+    // Runs that agree throughout are said to.
+    table->clearSelection();
+    table->selectionModel()->select(table->model()->index(0, 0),
+                                    QItemSelectionModel::Select | QItemSelectionModel::Rows);
+    table->selectionModel()->select(table->model()->index(2, 0),
+                                    QItemSelectionModel::Select | QItemSelectionModel::Rows);
+    QCOMPARE(w_->textView()->divergence(), -1);
+    QVERIFY(w_->textView()->colourKey().contains("generated the same 4 tokens"));
+    // No row: the views follow the latest run again; the pair views go.
+    table->clearSelection();
+    QCOMPARE(errors->cell(0, 1), 0.004f);
+    QVERIFY(!errors->plot(1)->isVisibleTo(errors));
+    QVERIFY(dockTitle("errorDock").endsWith("run #974"));
+  }
+
+  void aRunThatStoredNanNeverRanksBestOnAnyColumn() {
+    // #1 stored NaN codes: the smallest KV, the "best" own-token perplexity (it repeats one token), and a reference
+    // perplexity of NaN. #2 and #3 are sound.
+    auto run = [](int id, const char* spec, std::int64_t bytes, double refPpl, std::int64_t nan) {
+      auto r = std::make_shared<ui::RunSnapshot>();
+      r->runId = id;
+      r->spec = spec;
+      r->config = cache::parseSpec(spec);
+      r->finished = true;
+      r->shadow = true;
+      r->meanKl = nan ? INFINITY : 0.01 * id;
+      r->maxKl = r->meanKl;
+      r->refPerplexity = refPpl;
+      r->refTokens = 32;
+      r->cache.memory.resize(1);
+      r->cache.memory[0].keys.payload = bytes;
+      r->cache.memory[0].keys.unquantized = 4000;
+      r->cache.stats.resize(1);
+      r->cache.stats[0].values.nonFiniteTotal = nan;
+      for (int i = 0; i < 4; ++i) {
+        ui::TokenView t;
+        t.id = 0;
+        t.logprob = nan ? -0.01f : -1.0f;
+        r->tokens << t;
+      }
+      return r;
+    };
+    auto* model = w_->runsModel();
+    model->setRuns({run(1, "fp8", 100, std::nan(""), 5), run(2, "quanto:nbits=2", 500, 3.5, 0),
+                    run(3, "quanto:nbits=4", 900, 2.5, 0)});
+    auto order = [model] {
+      QList<int> ids;
+      for (const auto& r : model->runs()) ids << r->runId;
+      return ids;
+    };
+    QVERIFY(ui::brokenRun(*model->run(0)));
+    QCOMPARE(model->data(model->index(0, ui::RunsModel::Perplexity)).toString(), QString("NaN"));
+    QVERIFY(model->headerData(ui::RunsModel::Perplexity, Qt::Horizontal, Qt::ToolTipRole)
+                .toString()
+                .contains("same tokens"));
+    QVERIFY(model->data(model->index(1, ui::RunsModel::Perplexity), Qt::ToolTipRole)
+                .toString()
+                .contains("on 32 reference tokens"));
+    w_->runsTable()->sortByColumn(ui::RunsModel::KvMiB, Qt::AscendingOrder);
+    QCOMPARE(order(), (QList<int>{2, 3, 1}));  // the smallest KV, but broken: last
+    w_->runsTable()->sortByColumn(ui::RunsModel::KvMiB, Qt::DescendingOrder);
+    QCOMPARE(order(), (QList<int>{3, 2, 1}));
+    w_->runsTable()->sortByColumn(ui::RunsModel::Perplexity, Qt::AscendingOrder);
+    QCOMPARE(order(), (QList<int>{3, 2, 1}));
+    w_->runsTable()->sortByColumn(ui::RunsModel::MeanKl, Qt::DescendingOrder);
+    QCOMPARE(order(), (QList<int>{3, 2, 1}));
+    w_->runsTable()->sortByColumn(ui::RunsModel::Run, Qt::AscendingOrder);
+    QCOMPARE(order(), (QList<int>{2, 3, 1}));
+    QVERIFY(model->data(model->index(2, ui::RunsModel::Config), Qt::BackgroundRole).isValid());
+    // A selected row keeps its run through a sort.
+    w_->runsTable()->selectRow(0);  // #2
+    w_->runsTable()->sortByColumn(ui::RunsModel::Run, Qt::DescendingOrder);
+    QCOMPARE(model->run(w_->runsTable()->selectionModel()->selectedRows().value(0).row())->runId, 2);
+  }
+
+  void klByPositionMarksTheNanConfigInsteadOfLeavingItOut() {
+    ui::EvalPage page;
+    ui::EvalResultView result;
+    result.textPath = "t.txt";
+    result.windows = 1;
+    result.ctx = 6;
+    const double nan = std::nan("");
+    ui::EvalRowView ref, good, broken;
+    ref.spec = "dynamic";
+    ref.reference = true;
+    ref.klByPosition = {nan, nan, 0, 0, 0, 0};
+    good.spec = "quanto:nbits=4";
+    good.klByPosition = {nan, nan, 0.01, 0.02, 0.02, 0.03};
+    broken.spec = "fp8";
+    broken.nonFinitePositions = 3;
+    broken.klByPosition = {nan, nan, 0.5, nan, nan, nan};
+    result.rows = {ref, good, broken};
+    page.showResult(result);
+    auto* plot = page.findChild<QCustomPlot*>("evalPositionPlot");
+    QStringList names;
+    for (int g = 0; g < plot->graphCount(); ++g) names << plot->graph(g)->name();
+    QVERIFY2(
+        std::any_of(names.begin(), names.end(),
+                    [](const QString& n) { return n.startsWith("fp8:") && n.endsWith(": NaN/inf at 3 positions"); }),
+        qPrintable(names.join(" | ")));
+    // The config column names what tells the configs apart (the whole SPEC in the tooltip).
+    auto* table = page.findChild<QTableWidget*>("evalTable");
+    QVERIFY2(table->item(1, 0)->text().startsWith("quanto: nbits=4"), qPrintable(table->item(1, 0)->text()));
+    QCOMPARE(table->item(1, 0)->toolTip(), QString("quanto:nbits=4"));
+    QCOMPARE(plot->graph(1)->data()->size(), 1);  // fp8's one finite position is still drawn
+  }
+
   void scalesPlotDividesByTheFormatsOwnMax() {
     // An e5m2 cache: amax / 57344, not / 448; V's line too; a log axis over whole decades, so that scales of
     // 1e-3..3e-3 keep labelled ticks.
@@ -369,7 +569,8 @@ class WindowTest : public QObject {
     }
     w_->onRunUpdated(r);
     auto* plot = w_->scalesDock()->plot();
-    QCOMPARE(plot->graphCount(), 4);
+    QCOMPARE(plot->graphCount(), 6);
+    QVERIFY(!plot->graph(4)->visible() && !plot->legend->hasItemWithPlottable(plot->graph(4)));  // no run B
     QVERIFY2(plot->graph(2)->name().contains("57344 (e5m2 max)"), qPrintable(plot->graph(2)->name()));
     QVERIFY(!plot->graph(2)->name().contains("448"));
     QCOMPARE(plot->graph(2)->data()->size(), 2);
@@ -379,6 +580,20 @@ class WindowTest : public QObject {
     QVERIFY2(std::abs(y.lower - 1e-3) < 1e-12 && std::abs(y.upper - 1e-2) < 1e-12,
              qPrintable(QString("%1..%2").arg(y.lower).arg(y.upper)));
     QVERIFY(!plot->axisRect()->insetLayout()->elements(false).contains(plot->legend));
+    // Scales over five decades: each decade has its label (the overlay's log axis labelled only 10^0).
+    w_->findChild<QDockWidget*>("scalesDock")->raise();
+    QApplication::processEvents();
+    auto wide = std::make_shared<ui::RunSnapshot>(*r);
+    wide->runId = 902;
+    wide->cache.stats[0].keys.scales = {1e-5f};
+    wide->cache.stats[1].keys.scales = {0.5f};
+    w_->onRunUpdated(wide);
+    plot->replot();
+    const QVector<double> ticks = plot->yAxis->tickVector();
+    QVERIFY2(plot->axisRect()->height() >= 5 * 16, qPrintable(QString::number(plot->axisRect()->height())));
+    for (int e = -5; e <= 0; ++e)
+      QVERIFY2(std::any_of(ticks.begin(), ticks.end(), [e](double t) { return std::abs(std::log10(t) - e) < 1e-6; }),
+               qPrintable(QString("no tick at 1e%1 (%2 ticks)").arg(e).arg(ticks.size())));
   }
 
   void exportWritesEveryTargetAndSaysWhatDoesNotCarryOver() {
@@ -491,6 +706,7 @@ class WindowTest : public QObject {
   void beamSequenceFollowsTheReorders() {
     ui::RunSnapshot r;
     // Step 0: both beams from the prompt; step 1: beam 1 takes beam 0's rows; step 2: beam 0 takes beam 1's.
+    const QVector<QVector<float>> scores{{-0.5f, -1.0f}, {-1.5f, -2.0f}, {-2.5f, -1.75f}};
     for (const auto& [parents, tokens] : std::vector<std::pair<QVector<qint64>, QStringList>>{
              {{0, 0}, {"a", "b"}}, {{0, 0}, {"c", "d"}}, {{1, 0}, {"e", "f"}}}) {
       ui::BeamStepView st;
@@ -498,6 +714,7 @@ class WindowTest : public QObject {
       st.parents = parents;
       st.tokens = tokens;
       st.ids = {1, 2};
+      st.scores = scores[st.step];
       r.beamSteps << st;
     }
     auto text = [&](int beam) {
@@ -508,6 +725,17 @@ class WindowTest : public QObject {
     QCOMPARE(text(0), QString("ade"));  // beam 0 at step 2 continues beam 1, which continued beam 0 at step 1
     QCOMPARE(text(1), QString("acf"));
     QVERIFY(ui::beamSequence(r, 2).isEmpty());
+    // Each token's log-prob is its beam's score less its parent's; its candidates are what the step kept after the
+    // same parent, best first (the hover showed "log-prob 0.000" and none).
+    const auto seq = ui::beamSequence(r, 0);
+    QCOMPARE(seq[2].logprob, -0.5f);  // e: -2.5 after d's -2.0
+    QCOMPARE(seq[1].logprob, -1.5f);  // d: -2.0 after a's -0.5
+    QCOMPARE(seq[1].top.size(), 2);
+    QCOMPARE(seq[1].top[0].first, QString("c"));
+    QCOMPARE(seq[1].top[0].second, -1.0f);
+    QCOMPARE(seq[0].logprob, -0.5f);
+    r.beamSteps[2].scores[0] = -1e9f;  // transformers' mark of a finished beam: no log-prob to show
+    QVERIFY(std::isnan(ui::beamSequence(r, 0)[2].logprob));
   }
 
   void compareDockPutsTheOverlayBesideOnlyWhenThereIsRoom() {
@@ -592,6 +820,37 @@ class WindowTest : public QObject {
                                     {cache::SweepBudget::Kind::MaxMeanKl, 0.0095});
     QVERIFY(llama);
     QCOMPARE(chosen.at(1).at(0).value<cache::CacheConfig>(), cache::assignmentConfig(v.scan, *llama));
+    // The bars' selector names each candidate with its options; the SPEC is its tooltip.
+    auto* shown = page.findChild<QComboBox*>("tuneShown");
+    QVERIFY2(shown->itemText(1).startsWith("quanto: nbits=2"), qPrintable(shown->itemText(1)));
+    QCOMPARE(shown->itemData(1, Qt::ToolTipRole).toString(), QString("quanto:nbits=2"));
+    // A scan still going: the bars fill in per layer, the fronts come from the candidates scanned whole, and the
+    // summary says how far it is and the time left; stopped, it keeps what was scanned.
+    ui::TuneResultView partial = v;
+    partial.complete = false;
+    partial.secondsLeft = 42;
+    partial.scan.points.resize(8 + 3);  // the 4-bit candidate whole, the 2-bit one on layers 0 and half of 1
+    shown->setCurrentIndex(1);
+    page.showResult(partial);
+    QCOMPARE(shown->currentIndex(), 1);  // the choice stays as points come
+    const auto* kBars = qobject_cast<QCPBars*>(bars->plottable(0))->data().data();
+    QCOMPARE(kBars->at(1)->value, 0.002);  // layer 1's 2-bit keys are scanned
+    QCOMPARE(kBars->at(3)->value, 0.0);    // layer 3's are not yet
+    auto* summary = page.findChild<QLabel*>("tuneSummary");
+    QVERIFY2(summary->text().contains("scanning: 11 of 16") && summary->text().contains("about 42 s left") &&
+                 summary->text().contains("1 of 2 candidates scanned whole"),
+             qPrintable(summary->text()));
+    QCOMPARE(front->graph(0)->dataCount(),
+             static_cast<int>(
+                 cache::paretoFront(cache::completedCandidates(partial.scan), cache::TuneTarget::Kvscope).size()));
+    page.findChild<QPushButton*>("tuneUsePick")->click();  // a pick from the whole candidate only
+    QCOMPARE(chosen.count(), 3);
+    QVERIFY(chosen.at(2).at(0).value<cache::CacheConfig>().mixed() ||
+            chosen.at(2).at(0).value<cache::CacheConfig>() == cache::parseSpec("quanto:nbits=4"));
+    QVERIFY(cache::toSpec(chosen.at(2).at(0).value<cache::CacheConfig>()).find("nbits=2") == std::string::npos);
+    partial.stopped = true;
+    page.showResult(partial);
+    QVERIFY2(summary->text().startsWith("stopped after 11 of 16"), qPrintable(summary->text()));
     // A bad candidate is an error before anything runs.
     page.findChild<QLineEdit*>("tuneCandidates")->setText("fp8 dynamic");
     QVERIFY_THROWS_EXCEPTION(cache::ConfigError, page.request());

@@ -145,10 +145,15 @@ class GuiTest : public QObject {
     overlay->metricBox()->setCurrentIndex(0);
     QCOMPARE(overlay->plot()->graphCount(), 1);
     w_->runsTable()->clearSelection();
-    // The table's own figures: max KL and perplexity columns.
-    QCOMPARE(w_->runsModel()->headerData(9, Qt::Horizontal).toString(), QString("ppl"));
+    // The table's own figures: max KL and perplexity on the reference tokens, the same tokens for every run on a
+    // prompt (the unquantized cache's greedy answer, teacher-forced).
+    QCOMPARE(w_->runsModel()->headerData(9, Qt::Horizontal).toString(), QString("ppl (ref)"));
     QVERIFY(w_->runsModel()->headerData(9, Qt::Horizontal, Qt::ToolTipRole).toString().contains("perplexity"));
     QVERIFY(runsCell(1, 9).toDouble() >= 1.0);
+    const auto& runs = w_->runsModel()->runs();
+    QVERIFY(runs[0]->refTokens > 0);
+    QCOMPARE(runs[1]->refTokens, runs[0]->refTokens);
+    QVERIFY(std::isfinite(runs[1]->refPerplexity));
   }
 
   void unavailableDeviceIsRefused() {
@@ -320,15 +325,32 @@ class GuiTest : public QObject {
     // The prompt's step is timed apart from the decode steps (it showed "prefill 0.0 tok/s").
     QVERIFY2(r->prefillTokS > 0 && r->decodeTokS > 0,
              qPrintable(QString("%1 %2").arg(r->prefillTokS).arg(r->decodeTokS)));
-    // No shadow reference in beam search: the text's key says it is coloured by log-prob.
-    w_->findChild<ui::TextView*>()->setMetric(ui::TextView::Kl);
-    QVERIFY(w_->findChild<ui::TextView*>()->colourKey().contains("no shadow reference"));
+    // No shadow reference in beam search: KL and top-1 are not offered, and the key says what the colours are.
+    auto* colourBy = w_->findChild<QComboBox*>("colourBy");
+    QCOMPARE(colourBy->currentIndex(), int(ui::TextView::LogProb));
+    QVERIFY(!qobject_cast<QStandardItemModel*>(colourBy->model())->item(ui::TextView::Kl)->isEnabled());
+    QVERIFY2(w_->textView()->colourKey().contains("beam search (no shadow reference)"),
+             qPrintable(w_->textView()->colourKey()));
+    // Hovering a token shows its log-prob in the beam and what the step kept.
+    w_->selection()->setBeam(0);
+    QString tips;
+    for (QTextBlock blk = w_->textView()->browser()->document()->begin(); blk.isValid(); blk = blk.next())
+      for (auto it = blk.begin(); !it.atEnd(); ++it) tips += it.fragment().charFormat().toolTip() + "|";
+    QVERIFY2(tips.contains("in beam 0") && tips.contains("kept after the same parent") &&
+                 !tips.contains("log-prob 0.000 in beam"),
+             qPrintable(tips.left(2000)));
     QCOMPARE(w_->findChild<QTableWidget*>("beamTable")->rowCount(), r->beamSteps.size());
     // Clicking a beam's cell selects the beam and the step's position.
     Q_EMIT w_->beamDock()->table()->cellClicked(1, 2);
     QCOMPARE(w_->selection()->beam(), 2);
     QCOMPARE(w_->selection()->token(), r->promptTokens + r->beamSteps[1].step);
     QVERIFY(w_->beamDock()->table()->horizontalHeaderItem(2)->text().contains("▶"));
+    // A header click selects the beam as a cell click does (the table's own selection plays no part).
+    Q_EMIT w_->beamDock()->table()->horizontalHeader()->sectionClicked(1);
+    QCOMPARE(w_->selection()->beam(), 1);
+    QVERIFY(w_->beamDock()->table()->selectedItems().isEmpty());
+    QVERIFY(w_->textView()->plainText().startsWith("beam 1"));
+    Q_EMIT w_->beamDock()->table()->cellClicked(1, 2);
     // The text view follows the selected beam: its sequence traced back through the reorders.
     const auto seq = ui::beamSequence(*r, 2);
     QCOMPARE(seq.size(), r->beamSteps.size());
@@ -398,6 +420,7 @@ class GuiTest : public QObject {
 #endif
     // One candidate on a 40-token window: 60 scan runs and the reference; the bars, the fronts, a pick into the form.
     QSignalSpy done(w_, &ui::MainWindow::tuneDone);
+    QSignalSpy progress(engine_, &app::Engine::tuneProgress);
     w_->findChild<QLineEdit*>("tuneCandidates")->setText("fp8:overflow=saturate");
     w_->findChild<QSpinBox*>("tuneCtx")->setValue(40);
     w_->findChild<QSpinBox*>("tuneWindows")->setValue(1);
@@ -415,10 +438,25 @@ class GuiTest : public QObject {
     QCOMPARE(qobject_cast<QCPBars*>(w_->findChild<QCustomPlot*>("tuneLayerPlot")->plottable(0))->data()->size(), 30);
     QVERIFY(w_->findChild<QCustomPlot*>("tuneFrontPlot")->graph(0)->dataCount() > 2);
     QVERIFY(w_->findChild<QLabel*>("tuneSummary")->text().contains("61 runs"));
+    // The points came as the scan went (at most twice a second), each a part of the whole.
+    QVERIFY(progress.count() > 0);
+    const auto first = progress.at(0).at(0).value<ui::TuneResultView>();
+    QVERIFY(!first.complete && first.scan.points.size() < 60 && first.secondsLeft > 0);
     // A generous budget: the pick quantizes, and Use pick puts it in the form.
     w_->findChild<QDoubleSpinBox*>("tuneBudget")->setValue(1.0);
     w_->findChild<QPushButton*>("tuneUsePick")->click();
     QCOMPARE(w_->configPanel()->spec(), QString("fp8:overflow=saturate"));
+    QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
+    // Stop keeps what was scanned: two candidates, stopped once the first points are in.
+    progress.clear();
+    w_->findChild<QLineEdit*>("tuneCandidates")->setText("fp8:overflow=saturate quanto:nbits=2,residual_length=0");
+    w_->findChild<QPushButton*>("tuneButton")->click();
+    QTRY_VERIFY_WITH_TIMEOUT(progress.count() > 0, 600000);
+    w_->stop();
+    QTRY_VERIFY_WITH_TIMEOUT(done.count() == 2, 600000);
+    QVERIFY(page->result()->stopped);
+    QVERIFY(page->result()->scan.points.size() < 120);
+    QVERIFY(w_->findChild<QLabel*>("tuneSummary")->text().startsWith("stopped after"));
     QTRY_VERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
   }
 
@@ -522,7 +560,9 @@ class GuiTest : public QObject {
     w_->startSweep("quanto:nbits=2,4;residual_length=4");
     QTRY_VERIFY_WITH_TIMEOUT(done.count() == 2, 120000);
     QCOMPARE(w_->runsModel()->rowCount(), before + 2);
-    QTRY_VERIFY(w_->findChild<QLabel*>("bestLabel")->text().contains("quanto:nbits=2,residual_length=4"));
+    // Named by what sets it apart, its SPEC in the tooltip.
+    QTRY_VERIFY(w_->findChild<QLabel*>("bestLabel")->text().contains("quanto: nbits=2"));
+    QCOMPARE(w_->findChild<QLabel*>("bestLabel")->toolTip(), QString("quanto:nbits=2,residual_length=4"));
     // A malformed grid is refused before anything runs.
     w_->startSweep("quanto:nbits");
     QVERIFY(w_->findChild<QLabel*>("statusMessage")->text().contains("bad grid axis"));
@@ -553,7 +593,7 @@ class GuiTest : public QObject {
     QCOMPARE(w_->lastRun()->runId, done.at(1).at(0).value<ui::RunSnapshotPtr>()->runId);
     QVERIFY(w_->findChild<QPushButton*>("runButton")->isEnabled());
     QCOMPARE(w_->runsModel()->rowCount(), before + 2);
-    QVERIFY(w_->findChild<QLabel*>("bestLabel")->text().contains(first->spec));
+    QCOMPARE(w_->findChild<QLabel*>("bestLabel")->toolTip(), first->spec);
     const ui::Session saved = ui::loadSession(ui::MainWindow::autosavePath());
     QVERIFY(saved.runs.size() >= 2);
     QCOMPARE(saved.runs.back()->stopReason, QString("cancelled"));

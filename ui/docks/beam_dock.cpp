@@ -38,6 +38,12 @@ BeamDock::BeamDock(Selection* selection, QWidget* parent) : QWidget(parent), sel
   l->addWidget(summary_);
   l->addWidget(table_, 1);
   l->addWidget(hypotheses_);
+  // The selected beam is drawn by this dock (▶ in its header, shaded cells), never by the table's own selection, so
+  // that a header click and a cell click select the same beam everywhere.
+  table_->setSelectionMode(QAbstractItemView::NoSelection);
+  connect(table_->horizontalHeader(), &QHeaderView::sectionClicked, this, [this](int col) {
+    if (last_) sel_->setBeam(col);
+  });
   connect(table_, &QTableWidget::cellClicked, this, [this](int row, int col) {
     if (!last_ || row >= last_->beamSteps.size()) return;
     sel_->setBeam(col);
@@ -47,7 +53,16 @@ BeamDock::BeamDock(Selection* selection, QWidget* parent) : QWidget(parent), sel
 }
 
 void BeamDock::show(const RunSnapshotPtr& run) {
-  if (run->beamSteps.isEmpty()) return;
+  if (run->beamSteps.isEmpty()) {  // not a beam search: nothing of another run stays
+    last_.reset();
+    table_->setRowCount(0);
+    table_->setColumnCount(0);
+    hypotheses_->setRowCount(0);
+    hypotheses_->setVisible(false);
+    summary_->setText(tr("Run #%1 is not a beam search (Decoding: beam search shows which cache rows each beam reads).")
+                          .arg(run->runId));
+    return;
+  }
   last_ = run;
   redraw();
   table_->scrollToBottom();

@@ -37,9 +37,14 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   legend->setObjectName("memoryLegend");
   legend->setWordWrap(true);
   legend->setFont(QFont(font().family(), 8));
+  legendB_ = new QLabel(tr("<span style='color:#75507b'>&#9670;&nbsp;B stored (per layer and per step)</span>"), this);
+  legendB_->setObjectName("memoryLegendB");
+  legendB_->setFont(QFont(font().family(), 8));
+  legendB_->setVisible(false);
   l->addWidget(totals_);
   l->addWidget(plot_, 3);
   l->addWidget(legend);
+  l->addWidget(legendB_);
   l->addWidget(steps_, 1);
   QCPBars* below = nullptr;
   for (int i = 0; i < names.size(); ++i) {
@@ -54,6 +59,10 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   auto* line = plot_->addGraph();
   line->setName(tr("unquantized"));
   line->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
+  auto* other = plot_->addGraph();  // run B's stored bytes per layer (two runs shown)
+  other->setName(tr("B stored"));
+  other->setPen(QPen(QColor(117, 80, 123), 2));
+  other->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDiamond, 8));
   plot_->xAxis->setLabel(tr("layer (click to select)"));
   plot_->yAxis->setLabel(tr("KiB (K + V)"));
   mark_ = new QCPItemRect(plot_);
@@ -66,6 +75,9 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   auto* full = steps_->addGraph();
   full->setName(tr("unquantized"));
   full->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
+  auto* storedB = steps_->addGraph();
+  storedB->setName(tr("B stored"));
+  storedB->setPen(QPen(QColor(117, 80, 123), 2, Qt::DashDotLine));
   steps_->xAxis->setLabel(tr("generated step"));
   steps_->yAxis->setLabel(tr("KV MiB"));
   steps_->yAxis->ticker()->setTickCount(2);  // a short plot: few labels, none on top of another
@@ -87,8 +99,15 @@ void MemoryDock::markLayer() {
   mark_->bottomRight->setCoords(layer + 0.45, 0.0);
 }
 
-void MemoryDock::show(const RunSnapshotPtr& run) {
+void MemoryDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) {
   const auto& mem = run->cache.memory;
+  QVector<double> bx, bstored;
+  if (against)
+    for (std::size_t i = 0; i < against->cache.memory.size(); ++i) {
+      bx << double(i);
+      bstored << against->cache.memory[i].total().stored() / 1024.0;
+    }
+  plot_->graph(1)->setData(bx, bstored);
   QVector<double> x, pay, meta, res, trans, full;
   for (std::size_t i = 0; i < mem.size(); ++i) {
     const auto t = mem[i].total();
@@ -117,6 +136,11 @@ void MemoryDock::show(const RunSnapshotPtr& run) {
   }
   steps_->graph(0)->setData(step, stored);
   steps_->graph(1)->setData(step, unq);
+  QVector<double> bstep, bsteps;
+  if (against)
+    for (int i = 0; i < against->tokens.size(); ++i)
+      if (against->tokens[i].kvUnquantized > 0) bstep << i, bsteps << mib(against->tokens[i].kvStored);
+  steps_->graph(2)->setData(bstep, bsteps);
   steps_->rescaleAxes();
   steps_->yAxis->setRangeLower(0);
   steps_->replot(QCustomPlot::rpQueuedReplot);
@@ -139,6 +163,19 @@ void MemoryDock::show(const RunSnapshotPtr& run) {
                        .arg(t.compressionRatio(), 0, 'f', 2)
                        .arg(held, verdict)
                        .arg(mib(t.reserved), 0, 'f', 2));
+  legendB_->setVisible(against != nullptr);
+  if (!against) return;
+  const auto tb = against->cache.total();
+  const double d = mib(tb.stored()) - mib(t.stored());
+  totals_->setText(tr("A (run #%1) %2<br>B (run #%3) %4: stored %5 MiB (%6x); B − A: %7%8 MiB")
+                       .arg(run->runId)
+                       .arg(totals_->text().toHtmlEscaped())
+                       .arg(against->runId)
+                       .arg(against->spec.toHtmlEscaped())
+                       .arg(mib(tb.stored()), 0, 'f', 2)
+                       .arg(tb.compressionRatio(), 0, 'f', 2)
+                       .arg(d >= 0 ? "+" : "")
+                       .arg(d, 0, 'f', 2));
 }
 
 }  // namespace kvscope::ui

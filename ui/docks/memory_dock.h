@@ -14,11 +14,12 @@ namespace kvscope::ui {
 /// Per-layer stacked bars: quantized payload, scales/zero-points, residual, dequantized working buffer; the
 /// unquantized-equivalent bytes as a line; totals and compression ratio in the title.
 /// Below them, the stored bytes over the generated steps against the unquantized bytes. Clicking a layer selects it.
+/// Two runs (A and B): A's bars, B's stored bytes per layer and per step as a second line, and B - A in the title.
 class MemoryDock : public QWidget {
   Q_OBJECT
  public:
   MemoryDock(Selection* selection, QWidget* parent = nullptr);
-  void show(const RunSnapshotPtr& run);
+  void show(const RunSnapshotPtr& run, const RunSnapshotPtr& against = nullptr);
   QCustomPlot* plot() const { return plot_; }
   QCustomPlot* stepsPlot() const { return steps_; }
 
@@ -29,6 +30,7 @@ class MemoryDock : public QWidget {
   QCustomPlot* steps_;
   QCPItemRect* mark_ = nullptr;
   QLabel* totals_;
+  QLabel* legendB_;
   int layers_ = 0;
 };
 

@@ -4,6 +4,7 @@
 
 #include <QComboBox>
 #include <QFontMetrics>
+#include <QToolTip>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
@@ -29,6 +30,19 @@ OverlayPlot::OverlayPlot(QWidget* parent) : QWidget(parent) {
   l->addWidget(metric_);
   l->addWidget(plot_, 1);
   connect(metric_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
+  // A legend entry's tooltip: the run's whole SPEC (the entry names what tells the runs apart, elided in the middle
+  // when the plot is narrow).
+  plot_->setMouseTracking(true);
+  connect(plot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* e) {
+    for (int k = 0; k < plot_->legend->itemCount(); ++k) {
+      auto* item = qobject_cast<QCPPlottableLegendItem*>(plot_->legend->item(k));
+      if (item && item->rect().contains(e->position().toPoint())) {
+        QToolTip::showText(e->globalPosition().toPoint(), item->plottable()->property("spec").toString(), plot_);
+        return;
+      }
+    }
+    QToolTip::hideText();
+  });
 }
 
 void OverlayPlot::show(const QVector<RunSnapshotPtr>& runs, const QStringList& names) {
@@ -52,6 +66,16 @@ void OverlayPlot::redraw() {
     QString name;
   };
   QVector<Missing> missing;
+  // Two legend columns when every name fits half the plot's width, else one: names are elided in the middle only
+  // when even one column is too narrow, so that the options that tell runs apart stay readable.
+  const QFontMetrics fm(plot_->legend->font());
+  int widest = 0;
+  for (int k = 0; k < runs_.size(); ++k)
+    widest = std::max(widest, fm.horizontalAdvance(names_.size() == runs_.size() ? names_[k] : runs_[k]->spec));
+  const int width = std::max(plot_->width(), kPlotMin.width());
+  const int columns = widest + 60 <= width / 2 ? 2 : 1;
+  plot_->legend->setWrap(columns);
+  const int room = std::max(130, width / columns - 60);
   int i = 0;
   for (const auto& run : runs_) {
     if (metric == 0 && !run->shadow) continue;  // no reference, no KL
@@ -72,10 +96,10 @@ void OverlayPlot::redraw() {
     const QColor colour = palette[i++ % palette.size()];
     // Elided to fit two legend columns (the table beside it names the run in full).
     const QString label = names_.size() == runs_.size() ? names_[runs_.indexOf(run)] : run->spec;
-    const QString name =
-        tr("#%1 %2").arg(run->runId).arg(QFontMetrics(plot_->legend->font()).elidedText(label, Qt::ElideMiddle, 130));
+    const QString name = tr("#%1 %2").arg(run->runId).arg(fm.elidedText(label, Qt::ElideMiddle, room));
     auto* g = plot_->addGraph();
     g->setName(name);
+    g->setProperty("spec", tr("#%1 %2").arg(run->runId).arg(run->spec));
     g->setPen(QPen(colour, 1.5));
     g->setData(x, y);
     if (!bad.isEmpty()) missing.push_back({bad, colour, name});
@@ -107,6 +131,7 @@ void OverlayPlot::redraw() {
     plot_->xAxis->setRange(anyFinite ? std::min(plot_->xAxis->range().lower, 0.0) : 0.0, std::max(x1, 1.0));
     for (const auto& m : missing) {
       auto* g = plot_->addGraph();
+      g->setProperty("spec", m.name);
       g->setName(m.steps.size() == 1 ? tr("%1: NaN/inf at 1 step").arg(m.name)
                                      : tr("%1: NaN/inf at %2 steps").arg(m.name).arg(m.steps.size()));
       g->setPen(QPen(m.colour));

@@ -27,7 +27,13 @@ void wholeDecades(QCPAxis* axis) {
   axis->setRange(std::pow(10.0, lo), std::pow(10.0, hi));
   axis->setNumberFormat("eb");
   axis->setNumberPrecision(0);
-  axis->ticker()->setTickCount(std::clamp(axis->axisRect()->height() / 30, 1, 5));  // labels never overlap
+  // Every decade labelled where the axis has 16 px a decade for it, else every second (third, ...) one: labels never
+  // overlap. (Before the first layout the height is 0: every decade, as a plot's minimum height allows.)
+  const int decades = static_cast<int>(hi - lo);
+  const int height = axis->axisRect()->height();
+  const int step = height > 0 ? std::max(1, (decades * 16 + height - 1) / height) : 1;
+  axis->ticker()->setTickCount((decades + step - 1) / step);
+  axis->ticker()->setTickStepStrategy(QCPAxisTicker::tssReadability);
 }
 
 void integerTicks(QCPAxis* axis) {

@@ -27,7 +27,7 @@ inline const QColor kNanColour(230, 0, 230);
 void legendBelow(QCustomPlot* plot, int columns);
 
 /// A log axis over whole decades (10^k to 10^m, at least one decade), so that a range such as V scales of 1e-3..3e-3
-/// still has labelled ticks; labels as 10^k.
+/// still has labelled ticks; labels as 10^k, one a decade where the axis is tall enough (16 px a decade).
 void wholeDecades(QCPAxis* axis);
 
 /// Cells are whole layers, heads or channels: integer ticks only.

@@ -37,6 +37,14 @@ ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent),
   amax->setPen(QPen(QColor(52, 101, 164), 1.5, Qt::DashLine));
   auto* vamax = plot_->addGraph();
   vamax->setPen(QPen(QColor(204, 0, 0), 1.5, Qt::DashLine));
+  // Run B's scales (two runs shown): the same colours, hollow marks, dotted.
+  for (const QColor& c : {QColor(52, 101, 164), QColor(204, 0, 0)}) {
+    auto* b = plot_->addGraph();
+    b->setPen(QPen(c, 1.5, Qt::DotLine));
+    b->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssSquare, c, Qt::white, 7));
+    b->removeFromLegend();
+    b->setVisible(false);
+  }
   plot_->xAxis->setLabel(tr("layer (click to select)"));
   plot_->yAxis->setLabel(tr("scale"));
   plot_->yAxis->setScaleType(QCPAxis::stLogarithmic);
@@ -77,19 +85,38 @@ void ScalesDock::markLayer() {
     if (v.size() > n) out << QString("… (%1 values)").arg(v.size());
     return out.join(", ");
   };
-  selected_->setText(tr("layer %1 — K scales [%2], amax per head [%3]; V scales [%4]; overflows K %5 / V %6, "
-                        "NaN stored K %7 / V %8")
-                         .arg(layer)
-                         .arg(list(st.keys.scales, 8), list(st.keys.amaxPerHead, 8), list(st.values.scales, 8))
-                         .arg(st.keys.overflowTotal)
-                         .arg(st.values.overflowTotal)
-                         .arg(st.keys.nonFiniteTotal)
-                         .arg(st.values.nonFiniteTotal));
+  QString text = tr("layer %1 — K scales [%2], amax per head [%3]; V scales [%4]; overflows K %5 / V %6, "
+                    "NaN stored K %7 / V %8")
+                     .arg(layer)
+                     .arg(list(st.keys.scales, 8), list(st.keys.amaxPerHead, 8), list(st.values.scales, 8))
+                     .arg(st.keys.overflowTotal)
+                     .arg(st.values.overflowTotal)
+                     .arg(st.keys.nonFiniteTotal)
+                     .arg(st.values.nonFiniteTotal);
+  if (against_ && layer < static_cast<int>(against_->cache.stats.size())) {
+    const auto& b = against_->cache.stats[layer];
+    auto ratio = [](const std::vector<float>& x, const std::vector<float>& y) {
+      double sx = 0, sy = 0;
+      for (float f : x) sx += f;
+      for (float f : y) sy += f;
+      return x.empty() || y.empty() || sx == 0
+                 ? QString("—")
+                 : QString::number((sy / double(y.size())) / (sx / double(x.size())), 'g', 4);
+    };
+    text += tr("<br>B (run #%1): K scales [%2]; V scales [%3]; B / A: K %4, V %5; NaN stored K %6 / V %7")
+                .arg(against_->runId)
+                .arg(list(b.keys.scales, 8), list(b.values.scales, 8), ratio(st.keys.scales, b.keys.scales),
+                     ratio(st.values.scales, b.values.scales))
+                .arg(b.keys.nonFiniteTotal)
+                .arg(b.values.nonFiniteTotal);
+  }
+  selected_->setText(text);
 }
 
-void ScalesDock::show(const RunSnapshotPtr& run) {
+void ScalesDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) {
   last_ = run;
-  QVector<double> x, ks, vs, ka, va;
+  against_ = against;
+  QVector<double> x, ks, vs, ka, va, bx, bk, bv;
   std::int64_t overflow = 0, nan = 0, recal = 0;
   QList<float> maxima;  // the fp8 formats' max seen (a per-layer config may mix e4m3fn and e5m2)
   auto mean = [](const std::vector<float>& v) {
@@ -115,6 +142,16 @@ void ScalesDock::show(const RunSnapshotPtr& run) {
     ka << need(st.keys);
     va << need(st.values);
   }
+  std::int64_t nanB = 0;
+  if (against)
+    for (std::size_t i = 0; i < against->cache.stats.size(); ++i) {
+      const auto& st = against->cache.stats[i];
+      nanB += st.nonFiniteTotal();
+      if (st.keys.scales.empty()) continue;
+      bx << double(i);
+      bk << mean(st.keys.scales);
+      bv << mean(st.values.scales);
+    }
   QString over = maxima.size() == 1 ? QString::number(maxima.front()) : tr("format max");
   for (const auto f : {cache::Fp8Format::E4M3FN, cache::Fp8Format::E5M2})
     if (maxima.size() == 1 && maxima.front() == cache::fp8Max(f))
@@ -125,17 +162,32 @@ void ScalesDock::show(const RunSnapshotPtr& run) {
   plot_->graph(1)->setData(x, vs);
   plot_->graph(2)->setData(x, ka);
   plot_->graph(3)->setData(x, va);
+  plot_->graph(4)->setData(bx, bk);
+  plot_->graph(5)->setData(bx, bv);
+  const bool pair = against != nullptr;
+  for (int g = 0; g < 4; ++g) {  // the names say which run when two are shown
+    const QString name = plot_->graph(g)->name().section(": ", -1);
+    plot_->graph(g)->setName(pair ? tr("A: %1").arg(name) : name);
+  }
+  for (int g = 4; g < 6; ++g) {
+    plot_->graph(g)->setName(tr("B: %1 scale").arg(g == 4 ? "K" : "V"));
+    if (pair && !plot_->graph(g)->visible()) plot_->graph(g)->addToLegend();
+    if (!pair) plot_->graph(g)->removeFromLegend();
+    plot_->graph(g)->setVisible(pair);
+  }
   plot_->rescaleAxes();
   wholeDecades(plot_->yAxis);
   markLayer();
   plot_->replot(QCustomPlot::rpQueuedReplot);
-  if (x.isEmpty()) {
-    counters_->setText(tr("%1 has no FP8 scales.").arg(run->spec));
-    counters_->setStyleSheet("");
-  } else {
-    counters_->setText(tr("overflows %1, NaN/inf stored %2, recalibrations %3").arg(overflow).arg(nan).arg(recal));
-    counters_->setStyleSheet(nan > 0 ? "color: white; background: #b00020; padding: 2px;" : "");
+  QString text = x.isEmpty()
+                     ? tr("%1 has no FP8 scales.").arg(run->spec)
+                     : tr("overflows %1, NaN/inf stored %2, recalibrations %3").arg(overflow).arg(nan).arg(recal);
+  if (pair) {
+    text = tr("A (run #%1): %2 B (run #%3): ").arg(run->runId).arg(text).arg(against->runId) +
+           (bx.isEmpty() ? tr("%1 has no FP8 scales.").arg(against->spec) : tr("NaN/inf stored %1").arg(nanB));
   }
+  counters_->setText(text);
+  counters_->setStyleSheet(nan + nanB > 0 ? "color: white; background: #b00020; padding: 2px;" : "");
 }
 
 }  // namespace kvscope::ui

@@ -3,9 +3,12 @@
 #include <QComboBox>
 #include <QLabel>
 #include <QScrollBar>
+#include <QSignalBlocker>
+#include <QStandardItemModel>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 namespace kvscope::ui {
 
@@ -45,6 +48,10 @@ TextView::TextView(Selection* selection, QWidget* parent) : QWidget(parent), sel
   key_ = new QLabel(this);
   key_->setObjectName("colourKey");
   key_->setWordWrap(true);
+  runTitle_ = new QLabel(this);
+  runTitle_->setObjectName("textRunTitle");
+  runTitle_->setTextFormat(Qt::PlainText);
+  bar->addWidget(runTitle_);
   bar->addWidget(new QLabel(tr("Colour by"), this));
   bar->addWidget(metric_);
   bar->addWidget(key_, 1);
@@ -90,7 +97,10 @@ void TextView::updateKey() {
       << sw(QColor::fromHsvF(0.0, 0.45, 1.0), tr("the run's worst token in this layer"))
       << sw(QColor(225, 225, 225), tr("not quantized"));
   } else {
-    if (!reference) k << tr("<i>no shadow reference in this run: coloured by log-prob</i>");
+    if (last_ && !last_->beamSteps.isEmpty())
+      k << tr("<i>beam search (no shadow reference): each token coloured by its log-prob in the beam</i>");
+    else if (!reference)
+      k << tr("<i>no shadow reference in this run: coloured by log-prob</i>");
     k << sw(QColor::fromHsvF(0.33, 0.35, 1.0), tr("p &asymp; 1")) << sw(QColor::fromHsvF(0.165, 0.35, 1.0), "0.5")
       << sw(QColor::fromHsvF(0.0, 0.35, 1.0), tr("p &asymp; 0"));
   }
@@ -101,10 +111,32 @@ void TextView::setMetric(Metric m) {
   metric_->setCurrentIndex(static_cast<int>(m));
 }
 
-void TextView::show(const RunSnapshotPtr& run) {
-  const bool sameRun = last_ && last_->runId == run->runId;
+void TextView::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) {
+  const bool sameRun = last_ && last_->runId == run->runId && against_ == against;
   const int before = sameRun ? shown_ : 0;
   last_ = run;
+  against_ = against;
+  // KL and top-1 need the shadow reference: without one (beam search, shadow off) they are not offered, and the
+  // chosen metric comes back with the next run that has one.
+  auto* items = qobject_cast<QStandardItemModel*>(metric_->model());
+  for (const int m : {Kl, Top1})
+    if (items && items->item(m)) items->item(m)->setEnabled(run->shadow);
+  if (!run->shadow && (metric_->currentIndex() == Kl || metric_->currentIndex() == Top1)) {
+    preferred_ = metric_->currentIndex();
+    const QSignalBlocker quiet(metric_);
+    metric_->setCurrentIndex(LogProb);
+  } else if (run->shadow && preferred_ >= 0) {
+    const QSignalBlocker quiet(metric_);
+    metric_->setCurrentIndex(std::exchange(preferred_, -1));
+  }
+  runTitle_->setText(against ? tr("A: run #%1").arg(run->runId) : tr("run #%1").arg(run->runId));
+  runTitle_->setToolTip(against ? tr("A: %1\nB: run #%2 %3").arg(run->spec).arg(against->runId).arg(against->spec)
+                                : run->spec);
+  if (against) {  // two runs: where B parts from A decides the marks, so the text is drawn whole
+    if (run->tokenErrors) errors_ = run->tokenErrors;
+    return redraw();
+  }
+  divergence_ = -1;
   if (!run->beamSteps.isEmpty()) {  // the beams reorder at every step: the sequence is traced again, whole
     if (run->tokenErrors) errors_ = run->tokenErrors;
     return redraw();
@@ -134,22 +166,39 @@ void TextView::show(const RunSnapshotPtr& run) {
 QString TextView::tokenHtml(int i) const {
   const TokenView& t = tokens()[i];
   const qint64 pos = last_->promptTokens + i;
-  QString tip = tr("position %1, id %2, log-prob %3").arg(pos).arg(t.id).arg(t.logprob, 0, 'f', 3);
+  const bool beams = !last_->beamSteps.isEmpty();
+  QString tip = tr("position %1, id %2, log-prob %3%4")
+                    .arg(pos)
+                    .arg(t.id)
+                    .arg(t.logprob, 0, 'f', 3)
+                    .arg(beams ? tr(" in beam %1").arg(sel_->beam()) : QString());
+  if (beams) tip += tr("\n  what the step kept after the same parent");
   if (last_->shadow)
     tip += tr("\nKL vs reference %1%2").arg(t.kl, 0, 'g', 3).arg(t.top1Agrees ? "" : tr(", top-1 differs"));
-  tip += last_->shadow ? tr("\n  quantized            reference") : tr("\n  top candidates");
+  if (!beams) tip += last_->shadow ? tr("\n  quantized            reference") : tr("\n  top candidates");
   for (int k = 0; k < t.top.size(); ++k) {
     tip += QString("\n  %1 %2").arg(t.top[k].first.toHtmlEscaped(), -10).arg(t.top[k].second, 7, 'f', 3);
     if (k < t.refTop.size())
       tip += QString("   %1 %2").arg(t.refTop[k].first.toHtmlEscaped(), -10).arg(t.refTop[k].second, 7, 'f', 3);
   }
   const bool selected = pos == sel_->token();
-  return QString(
+  return (i == divergence_ ? divergenceMark() : QString()) +
+         QString(
              "<a href='tok:%1' style='color:black; text-decoration:%2; background-color:%3; white-space:pre-wrap;%4' "
              "title='%5'>%6</a>")
-      .arg(pos)
-      .arg(selected ? "underline" : "none", colour(t, pos).name(), selected ? " font-weight:bold;" : "",
-           tip.toHtmlEscaped(), t.text.toHtmlEscaped());
+             .arg(pos)
+             .arg(selected ? "underline" : "none", colour(t, pos).name(), selected ? " font-weight:bold;" : "",
+                  tip.toHtmlEscaped(), t.text.toHtmlEscaped());
+}
+
+QString TextView::divergenceMark() const {
+  // B's token where it parts from A (or its end), in B's colour, before A's token there.
+  const QVector<TokenView>& b = against_->tokens;
+  const int i = divergence_;
+  const QString theirs = i < b.size() ? QString("«%1»").arg(b[i].text) : tr("(B ended)");
+  return QString("<span style='color:white; background-color:#75507b;' title='%1'>&#9660;B %2</span>")
+      .arg(tr("run #%1 (B) generated %2 here").arg(against_->runId).arg(theirs).toHtmlEscaped(),
+           theirs.toHtmlEscaped());
 }
 
 void TextView::showErrors(const TokenErrorViewPtr& errors) {
@@ -181,6 +230,27 @@ QColor TextView::colour(const TokenView& t, qint64 pos) const {
 void TextView::redraw() {
   updateKey();
   if (!last_) return;
+  divergence_ = -1;
+  if (against_) {
+    const QVector<TokenView>& a = tokens();
+    const QVector<TokenView>& b = against_->tokens;
+    const int common = static_cast<int>(std::min(a.size(), b.size()));
+    int i = 0;
+    while (i < common && a[i].id == b[i].id) ++i;
+    if (i < a.size() || i < b.size()) divergence_ = i;
+    key_->setText(
+        divergence_ < 0
+            ? tr("A (run #%1) and B (run #%2) generated the same %3 tokens")
+                  .arg(last_->runId)
+                  .arg(against_->runId)
+                  .arg(a.size())
+            : tr("A (run #%1) and B (run #%2) agree on the first %3 generated tokens; the <span style='color:white; "
+                 "background-color:#75507b'>&#9660;B</span> mark shows B's token where they part. ")
+                      .arg(last_->runId)
+                      .arg(against_->runId)
+                      .arg(i) +
+                  key_->text());
+  }
   errorScale_ = 0;
   if (errors_ && metric_->currentIndex() == KvError)
     for (qint64 t = 0; t < errors_->tokens; ++t)
@@ -195,6 +265,7 @@ void TextView::redraw() {
                .arg(last_->beamSteps.back().step);
   }
   for (int i = 0; i < tokens().size(); ++i) html += tokenHtml(i);
+  if (divergence_ >= 0 && divergence_ == tokens().size()) html += divergenceMark();  // A ended, B went on
   browser_->setHtml(html);
   shown_ = static_cast<int>(tokens().size());
   if (auto* b = browser_->verticalScrollBar()) b->setValue(scroll);

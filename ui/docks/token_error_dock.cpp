@@ -22,7 +22,13 @@ TokenErrorDock::TokenErrorDock(Selection* selection, QWidget* parent) : QWidget(
   title_ = new QLabel(tr("Run a generation: the selected layer and head show here, token by channel."), this);
   title_->setObjectName("tokenErrorTitle");
   title_->setWordWrap(true);
+  pairShow_ = new QComboBox(this);
+  pairShow_->setObjectName("tokenErrorPair");
+  pairShow_->addItems({tr("A"), tr("B"), tr("B − A")});
+  pairShow_->setToolTip(tr("Two runs: A or B on one colour range, or B − A over the tokens both hold"));
+  pairShow_->setVisible(false);
   bar->addWidget(which_);
+  bar->addWidget(pairShow_);
   bar->addWidget(title_, 1);
   l->addLayout(bar);
   plot_ = new QCustomPlot(this);
@@ -35,6 +41,7 @@ TokenErrorDock::TokenErrorDock(Selection* selection, QWidget* parent) : QWidget(
   mark_->setPen(QPen(Qt::cyan, 1.5));
   mark_->setVisible(false);
   connect(which_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
+  connect(pairShow_, &QComboBox::currentIndexChanged, this, [this] { redraw(); });
   connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
     if (!view_) return;
     const qint64 token = std::llround(plot_->xAxis->pixelToCoord(e->position().x()));
@@ -45,15 +52,33 @@ TokenErrorDock::TokenErrorDock(Selection* selection, QWidget* parent) : QWidget(
 
 void TokenErrorDock::show(const TokenErrorViewPtr& view) {
   if (!view) return;
+  if (view->runId == liveRun_ || liveRun_ == 0) liveView_ = view;
+  if (shownRun_ != 0 && view->runId != shownRun_) return;  // another run is shown: it keeps its map
   view_ = view;
   redraw();
 }
 
-void TokenErrorDock::showRun(const RunSnapshotPtr& run) {
+void TokenErrorDock::setPairView(int which) {
+  pairShow_->setCurrentIndex(which);
+}
+
+void TokenErrorDock::showRun(const RunSnapshotPtr& run, const RunSnapshotPtr& against) {
   if (!run) return;
   emptyReason_ = nothingQuantizedReason(*run);
-  if (run->tokenErrors) return show(run->tokenErrors);
-  if (view_ && view_->runId == run->runId) return redraw();  // the engine attaches errors at most twice a second
+  other_ = against ? against->tokenErrors : nullptr;
+  pairShow_->setVisible(against != nullptr);
+  shownRun_ = run->runId;
+  // The engine's newest view of this run when it is of the selected layer (it answers a layer change after the run),
+  // else the map the snapshot carries (attached at most twice a second, and to the final snapshot), else the view
+  // shown before for this run.
+  const bool live = liveView_ && liveView_->runId == run->runId;
+  if (live && liveView_->layer == sel_->layer())
+    view_ = liveView_;
+  else if (run->tokenErrors)
+    view_ = run->tokenErrors;
+  else if (live)
+    view_ = liveView_;
+  if (view_ && view_->runId == run->runId) return redraw();
   auto none = std::make_shared<TokenErrorView>();
   none->runId = run->runId;
   none->layer = sel_->layer();
@@ -61,33 +86,65 @@ void TokenErrorDock::showRun(const RunSnapshotPtr& run) {
   redraw();
 }
 
+float TokenErrorDock::shownCell(qint64 token, int channel) const {
+  if (!view_ || view_->heads == 0) return std::nanf("");
+  const bool keys = which_->currentIndex() == 0;
+  const int head = std::min(sel_->head(), view_->heads - 1);
+  auto value = [&](const TokenErrorView& v) {
+    const auto& side = keys ? v.keys : v.values;
+    if (side.empty() || token < 0 || token >= v.tokens || channel < 0 || channel >= v.channels) return std::nanf("");
+    return v.at(side, token, head, channel);
+  };
+  const int mode = other_ ? mode_ : 0;
+  if (mode == 1) return value(*other_);
+  if (mode == 2) return value(*other_) - value(*view_);
+  return value(*view_);
+}
+
 void TokenErrorDock::redraw() {
   if (!view_) return;
-  if (view_->tokens == 0 || view_->heads == 0 || (view_->keys.empty() && view_->values.empty())) {
+  const bool pair = pairShow_->isVisibleTo(this);
+  // B's map pairs with A's only when it is of the same layer and shape.
+  const bool paired = pair && other_ && other_->layer == view_->layer && other_->heads == view_->heads &&
+                      other_->channels == view_->channels && other_->tokens > 0;
+  const int mode = mode_ = paired ? pairShow_->currentIndex() : 0;
+  const TokenErrorView& shownView = mode == 1 ? *other_ : *view_;
+  if (shownView.tokens == 0 || shownView.heads == 0 || (shownView.keys.empty() && shownView.values.empty())) {
     map_->data()->clear();
     mark_->setVisible(false);
     title_->setText(emptyReason_.isEmpty() ? tr("nothing quantized yet") : emptyReason_);
     plot_->replot(QCustomPlot::rpQueuedReplot);
     return;
   }
-  const auto& side = which_->currentIndex() == 0 ? view_->keys : view_->values;
   const int head = std::min(sel_->head(), view_->heads - 1);
   const int C = view_->channels;
-  const qint64 T = view_->tokens;
-  if (sel_->layer() != view_->layer) {
-    title_->setText(tr("layer %1 selected; waiting for its errors…").arg(sel_->layer()));
-  }
+  const qint64 T = mode == 2 ? std::min(view_->tokens, other_->tokens) : shownView.tokens;
   map_->data()->setSize(static_cast<int>(T), C);
   map_->data()->setRange(QCPRange(0, double(T - 1)), QCPRange(0, C - 1));
   double sum = 0, worst = 0;
   qint64 n = 0;
   for (qint64 t = 0; t < T; ++t)
     for (int c = 0; c < C; ++c) {
-      const float e = side.empty() ? std::nanf("") : view_->at(side, t, head, c);
+      const float e = shownCell(t, c);
       map_->data()->setCell(static_cast<int>(t), c, e);
-      if (std::isfinite(e)) sum += e, worst = std::max<double>(worst, e), ++n;
+      if (std::isfinite(e)) sum += e, worst = std::max<double>(worst, std::abs(e)), ++n;
     }
-  setFiniteDataRange(map_);
+  QCPColorGradient g(mode == 2 ? QCPColorGradient::gpPolar : QCPColorGradient::gpThermal);
+  g.setNanHandling(QCPColorGradient::nhTransparent);
+  map_->setGradient(g);
+  if (mode == 2) {
+    map_->setDataRange(QCPRange(-std::max(worst, 1e-9), std::max(worst, 1e-9)));
+  } else if (paired) {  // A and B on one range: a colour means the same error in both
+    double hi = 0;
+    for (const auto* v : {view_.get(), other_.get()}) {
+      const auto& side = which_->currentIndex() == 0 ? v->keys : v->values;
+      for (const float e : side)
+        if (std::isfinite(e)) hi = std::max<double>(hi, e);
+    }
+    map_->setDataRange(QCPRange(0, hi > 0 ? hi : 1));
+  } else {
+    setFiniteDataRange(map_);
+  }
   plot_->rescaleAxes();
   plot_->xAxis->setRange(-0.5, T - 0.5);
   plot_->yAxis->setRange(-0.5, C - 0.5);
@@ -95,20 +152,36 @@ void TokenErrorDock::redraw() {
   mark_->setVisible(tok >= 0 && tok < T);
   mark_->point1->setCoords(double(tok), 0);
   mark_->point2->setCoords(double(tok), 1);
-  if (sel_->layer() == view_->layer) {
-    QString text = tr("layer %1, KV head %2, %3: %4 tokens, mean |error| %5, max %6")
+  if (sel_->layer() != view_->layer) {
+    title_->setText(view_->runId == liveRun_
+                        ? tr("layer %1 selected; waiting for its errors…").arg(sel_->layer())
+                        : tr("layer %1 selected; run #%2 kept layer %3's map (the layer inspected as it finished): "
+                             "rerun its config to see another layer")
+                              .arg(sel_->layer())
+                              .arg(view_->runId)
+                              .arg(view_->layer));
+  } else {
+    const QString what = mode == 2   ? tr("B − A (run #%1 − run #%2)").arg(other_->runId).arg(view_->runId)
+                         : mode == 1 ? tr("B (run #%1)").arg(other_->runId)
+                         : paired    ? tr("A (run #%1)").arg(view_->runId)
+                                     : tr("run #%1").arg(view_->runId);
+    QString text = tr("%1, layer %2, KV head %3, %4: %5 tokens, mean |error| %6, max %7")
+                       .arg(what)
                        .arg(view_->layer)
                        .arg(head)
                        .arg(which_->currentText())
                        .arg(T)
-                       .arg(n ? sum / n : 0.0, 0, 'g', 3)
+                       .arg(n ? sum / double(n) : 0.0, 0, 'g', 3)
                        .arg(worst, 0, 'g', 3);
-    if (tok >= 0 && tok < T && !side.empty()) {
+    if (mode == 2) text.replace(tr("mean |error|"), tr("mean difference"));
+    if (pair && !paired)
+      text += tr("; B has no map of this layer to compare (it kept layer %1's)")
+                  .arg(other_ ? QString::number(other_->layer) : tr("none"));
+    if (tok >= 0 && tok < T) {
       double ts = 0, tm = 0;
       int tn = 0;
       for (int c = 0; c < C; ++c)
-        if (const float e = view_->at(side, tok, head, c); std::isfinite(e))
-          ts += e, tm = std::max<double>(tm, e), ++tn;
+        if (const float e = shownCell(tok, c); std::isfinite(e)) ts += e, tm = std::max<double>(tm, std::abs(e)), ++tn;
       text += tn ? tr("; token %1: mean %2, max %3").arg(tok).arg(ts / tn, 0, 'g', 3).arg(tm, 0, 'g', 3)
                  : tr("; token %1 not quantized").arg(tok);
     }
