@@ -78,7 +78,8 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
   if (!cfg.mixed()) {
     const LlamaCppType kt = cacheType(cfg, true, notes), vt = cacheType(cfg, false, notes);
     addUnique(detail::optionNotes(cfg, &detail::OptionField::llamaCppWhy, false));
-    if (llamaCppQuantized(vt)) notes.push_back("a quantized V cache needs flash attention (-fa on)");
+    // (A quantized V needs flash attention: the flags carry `-fa on`. That is expressed, so it is no note: notes are
+    // what the target does not express.)
     return flags(kt, vt, rotationEnv(cfg), std::move(notes));
   }
   const LayerRule* all = detail::wildcardRule(cfg);
