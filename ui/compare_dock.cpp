@@ -106,6 +106,12 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
     Q_EMIT runsChosen(chosen ? model_->run(rows[0].row()) : nullptr,
                       rows.size() == 2 ? model_->run(rows[1].row()) : nullptr);
   });
+  // A legend entry of the overlay chooses its run, as its row does.
+  connect(overlay_, &OverlayPlot::runClicked, this, [this](int runId) {
+    const auto& runs = model_->runs();
+    for (int r = 0; r < runs.size(); ++r)
+      if (runs[r]->runId == runId) table_->selectRow(r);
+  });
   connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& i) {
     if (const auto r = model_->run(i.row()); r && r->config) Q_EMIT configChosen(*r->config);
   });

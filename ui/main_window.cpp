@@ -14,6 +14,7 @@
 #include <QStatusBar>
 #include <QTableView>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "compare_dock.h"
 #include "config_panel.h"
@@ -274,6 +275,20 @@ void MainWindow::inspectRuns(const RunSnapshotPtr& a, const RunSnapshotPtr& b) {
   pinned_ = a;
   against_ = a ? b : nullptr;
   if (const RunSnapshotPtr& run = a ? a : last_) showRun(run);
+}
+
+bool MainWindow::showRuns(const QList<int>& ids) {
+  QList<int> rows;
+  for (const int id : ids) {
+    const auto& runs = runsModel()->runs();
+    const auto it = std::find_if(runs.begin(), runs.end(), [id](const RunSnapshotPtr& r) { return r->runId == id; });
+    if (it == runs.end()) return false;
+    rows << static_cast<int>(it - runs.begin());
+  }
+  QItemSelection chosen;
+  for (const int r : rows) chosen.select(runsModel()->index(r, 0), runsModel()->index(r, RunsModel::ColumnCount - 1));
+  runsTable()->selectionModel()->select(chosen, QItemSelectionModel::ClearAndSelect);
+  return true;
 }
 
 void MainWindow::onRunUpdated(const RunSnapshotPtr& run) {

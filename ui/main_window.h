@@ -100,6 +100,9 @@ class MainWindow : public QMainWindow {
   bool exportRunsTo(const QString& path);
   void saveSessionTo(const QString& path);
   void openSession(const QString& path);
+  /// Chooses the runs numbered `ids` (one, or two: A and B) in the compare table, as a user's selection does; false
+  /// when one of them is not in the table.
+  bool showRuns(const QList<int>& ids);
   /// Runs every config of a grid (`quanto:nbits=2,4;q_group_size=32,64`) on the current prompt, then names the best
   /// under the budget. Stop cancels the running config and the rest of the grid.
   void startSweep(const QString& grid);

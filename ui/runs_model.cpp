@@ -270,8 +270,10 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
   if (o != Qt::Horizontal) return {};
   if (section < 0 || section >= ColumnCount) return {};
   // Short headers, so that every figure fits beside the config without scrolling; the tooltips say them in full.
-  static const char* kNames[] = {"run",     "config", "KV MiB",   "ratio",  "tok/s",
-                                 "mean KL", "top-1",  "1st div.", "max KL", "ppl (ref)"};
+  // Two lines where a header is wider than its figures: the config column keeps the width its names need (at 1366 px
+  // one-line headers left it ~40 px).
+  static const char* kNames[] = {"run",      "config", "KV\nMiB",   "ratio",   "tok/s",
+                                 "mean\nKL", "top-1",  "1st\ndiv.", "max\nKL", "ppl\n(ref)"};
   static const char* kTips[] = {
       "the run's number (the overlay's legend and the session use it)",
       nullptr,

@@ -31,7 +31,10 @@ void sizeDocks(QMainWindow* w) {
   w->resizeDocks({run, plots}, {left, std::clamp(w->width() * 30 / 100, 340, 620)}, Qt::Horizontal);
   w->resizeDocks({runs}, {std::clamp(w->height() * 40 / 100, 220, 420)}, Qt::Vertical);
   const int bottom = w->width() - left;
-  w->resizeDocks({runs, tokens}, {bottom * 6 / 10, bottom * 4 / 10}, Qt::Horizontal);
+  // The runs table needs the room on a narrow screen (its config names beside nine figures); the token map reads at
+  // a third of the width.
+  const int share = w->width() < 1600 ? 7 : 6;
+  w->resizeDocks({runs, tokens}, {bottom * share / 10, bottom * (10 - share) / 10}, Qt::Horizontal);
 }
 
 void fitToScreen(QMainWindow* w, const QByteArray& savedGeometry) {

@@ -14,7 +14,7 @@ namespace kvscope::ui {
 
 /// Saved dock states carry this version: a layout saved by an older arrangement (the plots stacked three high, taller
 /// than a 1080p screen) is not restored.
-inline constexpr int kLayoutVersion = 2;
+inline constexpr int kLayoutVersion = 3;
 
 QDockWidget* addDock(QMainWindow* w, const QString& title, const QString& name, QWidget* content,
                      Qt::DockWidgetArea area);

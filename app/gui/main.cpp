@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   QCommandLineOption noShadowOpt("no-shadow", "Run without the shadow reference.");
   QCommandLineOption beamsOpt("beams", "Run the autoruns as beam search with this many beams.", "n");
   QCommandLineOption quitOpt("quit", "Quit after the autoruns.");
+  QCommandLineOption compareOpt("compare",
+                                "After the autoruns, show these runs (numbers, as in the table): one run alone, or "
+                                "two side by side (A,B) with their difference.",
+                                "a[,b]");
   QCommandLineOption capOpt("memory-cap",
                             "Cap the process's address space at this many MiB (setrlimit RLIMIT_AS): loads and runs "
                             "that need more fail with an out-of-memory message and the window keeps what it had.",
@@ -64,8 +68,25 @@ int main(int argc, char** argv) {
                                 "(the run panel's Weights).",
                                 "format");
   cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, beamsOpt, quitOpt, capOpt, deviceOpt,
-                  activationsOpt, weightsOpt});
+                  activationsOpt, weightsOpt, compareOpt});
   cli.process(app);
+  QList<int> compared;
+  if (cli.isSet(compareOpt)) {
+    for (const QString& n : cli.value(compareOpt).split(',')) {
+      bool ok = false;
+      const int id = n.trimmed().toInt(&ok);
+      if (ok && id > 0)
+        compared << id;
+      else
+        compared.clear(), compared << -1;
+      if (compared.contains(-1)) break;
+    }
+    if (compared.contains(-1) || compared.isEmpty() || compared.size() > 2) {
+      std::fprintf(stderr, "kvscope: --compare takes one or two run numbers (e.g. 1,2), got `%s`\n",
+                   qPrintable(cli.value(compareOpt)));
+      return 2;
+    }
+  }
   if (cli.isSet(capOpt)) {
     bool ok = false;
     const qulonglong mib = cli.value(capOpt).toULongLong(&ok);
@@ -103,6 +124,9 @@ int main(int argc, char** argv) {
     if (!autoruns.isEmpty()) {
       w.configPanel()->setSpec(autoruns.takeFirst());
       w.run();
+    } else if (!compared.isEmpty() && !w.showRuns(compared)) {
+      qCritical("kvscope: --compare: no run numbered %s", qPrintable(QString::number(compared.back())));
+      QApplication::exit(2);
     } else if (!shot.isEmpty()) {
       QTimer::singleShot(300, &w, [&] {
         w.grab().save(shot);

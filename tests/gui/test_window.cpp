@@ -429,6 +429,12 @@ class WindowTest : public QObject {
     auto* mapB = qobject_cast<QCPColorMap*>(errors->plot(1)->plottable(0));
     QCOMPARE(mapA->dataRange(), mapB->dataRange());  // one colour range for A and B
     QVERIFY(dockTitle("errorDock").endsWith("A: run #971, B: run #972"));
+    // Three maps still fit a 1366x768 screen (the layout as it settles).
+    QApplication::processEvents();
+    w_->layout()->activate();
+    QVERIFY2(fits1366(w_->layout()->minimumSize()), qPrintable(QString("layout minimum %1x%2")
+                                                                   .arg(w_->layout()->minimumSize().width())
+                                                                   .arg(w_->layout()->minimumSize().height())));
     // The token x channel map: A, B, B - A.
     tokens->setPairView(1);
     QCOMPARE(tokens->shownCell(3, 1), 0.04f);
@@ -441,7 +447,8 @@ class WindowTest : public QObject {
     QVERIFY2(w_->textView()->plainText().contains(" t11▼B « t20» t12"), qPrintable(w_->textView()->plainText()));
     // Scales and memory name both runs.
     QVERIFY(w_->findChild<QLabel*>("fp8Counters")->text().contains("B (run #972)"));
-    QVERIFY(w_->findChild<QLabel*>("memoryTotals")->text().contains("B − A: -"));
+    QVERIFY2(w_->findChild<QLabel*>("memoryTotals")->text().contains("B − A: -"),
+             qPrintable(w_->findChild<QLabel*>("memoryTotals")->text()));
     // Runs that agree throughout are said to.
     table->clearSelection();
     table->selectionModel()->select(table->model()->index(0, 0),
@@ -449,7 +456,12 @@ class WindowTest : public QObject {
     table->selectionModel()->select(table->model()->index(2, 0),
                                     QItemSelectionModel::Select | QItemSelectionModel::Rows);
     QCOMPARE(w_->textView()->divergence(), -1);
-    QVERIFY(w_->textView()->colourKey().contains("generated the same 4 tokens"));
+    QVERIFY(w_->textView()->colourKey().contains("the same 4 tokens"));
+    // A legend entry of the overlay chooses its run as its row does.
+    table->clearSelection();
+    Q_EMIT w_->overlay()->runClicked(972);
+    QCOMPARE(errors->cell(0, 1), 0.08f);
+    QVERIFY(dockTitle("memoryDock").endsWith("run #972"));
     // No row: the views follow the latest run again; the pair views go.
     table->clearSelection();
     QCOMPARE(errors->cell(0, 1), 0.004f);

@@ -147,7 +147,7 @@ class GuiTest : public QObject {
     w_->runsTable()->clearSelection();
     // The table's own figures: max KL and perplexity on the reference tokens, the same tokens for every run on a
     // prompt (the unquantized cache's greedy answer, teacher-forced).
-    QCOMPARE(w_->runsModel()->headerData(9, Qt::Horizontal).toString(), QString("ppl (ref)"));
+    QCOMPARE(w_->runsModel()->headerData(9, Qt::Horizontal).toString(), QString("ppl\n(ref)"));
     QVERIFY(w_->runsModel()->headerData(9, Qt::Horizontal, Qt::ToolTipRole).toString().contains("perplexity"));
     QVERIFY(runsCell(1, 9).toDouble() >= 1.0);
     const auto& runs = w_->runsModel()->runs();

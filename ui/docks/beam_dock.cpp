@@ -31,7 +31,8 @@ BeamDock::BeamDock(Selection* selection, QWidget* parent) : QWidget(parent), sel
   hypotheses_->horizontalHeader()->setSectionResizeMode(2, QHeaderView::Stretch);
   hypotheses_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   hypotheses_->setWordWrap(false);
-  hypotheses_->setTextElideMode(Qt::ElideRight);
+  hypotheses_->setTextElideMode(
+      Qt::ElideMiddle);  // the start and the end of each hypothesis stay; whole in the tooltip
   // A few lines: the reorder above is what this dock is for.
   hypotheses_->verticalHeader()->setDefaultSectionSize(line);
   hypotheses_->setMaximumHeight(hypotheses_->horizontalHeader()->sizeHint().height() + 3 * line + 4);

@@ -21,7 +21,7 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
   which_->setObjectName("errorSide");
   which_->addItems({tr("keys"), tr("values")});
   l->addWidget(which_);
-  const QStringList scales{tr("relative L2 error"), tr("relative L2 error"), tr("B − A")};
+  const QStringList scales{tr("relative L2 error"), tr("rel. L2 error"), tr("B − A")};
   for (std::size_t i = 0; i < panes_.size(); ++i) {
     Pane& p = panes_[i];
     p.title = new QLabel(this);
@@ -29,7 +29,7 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
     p.title->setVisible(false);
     p.plot = new QCustomPlot(this);
     p.plot->setObjectName(QString("errorPane%1").arg(i));
-    p.plot->setMinimumSize(i == 0 ? kPlotMin : QSize(kPlotMin.width(), kPlotMin.height() / 2));
+    p.plot->setMinimumSize(i == 0 ? kPlotMin : QSize(kPlotMin.width(), kPlotMin.height() / 3));
     p.plot->setVisible(i == 0);
     l->addWidget(p.title);
     l->addWidget(p.plot, 1);
@@ -133,14 +133,25 @@ void ErrorDock::redraw() {
     panes_[i].title->setVisible(pair);
   }
   panes_[0].title->setVisible(pair);
+  panes_[0].plot->yAxis->setLabel(pair ? tr("KV head") : tr("KV head (click a cell to select)"));
+  // Three maps in the height one had: each may shrink to a third (the window must still fit a 768 px screen).
+  panes_[0].plot->setMinimumHeight(pair ? kPlotMin.height() / 3 : kPlotMin.height());
+  panes_[0].map->colorScale()->axis()->setLabel(pair ? tr("rel. L2 error") : tr("relative L2 error"));
+  for (auto& p : panes_)  // a short scale: few labels, none on another
+    p.map->colorScale()->axis()->ticker()->setTickCount(pair ? 3 : 5);
   if (pair) {
-    panes_[0].title->setText(tr("A: run #%1 %2").arg(last_->runId).arg(last_->spec));
-    panes_[1].title->setText(tr("B: run #%1 %2").arg(against_->runId).arg(against_->spec));
+    // Named by what tells the two apart (every option resolved), the SPEC in the tooltip.
+    const QStringList names = configNames({last_, against_});
+    panes_[0].title->setText(tr("A: run #%1 %2").arg(last_->runId).arg(names.value(0)));
+    panes_[1].title->setText(tr("B: run #%1 %2").arg(against_->runId).arg(names.value(1)));
+    panes_[0].title->setToolTip(last_->spec);
+    panes_[1].title->setToolTip(against_->spec);
     panes_[2].title->setText(tr("B − A (blue: B's error lower, red: higher)"));
   }
   if (layers == 0 || heads == 0) {  // nothing quantized in the shown run(s): say why, never keep another run's map
     for (auto& p : panes_) {
-      for (auto* m : {p.map, p.nanMap}) m->data()->clear();
+      clearColorMap(p.map);
+      p.nanMap->data()->clear();
       p.nanMap->setVisible(false);
       p.mark->setVisible(false);
       p.plot->replot(QCustomPlot::rpQueuedReplot);
@@ -190,6 +201,7 @@ void ErrorDock::redraw() {
     for (std::size_t i = 0; i < 2; ++i) panes_[i].map->setDataRange(QCPRange(lo, hi));
     const double span = worst > 0 ? worst : 1e-6;
     panes_[2].map->setDataRange(QCPRange(-span, span));
+    for (auto& p : panes_) p.map->colorScale()->setVisible(true);
     if (nfB > 0) key << tr("B stored NaN/inf in %1 heads").arg(nfB);
     if (blankB > 0 && blank == 0) key << tr("B: blank cells not quantized (yet)");
   } else {

@@ -23,7 +23,7 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   plot_ = new QCustomPlot(this);
   plot_->setMinimumSize(kPlotMin.width(), kPlotMin.height() * 3 / 4);
   steps_ = new QCustomPlot(this);
-  steps_->setMinimumSize(kPlotMin.width(), kPlotMin.height() * 2 / 5);
+  steps_->setMinimumSize(kPlotMin.width(), kPlotMin.height() / 2);  // room for two tick labels and the axis title
   const QStringList names{tr("payload"), tr("scales/zeros"), tr("residual"), tr("dequantized buffer")};
   const QList<QColor> colours{QColor(52, 101, 164), QColor(245, 121, 0), QColor(115, 210, 22), QColor(186, 189, 182)};
   // One key for both plots, a label that wraps to the dock's width (a plot legend covered the bars or, below the
@@ -45,7 +45,7 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   l->addWidget(plot_, 3);
   l->addWidget(legend);
   l->addWidget(legendB_);
-  l->addWidget(steps_, 1);
+  l->addWidget(steps_, 2);
   QCPBars* below = nullptr;
   for (int i = 0; i < names.size(); ++i) {
     auto* b = new QCPBars(plot_->xAxis, plot_->yAxis);
@@ -163,15 +163,18 @@ void MemoryDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) 
                        .arg(t.compressionRatio(), 0, 'f', 2)
                        .arg(held, verdict)
                        .arg(mib(t.reserved), 0, 'f', 2));
+  totals_->setToolTip({});
   legendB_->setVisible(against != nullptr);
   if (!against) return;
   const auto tb = against->cache.total();
   const double d = mib(tb.stored()) - mib(t.stored());
-  totals_->setText(tr("A (run #%1) %2<br>B (run #%3) %4: stored %5 MiB (%6x); B − A: %7%8 MiB")
+  // Two runs: one line each would not fit a 768 px screen beside the plots; the single run's sentence is the tooltip.
+  totals_->setToolTip(totals_->text());
+  totals_->setText(tr("A #%1: stored %2 MiB (%3x) · B #%4: %5 MiB (%6x) · B − A: %7%8 MiB")
                        .arg(run->runId)
-                       .arg(totals_->text().toHtmlEscaped())
+                       .arg(mib(t.stored()), 0, 'f', 2)
+                       .arg(t.compressionRatio(), 0, 'f', 2)
                        .arg(against->runId)
-                       .arg(against->spec.toHtmlEscaped())
                        .arg(mib(tb.stored()), 0, 'f', 2)
                        .arg(tb.compressionRatio(), 0, 'f', 2)
                        .arg(d >= 0 ? "+" : "")

@@ -43,6 +43,13 @@ OverlayPlot::OverlayPlot(QWidget* parent) : QWidget(parent) {
     }
     QToolTip::hideText();
   });
+  connect(plot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
+    for (int k = 0; k < plot_->legend->itemCount(); ++k) {
+      auto* item = qobject_cast<QCPPlottableLegendItem*>(plot_->legend->item(k));
+      if (item && item->rect().contains(e->position().toPoint()))
+        return Q_EMIT runClicked(item->plottable()->property("runId").toInt());
+    }
+  });
 }
 
 void OverlayPlot::show(const QVector<RunSnapshotPtr>& runs, const QStringList& names) {
@@ -64,6 +71,7 @@ void OverlayPlot::redraw() {
     QVector<double> steps;
     QColor colour;
     QString name;
+    int runId = 0;
   };
   QVector<Missing> missing;
   // Two legend columns when every name fits half the plot's width, else one: names are elided in the middle only
@@ -100,9 +108,10 @@ void OverlayPlot::redraw() {
     auto* g = plot_->addGraph();
     g->setName(name);
     g->setProperty("spec", tr("#%1 %2").arg(run->runId).arg(run->spec));
+    g->setProperty("runId", run->runId);
     g->setPen(QPen(colour, 1.5));
     g->setData(x, y);
-    if (!bad.isEmpty()) missing.push_back({bad, colour, name});
+    if (!bad.isEmpty()) missing.push_back({bad, colour, name, run->runId});
   }
   plot_->yAxis->setLabel(metric_->currentText());
   plot_->yAxis->setScaleType(metric == 0 ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
@@ -132,6 +141,7 @@ void OverlayPlot::redraw() {
     for (const auto& m : missing) {
       auto* g = plot_->addGraph();
       g->setProperty("spec", m.name);
+      g->setProperty("runId", m.runId);
       g->setName(m.steps.size() == 1 ? tr("%1: NaN/inf at 1 step").arg(m.name)
                                      : tr("%1: NaN/inf at %2 steps").arg(m.name).arg(m.steps.size()));
       g->setPen(QPen(m.colour));

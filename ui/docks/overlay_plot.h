@@ -20,6 +20,10 @@ class OverlayPlot : public QWidget {
   QCustomPlot* plot() const { return plot_; }
   QComboBox* metricBox() const { return metric_; }
 
+ Q_SIGNALS:
+  /// A legend entry was clicked: the run it names (its number) is to be shown in every view.
+  void runClicked(int runId);
+
  private:
   void redraw();
   QCustomPlot* plot_;

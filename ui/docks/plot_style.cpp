@@ -53,7 +53,13 @@ QCPColorMap* addColorMap(QCustomPlot* plot, const QString& label) {
   QCPColorGradient g(QCPColorGradient::gpThermal);
   g.setNanHandling(QCPColorGradient::nhTransparent);  // no value: the plot's background shows
   map->setGradient(g);
+  clearColorMap(map);  // QCustomPlot starts a map as 10 x 10 zeros: an empty view would look like zero error
   return map;
+}
+
+void clearColorMap(QCPColorMap* map) {
+  map->data()->clear();
+  if (map->colorScale()) map->colorScale()->setVisible(false);
 }
 
 QCPColorMap* addNanLayer(QCustomPlot* plot) {
@@ -78,6 +84,7 @@ void setFiniteDataRange(QCPColorMap* map) {
   if (!(lo <= hi)) lo = 0, hi = 1;
   if (lo == hi) hi = lo + (lo == 0 ? 1 : std::abs(lo) * 1e-3);
   map->setDataRange(QCPRange(lo, hi));
+  if (map->colorScale()) map->colorScale()->setVisible(true);
 }
 
 }  // namespace kvscope::ui

@@ -37,11 +37,14 @@ void integerTicks(QCPAxis* axis);
 /// transparent.
 QCPColorMap* addColorMap(QCustomPlot* plot, const QString& label);
 
+/// Empties a colour map and hides its scale: a view with nothing to show shows no colours.
+void clearColorMap(QCPColorMap* map);
+
 /// A layer over a colour map that paints the cells set to 1 in kNanColour and leaves the others (NaN) transparent.
 QCPColorMap* addNanLayer(QCustomPlot* plot);
 
 /// The colour range over the finite cells only (QCustomPlot's own rescale starts from the first cell, which may be
-/// NaN); [0, 1] when none is finite.
+/// NaN); [0, 1] when none is finite. Shows the map's scale.
 void setFiniteDataRange(QCPColorMap* map);
 
 }  // namespace kvscope::ui

@@ -84,6 +84,7 @@ void TextView::updateKey() {
   auto sw = [](const QColor& c, const QString& what) {
     return QString("<span style='background-color:%1'>&nbsp;&nbsp;&nbsp;</span>&nbsp;%2").arg(c.name(), what);
   };
+  key_->setToolTip({});
   const int m = metric_->currentIndex();
   const bool reference = !last_ || last_->shadow;
   QStringList k;
@@ -238,18 +239,15 @@ void TextView::redraw() {
     int i = 0;
     while (i < common && a[i].id == b[i].id) ++i;
     if (i < a.size() || i < b.size()) divergence_ = i;
-    key_->setText(
-        divergence_ < 0
-            ? tr("A (run #%1) and B (run #%2) generated the same %3 tokens")
-                  .arg(last_->runId)
-                  .arg(against_->runId)
-                  .arg(a.size())
-            : tr("A (run #%1) and B (run #%2) agree on the first %3 generated tokens; the <span style='color:white; "
-                 "background-color:#75507b'>&#9660;B</span> mark shows B's token where they part. ")
-                      .arg(last_->runId)
-                      .arg(against_->runId)
-                      .arg(i) +
-                  key_->text());
+    // Short (the bar is one line at 1366 px); the run's colours are said by the tooltip's key.
+    key_->setToolTip(key_->text());
+    key_->setText(divergence_ < 0
+                      ? tr("A #%1 and B #%2: the same %3 tokens").arg(last_->runId).arg(against_->runId).arg(a.size())
+                      : tr("A #%1 and B #%2 agree on the first %3 generated tokens; <span style='color:white; "
+                           "background-color:#75507b'>&#9660;B</span>: where they part")
+                            .arg(last_->runId)
+                            .arg(against_->runId)
+                            .arg(i));
   }
   errorScale_ = 0;
   if (errors_ && metric_->currentIndex() == KvError)

@@ -110,7 +110,7 @@ void TokenErrorDock::redraw() {
   const int mode = mode_ = paired ? pairShow_->currentIndex() : 0;
   const TokenErrorView& shownView = mode == 1 ? *other_ : *view_;
   if (shownView.tokens == 0 || shownView.heads == 0 || (shownView.keys.empty() && shownView.values.empty())) {
-    map_->data()->clear();
+    clearColorMap(map_);
     mark_->setVisible(false);
     title_->setText(emptyReason_.isEmpty() ? tr("nothing quantized yet") : emptyReason_);
     plot_->replot(QCustomPlot::rpQueuedReplot);
@@ -134,6 +134,7 @@ void TokenErrorDock::redraw() {
   map_->setGradient(g);
   if (mode == 2) {
     map_->setDataRange(QCPRange(-std::max(worst, 1e-9), std::max(worst, 1e-9)));
+    map_->colorScale()->setVisible(true);
   } else if (paired) {  // A and B on one range: a colour means the same error in both
     double hi = 0;
     for (const auto* v : {view_.get(), other_.get()}) {
@@ -142,6 +143,7 @@ void TokenErrorDock::redraw() {
         if (std::isfinite(e)) hi = std::max<double>(hi, e);
     }
     map_->setDataRange(QCPRange(0, hi > 0 ? hi : 1));
+    map_->colorScale()->setVisible(true);
   } else {
     setFiniteDataRange(map_);
   }
