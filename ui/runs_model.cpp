@@ -274,6 +274,9 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
   // one-line headers left it ~40 px).
   static const char* kNames[] = {"run",      "config", "KV\nMiB",   "ratio",   "tok/s",
                                  "mean\nKL", "top-1",  "1st\ndiv.", "max\nKL", "ppl\n(ref)"};
+  static const char* const kPerplexityTip =
+      "perplexity on the reference tokens: the unquantized cache's greedy answer to the same prompt, teacher-forced "
+      "through each run's cache, so that every run is scored on the same tokens";
   static const char* kTips[] = {
       "the run's number (the overlay's legend and the session use it)",
       nullptr,
@@ -284,8 +287,7 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
       "share of steps whose top-1 token is the reference's",
       "first generated step whose token differs from the reference's",
       "largest per-step KL (nats)",
-      "perplexity on the reference tokens: the unquantized cache's greedy answer to the same prompt, teacher-forced "
-      "through each run's cache, so that every run is scored on the same tokens"};
+      kPerplexityTip};
   if (role == Qt::DisplayRole) return tr(kNames[section]);
   if (role != Qt::ToolTipRole) return {};
   if (section == Config)

@@ -244,8 +244,8 @@ std::vector<Assignment> paretoFront(const Scan& scan, TuneTarget target) {
       for (auto& [choices, st] : frontOf(options, scan.referenceBytes)) {
         Assignment a;
         for (int l = 0; l < n; ++l) {
-          a.keys.push_back(choices[static_cast<std::size_t>(2 * l)] - 1);
-          a.values.push_back(choices[static_cast<std::size_t>(2 * l + 1)] - 1);
+          a.keys.push_back(choices[2 * static_cast<std::size_t>(l)] - 1);
+          a.values.push_back(choices[2 * static_cast<std::size_t>(l) + 1] - 1);
         }
         a.predictedKl = st.kl;
         a.storedBytes = scan.referenceBytes - st.saved;
@@ -289,6 +289,7 @@ std::vector<Assignment> paretoFront(const Scan& scan, TuneTarget target) {
 
 std::optional<Assignment> solve(const std::vector<Assignment>& front, const SweepBudget& budget) {
   std::vector<SweepOutcome> outcomes;
+  outcomes.reserve(front.size());
   for (const Assignment& a : front) outcomes.push_back({a.storedBytes, a.predictedKl, true, true});
   const auto best = bestUnderBudget(outcomes, budget);
   if (!best) return std::nullopt;
@@ -313,8 +314,8 @@ CacheConfig assignmentConfig(const Scan& scan, const Assignment& a) {
   for (int l = 0; l < n;) {
     const std::pair<int, int> p{a.keys[static_cast<std::size_t>(l)], a.values[static_cast<std::size_t>(l)]};
     int end = l;
-    while (end + 1 < n && a.keys[static_cast<std::size_t>(end + 1)] == p.first &&
-           a.values[static_cast<std::size_t>(end + 1)] == p.second)
+    while (end + 1 < n && a.keys[static_cast<std::size_t>(end) + 1] == p.first &&
+           a.values[static_cast<std::size_t>(end) + 1] == p.second)
       ++end;
     if (p != common) {
       LayerRule r;

@@ -289,7 +289,7 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
     cache.collectStats(parts);
     const at::Tensor host = device::toHost(at::cat(parts));
     const int k = static_cast<int>(topVd.size(0));
-    cache.deliverStats(host.const_data_ptr<double>() + 2 * k);
+    cache.deliverStats(host.const_data_ptr<double>() + 2 * static_cast<std::ptrdiff_t>(k));
     std::vector<float> tvs(static_cast<std::size_t>(k));
     std::vector<std::int64_t> tis(static_cast<std::size_t>(k));
     for (int j = 0; j < k; ++j) {

@@ -117,7 +117,10 @@ TEST(KvBlocks, SixteenBitRowsRoundToNearestEven) {
     std::vector<float> back(96);
     kernels::dequantizeKvRow(t, bytes.data(), 96, back.data());
     const at::Tensor wantBack = want.to(at::kFloat);
-    EXPECT_EQ(std::memcmp(back.data(), wantBack.const_data_ptr(), 96 * 4), 0);
+    // Bit for bit (a float comparison would let -0 pass for +0): the bytes.
+    EXPECT_EQ(
+        std::memcmp(reinterpret_cast<const unsigned char*>(back.data()), wantBack.const_data_ptr(), 96 * sizeof(float)),
+        0);
   }
 }
 
@@ -167,7 +170,7 @@ TEST(Iq4Nl, QuantizerSearchesTheScale) {
   for (int j = 2; j < 18; ++j) EXPECT_EQ(b[j], 0x88);
   // Each stored index is the level nearest x / d, and the weighted (x²) error is no worse than that of the plain
   // scale (the largest magnitude onto the end level) that the search starts from.
-  const auto x = gaussian(32 * 64, 9, 2.0f);
+  const auto x = gaussian(std::size_t{32} * 64, 9, 2.0f);
   double searched = 0.0, plain = 0.0;
   for (std::size_t blk = 0; blk < 64; ++blk) {
     const float* xb = x.data() + blk * 32;
@@ -403,7 +406,7 @@ TEST(KvBlocksTensor, StoreAndReadRowsAsTheRowFunctions) {
       const at::Tensor rows = buf.narrow(2, 2, 5);  // strided: written where it lies
       const at::Tensor back = kernels::storeKvRows(x, t, n, rows, /*decode=*/true);
       EXPECT_TRUE(at::equal(back, expectedStates(x, t, n)));
-      for (std::int64_t r = 0; r < 2 * 3 * 5; ++r) {
+      for (std::int64_t r = 0; r < std::int64_t{2} * 3 * 5; ++r) {
         std::vector<float> row(x.const_data_ptr<float>() + r * 128, x.const_data_ptr<float>() + (r + 1) * 128);
         if (n > 0) kernels::hadamardRotate(row.data(), 128, n);
         std::vector<std::uint8_t> want(static_cast<std::size_t>(rb));

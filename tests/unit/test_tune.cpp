@@ -19,13 +19,13 @@ namespace {
 Scan syntheticScan(int layers, unsigned seed) {
   Scan s;
   s.plan = planScan({parseSpec("quanto:nbits=4"), parseSpec("quanto:nbits=2")}, layers);
-  s.referenceBytes = 2000 * layers;
+  s.referenceBytes = std::int64_t{2000} * layers;
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(0.001, 0.1);
   std::vector<double> four(static_cast<std::size_t>(2 * layers));
   for (double& x : four) x = u(rng);
   for (const ScanItem& it : s.plan.items) {
-    const double k4 = four[static_cast<std::size_t>(2 * it.layer + (it.side == KvSide::Keys ? 0 : 1))];
+    const double k4 = four[2 * static_cast<std::size_t>(it.layer) + (it.side == KvSide::Keys ? 0 : 1)];
     const double kl = it.candidate == 0 ? k4 : k4 * (2 + 10 * u(rng));
     s.points.push_back({it, kl, s.referenceBytes - (it.candidate == 0 ? 700 : 850)});
   }
@@ -113,6 +113,7 @@ TEST(Tune, ThePlanQuantizesOneLayerSideAtATime) {
 TEST(Tune, BadCandidatesAreClearErrors) {
   auto message = [](const std::vector<std::string>& specs, int layers) {
     std::vector<CacheConfig> c;
+    c.reserve(specs.size());
     for (const auto& s : specs) c.push_back(parseSpec(s));
     try {
       planScan(c, layers);
@@ -173,7 +174,7 @@ TEST(Tune, BudgetsPickFromTheFront) {
     EXPECT_EQ(pick->storedBytes, best) << limit;
     EXPECT_LE(pick->predictedKl, limit);
   }
-  for (std::int64_t bytes : {s.referenceBytes - 850 * 6, s.referenceBytes - 2000, s.referenceBytes}) {
+  for (std::int64_t bytes : {s.referenceBytes - std::int64_t{850} * 6, s.referenceBytes - 2000, s.referenceBytes}) {
     const auto pick = solve(front, {SweepBudget::Kind::MaxStoredBytes, static_cast<double>(bytes)});
     ASSERT_TRUE(pick);
     double best = std::numeric_limits<double>::infinity();

@@ -42,16 +42,19 @@ ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent),
     auto* b = plot_->addGraph();
     b->setPen(QPen(c, 1.5, Qt::DotLine));
     b->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssSquare, c, Qt::white, 7));
-    b->removeFromLegend();
     b->setVisible(false);
   }
   plot_->xAxis->setLabel(tr("layer (click to select)"));
   plot_->yAxis->setLabel(tr("scale"));
   plot_->yAxis->setScaleType(QCPAxis::stLogarithmic);
   plot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
-  plot_->legend->setVisible(true);
-  plot_->legend->setFont(QFont(font().family(), 8));
-  legendBelow(plot_, 2);
+  // The key is a label that wraps to the dock's width: a plot legend below the axes cut its entries ("K s") on a narrow
+  // dock.
+  key_ = new QLabel(this);
+  key_->setObjectName("scalesKey");
+  key_->setWordWrap(true);
+  key_->setFont(QFont(font().family(), 8));
+  l->insertWidget(2, key_);
   mark_ = new QCPItemStraightLine(plot_);
   mark_->setPen(QPen(QColor(204, 0, 0, 120), 1, Qt::DashLine));
   mark_->setVisible(false);
@@ -165,16 +168,24 @@ void ScalesDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) 
   plot_->graph(4)->setData(bx, bk);
   plot_->graph(5)->setData(bx, bv);
   const bool pair = against != nullptr;
-  for (int g = 0; g < 4; ++g) {  // the names say which run when two are shown
-    const QString name = plot_->graph(g)->name().section(": ", -1);
-    plot_->graph(g)->setName(pair ? tr("A: %1").arg(name) : name);
+  for (int g = 4; g < 6; ++g) plot_->graph(g)->setName(tr("B: %1 scale").arg(g == 4 ? "K" : "V"));
+  for (int g = 4; g < 6; ++g) plot_->graph(g)->setVisible(pair);
+  // The key: each line's pen and mark, named (A's and B's when two runs are shown).
+  QStringList key;
+  for (int g = 0; g < (pair ? 6 : 4); ++g) {
+    const QCPGraph* graph = plot_->graph(g);
+    const QString style = graph->pen().style() == Qt::SolidLine ? "&#9473;"
+                          : graph->pen().style() == Qt::DotLine ? "&#8943;"
+                                                                : "- -";
+    const QString mark = graph->scatterStyle().shape() == QCPScatterStyle::ssCircle    ? "&#9679;"
+                         : graph->scatterStyle().shape() == QCPScatterStyle::ssDiamond ? "&#9670;"
+                         : graph->scatterStyle().shape() == QCPScatterStyle::ssSquare  ? "&#9633;"
+                                                                                       : "";
+    const QString who = pair && g < 4 ? tr("A: ") : QString();
+    key << QString("<span style='color:%1'>%2%3</span>&nbsp;%4")
+               .arg(graph->pen().color().name(), style, mark, (who + graph->name()).toHtmlEscaped());
   }
-  for (int g = 4; g < 6; ++g) {
-    plot_->graph(g)->setName(tr("B: %1 scale").arg(g == 4 ? "K" : "V"));
-    if (pair && !plot_->graph(g)->visible()) plot_->graph(g)->addToLegend();
-    if (!pair) plot_->graph(g)->removeFromLegend();
-    plot_->graph(g)->setVisible(pair);
-  }
+  key_->setText(key.join(" &nbsp; "));
   plot_->rescaleAxes();
   wholeDecades(plot_->yAxis);
   markLayer();
@@ -183,7 +194,7 @@ void ScalesDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) 
                      ? tr("%1 has no FP8 scales.").arg(run->spec)
                      : tr("overflows %1, NaN/inf stored %2, recalibrations %3").arg(overflow).arg(nan).arg(recal);
   if (pair) {
-    text = tr("A (run #%1): %2 B (run #%3): ").arg(run->runId).arg(text).arg(against->runId) +
+    text = tr("A (run #%1): %2 · B (run #%3): ").arg(run->runId).arg(text).arg(against->runId) +
            (bx.isEmpty() ? tr("%1 has no FP8 scales.").arg(against->spec) : tr("NaN/inf stored %1").arg(nanB));
   }
   counters_->setText(text);

@@ -28,6 +28,7 @@ class ScalesDock : public QWidget {
   QCPItemStraightLine* mark_ = nullptr;
   QLabel* counters_;
   QLabel* selected_;
+  QLabel* key_;  ///< what each line is
   RunSnapshotPtr last_, against_;
 };
 

@@ -72,12 +72,10 @@ void TokenErrorDock::showRun(const RunSnapshotPtr& run, const RunSnapshotPtr& ag
   // else the map the snapshot carries (attached at most twice a second, and to the final snapshot), else the view
   // shown before for this run.
   const bool live = liveView_ && liveView_->runId == run->runId;
-  if (live && liveView_->layer == sel_->layer())
+  if (live && (liveView_->layer == sel_->layer() || !run->tokenErrors))
     view_ = liveView_;
   else if (run->tokenErrors)
     view_ = run->tokenErrors;
-  else if (live)
-    view_ = liveView_;
   if (view_ && view_->runId == run->runId) return redraw();
   auto none = std::make_shared<TokenErrorView>();
   none->runId = run->runId;
