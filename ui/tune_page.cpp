@@ -245,18 +245,18 @@ void TunePage::showResult(const TuneResultView& result) {
       state += tr(", about %1 left")
                    .arg(result.secondsLeft < 90 ? tr("%1 s").arg(std::ceil(result.secondsLeft))
                                                 : tr("%1 min").arg(std::ceil(result.secondsLeft / 60)));
-    state += tr("; fronts from the %1 of %2 candidates scanned whole. ")
+    state += tr("; fronts from %1 of %2 candidates (those scanned whole). ")
                  .arg(solved_.plan.candidates.size())
                  .arg(result.scan.plan.candidates.size());
   }
-  summary_->setText(state +
-                    tr("%1: %2 window(s) of %3 tokens, %4 scored tokens per run, %5 runs; unquantized KV %6 MiB")
-                        .arg(result.textPath)
-                        .arg(result.windows)
-                        .arg(result.ctx)
-                        .arg(result.scored)
-                        .arg(result.scan.points.size() + 1)
-                        .arg(mib(result.scan.referenceBytes), 0, 'f', 2));
+  // Short, above the plots (at 768 px every line is taken from them); the text's path is the tooltip.
+  summary_->setText(state + tr("%1 × %2 tokens, %3 scored per run, %4 runs; unquantized KV %5 MiB")
+                                .arg(result.windows)
+                                .arg(result.ctx)
+                                .arg(result.scored)
+                                .arg(result.scan.points.size() + 1)
+                                .arg(mib(result.scan.referenceBytes), 0, 'f', 2));
+  summary_->setToolTip(result.textPath);
   redraw();
 }
 

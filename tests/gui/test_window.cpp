@@ -853,7 +853,7 @@ class WindowTest : public QObject {
     QCOMPARE(kBars->at(3)->value, 0.0);    // layer 3's are not yet
     auto* summary = page.findChild<QLabel*>("tuneSummary");
     QVERIFY2(summary->text().contains("scanning: 11 of 16") && summary->text().contains("about 42 s left") &&
-                 summary->text().contains("1 of 2 candidates scanned whole"),
+                 summary->text().contains("fronts from 1 of 2 candidates"),
              qPrintable(summary->text()));
     QCOMPARE(front->graph(0)->dataCount(),
              static_cast<int>(
