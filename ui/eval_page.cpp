@@ -99,14 +99,23 @@ EvalPage::EvalPage(QWidget* parent) : QWidget(parent) {
   positions_->setMinimumSize(kPlotMin);
   positions_->xAxis->setLabel(tr("tokens of context"));
   positions_->yAxis->setLabel(tr("mean KL (nats)"));
-  positions_->legend->setVisible(true);
-  legendBelow(positions_, 2);
+  // The key is a label that wraps under the plot: a legend below the axes cut the configs' names at 1366 px.
+  positionsKey_ = new QLabel(this);
+  positionsKey_->setObjectName("evalPositionKey");
+  positionsKey_->setWordWrap(true);
+  positionsKey_->setFont(QFont(font().family(), 8));
+  auto* positionsPage = new QWidget(this);
+  auto* pp = new QVBoxLayout(positionsPage);
+  pp->setContentsMargins(0, 0, 0, 0);
+  pp->setSpacing(0);
+  pp->addWidget(positions_, 1);
+  pp->addWidget(positionsKey_);
   // Tabs, not a splitter: the dock's minimum height is the larger of the two, so the window still fits 1366x768.
   auto* tabs = new QTabWidget(this);
   tabs->setObjectName("evalTabs");
   tabs->setDocumentMode(true);
   tabs->addTab(table_, tr("Figures"));
-  tabs->addTab(positions_, tr("KL by position"));
+  tabs->addTab(positionsPage, tr("KL by position"));
   el->addLayout(ebar);
   el->addWidget(summary_);
   el->addWidget(tabs, 1);
@@ -231,8 +240,16 @@ void EvalPage::showResult(const EvalResultView& result) {
     }
   }
   positions_->replot();
-  summary_->setText(tr("%1: %2 window(s) of %3 tokens, %4 scored tokens per config%5")
-                        .arg(result.textPath)
+  QStringList key;
+  for (int g = 0; g < positions_->graphCount(); ++g) {
+    const QCPGraph* graph = positions_->graph(g);
+    key << QString("<span style='color:%1'>%2</span>&nbsp;%3")
+               .arg(graph->pen().color().name(), graph->lineStyle() == QCPGraph::lsNone ? "&#10005;" : "&#9473;",
+                    graph->name().toHtmlEscaped());
+  }
+  positionsKey_->setText(key.join(" &nbsp; "));
+  summary_->setToolTip(result.textPath);
+  summary_->setText(tr("%1 window(s) of %2 tokens, %3 scored tokens per config%4")
                         .arg(result.windows)
                         .arg(result.ctx)
                         .arg(result.rows.isEmpty() ? 0 : result.rows.front().scored)

@@ -51,6 +51,7 @@ class EvalPage : public QWidget {
   QTableWidget* table_;
   QCustomPlot* positions_;  ///< mean KL against context length, one graph per config
   QLabel* summary_;
+  QLabel* positionsKey_;  ///< what each curve of positions_ is (a label that wraps)
 };
 
 }  // namespace kvscope::ui

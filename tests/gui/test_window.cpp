@@ -560,6 +560,7 @@ class WindowTest : public QObject {
     QVERIFY2(table->item(1, 0)->text().startsWith("quanto: nbits=4"), qPrintable(table->item(1, 0)->text()));
     QCOMPARE(table->item(1, 0)->toolTip(), QString("quanto:nbits=4"));
     QCOMPARE(plot->graph(1)->data()->size(), 1);  // fp8's one finite position is still drawn
+    QVERIFY(page.findChild<QLabel*>("evalPositionKey")->text().contains("NaN/inf at 3 positions"));
   }
 
   void scalesPlotDividesByTheFormatsOwnMax() {
