@@ -44,8 +44,9 @@ constexpr qint64 kEmitMs = 100;
 // The token x channel errors (a copy of a layer's whole history) ride along at most twice a second while a run goes;
 // the final snapshot always carries them.
 constexpr qint64 kInspectionMs = 500;
-// Runs up to this many tokens (prompt + new) are scored on the reference continuation as they finish: a second pass
-// through the run's config (its own cache freed first), about a run's time again on the embedded model. Longer ones
+// Runs up to this many tokens (prompt + new) are scored on the reference continuation as they finish: the prompt and
+// the continuation once more through the run's config (its own cache freed first), and once per prompt the reference's
+// own generation through an unquantized cache (the size of the shadow reference a run holds by default). Longer ones
 // say so; the Text evaluation tab scores long texts.
 constexpr std::size_t kReferenceScoreTokens = 4096;
 }  // namespace
