@@ -5,6 +5,7 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -322,8 +323,8 @@ void Engine::tune(const ui::TuneRequest& r) {
     const int total = static_cast<int>(windows.size() * (cfgs.size() + 1));
     // A config's figures are whole after the last window that has tokens to score (evaluate skips a short one).
     std::size_t lastWindow = 0;
-    for (std::size_t w = 0; w < windows.size(); ++w)
-      if (windows[w].size() > static_cast<std::size_t>(o.prompt)) lastWindow = w;
+    for (std::size_t w = 0; w < windows.size(); ++w)  // (evaluate scores after at least one token)
+      if (windows[w].size() > static_cast<std::size_t>(std::max(o.prompt, 1))) lastWindow = w;
     QElapsedTimer clock, sinceEmit;
     clock.start();
     sinceEmit.start();
@@ -506,7 +507,12 @@ void Engine::run(const ui::RunRequest& r) {
     snap->deviceMemory = deviceMemory();
     fillHeadErrors(*snap);
     kv.reset();  // the run's cache goes before the scoring cache comes (what the views need is in the snapshot)
-    scoreOnReference(*snap, r, prompt);
+    try {
+      scoreOnReference(*snap, r, prompt);
+    } catch (...) {  // the run itself finished: it is kept, and its figure says why it has none
+      snap->refTokens = 0;
+      snap->refPerplexityNote = QString("not scored: %1").arg(describeCurrent("the reference scoring", true));
+    }
     Q_EMIT runUpdated(std::make_shared<const ui::RunSnapshot>(*snap));
   } catch (...) {
     Q_EMIT failed(r.serial, describeCurrent("the run", d_->session.has_value()));
