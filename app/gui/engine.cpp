@@ -325,9 +325,8 @@ void Engine::tune(const ui::TuneRequest& r) {
     std::size_t lastWindow = 0;
     for (std::size_t w = 0; w < windows.size(); ++w)  // (evaluate scores after at least one token)
       if (windows[w].size() > static_cast<std::size_t>(std::max(o.prompt, 1))) lastWindow = w;
-    QElapsedTimer clock, sinceEmit;
+    QElapsedTimer clock, sinceEmit;  // sinceEmit starts invalid: the first point is sent at once
     clock.start();
-    sinceEmit.start();
     int passes = 0;  // (window, config) pairs done: the pace of the time estimate
     const auto figs = generate::evaluate(
         d_->session->model(), windows, cfgs, o,
@@ -344,10 +343,10 @@ void Engine::tune(const ui::TuneRequest& r) {
             return;
           }
           scan.points.push_back({scan.plan.items[ci - 1], f.meanKl(), f.memory.stored()});
-          if (sinceEmit.elapsed() < kInspectionMs || ci == cfgs.size()) return;
+          if ((sinceEmit.isValid() && sinceEmit.elapsed() < kInspectionMs) || ci == cfgs.size()) return;
           out.secondsLeft = clock.elapsed() / 1000.0 / passes * (total - passes);
           Q_EMIT tuneProgress(out);
-          sinceEmit.restart();
+          sinceEmit.start();
         });
     (void)figs;
     out.complete = true;

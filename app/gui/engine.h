@@ -58,7 +58,7 @@ class Engine : public QObject {
   void inspectionUpdated(const kvscope::ui::TokenErrorViewPtr& view);
   void evalProgress(int done, int total);
   void evalFinished(const kvscope::ui::EvalResultView& result);
-  /// A scan's points so far (TuneResultView::complete false), at most twice a second while it goes.
+  /// A scan's points so far (TuneResultView::complete false): its first point at once, then at most twice a second.
   void tuneProgress(const kvscope::ui::TuneResultView& partial);
   void tuneFinished(const kvscope::ui::TuneResultView& result);
   /// Request `serial` (a load, a run or an evaluation) failed or was cancelled: one line for the user.
