@@ -13,6 +13,7 @@
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTableView>
+#include <QTimer>
 #include <QVBoxLayout>
 #include <algorithm>
 
@@ -266,6 +267,8 @@ void MainWindow::showRun(const RunSnapshotPtr& run) {
     d->setWindowTitle(d->property("baseTitle").toString() +
                       (d->objectName() == "beamDock" ? tr(" — run #%1").arg(run->runId) : who));
   }
+  // Once the views have settled: a switch of views may have grown the window past the screen for a moment.
+  QTimer::singleShot(0, this, [this] { keepWithinScreen(this); });
   // A beam search's reorder is its primary view: the Beams tab comes to the front as the run starts.
   if (!run->beamSteps.isEmpty() && std::exchange(beamsRaisedFor_, run->runId) != run->runId)
     findChild<QDockWidget*>("beamDock")->raise();

@@ -1,6 +1,7 @@
 #include "window_layout.h"
 
 #include <QDockWidget>
+#include <QLayout>
 #include <QMainWindow>
 #include <QScreen>
 #include <algorithm>
@@ -47,6 +48,14 @@ void fitToScreen(QMainWindow* w, const QByteArray& savedGeometry) {
   } else if (!w->isMaximized() && !w->isFullScreen() && w->size().boundedTo(room) != w->size()) {
     w->resize(w->size().boundedTo(room));  // saved on a larger screen
   }
+}
+
+void keepWithinScreen(QMainWindow* w) {
+  if (w->isMaximized() || w->isFullScreen() || !w->screen()) return;
+  const QSize room = w->screen()->availableGeometry().size() - kFrameAllowance;
+  if (w->width() <= room.width() && w->height() <= room.height()) return;
+  if (w->layout()) w->layout()->activate();
+  w->resize(w->size().boundedTo(room).expandedTo(w->minimumSizeHint()));
 }
 
 }  // namespace kvscope::ui

@@ -22,5 +22,9 @@ QDockWidget* addDock(QMainWindow* w, const QString& title, const QString& name, 
 void sizeDocks(QMainWindow* w);
 /// The saved geometry, or the default size, either at most the screen's available area.
 void fitToScreen(QMainWindow* w, const QByteArray& savedGeometry);
+/// Shrinks the window back within the screen's available area (never below its minimum) when a view's change grew it
+/// past: a label's height for a narrow width, settling after a switch of views, can raise the minimum for a moment,
+/// and Qt grows the window then but never shrinks it again.
+void keepWithinScreen(QMainWindow* w);
 
 }  // namespace kvscope::ui

@@ -427,7 +427,8 @@ class WindowTest : public QObject {
     QCOMPARE(diff->dataRange().lower, -diff->dataRange().upper);
     auto* mapA = qobject_cast<QCPColorMap*>(errors->plot(0)->plottable(0));
     auto* mapB = qobject_cast<QCPColorMap*>(errors->plot(1)->plottable(0));
-    QCOMPARE(mapA->dataRange(), mapB->dataRange());  // one colour range for A and B
+    QCOMPARE(mapA->dataRange(), mapB->dataRange());            // one colour range for A and B
+    QVERIFY(!errors->plot()->plotLayout()->hasElement(0, 1));  // B's scale stands for A's
     QVERIFY(dockTitle("errorDock").endsWith("A: run #971, B: run #972"));
     // Three maps still fit a 1366x768 screen (the layout as it settles).
     QApplication::processEvents();
@@ -468,6 +469,7 @@ class WindowTest : public QObject {
     QCOMPARE(errors->cell(0, 1), 0.004f);
     QVERIFY(!errors->plot(1)->isVisibleTo(errors));
     QVERIFY(dockTitle("errorDock").endsWith("run #974"));
+    QVERIFY(errors->plot()->plotLayout()->hasElement(0, 1));  // one run: its own scale again
   }
 
   void aRunThatStoredNanNeverRanksBestOnAnyColumn() {

@@ -3,12 +3,14 @@
 #include <qcustomplot.h>
 
 #include <QComboBox>
+#include <QGridLayout>
 #include <QLabel>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
 
 #include "docks/plot_style.h"
+#include "message_bar.h"
 #include "runs_model.h"
 
 namespace kvscope::ui {
@@ -22,17 +24,25 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
   which_->addItems({tr("keys"), tr("values")});
   l->addWidget(which_);
   const QStringList scales{tr("relative L2 error"), tr("rel. L2 error"), tr("B − A")};
+  // Two runs: A and B side by side (one colour range, B's scale stands for both), B − A below them at full width.
+  // One run: A alone, the other cells hidden.
+  auto* grid = new QGridLayout();
+  grid->setContentsMargins(0, 0, 0, 0);
+  grid->setSpacing(2);
+  l->addLayout(grid, 1);
+  const int row[] = {0, 0, 2}, column[] = {0, 1, 0}, span[] = {1, 1, 2};
   for (std::size_t i = 0; i < panes_.size(); ++i) {
     Pane& p = panes_[i];
-    p.title = new QLabel(this);
+    p.title = new ElidedLabel(this);  // a long name is cut with "…", whole in the tooltip: the column stays narrow
     p.title->setObjectName(QString("errorPaneTitle%1").arg(i));
     p.title->setVisible(false);
     p.plot = new QCustomPlot(this);
     p.plot->setObjectName(QString("errorPane%1").arg(i));
-    p.plot->setMinimumSize(i == 0 ? kPlotMin : QSize(kPlotMin.width(), kPlotMin.height() / 3));
+    p.plot->setMinimumSize(i == 0 ? kPlotMin : QSize(kPlotMin.width() / 2, kPlotMin.height() / 2));
     p.plot->setVisible(i == 0);
-    l->addWidget(p.title);
-    l->addWidget(p.plot, 1);
+    grid->addWidget(p.title, row[i], column[i], 1, span[i]);
+    grid->addWidget(p.plot, row[i] + 1, column[i], 1, span[i]);
+    grid->setRowStretch(row[i] + 1, 1);
     p.plot->xAxis->setLabel(tr("layer"));
     p.plot->yAxis->setLabel(i == 0 ? tr("KV head (click a cell to select)") : tr("KV head"));
     p.map = addColorMap(p.plot, scales[static_cast<int>(i)]);
@@ -134,8 +144,20 @@ void ErrorDock::redraw() {
   }
   panes_[0].title->setVisible(pair);
   panes_[0].plot->yAxis->setLabel(pair ? tr("KV head") : tr("KV head (click a cell to select)"));
+  // A's colour scale leaves the plot while B's, beside it, stands for both (a hidden one would keep its room).
+  QCPColorScale* scaleA = panes_[0].map->colorScale();
+  QCPLayoutGrid* layoutA = panes_[0].plot->plotLayout();
+  if (pair && layoutA->hasElement(0, 1)) {
+    layoutA->take(scaleA);
+    layoutA->simplify();
+  } else if (!pair && !layoutA->hasElement(0, 1)) {
+    layoutA->addElement(0, 1, scaleA);
+  }
+  for (std::size_t i = 0; i < 2; ++i)  // half a dock's width: fewer labels, none on another
+    panes_[i].plot->xAxis->ticker()->setTickCount(pair ? 3 : 5);
+  panes_[1].plot->yAxis->setLabel(QString());  // beside A's: the same axis
   // Three maps in the height one had: each may shrink to a third (the window must still fit a 768 px screen).
-  panes_[0].plot->setMinimumHeight(pair ? kPlotMin.height() / 3 : kPlotMin.height());
+  panes_[0].plot->setMinimumSize(pair ? QSize(kPlotMin.width() / 2, kPlotMin.height() / 2) : kPlotMin);
   panes_[0].map->colorScale()->axis()->setLabel(pair ? tr("rel. L2 error") : tr("relative L2 error"));
   for (auto& p : panes_)  // a short scale: few labels, none on another
     p.map->colorScale()->axis()->ticker()->setTickCount(pair ? 3 : 5);
@@ -144,8 +166,6 @@ void ErrorDock::redraw() {
     const QStringList names = configNames({last_, against_});
     panes_[0].title->setText(tr("A: run #%1 %2").arg(last_->runId).arg(names.value(0)));
     panes_[1].title->setText(tr("B: run #%1 %2").arg(against_->runId).arg(names.value(1)));
-    panes_[0].title->setToolTip(last_->spec);
-    panes_[1].title->setToolTip(against_->spec);
     panes_[2].title->setText(tr("B − A (blue: B's error lower, red: higher)"));
   }
   if (layers == 0 || heads == 0) {  // nothing quantized in the shown run(s): say why, never keep another run's map
@@ -201,7 +221,7 @@ void ErrorDock::redraw() {
     for (std::size_t i = 0; i < 2; ++i) panes_[i].map->setDataRange(QCPRange(lo, hi));
     const double span = worst > 0 ? worst : 1e-6;
     panes_[2].map->setDataRange(QCPRange(-span, span));
-    for (auto& p : panes_) p.map->colorScale()->setVisible(true);
+    for (auto& p : panes_) p.map->colorScale()->setVisible(&p != &panes_[0]);  // (A's is out of its plot)
     if (nfB > 0) key << tr("B stored NaN/inf in %1 heads").arg(nfB);
     if (blankB > 0 && blank == 0) key << tr("B: blank cells not quantized (yet)");
   } else {

@@ -15,6 +15,8 @@ class QLabel;
 
 namespace kvscope::ui {
 
+class ElidedLabel;
+
 /// Layer x head relative error ||x̂ - x|| / ||x|| of what the latest update quantized there (K or V; a layer keeps its
 /// last value while its updates quantize nothing), no interpolation, labelled scale.
 /// Two runs (A and B) show as three maps: A and B on one colour range, and B - A on a diverging one (centred on 0).
@@ -35,7 +37,7 @@ class ErrorDock : public QWidget {
 
  private:
   struct Pane {
-    QLabel* title = nullptr;
+    ElidedLabel* title = nullptr;
     QCustomPlot* plot = nullptr;
     QCPColorMap* map = nullptr;
     QCPColorMap* nanMap = nullptr;  ///< the heads whose error is NaN/inf, in a colour of their own
