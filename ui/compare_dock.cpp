@@ -108,9 +108,7 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   });
   // A legend entry of the overlay chooses its run, as its row does.
   connect(overlay_, &OverlayPlot::runClicked, this, [this](int runId) {
-    const auto& runs = model_->runs();
-    for (int r = 0; r < runs.size(); ++r)
-      if (runs[r]->runId == runId) table_->selectRow(r);
+    if (const int row = model_->rowOf(runId); row >= 0) table_->selectRow(row);
   });
   connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& i) {
     if (const auto r = model_->run(i.row()); r && r->config) Q_EMIT configChosen(*r->config);

@@ -249,7 +249,6 @@ void MainWindow::startSweep(const QString& grid) {
 }
 
 void MainWindow::showRun(const RunSnapshotPtr& run) {
-  shown_ = run;
   const RunSnapshotPtr& b = against_;
   text_->show(run, b);
   memory_->show(run, b);
@@ -258,7 +257,15 @@ void MainWindow::showRun(const RunSnapshotPtr& run) {
   // The engine attaches the token x channel errors at most twice a second (and always to the final snapshot).
   tokenErrors_->showRun(run, b);
   beamDock_->show(run);
-  // Each view's title names the run it shows.
+  // Each view's title names the run it shows: set when what is shown changes, not at every snapshot (10 a second).
+  const QPair<int, int> shown{run->runId, b ? b->runId : 0};
+  if (std::exchange(titledFor_, shown) != shown) nameTheRunsShown(run, b);
+  // A beam search's reorder is its primary view: the Beams tab comes to the front as the run starts.
+  if (!run->beamSteps.isEmpty() && std::exchange(beamsRaisedFor_, run->runId) != run->runId)
+    findChild<QDockWidget*>("beamDock")->raise();
+}
+
+void MainWindow::nameTheRunsShown(const RunSnapshotPtr& run, const RunSnapshotPtr& b) {
   const QString who =
       b ? tr(" — A: run #%1, B: run #%2").arg(run->runId).arg(b->runId) : tr(" — run #%1").arg(run->runId);
   for (auto* d : findChildren<QDockWidget*>()) {
@@ -269,9 +276,6 @@ void MainWindow::showRun(const RunSnapshotPtr& run) {
   }
   // Once the views have settled: a switch of views may have grown the window past the screen for a moment.
   QTimer::singleShot(0, this, [this] { keepWithinScreen(this); });
-  // A beam search's reorder is its primary view: the Beams tab comes to the front as the run starts.
-  if (!run->beamSteps.isEmpty() && std::exchange(beamsRaisedFor_, run->runId) != run->runId)
-    findChild<QDockWidget*>("beamDock")->raise();
 }
 
 void MainWindow::inspectRuns(const RunSnapshotPtr& a, const RunSnapshotPtr& b) {
@@ -283,10 +287,9 @@ void MainWindow::inspectRuns(const RunSnapshotPtr& a, const RunSnapshotPtr& b) {
 bool MainWindow::showRuns(const QList<int>& ids) {
   QList<int> rows;
   for (const int id : ids) {
-    const auto& runs = runsModel()->runs();
-    const auto it = std::find_if(runs.begin(), runs.end(), [id](const RunSnapshotPtr& r) { return r->runId == id; });
-    if (it == runs.end()) return false;
-    rows << static_cast<int>(it - runs.begin());
+    const int row = runsModel()->rowOf(id);
+    if (row < 0) return false;
+    rows << row;
   }
   QItemSelection chosen;
   for (const int r : rows) chosen.select(runsModel()->index(r, 0), runsModel()->index(r, RunsModel::ColumnCount - 1));

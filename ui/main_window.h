@@ -147,6 +147,8 @@ class MainWindow : public QMainWindow {
   /// The runs chosen in the compare table: one (shown instead of the live run), two (A and B side by side), or none
   /// (the views follow the latest run again).
   void inspectRuns(const RunSnapshotPtr& a, const RunSnapshotPtr& b);
+  /// The docks' titles name `run` (and `b`, run B); the window is kept within the screen as the views settle.
+  void nameTheRunsShown(const RunSnapshotPtr& run, const RunSnapshotPtr& b);
   /// The engine's new state; the actions follow it.
   void setBusy(Busy busy);
   /// Enables what depends on the busy state, the model and the form: Run, Stop, Sweep, Evaluate, Scan.
@@ -177,11 +179,11 @@ class MainWindow : public QMainWindow {
   quint64 runSerial_ = 0;
   int nextRunId_ = 1;  ///< the next run's number: after every run in the table, reopened ones included
   ModelInfo model_;
-  RunSnapshotPtr last_;     ///< the latest run the engine reported (the status line's)
-  RunSnapshotPtr shown_;    ///< the run the views show (run A of two)
-  RunSnapshotPtr pinned_;   ///< chosen in the compare table: the views keep it while other runs go on
-  RunSnapshotPtr against_;  ///< run B, when two runs are chosen
-  int beamsRaisedFor_ = 0;  ///< the beam-search run whose Beams tab was brought to the front
+  RunSnapshotPtr last_;        ///< the latest run the engine reported (the status line's)
+  RunSnapshotPtr pinned_;      ///< chosen in the compare table: the views keep it while other runs go on
+  RunSnapshotPtr against_;     ///< run B, when two runs are chosen
+  QPair<int, int> titledFor_;  ///< the runs (A, B or 0) the docks' titles name
+  int beamsRaisedFor_ = 0;     ///< the beam-search run whose Beams tab was brought to the front
   Busy busy_ = Busy::Idle;
 };
 

@@ -186,6 +186,12 @@ void RunsModel::sort(int column, Qt::SortOrder order) {
   Q_EMIT layoutChanged({}, QAbstractItemModel::VerticalSortHint);
 }
 
+int RunsModel::rowOf(int runId) const {
+  for (int r = 0; r < runs_.size(); ++r)
+    if (runs_[r]->runId == runId) return r;
+  return -1;
+}
+
 void RunsModel::append(const RunSnapshotPtr& run) {
   beginInsertRows({}, static_cast<int>(runs_.size()), static_cast<int>(runs_.size()));
   runs_.append(run);

@@ -39,6 +39,8 @@ class RunsModel : public QAbstractTableModel {
   void setRuns(const QVector<RunSnapshotPtr>& runs);
   const QVector<RunSnapshotPtr>& runs() const { return runs_; }
   RunSnapshotPtr run(int row) const { return runs_.value(row); }
+  /// The row of run number `runId`; -1 when the table has none.
+  int rowOf(int runId) const;
   /// The config column's text of `row` (configNames).
   QString name(int row) const { return names_.value(row); }
   /// What every run shares ("" for fewer than two runs), shown above the table.

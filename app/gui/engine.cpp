@@ -328,7 +328,7 @@ void Engine::tune(const ui::TuneRequest& r) {
     QElapsedTimer clock, sinceEmit;  // sinceEmit starts invalid: the first point is sent at once
     clock.start();
     int passes = 0;  // (window, config) pairs done: the pace of the time estimate
-    const auto figs = generate::evaluate(
+    generate::evaluate(
         d_->session->model(), windows, cfgs, o,
         [&](std::size_t wi, std::size_t, std::size_t ci, std::size_t nc) {
           Q_EMIT evalProgress(static_cast<int>(wi * nc + ci), total);
@@ -348,7 +348,6 @@ void Engine::tune(const ui::TuneRequest& r) {
           Q_EMIT tuneProgress(out);
           sinceEmit.start();
         });
-    (void)figs;
     out.complete = true;
     out.secondsLeft = 0;
     Q_EMIT evalProgress(total, total);

@@ -165,15 +165,15 @@ void TokenErrorDock::redraw() {
                          : mode == 1 ? tr("B (run #%1)").arg(other_->runId)
                          : paired    ? tr("A (run #%1)").arg(view_->runId)
                                      : tr("run #%1").arg(view_->runId);
-    QString text = tr("%1, layer %2, KV head %3, %4: %5 tokens, mean |error| %6, max %7")
+    QString text = tr("%1, layer %2, KV head %3, %4: %5 tokens, mean %6 %7, max %8")
                        .arg(what)
                        .arg(view_->layer)
                        .arg(head)
                        .arg(which_->currentText())
                        .arg(T)
+                       .arg(mode == 2 ? tr("difference") : tr("|error|"))
                        .arg(n ? sum / double(n) : 0.0, 0, 'g', 3)
                        .arg(worst, 0, 'g', 3);
-    if (mode == 2) text.replace(tr("mean |error|"), tr("mean difference"));
     if (pair && !paired)
       text += tr("; B has no map of this layer to compare (it kept layer %1's)")
                   .arg(other_ ? QString::number(other_->layer) : tr("none"));
