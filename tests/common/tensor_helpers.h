@@ -46,6 +46,8 @@ inline at::Tensor loadTensor(const model::SafetensorsFile& f, const std::string&
     t = at::kHalf;
   else if (e.dtype == "I64")
     t = at::kLong;
+  else if (e.dtype == "U8")
+    t = at::kByte;
   else if (e.dtype != "F32")
     throw std::runtime_error("unexpected dtype " + e.dtype);
   return at::from_blob(const_cast<std::uint8_t*>(e.data), e.shape, at::TensorOptions().dtype(t)).clone();

@@ -15,13 +15,15 @@ namespace {
 [[noreturn]] void unsupported(std::uint32_t type) {
   throw Error(ErrorCode::Internal,
               "kv cache blocks: ggml type " + std::to_string(type) +
-                  " is not a llama.cpp KV cache type kvscope writes (f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                  "q5_1, iq4_nl)");
+                  " is not a KV cache row type kvscope writes (f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                  "q5_1, iq4_nl, nvfp4, nvfp4 4over6, mxfp4, ultraquant)");
 }
 
-void checkWhole(std::int64_t n) {
-  if (n % 32 != 0)
-    throw Error(ErrorCode::Internal, "kv cache blocks: " + std::to_string(n) + " values are not whole blocks of 32");
+void checkWhole(std::uint32_t type, std::int64_t n) {
+  const int block = kvcodec::blockValues(type);
+  if (n % block != 0)
+    throw Error(ErrorCode::Internal, "kv cache blocks: " + std::to_string(n) + " values are not whole blocks of " +
+                                         std::to_string(block));
 }
 
 }  // namespace
@@ -32,7 +34,7 @@ int iq4NlNearestLevel(float x) {
 
 std::int64_t kvRowBytes(std::uint32_t type, std::int64_t n) {
   if (!kvcodec::isKvType(type)) unsupported(type);
-  if (!kvcodec::isHalfWidth(type)) checkWhole(n);
+  if (!kvcodec::isHalfWidth(type)) checkWhole(type, n);
   return kvcodec::rowBytes(type, n);
 }
 
@@ -41,16 +43,16 @@ KvBlockBytes kvBlockBytes(std::uint32_t type) {
   return {kvcodec::blockBytes(type), kvcodec::scaleBytes(type)};
 }
 
-void quantizeKvRow(std::uint32_t type, const float* src, std::int64_t n, std::uint8_t* dst) {
+void quantizeKvRow(std::uint32_t type, const float* src, std::int64_t n, std::uint8_t* dst, float scale) {
   if (!kvcodec::isKvType(type)) unsupported(type);
-  if (!kvcodec::isHalfWidth(type)) checkWhole(n);
-  kvcodec::encodeRow(type, src, n, dst);
+  if (!kvcodec::isHalfWidth(type)) checkWhole(type, n);
+  kvcodec::encodeRow(type, src, n, dst, scale);
 }
 
-void dequantizeKvRow(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
+void dequantizeKvRow(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst, float scale) {
   if (!kvcodec::isKvType(type)) unsupported(type);
-  if (!kvcodec::isHalfWidth(type)) checkWhole(n);
-  kvcodec::decodeRow(type, src, n, dst);
+  if (!kvcodec::isHalfWidth(type)) checkWhole(type, n);
+  kvcodec::decodeRow(type, src, n, dst, scale);
 }
 
 }  // namespace kvscope::kernels

@@ -15,23 +15,29 @@ namespace kvscope::kernels {
 
 /// ggml's type number of IQ4_NL.
 inline constexpr std::uint32_t kTypeIq4Nl = 20;
+/// kvscope's numbers of the engines' FP4 row types (kernels/fp4_codec.h): NVFP4 (vLLM's `nvfp4`, blocks of 16 with an
+/// E4M3 scale and a global decode scale), NVFP4 with vLLM's 4over6 scale choice, MXFP4 (blocks of 32, E8M0) and vLLM's
+/// UltraQuant (blocks of 32, UE8M0 scales from 0.156 amax).
+inline constexpr std::uint32_t kTypeNvfp4 = 1000, kTypeNvfp4FourOverSix = 1001, kTypeMxfp4 = 1002,
+                               kTypeUltraquant = 1003;
 
-/// Bytes one block of 32 values of a KV cache type takes (its scale bytes included), and the bytes of that that are
-/// scales (fp16 d, and m for Q4_1 / Q5_1). F16 / BF16: 64 and 0. Throws an Error (Internal) for other types.
+/// Bytes one block of a KV cache type takes (its scale bytes included: 32 values, 16 for NVFP4), and the bytes of that
+/// that are scales (fp16 d, and m for Q4_1 / Q5_1; the FP4 types' scale byte). F16 / BF16: 64 and 0. Throws an Error
+/// (Internal) for other types.
 struct KvBlockBytes {
   std::int64_t block = 0, scales = 0;
 };
 KvBlockBytes kvBlockBytes(std::uint32_t ggmlType);
 
-/// Bytes a row of n values takes: 2n for F16 / BF16 (any n), whole blocks for the others (n a multiple of 32, else
-/// an Error, Internal).
+/// Bytes a row of n values takes: 2n for F16 / BF16 (any n), whole blocks for the others (else an Error, Internal).
 std::int64_t kvRowBytes(std::uint32_t ggmlType, std::int64_t n);
 
-/// n values (a multiple of 32; any n for F16 / BF16) into blocks of `ggmlType` (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
-/// or IQ4_NL).
-void quantizeKvRow(std::uint32_t ggmlType, const float* src, std::int64_t n, std::uint8_t* dst);
-/// The inverse: n values (whole blocks) of `ggmlType` into float32, as ggml dequantizes them.
-void dequantizeKvRow(std::uint32_t ggmlType, const std::uint8_t* src, std::int64_t n, float* dst);
+/// n values (whole blocks; any n for F16 / BF16) into blocks of `ggmlType` (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+/// IQ4_NL, or one of the FP4 types above). `scale`: NVFP4's global decode scale (ignored by the others).
+void quantizeKvRow(std::uint32_t ggmlType, const float* src, std::int64_t n, std::uint8_t* dst, float scale = 1.0f);
+/// The inverse: n values (whole blocks) of `ggmlType` into float32, as ggml (or the FP4 format's engine) dequantizes
+/// them.
+void dequantizeKvRow(std::uint32_t ggmlType, const std::uint8_t* src, std::int64_t n, float* dst, float scale = 1.0f);
 
 /// The index of IQ4_NL's level (kvcodec::iq4NlLevel: ggml's kvalues_iq4nl) nearest to x (ggml's best_index_int8: ties
 /// between two levels go to the upper one; below the first or above the last level, the end level).
