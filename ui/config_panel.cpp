@@ -15,7 +15,11 @@ ConfigPanel::ConfigPanel(QWidget* parent) : QWidget(parent) {
   layout->setContentsMargins(0, 0, 0, 0);
   backend_ = new QComboBox(this);
   backend_->setObjectName("backend");
-  for (auto b : cache::allBackends()) backend_->addItem(QString::fromStdString(std::string(cache::backendName(b))));
+  for (auto b : cache::allBackends()) {
+    backend_->addItem(QString::fromStdString(std::string(cache::backendName(b))));
+    backend_->setItemData(backend_->count() - 1, QString::fromStdString(std::string(cache::backendSummary(b))),
+                          Qt::ToolTipRole);
+  }
   backend_->setCurrentText("fp8");
   auto* top = new QFormLayout();
   top->addRow(tr("Cache backend"), backend_);
@@ -54,6 +58,7 @@ void ConfigPanel::rebuildForm() {
   while (form_->rowCount() > 0) form_->removeRow(0);
   fields_.clear();
   const auto b = cache::parseBackend(backend_->currentText().toStdString());
+  backend_->setToolTip(QString::fromStdString(std::string(cache::backendSummary(b))));
   for (const auto& opt : cache::backendOptions(b)) {
     const QString name = QString::fromStdString(opt.name);
     QWidget* w = nullptr;

@@ -122,7 +122,7 @@ Runner addBackends(CLI::App& app) {
   return [cmd]() {
     if (!*cmd) return -1;
     for (cache::Backend b : cache::allBackends()) {
-      std::cout << cache::backendName(b) << "\n";
+      std::cout << fmt::format("{}: {}\n", cache::backendName(b), cache::backendSummary(b));
       for (const auto& opt : cache::backendOptions(b)) {
         std::string allowed;
         for (const auto& c : opt.choices) allowed += (allowed.empty() ? "" : "|") + c;

@@ -16,7 +16,12 @@
 
 namespace kvscope::cache {
 
-enum class Backend { Dynamic, Fp8, Quanto, Hqq, Kivi, LlamaCpp };
+enum class Backend { Dynamic, Fp8, Quanto, Hqq, Kivi, LlamaCpp, Vllm, Mxfp4 };
+/// vLLM's KV cache dtypes the `vllm` backend computes (`kv=`, named as vLLM's --kv-cache-dtype): NVFP4 (blocks of 16
+/// E2M1 values, an E4M3 scale per block, the layer's global scale) and NVFP4 with the 4over6 scale choice.
+/// UltraQuant: E2M1 in blocks of 32 with power-of-two scales, the keys Hadamard-rotated, the first and last two layers
+/// left unquantized as vLLM leaves them.
+enum class VllmKv { Nvfp4, Nvfp4FourOverSix, Ultraquant4Bit };
 /// llama.cpp's KV cache types (-ctk / -ctv): f16 and bf16 keep the values at 16 bits, the others are ggml's blocks of
 /// 32 values along the head dimension.
 enum class LlamaCppType { F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL };
@@ -75,6 +80,10 @@ struct CacheConfig {
   LlamaCppType typeK = LlamaCppType::Q8_0, typeV = LlamaCppType::Q8_0;
   Rotation rotation = Rotation::Auto;
 
+  // kvscope's vllm option: the engine's KV cache dtype (`kv`). Its global scales are `scale` (fp8Scale): the first
+  // update's amax / 448 (a Model-Optimizer checkpoint's k_scale / v_scale) or 1.0 (vLLM without checkpoint scales).
+  VllmKv vllmKv = VllmKv::Nvfp4;
+
   // kvscope's attention-sink option (fp8, quanto, hqq, kivi, llamacpp): the first `sink` tokens stay in full precision
   // and the backend sees only the tokens after them. 0 (default): the backend alone, as transformers.
   int sink = 0;
@@ -131,6 +140,8 @@ struct OptionInfo {
 };
 
 std::string_view backendName(Backend b);
+/// One line on what a backend is and whose engine it computes, for lists and tooltips.
+std::string_view backendSummary(Backend b);
 /// Throws ConfigError naming the allowed backends.
 Backend parseBackend(std::string_view name);
 std::vector<Backend> allBackends();
@@ -213,5 +224,11 @@ std::string_view llamaCppTypeName(LlamaCppType t);
 bool llamaCppQuantized(LlamaCppType t);
 /// The SPEC value of a rotation: "auto", "on" or "off".
 std::string_view rotationName(Rotation r);
+/// vLLM's --kv-cache-dtype of a `vllm` config's `kv` ("nvfp4", "nvfp4_4over6").
+std::string_view vllmKvName(VllmKv k);
+/// Bits per value a config stores, scales included, the keys' and values' mean (NVFP4 4.5, MXFP4 4.25, fp8 8,
+/// llamacpp q4_0 4.5); the group-wise backends count a 16-bit scale and zero-point per group and no residual window;
+/// a per-layer config, its `*` rule's (else its first rule's).
+double bitsPerValue(const CacheConfig& cfg);
 
 }  // namespace kvscope::cache

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "cache/detail/layers.h"
 
 namespace kvscope::cache {
@@ -21,9 +23,22 @@ std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const Stats
     case Backend::Kivi:
       return detail::makeKiviLayer(cfg, stats, path);
     case Backend::LlamaCpp:
-      return detail::makeLlamaCppLayer(cfg, stats, path);
+    case Backend::Vllm:
+    case Backend::Mxfp4:
+      return detail::makeKvRowLayer(cfg, stats, path);
   }
   throw ConfigError("backend", "unknown backend");
+}
+
+// vLLM keeps the first and last min(2, L / 2) layers of a dense model unquantized under ultraquant_4bit (its
+// TurboQuantConfig.get_boundary_skip_layers, merged into --kv-cache-dtype-skip-layers): such a side is `dynamic` here.
+void applyVllmBoundarySkip(CacheConfig& side, int layer, int numLayers) {
+  if (side.backend != Backend::Vllm || side.vllmKv != VllmKv::Ultraquant4Bit) return;
+  const int n = std::min(2, numLayers / 2);
+  if (layer >= n && layer < numLayers - n) return;
+  CacheConfig unquantized;
+  unquantized.attention = side.attention;
+  side = unquantized;
 }
 }  // namespace
 
@@ -43,6 +58,8 @@ KvCache::KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stat
   layers_.reserve(static_cast<std::size_t>(numLayers));
   for (int i = 0; i < numLayers; ++i) {
     auto [keys, values] = layerConfigs(cfg, i, numLayers);
+    applyVllmBoundarySkip(keys, i, numLayers);
+    applyVllmBoundarySkip(values, i, numLayers);
     // Calibrated fp8 scales are per layer: each layer gets its own.
     for (CacheConfig* side : {&keys, &values}) {
       if (side->keyScales.empty()) continue;

@@ -1,3 +1,20 @@
+// Block-quantized rows along the head dimension, stored as each token arrives: llama.cpp's cache (`llamacpp`), vLLM's
+// NVFP4 cache (`vllm`) and the OCP MXFP4 cache (`mxfp4`). All three keep, per token and KV head, one row of blocks
+// (kernels/kv_block_codec.h, kernels/fp4_codec.h) and read attention from those rows.
+//
+// `vllm` (kv=nvfp4 | nvfp4_4over6): vLLM 0.33's NVFP4 KV cache, each row D / 2 bytes of E2M1 codes and D / 16 E4M3
+// block scales, with the layer's global decode scale per side (vLLM's k_scale / v_scale): scale=amax takes it from the
+// first update, amax / 448 as Model-Optimizer's export writes it; scale=unit is 1.0, vLLM's value without checkpoint
+// scales. Queries stay in the model's dtype; keys and values are stored in the model's channel order, unrotated.
+// kv=ultraquant_4bit: vLLM's UltraQuant, E2M1 in blocks of 32 with power-of-two scales; the keys are multiplied by the
+// normalised Hadamard matrix of the head size before they are stored and the queries are rotated the same way and cast
+// to FP8 E4M3, as vLLM's decode reads them (roundQueries); values are stored unrotated. KvCache leaves the first and
+// last two layers unquantized, as vLLM does (ultraquantBoundary).
+//
+// `mxfp4` (rot=on | off): E2M1 in blocks of 32 with an E8M0 scale, Model-Optimizer's MXFP4. rot=on multiplies each key
+// row by the Hadamard matrix of the head size before it is stored, as SGLang's MXFP4 change rotates Q and K (Q·K
+// unchanged); values are stored unrotated.
+//
 // `llamacpp`: llama.cpp's quantized KV cache (src/llama-kv-cache.cpp), keys and values each in their own type
 // (-ctk / -ctv: f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl). Each token's row of a KV head (head_dim values) is
 // split into blocks of 32 along the head dimension, every block quantized as ggml quantizes it
@@ -29,7 +46,9 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <numeric>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -40,6 +59,7 @@
 #include "kernels/cpu/blocks.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/kv_blocks.h"
+#include "kernels/kv_block_codec.h"
 #include "kernels/kv_blocks_tensor.h"
 
 namespace kvscope::cache::detail {
@@ -68,12 +88,40 @@ std::uint32_t ggmlType(LlamaCppType t) {
   return static_cast<std::uint32_t>(GgmlType::F16);
 }
 
-class LlamaCppLayer final : public CacheLayer {
+// The row type of a config's keys or values.
+std::uint32_t rowType(const CacheConfig& cfg, bool keys) {
+  switch (cfg.backend) {
+    case Backend::Vllm:
+      switch (cfg.vllmKv) {
+        case VllmKv::Nvfp4FourOverSix:
+          return kernels::kTypeNvfp4FourOverSix;
+        case VllmKv::Ultraquant4Bit:
+          return kernels::kTypeUltraquant;
+        case VllmKv::Nvfp4:
+          break;
+      }
+      return kernels::kTypeNvfp4;
+    case Backend::Mxfp4:
+      return kernels::kTypeMxfp4;
+    default:
+      return ggmlType(keys ? cfg.typeK : cfg.typeV);
+  }
+}
+
+class KvRowLayer final : public CacheLayer {
  public:
-  LlamaCppLayer(const CacheConfig& cfg, const StatsOptions& s, kernels::KernelPath path)
-      : CacheLayer(s, cfg.attention, path), rotation_(cfg.rotation) {
-    k_.type = cfg.typeK;
-    v_.type = cfg.typeV;
+  KvRowLayer(const CacheConfig& cfg, const StatsOptions& s, kernels::KernelPath path)
+      : CacheLayer(s, cfg.attention, path),
+        backend_(cfg.backend),
+        rotation_(cfg.rotation),
+        unitScale_(cfg.fp8Scale == Fp8Scale::Unit),
+        ultraquant_(cfg.backend == Backend::Vllm && cfg.vllmKv == VllmKv::Ultraquant4Bit),
+        typeK_(cfg.typeK),
+        typeV_(cfg.typeV) {
+    k_.type = rowType(cfg, true);
+    v_.type = rowType(cfg, false);
+    k_.quantized = cfg.backend != Backend::LlamaCpp || llamaCppQuantized(cfg.typeK);
+    v_.quantized = cfg.backend != Backend::LlamaCpp || llamaCppQuantized(cfg.typeV);
   }
 
   std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
@@ -119,25 +167,34 @@ class LlamaCppLayer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return k_.rows.length(); }
-  Backend backend() const override { return Backend::LlamaCpp; }
+  Backend backend() const override { return backend_; }
 
+  // llama.cpp converts Q to the keys' dot type; vLLM and SGLang read their FP4 keys with queries in the model's dtype.
   at::Tensor roundQueries(const at::Tensor& q) const override {
-    const std::uint32_t dot =
-        llamaCppQuantized(k_.type) ? static_cast<std::uint32_t>(kernels::GgmlType::Q8_0) : ggmlType(k_.type);
+    if (ultraquant_ && k_.rotation > 0) {
+      // vLLM's UltraQuant decode: Q rotated as the keys (q @ H.T, float32), cast to E4M3; rotated back here, as the
+      // keys are read rotated back.
+      const at::Tensor H = hadamardMatrix(q.size(-1), q.device());
+      const at::Tensor r = at::matmul(q.to(at::kFloat), H.t()).to(at::kFloat8_e4m3fn).to(at::kFloat);
+      return at::matmul(r, H).to(q.scalar_type()).contiguous();
+    }
+    if (backend_ != Backend::LlamaCpp) return q;
+    const std::uint32_t dot = k_.quantized ? static_cast<std::uint32_t>(kernels::GgmlType::Q8_0) : k_.type;
     const bool perm = permuted(k_);
     const at::Tensor r = kernels::roundThroughKvRows(perm ? kernels::interleaveHalves(q) : q, dot, k_.rotation);
     return (perm ? kernels::deinterleaveHalves(r) : r).to(q.scalar_type()).contiguous();
   }
 
-  void setInterleavedRopePairs(bool on) override { k_.interleaved = on; }  // keys only: V's rows are not permuted
+  // llama.cpp's keys only: V's rows are not permuted, and the other engines keep the model's channel order.
+  void setInterleavedRopePairs(bool on) override { k_.interleaved = on && backend_ == Backend::LlamaCpp; }
 
   LayerMemory memory() const override {
     LayerMemory m;
     for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
       if (!s->rows.defined()) continue;
-      const kernels::KvBlockBytes b = kernels::kvBlockBytes(ggmlType(s->type));
+      const kernels::KvBlockBytes b = kernels::kvBlockBytes(s->type);
       const std::int64_t used = s->rows.bytesUsed();
-      mem->metadata = used / b.block * b.scales;  // whole blocks: the fp16 scales (and minimums)
+      mem->metadata = used / b.block * b.scales;  // whole blocks: the scales (and minimums)
       mem->payload = used - mem->metadata;
       mem->transient = s->mirror.bytesUsed();
       mem->reserved = s->rows.bytesReserved() + s->mirror.bytesReserved();
@@ -148,7 +205,9 @@ class LlamaCppLayer final : public CacheLayer {
 
  private:
   struct Side {
-    LlamaCppType type = LlamaCppType::Q8_0;
+    std::uint32_t type = 0;    // kernels/kv_blocks.h's row type
+    bool quantized = true;     // not a 16-bit llama.cpp type
+    float scale = 1.0f;        // NVFP4's global decode scale (k_scale / v_scale)
     int rotation = 0;          // Hadamard chunk size; 0: not rotated
     bool interleaved = false;  // llama.cpp holds the head's two rotary halves interleaved (setInterleavedRopePairs)
     SeqBuffer rows;            // uint8 [B, H, T, kvRowBytes(type, D)]
@@ -158,17 +217,34 @@ class LlamaCppLayer final : public CacheLayer {
   };
 
   SourcePtr source(const Side& s) const {
-    return llamaCppSource(s.rows.view(), ggmlType(s.type), layout_.size(3), s.rotation, permuted(s));
+    return kvRowSource(s.rows.view(), s.type, layout_.size(3), s.rotation, permuted(s), s.scale);
   }
 
   // Whether a side's rows are stored in the interleaved order: where the order changes the stored values (blocks of
   // 32, a rotation); a 16-bit side without rotation rounds each value on its own, in any order.
-  static bool permuted(const Side& s) { return s.interleaved && (s.rotation > 0 || llamaCppQuantized(s.type)); }
+  static bool permuted(const Side& s) { return s.interleaved && (s.rotation > 0 || s.quantized); }
 
-  // The rotation llama.cpp applies to a side of this type and head size (CacheError for rot=on with a head size it
-  // cannot rotate).
+  // The rotation a side of this type and head size gets: llama.cpp's rule; mxfp4's keys with rot=on, over the whole
+  // head; none for vllm (CacheError for rot=on with a head size that cannot be rotated).
   int rotationFor(const Side& s, std::int64_t D, bool keys) const {
-    if (rotation_ == Rotation::Off) return 0;
+    if (ultraquant_) {
+      if (!keys) return 0;
+      if ((D & (D - 1)) != 0)  // vLLM's hadamard_matrix
+        throw CacheError(fmt::format("vllm: ultraquant_4bit rotates the keys with a Hadamard matrix, which requires a "
+                                     "power-of-two head size, got {}",
+                                     D));
+      return static_cast<int>(D);
+    }
+    if (rotation_ == Rotation::Off || backend_ == Backend::Vllm) return 0;
+    if (backend_ == Backend::Mxfp4) {
+      if (rotation_ != Rotation::On || !keys) return 0;
+      if (D < 32 || (D & (D - 1)) != 0)
+        throw CacheError(
+            fmt::format("mxfp4: rot=on rotates each key head with one Hadamard matrix: the head size must be a "
+                        "power of two times the block of 32, got {}",
+                        D));
+      return static_cast<int>(D);
+    }
     if (D % 64 != 0) {
       if (rotation_ == Rotation::On)
         throw CacheError(
@@ -177,7 +253,7 @@ class LlamaCppLayer final : public CacheLayer {
                         D));
       return 0;
     }
-    if (rotation_ == Rotation::Auto && !llamaCppQuantized(s.type)) return 0;
+    if (rotation_ == Rotation::Auto && !s.quantized) return 0;
     return keys ? kernels::hadamardSizeForKeys(static_cast<int>(D))
                 : kernels::hadamardSizeForValues(static_cast<int>(D));
   }
@@ -186,13 +262,14 @@ class LlamaCppLayer final : public CacheLayer {
     const std::int64_t D = k.size(3);
     const bool first = !k_.rows.defined();
     if (first) {
-      for (auto [s, keys] : {std::pair{&k_, true}, std::pair{&v_, false}}) {
-        if (llamaCppQuantized(s->type) && D % 32 != 0)
-          throw CacheError(
-              fmt::format("llamacpp: {} {} are stored in blocks of 32 along the head dimension: head "
-                          "size {} is not a multiple of 32",
-                          llamaCppTypeName(s->type), keys ? "keys" : "values", D));
+      for (auto [s, x, keys] : {std::tuple{&k_, &k, true}, std::tuple{&v_, &v, false}}) {
+        const int block = kernels::kvcodec::blockValues(s->type);
+        if (s->quantized && D % block != 0)
+          throw CacheError(fmt::format("{}: {} {} are stored in blocks of {} along the head dimension: head "
+                                       "size {} is not a multiple of {}",
+                                       backendName(backend_), typeName(*s), keys ? "keys" : "values", block, D, block));
         s->rotation = rotationFor(*s, D, keys);
+        if (backend_ == Backend::Vllm && !ultraquant_) s->scale = unitScale_ ? 1.0f : globalScale(*x);
         s->elementsPerToken = k.size(0) * k.size(1) * D;
         s->inputElementSize = static_cast<std::int64_t>(k.element_size());
       }
@@ -206,7 +283,7 @@ class LlamaCppLayer final : public CacheLayer {
     const std::int64_t start = seqLength();
     for (auto [side, st, x] : {std::tuple{&k_, &stats_.keys, &k}, std::tuple{&v_, &stats_.values, &v}}) {
       const at::Tensor deq = encode(*side, *x, fused() && !statsOptions_.enabled);
-      st->quantized = llamaCppQuantized(side->type);
+      st->quantized = side->quantized;
       st->quantizedTokens = st->quantized ? x->size(2) : 0;
       if (statsOptions_.enabled) {
         recordAmax(*st, *x);
@@ -220,25 +297,59 @@ class LlamaCppLayer final : public CacheLayer {
   // returns the rows as attention will read them (decoded and rotated back, float32), unless `skipDecode`.
   at::Tensor encode(Side& s, const at::Tensor& x, bool skipDecode) {
     const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), D = x.size(3);
-    const std::uint32_t type = ggmlType(s.type);
+    const std::uint32_t type = s.type;
     const at::Tensor rows =
         s.rows.tail(T, at::empty({B, H, 0, kernels::kvRowBytes(type, D)}, x.options().dtype(at::kByte)), at::kByte);
     const bool perm = permuted(s);
-    at::Tensor deq = kernels::storeKvRows(perm ? kernels::interleaveHalves(x) : x, type, s.rotation, rows, !skipDecode);
+    at::Tensor deq =
+        kernels::storeKvRows(perm ? kernels::interleaveHalves(x) : x, type, s.rotation, rows, !skipDecode, s.scale);
     s.rows.commit(T);
     return perm && deq.defined() ? kernels::deinterleaveHalves(deq).contiguous() : deq;
   }
 
+  // The side's format as its engine names it (error messages).
+  std::string typeName(const Side& s) const {
+    switch (s.type) {
+      case kernels::kTypeNvfp4:
+      case kernels::kTypeNvfp4FourOverSix:
+        return "NVFP4";
+      case kernels::kTypeMxfp4:
+        return "MXFP4";
+      case kernels::kTypeUltraquant:
+        return "UltraQuant";
+      default:
+        return std::string(llamaCppTypeName(&s == &k_ ? typeK_ : typeV_));
+    }
+  }
+
+  // A side's global decode scale from its first update: amax / 448 (Model-Optimizer's k_scale / v_scale), 1.0 where
+  // that is no positive finite number (vLLM refuses such a scale).
+  static float globalScale(const at::Tensor& x) {
+    const float amax = x.abs().max().to(at::kFloat).item<float>();
+    const float s = amax / 448.0f;
+    return std::isfinite(s) && s > 0.0f ? s : 1.0f;
+  }
+
+  // vLLM's normalised Sylvester Hadamard matrix of size n (built in float64, divided by sqrt(n), float32).
+  static at::Tensor hadamardMatrix(std::int64_t n, const at::Device& device) {
+    at::Tensor H = at::ones({1, 1}, at::kDouble);
+    while (H.size(0) < n) H = at::cat({at::cat({H, H}, 1), at::cat({H, -H}, 1)}, 0);
+    return (H / std::sqrt(static_cast<double>(n))).to(at::kFloat).to(device);
+  }
+
+  Backend backend_;
   Rotation rotation_;
+  bool unitScale_;
+  bool ultraquant_;
+  LlamaCppType typeK_, typeV_;
   Side k_, v_;
   at::Tensor layout_;  // [B, H, 0, D] in the input dtype: what later updates must continue
 };
 
 }  // namespace
 
-std::unique_ptr<CacheLayer> makeLlamaCppLayer(const CacheConfig& cfg, const StatsOptions& stats,
-                                              kernels::KernelPath path) {
-  return std::make_unique<LlamaCppLayer>(cfg, stats, path);
+std::unique_ptr<CacheLayer> makeKvRowLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path) {
+  return std::make_unique<KvRowLayer>(cfg, stats, path);
 }
 
 }  // namespace kvscope::cache::detail

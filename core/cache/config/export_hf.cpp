@@ -43,6 +43,11 @@ HfExport toHfCacheConfig(const CacheConfig& cfg) {
   if (cfg.backend == Backend::Dynamic)
     throw ConfigError("backend",
                       "the `dynamic` backend is transformers' default cache: it has no cache_config to export");
+  if (cfg.backend == Backend::Vllm || cfg.backend == Backend::Mxfp4)
+    throw ConfigError("backend",
+                      fmt::format("transformers' QuantizedCache has no FP4 format: `{}` has no cache_config (export "
+                                  "it with --format vllm or kvscope)",
+                                  toSpec(cfg)));
   HfExport out;
   if (cfg.backend == Backend::LlamaCpp) {
     // The nearest QuantizedCache: hqq, groups of 32 consecutive values along the head dimension (axis 1), at the

@@ -34,6 +34,13 @@ LlamaCppType cacheType(const CacheConfig& cfg, bool keys, std::vector<std::strin
                       "32 values) is its 8-bit type",
                       llamaCppTypeName(LlamaCppType::Q8_0)));
       return LlamaCppType::Q8_0;
+    case Backend::Vllm:
+    case Backend::Mxfp4:
+      notes.push_back(
+          fmt::format("nearest equivalent only: llama.cpp has no FP4 cache type; {} (4-bit codes on a "
+                      "non-uniform grid, one fp16 scale per 32 values) is its nearest",
+                      llamaCppTypeName(LlamaCppType::IQ4_NL)));
+      return LlamaCppType::IQ4_NL;
     case Backend::Quanto:
     case Backend::Hqq:
     case Backend::Kivi: {

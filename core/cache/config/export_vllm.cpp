@@ -71,6 +71,31 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
                       llamaCppTypeName(cfg.typeK), llamaCppTypeName(cfg.typeV)));
       if (cfg.rotation == Rotation::Auto) e.notes.push_back("rot=auto: vLLM stores K and V unrotated");
       break;
+    case Backend::Vllm:
+      e.flags = fmt::format("--kv-cache-dtype {}", vllmKvName(cfg.vllmKv));
+      if (cfg.vllmKv == VllmKv::Ultraquant4Bit) {
+        e.notes.push_back(
+            "vLLM adds the first and last two layers to --kv-cache-dtype-skip-layers itself (dense models), as "
+            "kvscope's cache does");
+        break;
+      }
+      e.notes.push_back(
+          cfg.fp8Scale == Fp8Scale::Unit
+              ? "scale=unit is vLLM's NVFP4 cache without k/v scales in the checkpoint: every global scale 1.0"
+              : "scale=amax: vLLM takes the global scales (k_scale / v_scale) from the checkpoint, as "
+                "Model-Optimizer writes them (amax / 448); without them it uses 1.0 (kvscope's scale=unit)");
+      e.notes.push_back(cfg.vllmKv == VllmKv::Nvfp4FourOverSix
+                            ? "nvfp4_4over6 runs on vLLM's FlashInfer trtllm-gen path only (SM100, Blackwell)"
+                            : "vLLM's FlashInfer backend reads NVFP4 caches (head sizes 64, 128, 256, 512; not "
+                              "MLA models)");
+      break;
+    case Backend::Mxfp4:
+      e.flags = "--kv-cache-dtype nvfp4";
+      e.notes.push_back(
+          "nearest equivalent only: vLLM has no MXFP4 KV cache; nvfp4 (E2M1 in blocks of 16 with E4M3 "
+          "scales) is its FP4 cache");
+      if (cfg.rotation == Rotation::On) e.notes.push_back("rot=on: vLLM stores NVFP4 keys unrotated");
+      break;
     case Backend::Quanto:
     case Backend::Hqq:
     case Backend::Kivi:

@@ -76,6 +76,7 @@ constexpr std::array<std::string_view, 8> kLlamaCppTypes{"f16",  "bf16", "q8_0",
                                                          "q4_1", "q5_0", "q5_1", "iq4_nl"};
 constexpr std::array<std::string_view, 3> kRotations{"auto", "on", "off"};
 constexpr std::array<std::string_view, 2> kScales{"amax", "unit"};
+constexpr std::array<std::string_view, 3> kVllmKv{"nvfp4", "nvfp4_4over6", "ultraquant_4bit"};
 
 // A choice option's choices, as OptionInfo lists them: the names above, in the enum's order.
 template <std::size_t N>
@@ -93,7 +94,7 @@ std::vector<std::string> choicesOf(const std::array<std::string_view, N>& names)
 
 const CacheConfig kDefaults{};
 
-const std::array<OptionField, 16> kFields{{
+const std::array<OptionField, 17> kFields{{
     KVS_INT_FIELD("nbits", nbits, resolvedNbits),
     KVS_INT_FIELD("axis_key", axisKey, resolvedAxisKey),
     KVS_INT_FIELD("axis_value", axisValue, resolvedAxisValue),
@@ -188,6 +189,14 @@ const std::array<OptionField, 16> kFields{{
      [](const CacheConfig& c) { return json(std::string(rotationName(c.rotation))); },
      "its caches store K and V unrotated",
      "vLLM stores K and V unrotated",
+     {}},
+    {"kv",
+     false,
+     [](CacheConfig& c, const json& v, const OptionInfo* i) { c.vllmKv = asChoice<VllmKv>("kv", v, i, kVllmKv); },
+     [](const CacheConfig& c) { return c.vllmKv != kDefaults.vllmKv; },
+     [](const CacheConfig& c) { return json(std::string(vllmKvName(c.vllmKv))); },
+     {},
+     {},
      {}},
     {"attention",
      true,
@@ -299,6 +308,9 @@ bool llamaCppQuantized(LlamaCppType t) {
 std::string_view rotationName(Rotation r) {
   return detail::kRotations[static_cast<std::size_t>(r)];
 }
+std::string_view vllmKvName(VllmKv k) {
+  return detail::kVllmKv[static_cast<std::size_t>(k)];
+}
 
 std::string_view backendName(Backend b) {
   switch (b) {
@@ -314,12 +326,42 @@ std::string_view backendName(Backend b) {
       return "kivi";
     case Backend::LlamaCpp:
       return "llamacpp";
+    case Backend::Vllm:
+      return "vllm";
+    case Backend::Mxfp4:
+      return "mxfp4";
   }
   return "dynamic";
 }
 
+std::string_view backendSummary(Backend b) {
+  switch (b) {
+    case Backend::Dynamic:
+      return "unquantized: transformers' DynamicCache, every engine's default cache";
+    case Backend::Fp8:
+      return "FP8 with one scale per tensor (or head, channel): transformers' fp8 QuantizedCache, vLLM's fp8 "
+             "cache with scale=unit";
+    case Backend::Quanto:
+      return "2- or 4-bit groups with a full-precision residual window: transformers' quanto QuantizedCache";
+    case Backend::Hqq:
+      return "1- to 8-bit groups, half-quadratic zero points: transformers' hqq QuantizedCache";
+    case Backend::Kivi:
+      return "keys per channel, values per token, 2 or 4 bits (KIVI)";
+    case Backend::LlamaCpp:
+      return "llama.cpp's cache types (-ctk / -ctv: q8_0, q4_0, iq4_nl, ...) with its Hadamard rotation";
+    case Backend::Vllm:
+      return "vLLM 0.33's --kv-cache-dtype nvfp4 / nvfp4_4over6 (also SGLang's and TensorRT-LLM's NVFP4 "
+             "layout, 4.5 bits per value) and ultraquant_4bit (4.25 bits per value)";
+    case Backend::Mxfp4:
+      return "OCP MXFP4 (E2M1 in blocks of 32, E8M0 scales; Model-Optimizer's numerics), optional Hadamard "
+             "rotation of the keys as in SGLang: 4.25 bits per value";
+  }
+  return "";
+}
+
 std::vector<Backend> allBackends() {
-  return {Backend::Dynamic, Backend::Fp8, Backend::Quanto, Backend::Hqq, Backend::Kivi, Backend::LlamaCpp};
+  return {Backend::Dynamic, Backend::Fp8,  Backend::Quanto, Backend::Hqq,
+          Backend::Kivi,    Backend::LlamaCpp, Backend::Vllm,  Backend::Mxfp4};
 }
 
 Backend parseBackend(std::string_view name) {
@@ -445,11 +487,50 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
           kSinkOption,
           kAttentionOption,
       });
+  static const std::vector<OptionInfo> vllm = withDefaults(
+      Backend::Vllm,
+      {
+          {"kv",
+           "choice",
+           choicesOf(detail::kVllmKv),
+           {},
+           false,
+           "vLLM's --kv-cache-dtype: nvfp4 (E2M1 in blocks of 16, an E4M3 scale per block, a global scale per "
+           "layer and side), nvfp4_4over6 (each block's scale chosen between amax/6 and amax/4 by squared error), "
+           "ultraquant_4bit (E2M1 in blocks of 32 with power-of-two scales, keys rotated, first and last two layers "
+           "unquantized)"},
+          {"scale",
+           "choice",
+           choicesOf(detail::kScales),
+           {},
+           false,
+           "NVFP4's global scales (vLLM's k_scale / v_scale): the first update's amax / 448, as a Model-Optimizer "
+           "checkpoint carries them, or 1.0 (vLLM without checkpoint scales)"},
+          kSinkOption,
+          kAttentionOption,
+      });
+  static const std::vector<OptionInfo> mxfp4 = withDefaults(
+      Backend::Mxfp4,
+      {
+          {"rot",
+           "choice",
+           choicesOf(detail::kRotations),
+           {},
+           false,
+           "Hadamard rotation of the keys (and queries) over the head before they are stored: on (the head size a "
+           "power of two, 32 or more), or off (auto: off, plain OCP MXFP4)"},
+          kSinkOption,
+          kAttentionOption,
+      });
   switch (b) {
     case Backend::Dynamic:
       return dynamic;
     case Backend::LlamaCpp:
       return llamacpp;
+    case Backend::Vllm:
+      return vllm;
+    case Backend::Mxfp4:
+      return mxfp4;
     case Backend::Fp8:
       return fp8;
     case Backend::Quanto:
@@ -471,6 +552,55 @@ std::string optionValue(const CacheConfig& cfg, std::string_view key) {
     throw ConfigError(std::string(key),
                       fmt::format("the `{}` backend has no option `{}`", backendName(cfg.backend), key));
   return detail::valueText(detail::findField(key)->value(cfg));
+}
+
+}  // namespace kvscope::cache
+
+namespace kvscope::cache {
+
+double bitsPerValue(const CacheConfig& cfg) {
+  if (cfg.mixed()) {
+    const LayerRule* all = detail::wildcardRule(cfg);
+    const LayerRule& r = all ? *all : cfg.layers.front();
+    return 0.5 * (bitsPerValue(r.keys) + bitsPerValue(r.values));
+  }
+  // llama.cpp's types: bytes of a block of 32 values (ggml-common.h).
+  const auto llamaBits = [](LlamaCppType t) {
+    switch (t) {
+      case LlamaCppType::F16:
+      case LlamaCppType::BF16:
+        return 16.0;
+      case LlamaCppType::Q8_0:
+        return 34 * 8 / 32.0;
+      case LlamaCppType::Q4_1:
+        return 20 * 8 / 32.0;
+      case LlamaCppType::Q5_0:
+        return 22 * 8 / 32.0;
+      case LlamaCppType::Q5_1:
+        return 24 * 8 / 32.0;
+      case LlamaCppType::Q4_0:
+      case LlamaCppType::IQ4_NL:
+        return 18 * 8 / 32.0;
+    }
+    return 16.0;
+  };
+  switch (cfg.backend) {
+    case Backend::Dynamic:
+      return 16.0;
+    case Backend::Fp8:
+      return 8.0;
+    case Backend::Quanto:
+    case Backend::Hqq:
+    case Backend::Kivi:
+      return cfg.resolvedNbits() + 2.0 * 16.0 / std::max(1, cfg.resolvedGroupSize());
+    case Backend::LlamaCpp:
+      return 0.5 * (llamaBits(cfg.typeK) + llamaBits(cfg.typeV));
+    case Backend::Vllm:  // E2M1 values, an E4M3 byte per 16 (UltraQuant: a UE8M0 byte per 32)
+      return cfg.vllmKv == VllmKv::Ultraquant4Bit ? 4.0 + 8.0 / 32.0 : 4.0 + 8.0 / 16.0;
+    case Backend::Mxfp4:
+      return 4.0 + 8.0 / 32.0;  // E2M1 values, an E8M0 byte per 32
+  }
+  return 16.0;
 }
 
 }  // namespace kvscope::cache

@@ -111,6 +111,17 @@ void validate(const CacheConfig& cfg) {
                                         detail::kGroupWiseKeys[i]));
       return;
     }
+    case Backend::Vllm:
+    case Backend::Mxfp4: {
+      for (int i = 0; i < 5; ++i)
+        if (groupWise[i]->has_value())
+          throw ConfigError(std::string(detail::kGroupWiseKeys[i]),
+                            fmt::format("the `{}` backend stores its format's fixed blocks ({} values): `{}` does "
+                                        "not apply",
+                                        backendName(cfg.backend), cfg.backend == Backend::Vllm ? 16 : 32,
+                                        detail::kGroupWiseKeys[i]));
+      return;
+    }
     case Backend::Kivi: {
       const int nb = cfg.resolvedNbits();
       const std::vector<std::string>& bits = detail::findOption(Backend::Kivi, "nbits")->choices;

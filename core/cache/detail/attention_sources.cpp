@@ -403,22 +403,22 @@ class KiviSource final : public StoredSource {
   std::int64_t D_, length_;
 };
 
-// llama.cpp's cache rows: each token's row of blocks decoded as ggml decodes it, then rotated back (H_n is its own
-// inverse) when the layer rotated it before storing.
-class LlamaCppSource final : public StoredSource {
+// Block-quantized cache rows: each token's row of blocks decoded as its engine decodes it (ggml, vLLM, Model-Optimizer),
+// then rotated back (H_n is its own inverse) when the layer rotated it before storing.
+class KvRowSource final : public StoredSource {
  public:
-  LlamaCppSource(at::Tensor rows, std::uint32_t type, std::int64_t D, int rotation, bool interleaved)
-      : rows_(std::move(rows)), type_(type), D_(D), rotation_(rotation), interleaved_(interleaved) {
-    checkDense(rows_, "llama.cpp cache rows");
+  KvRowSource(at::Tensor rows, std::uint32_t type, std::int64_t D, int rotation, bool interleaved, float scale)
+      : rows_(std::move(rows)), type_(type), D_(D), rotation_(rotation), interleaved_(interleaved), scale_(scale) {
+    checkDense(rows_, "cache rows");
     if (rows_.scalar_type() != at::kByte || rows_.size(3) != kernels::kvRowBytes(type, D))
-      throw Error(ErrorCode::Internal, "attention source: llama.cpp rows must be uint8 [B, H, S, row bytes]");
+      throw Error(ErrorCode::Internal, "attention source: cache rows must be uint8 [B, H, S, row bytes]");
     if (D > kernels::kvcodec::kMaxRow)  // read()'s scratch row; the rows' writer (storeKvRows) refuses such rows too
-      throw Error(ErrorCode::Internal, "attention source: llama.cpp rows above the row codecs' head size");
+      throw Error(ErrorCode::Internal, "attention source: cache rows above the row codecs' head size");
   }
   std::int64_t length() const override { return rows_.size(2); }
   std::int64_t dim() const override { return D_; }
   at::Tensor dense(std::int64_t /*B*/, std::int64_t /*H*/, at::ScalarType dtype) const override {  // the rows' own
-    at::Tensor out = kernels::readKvRows(rows_, type_, D_, rotation_);
+    at::Tensor out = kernels::readKvRows(rows_, type_, D_, rotation_, scale_);
     if (interleaved_) out = kernels::deinterleaveHalves(out);
     return dtype == at::kFloat ? out : out.to(dtype);
   }
@@ -429,7 +429,7 @@ class LlamaCppSource final : public StoredSource {
     float row0[kernels::kvcodec::kMaxRow];
     for (std::int64_t t = 0; t < n; ++t, row += rows_.stride(2)) {
       float* y = out + t * D_;
-      kernels::kvcodec::readRow(type_, row, D_, rotation_, interleaved_ ? row0 : y);
+      kernels::kvcodec::readRow(type_, row, D_, rotation_, interleaved_ ? row0 : y, scale_);
       if (interleaved_)
         for (std::int64_t i = 0; i < D_ / 2; ++i) y[i] = row0[2 * i], y[D_ / 2 + i] = row0[2 * i + 1];
     }
@@ -441,6 +441,7 @@ class LlamaCppSource final : public StoredSource {
   std::int64_t D_;
   int rotation_;
   bool interleaved_;
+  float scale_;
 };
 
 }  // namespace
@@ -449,9 +450,9 @@ SourcePtr fpSource(const at::Tensor& x) {
   return std::make_shared<FpSource>(x);
 }
 
-SourcePtr llamaCppSource(const at::Tensor& rows, std::uint32_t ggmlType, std::int64_t D, int rotation,
-                         bool interleaved) {
-  return std::make_shared<LlamaCppSource>(rows, ggmlType, D, rotation, interleaved);
+SourcePtr kvRowSource(const at::Tensor& rows, std::uint32_t type, std::int64_t D, int rotation, bool interleaved,
+                      float scale) {
+  return std::make_shared<KvRowSource>(rows, type, D, rotation, interleaved, scale);
 }
 
 SourcePtr fp8Source(const at::Tensor& codes, const at::Tensor& expandedScale, kernels::Fp8Format format) {

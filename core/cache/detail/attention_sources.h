@@ -61,13 +61,14 @@ SourcePtr groupSource(const QuantizedBlock& block, IntScheme scheme, int bits, c
 SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at::Tensor& zero, int bits,
                      std::int64_t group, bool keys, std::int64_t D, std::int64_t length);
 
-/// llama.cpp's cache rows: uint8 [B, H, S, kvRowBytes(ggmlType, D)] (last dim dense), each token's head row stored as
-/// ggml's blocks of `ggmlType` (kernels/cpu/kv_blocks.h); `rotation` > 0: the rows were Hadamard-rotated in chunks of
-/// that size before they were quantized, and are rotated back as they are read. read(): CPU rows; dense(): either
-/// device. `interleaved`: each row holds the head's channels with its two halves interleaved (llama.cpp's order for a
-/// Llama-family model's keys: here channel j * D/2 + i is the row's 2i + j); they are read back into the model's order.
-SourcePtr llamaCppSource(const at::Tensor& rows, std::uint32_t ggmlType, std::int64_t D, int rotation,
-                         bool interleaved = false);
+/// Block-quantized cache rows: uint8 [B, H, S, kvRowBytes(type, D)] (last dim dense), each token's head row stored as
+/// blocks of `type` (kernels/cpu/kv_blocks.h: llama.cpp's types, the engines' FP4 types with the global decode scale
+/// `scale`); `rotation` > 0: the rows were Hadamard-rotated in chunks of that size before they were quantized, and are
+/// rotated back as they are read. read(): CPU rows; dense(): either device. `interleaved`: each row holds the head's
+/// channels with its two halves interleaved (llama.cpp's order for a Llama-family model's keys: here channel
+/// j * D/2 + i is the row's 2i + j); they are read back into the model's order.
+SourcePtr kvRowSource(const at::Tensor& rows, std::uint32_t type, std::int64_t D, int rotation, bool interleaved = false,
+                      float scale = 1.0f);
 
 /// What attention reads when it reads states as they came (a first update, an unquantized layer): the tensors
 /// themselves, and on the CPU their sources.

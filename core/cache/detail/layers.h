@@ -15,8 +15,9 @@ std::unique_ptr<CacheLayer> makeQuantoLayer(const CacheConfig& cfg, const StatsO
                                             kernels::KernelPath path);
 std::unique_ptr<CacheLayer> makeHqqLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path);
 std::unique_ptr<CacheLayer> makeKiviLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path);
-std::unique_ptr<CacheLayer> makeLlamaCppLayer(const CacheConfig& cfg, const StatsOptions& stats,
-                                              kernels::KernelPath path);
+/// Block-quantized rows along the head dimension: llama.cpp's cache types (`llamacpp`), vLLM's NVFP4 (`vllm`) and
+/// MXFP4 (`mxfp4`).
+std::unique_ptr<CacheLayer> makeKvRowLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path);
 /// The first `sinks` tokens in full precision, the rest through `inner`.
 std::unique_ptr<CacheLayer> makeSinkLayer(std::int64_t sinks, std::unique_ptr<CacheLayer> inner,
                                           const StatsOptions& stats);
