@@ -64,6 +64,15 @@ ConfigExport exportConfig(const cache::CacheConfig& cfg, ExportTarget target, co
                     .arg(QString::fromStdString(e.flags), "llama-cli/llama-server", QString::fromStdString(e.env));
       break;
     }
+    case ExportTarget::ModelOpt: {
+      const auto e = cache::toModelOptConfig(cfg);
+      out.text = QString::fromStdString(e.hfQuantConfig) + "\n";
+      out.notes = qt(e.notes);
+      out.use = tr("save it as hf_quant_config.json in the checkpoint directory, and add to config.json "
+                   "\"quantization_config\": %1")
+                    .arg(QString::fromStdString(e.quantizationConfig));
+      break;
+    }
     case ExportTarget::Kvscope:
       out.text = QString::fromStdString(cache::toKvscopeJson(cfg)) + "\n";
       out.use = tr("kvscope-cli --cache %1").arg(path);
@@ -76,6 +85,7 @@ QList<QPair<ExportTarget, QString>> exportFilters() {
   return {{ExportTarget::Transformers, tr("transformers cache_config (*.json)")},
           {ExportTarget::Vllm, tr("vLLM flags (*.txt)")},
           {ExportTarget::LlamaCpp, tr("llama.cpp flags (*.txt)")},
+          {ExportTarget::ModelOpt, tr("Model-Optimizer hf_quant_config (*.json)")},
           {ExportTarget::Kvscope, tr("kvscope config (*.json)")}};
 }
 

@@ -15,7 +15,7 @@ namespace kvscope::ui {
 
 class RunsModel;
 
-enum class ExportTarget { Transformers, Kvscope, Vllm, LlamaCpp };
+enum class ExportTarget { Transformers, Kvscope, Vllm, LlamaCpp, ModelOpt };
 
 struct ConfigExport {
   QString text;       ///< the file's contents

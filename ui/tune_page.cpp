@@ -40,6 +40,8 @@ QColor targetColour(cache::TuneTarget t) {
       return QColor(44, 160, 44);
     case cache::TuneTarget::Transformers:
       return QColor(148, 103, 189);
+    case cache::TuneTarget::ModelOpt:
+      return QColor(255, 127, 14);
   }
   return Qt::black;
 }
@@ -91,7 +93,8 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   for (cache::TuneTarget t : cache::allTargets()) target_->addItem(QString::fromUtf8(cache::targetName(t).data()));
   target_->setToolTip(
       tr("kvscope: per layer and side; llamacpp: one K and one V type; vllm: one dtype with skipped "
-         "layers; transformers: one config"));
+         "layers; transformers: one config; modelopt: one FP8 or NVFP4 config (Model-Optimizer's checkpoint "
+         "metadata)"));
   shown_ = new QComboBox(this);
   shown_->setObjectName("tuneShown");
   shown_->setToolTip(tr("the candidate whose per-layer KL the bars show"));

@@ -72,8 +72,10 @@ Runner addExport(CLI::App& app) {
   cmd->add_option("--cache", o->spec, "cache SPEC (fp8, quanto:nbits=2,q_group_size=32, ...) or a JSON config file")
       ->required();
   cmd->add_option("--format", o->format,
-                  "hf: transformers cache_config JSON; kvscope: kvscope's own config file; vllm / llamacpp: flags")
-      ->check(CLI::IsMember({"hf", "kvscope", "vllm", "llamacpp"}));
+                  "hf: transformers cache_config JSON; kvscope: kvscope's own config file; vllm / llamacpp: flags; "
+                  "modelopt: Model-Optimizer 0.47.0's hf_quant_config.json (and config.json's quantization_config "
+                  "on stderr)")
+      ->check(CLI::IsMember({"hf", "kvscope", "vllm", "llamacpp", "modelopt"}));
   cmd->add_option("-o,--output", o->output, "write to this file (atomically) instead of stdout");
   cmd->add_option("--scales", o->scales,
                   "with --format vllm and a calibrated fp8 config: write its k/v scales to this safetensors file, "
@@ -110,6 +112,12 @@ Runner addExport(CLI::App& app) {
       writeOutput(o->output, e.flags + "\n");
       for (const auto& n : e.notes) std::cerr << "kvscope-cli: note: " << n << "\n";
       if (!e.env.empty()) std::cerr << "kvscope-cli: run it with " << e.env << " in its environment\n";
+    } else if (o->format == "modelopt") {
+      const cache::ModelOptExport e = cache::toModelOptConfig(cfg);
+      writeOutput(o->output, e.hfQuantConfig + "\n");
+      for (const auto& n : e.notes) std::cerr << "kvscope-cli: note: " << n << "\n";
+      std::cerr << "kvscope-cli: use: hf_quant_config.json in the checkpoint directory, and in config.json\n"
+                << "  \"quantization_config\": " << e.quantizationConfig << "\n";
     } else {
       writeOutput(o->output, cache::toKvscopeJson(cfg) + "\n");
     }

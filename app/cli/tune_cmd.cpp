@@ -79,7 +79,8 @@ Runner addTune(CLI::App& app) {
       ->excludes(kl);
   cmd->add_option("--target", o->targets,
                   "kvscope (per layer and side), llamacpp (one K and one V type), vllm (one dtype, skipped layers), "
-                  "transformers (one config); repeat for several (default: all)");
+                  "transformers (one config), modelopt (one FP8 or NVFP4 config: Model-Optimizer's checkpoint "
+                  "metadata); repeat for several (default: all)");
   auto* out = cmd->add_option("--scan-out", o->scanOut, "write the scan (JSON) here, to solve again with --scan-in");
   cmd->add_option("--scan-in", o->scanIn, "solve from a scan file instead of scanning (its model, text and windows)")
       ->excludes(out);

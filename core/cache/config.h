@@ -204,6 +204,18 @@ VllmScales toVllmScales(const CacheConfig& cfg);
 /// the nearest type, stated as such; a quantized cache runs with -fa on).
 FlagExport toLlamaCppFlags(const CacheConfig& cfg);
 
+/// NVIDIA Model-Optimizer 0.47.0's checkpoint metadata for a KV cache format (FP8: `fp8`; NVFP4: `vllm` with
+/// kv=nvfp4 or nvfp4_4over6), as its export writes it: hf_quant_config.json and config.json's quantization_config.
+/// One format for every layer (a per-layer config whose quantized sides share one; its unquantized layers are said to
+/// need vLLM's skip flag). Throws ConfigError for a config with no Model-Optimizer form.
+struct ModelOptExport {
+  std::string kvCacheQuantAlgo;    ///< "FP8" or "NVFP4"
+  std::string hfQuantConfig;       ///< hf_quant_config.json
+  std::string quantizationConfig;  ///< config.json's "quantization_config" object
+  std::vector<std::string> notes;
+};
+ModelOptExport toModelOptConfig(const CacheConfig& cfg);
+
 /// kvscope's own file: transformers' dict plus kvscope's options beside it.
 std::string toKvscopeJson(const CacheConfig& cfg);
 /// Canonical SPEC string (only what differs from the defaults, transformers keys first).

@@ -218,18 +218,22 @@ std::string_view targetName(TuneTarget t) {
       return "vllm";
     case TuneTarget::Transformers:
       return "transformers";
+    case TuneTarget::ModelOpt:
+      return "modelopt";
   }
   return "?";
 }
 
 std::vector<TuneTarget> allTargets() {
-  return {TuneTarget::Kvscope, TuneTarget::LlamaCpp, TuneTarget::Vllm, TuneTarget::Transformers};
+  return {TuneTarget::Kvscope, TuneTarget::LlamaCpp, TuneTarget::Vllm, TuneTarget::Transformers,
+          TuneTarget::ModelOpt};
 }
 
 TuneTarget parseTarget(std::string_view name) {
   for (TuneTarget t : allTargets())
     if (targetName(t) == name) return t;
-  throw ConfigError("target", fmt::format("unknown tuning target `{}` (kvscope, llamacpp, vllm, transformers)", name));
+  throw ConfigError("target",
+                    fmt::format("unknown tuning target `{}` (kvscope, llamacpp, vllm, transformers, modelopt)", name));
 }
 
 std::vector<Assignment> paretoFront(const Scan& scan, TuneTarget target) {
@@ -282,6 +286,17 @@ std::vector<Assignment> paretoFront(const Scan& scan, TuneTarget target) {
       break;
     case TuneTarget::Transformers:
       for (int c = kUnquantized; c < cands; ++c) all.push_back(uniformSides(scan, c, c));
+      break;
+    case TuneTarget::ModelOpt:  // the candidates with a kv_cache_quant_algo (FP8, NVFP4), every layer alike
+      all.push_back(uniformSides(scan, kUnquantized, kUnquantized));
+      for (int c = 0; c < cands; ++c) {
+        try {
+          toModelOptConfig(scan.plan.candidates[static_cast<std::size_t>(c)]);
+        } catch (const ConfigError&) {
+          continue;
+        }
+        all.push_back(uniformSides(scan, c, c));
+      }
       break;
   }
   return frontOfAssignments(std::move(all));
@@ -350,6 +365,17 @@ TargetExport exportFor(TuneTarget t, const CacheConfig& cfg) {
         const HfExport hf = toHfCacheConfig(cfg);
         e.text = hf.json;
         e.notes.insert(e.notes.end(), hf.notes.begin(), hf.notes.end());
+        break;
+      }
+      case TuneTarget::ModelOpt: {
+        if (cfg.backend == Backend::Dynamic && !cfg.mixed()) {
+          e.text = "(no kv_cache_quant_algo: an unquantized KV cache)";
+          break;
+        }
+        const ModelOptExport m = toModelOptConfig(cfg);
+        e.text = m.hfQuantConfig;
+        e.notes = m.notes;
+        e.notes.push_back("config.json \"quantization_config\": " + m.quantizationConfig);
         break;
       }
       case TuneTarget::Vllm:

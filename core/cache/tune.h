@@ -66,8 +66,9 @@ enum class TuneTarget {
   LlamaCpp,      ///< one keys config and one values config for every layer (-ctk / -ctv), either may stay f16
   Vllm,          ///< one config for both sides of every layer, with layers skipped (--kv-cache-dtype-skip-layers)
   Transformers,  ///< one config for both sides of every layer (QuantizedCache has no per-layer configs)
+  ModelOpt,      ///< one FP8 or NVFP4 config for both sides of every layer (Model-Optimizer 0.47.0's checkpoints)
 };
-std::string_view targetName(TuneTarget t);  ///< "kvscope", "llamacpp", "vllm", "transformers"
+std::string_view targetName(TuneTarget t);  ///< "kvscope", "llamacpp", "vllm", "transformers", "modelopt"
 /// Throws ConfigError naming the targets.
 TuneTarget parseTarget(std::string_view name);
 std::vector<TuneTarget> allTargets();

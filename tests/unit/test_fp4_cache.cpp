@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -259,6 +260,31 @@ TEST(Fp4Config, ExportsNameTheEnginesFlagOrSayWhatIsNearest) {
   EXPECT_NE(ll.notes.front().find("nearest"), std::string::npos);
   EXPECT_THROW(toHfCacheConfig(parseSpec("vllm")), ConfigError);
   EXPECT_THROW(toHfCacheConfig(parseSpec("mxfp4")), ConfigError);
+}
+
+TEST(Fp4Config, ModelOptimizerExportIsItsCheckpointMetadata) {
+  const ModelOptExport nv = toModelOptConfig(parseSpec("vllm"));
+  EXPECT_EQ(nv.kvCacheQuantAlgo, "NVFP4");
+  const auto hf = nlohmann::json::parse(nv.hfQuantConfig);
+  EXPECT_EQ(hf["producer"]["name"], "modelopt");
+  EXPECT_EQ(hf["producer"]["version"], "0.47.0");
+  EXPECT_EQ(hf["quantization"]["kv_cache_quant_algo"], "NVFP4");
+  EXPECT_TRUE(hf["quantization"]["quant_algo"].is_null());
+  const auto qc = nlohmann::json::parse(nv.quantizationConfig);
+  EXPECT_EQ(qc["kv_cache_scheme"], "NVFP4");  // 0.47.0 writes other KV formats as a plain string
+  EXPECT_EQ(qc["quant_method"], "modelopt");
+  const ModelOptExport f8 = toModelOptConfig(parseSpec("fp8"));
+  EXPECT_EQ(nlohmann::json::parse(f8.quantizationConfig)["kv_cache_scheme"],
+            nlohmann::json::parse(R"({"dynamic": false, "num_bits": 8, "type": "float"})"));
+  // One format for every layer; unquantized layers are vLLM's skip flag.
+  const ModelOptExport mixed = toModelOptConfig(parseSpec("layers=0-1:dynamic;*:vllm:kv=nvfp4_4over6"));
+  EXPECT_EQ(mixed.kvCacheQuantAlgo, "NVFP4");
+  bool skipSaid = false;
+  for (const auto& n : mixed.notes) skipSaid = skipSaid || n.find("--kv-cache-dtype-skip-layers 0 1") != std::string::npos;
+  EXPECT_TRUE(skipSaid);
+  for (const char* bad : {"layers=0:fp8;*:vllm", "mxfp4", "quanto:nbits=4", "dynamic", "fp8:format=e5m2",
+                          "vllm:kv=ultraquant_4bit"})
+    EXPECT_THROW(toModelOptConfig(parseSpec(bad)), ConfigError) << bad;
 }
 
 TEST(Fp4Config, BitsPerValueCountTheScales) {
