@@ -20,8 +20,12 @@ enum class Backend { Dynamic, Fp8, Quanto, Hqq, Kivi, LlamaCpp, Vllm, Mxfp4 };
 /// vLLM's KV cache dtypes the `vllm` backend computes (`kv=`, named as vLLM's --kv-cache-dtype): NVFP4 (blocks of 16
 /// E2M1 values, an E4M3 scale per block, the layer's global scale) and NVFP4 with the 4over6 scale choice.
 /// UltraQuant: E2M1 in blocks of 32 with power-of-two scales, the keys Hadamard-rotated, the first and last two layers
-/// left unquantized as vLLM leaves them.
-enum class VllmKv { Nvfp4, Nvfp4FourOverSix, Ultraquant4Bit };
+/// left unquantized as vLLM leaves them. Per token and head: int8 or e4m3 codes with a float32 scale per token and head.
+enum class VllmKv { Nvfp4, Nvfp4FourOverSix, Ultraquant4Bit, Int8PerTokenHead, Fp8PerTokenHead };
+/// Whether `k` is one of vLLM's NVFP4 caches (nvfp4, nvfp4_4over6).
+inline bool vllmNvfp4(VllmKv k) {
+  return k == VllmKv::Nvfp4 || k == VllmKv::Nvfp4FourOverSix;
+}
 /// llama.cpp's KV cache types (-ctk / -ctv): f16 and bf16 keep the values at 16 bits, the others are ggml's blocks of
 /// 32 values along the head dimension.
 enum class LlamaCppType { F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL };
@@ -239,8 +243,8 @@ std::string_view rotationName(Rotation r);
 /// vLLM's --kv-cache-dtype of a `vllm` config's `kv` ("nvfp4", "nvfp4_4over6").
 std::string_view vllmKvName(VllmKv k);
 /// Bits per value a config stores, scales included, the keys' and values' mean (NVFP4 4.5, MXFP4 4.25, fp8 8,
-/// llamacpp q4_0 4.5); the group-wise backends count a 16-bit scale and zero-point per group and no residual window;
-/// a per-layer config, its `*` rule's (else its first rule's).
-double bitsPerValue(const CacheConfig& cfg);
+/// llamacpp q4_0 4.5; vLLM's per-token-head caches 8 + 32 / headDim); the group-wise backends count a 16-bit scale and
+/// zero-point per group and no residual window; a per-layer config, its `*` rule's (else its first rule's).
+double bitsPerValue(const CacheConfig& cfg, int headDim = 128);
 
 }  // namespace kvscope::cache

@@ -97,6 +97,10 @@ std::uint32_t rowType(const CacheConfig& cfg, bool keys) {
           return kernels::kTypeNvfp4FourOverSix;
         case VllmKv::Ultraquant4Bit:
           return kernels::kTypeUltraquant;
+        case VllmKv::Int8PerTokenHead:
+          return kernels::kTypeInt8PerTokenHead;
+        case VllmKv::Fp8PerTokenHead:
+          return kernels::kTypeFp8PerTokenHead;
         case VllmKv::Nvfp4:
           break;
       }
@@ -192,9 +196,8 @@ class KvRowLayer final : public CacheLayer {
     LayerMemory m;
     for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
       if (!s->rows.defined()) continue;
-      const kernels::KvBlockBytes b = kernels::kvBlockBytes(s->type);
-      const std::int64_t used = s->rows.bytesUsed();
-      mem->metadata = used / b.block * b.scales;  // whole blocks: the scales (and minimums)
+      const std::int64_t D = layout_.size(3), used = s->rows.bytesUsed();
+      mem->metadata = used / kernels::kvRowBytes(s->type, D) * kernels::kvRowScaleBytes(s->type, D);
       mem->payload = used - mem->metadata;
       mem->transient = s->mirror.bytesUsed();
       mem->reserved = s->rows.bytesReserved() + s->mirror.bytesReserved();
@@ -269,7 +272,12 @@ class KvRowLayer final : public CacheLayer {
                                        "size {} is not a multiple of {}",
                                        backendName(backend_), typeName(*s), keys ? "keys" : "values", block, D, block));
         s->rotation = rotationFor(*s, D, keys);
-        if (backend_ == Backend::Vllm && !ultraquant_) s->scale = unitScale_ ? 1.0f : globalScale(*x);
+        if (s->type == kernels::kTypeNvfp4 || s->type == kernels::kTypeNvfp4FourOverSix)
+          s->scale = unitScale_ ? 1.0f : globalScale(*x);
+        if ((s->type == kernels::kTypeInt8PerTokenHead || s->type == kernels::kTypeFp8PerTokenHead) && D < 32)
+          throw CacheError(fmt::format("vllm: {} runs on vLLM's Triton attention backend, which takes head sizes of "
+                                       "32 or more, got {}",
+                                       typeName(*s), D));
         s->elementsPerToken = k.size(0) * k.size(1) * D;
         s->inputElementSize = static_cast<std::int64_t>(k.element_size());
       }
@@ -317,6 +325,10 @@ class KvRowLayer final : public CacheLayer {
         return "MXFP4";
       case kernels::kTypeUltraquant:
         return "UltraQuant";
+      case kernels::kTypeInt8PerTokenHead:
+        return "int8_per_token_head";
+      case kernels::kTypeFp8PerTokenHead:
+        return "fp8_per_token_head";
       default:
         return std::string(llamaCppTypeName(&s == &k_ ? typeK_ : typeV_));
     }

@@ -37,6 +37,8 @@ enum Type : std::uint32_t {
   NVFP4_4OVER6 = 1001,
   MXFP4 = 1002,
   ULTRAQUANT = 1003,
+  INT8_PER_TOKEN_HEAD = 1010,
+  FP8_PER_TOKEN_HEAD = 1011,
 };
 
 /// Largest head size the row functions take (their scratch row lives on the stack / in a thread's local memory).
@@ -57,16 +59,20 @@ KVS_HD fp4::Format fp4Format(std::uint32_t t) {
       return fp4::Format::Nvfp4;
   }
 }
+/// vLLM's per-token-head caches: a row's codes (int8 or e4m3), then its float32 scale.
+KVS_HD bool isPerTokenHead(std::uint32_t t) {
+  return t == INT8_PER_TOKEN_HEAD || t == FP8_PER_TOKEN_HEAD;
+}
 KVS_HD bool isKvType(std::uint32_t t) {
   return t == F16 || t == BF16 || t == Q8_0 || t == Q4_0 || t == Q4_1 || t == Q5_0 || t == Q5_1 || t == IQ4_NL ||
-         isFp4(t);
+         isFp4(t) || isPerTokenHead(t);
 }
 KVS_HD bool isHalfWidth(std::uint32_t t) {
   return t == F16 || t == BF16;
 }
-/// Values per block: 32, but 16 for NVFP4.
+/// Values per block: 32, but 16 for NVFP4, and 1 for the 16-bit and per-token-head types (any row size).
 KVS_HD int blockValues(std::uint32_t t) {
-  return isFp4(t) ? fp4::blockValues(fp4Format(t)) : 32;
+  return isFp4(t) ? fp4::blockValues(fp4Format(t)) : (isHalfWidth(t) || isPerTokenHead(t) ? 1 : 32);
 }
 
 /// Bytes of one block of blockValues(t) values (F16 / BF16: 64), and how many of them are scales (fp16 d and m; the
@@ -93,10 +99,18 @@ KVS_HD int blockBytes(std::uint32_t t) {
 KVS_HD int scaleBytes(std::uint32_t t) {
   return isFp4(t) ? 1 : isHalfWidth(t) ? 0 : (t == Q4_1 || t == Q5_1 ? 4 : 2);
 }
-/// Bytes of a row of n values: 2n for F16 / BF16, n / blockValues(t) blocks for the others (whole blocks).
+/// Bytes of a row of n values: 2n for F16 / BF16, n + 4 for the per-token-head types, n / blockValues(t) blocks for
+/// the others (whole blocks).
 KVS_HD std::int64_t rowBytes(std::uint32_t t, std::int64_t n) {
+  if (isPerTokenHead(t)) return n + 4;
   return isHalfWidth(t) ? 2 * n : n / blockValues(t) * blockBytes(t);
 }
+/// The bytes of such a row that are scales (and minimums).
+KVS_HD std::int64_t rowScaleBytes(std::uint32_t t, std::int64_t n) {
+  if (isPerTokenHead(t)) return 4;
+  return isHalfWidth(t) ? 0 : n / blockValues(t) * scaleBytes(t);
+}
+
 
 // fp16 and bf16, round to nearest even (c10::Half / __float2half_rn; c10::BFloat16's rule, NaN to 0x7FC0).
 KVS_HD std::uint16_t halfBits(float f) {
@@ -153,6 +167,39 @@ KVS_HD float floorf_(float x) {
 #else
   return std::floor(x);
 #endif
+}
+
+/// vLLM's per-token-head row (v1/attention/ops/triton_reshape_and_cache_flash.py, _reshape_cache_per_token_head): the
+/// scale max(amax / 127 (int8) or / 448 (e4m3), 1e-6) in float32, each value times its reciprocal, then int8 rounds
+/// half away from zero and clamps to [-128, 127], e4m3 clamps to ±448 and rounds to nearest even; the scale follows the
+/// codes. Decoded as code * scale.
+KVS_HD void encodePerTokenHead(bool fp8, const float* x, std::int64_t n, std::uint8_t* out) {
+  float amax = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float a = absf(x[i]);
+    amax = amax < a ? a : amax;
+  }
+  float scale = divRn(amax, fp8 ? 448.0f : 127.0f);
+  scale = scale > 1e-6f ? scale : 1e-6f;
+  const float inv = divRn(1.0f, scale);
+  for (std::int64_t i = 0; i < n; ++i) {
+    float q = mulRn(x[i], inv);
+    if (fp8) {
+      q = q > 448.0f ? 448.0f : (q < -448.0f ? -448.0f : q);
+      out[i] = encodeE4M3FN(q);
+    } else {
+      q = q >= 0.0f ? addRn(q, 0.5f) : addRn(q, -0.5f);
+      q = q > 127.0f ? 127.0f : (q < -128.0f ? -128.0f : q);
+      out[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(truncf_(q)));
+    }
+  }
+  const std::uint32_t u = floatBits(scale);
+  for (int k = 0; k < 4; ++k) out[n + k] = static_cast<std::uint8_t>(u >> (8 * k));
+}
+KVS_HD void decodePerTokenHead(bool fp8, const std::uint8_t* in, std::int64_t n, float* y) {
+  const float scale = bitsFloat(load32(in + n));
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = mulRn(fp8 ? decodeE4M3FN(in[i]) : static_cast<float>(static_cast<std::int8_t>(in[i])), scale);
 }
 
 /// gguf.quants' np_roundf in float32: floor(|x|) + floor(2 (|x| - floor(|x|))), with x's sign (halves away from zero).
@@ -387,6 +434,7 @@ KVS_HD void hadamardChunks(float* x, std::int64_t count, int n) {
 /// decode scale (the other types have none).
 KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint8_t* out, float scale = 1.0f) {
   if (isFp4(t)) return fp4::encodeRow(fp4Format(t), x, n, scale, out);
+  if (isPerTokenHead(t)) return encodePerTokenHead(t == FP8_PER_TOKEN_HEAD, x, n, out);
   if (t == F16 || t == BF16) {
     for (std::int64_t i = 0; i < n; ++i) store16(t == F16 ? halfBits(x[i]) : bf16Bits(x[i]), out + 2 * i);
     return;
@@ -398,6 +446,7 @@ KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint
 /// A row of type t into its n values.
 KVS_HD void decodeRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y, float scale = 1.0f) {
   if (isFp4(t)) return fp4::decodeRow(fp4Format(t), in, n, scale, y);
+  if (isPerTokenHead(t)) return decodePerTokenHead(t == FP8_PER_TOKEN_HEAD, in, n, y);
   if (t == F16 || t == BF16) {
     for (std::int64_t i = 0; i < n; ++i)
       y[i] = t == F16 ? halfValue(load16(in + 2 * i)) : bf16Value(load16(in + 2 * i));

@@ -26,7 +26,7 @@ for row in t["scan"]:
 saved = {t["reference_bytes"] - p["stored_bytes"] for p in scan["points"]}
 assert len(saved) == 1 and saved.pop() > 0, saved
 targets = {x["target"]: x for x in t["targets"]}
-assert set(targets) == {"kvscope", "llamacpp", "vllm", "transformers"}, targets.keys()
+assert set(targets) == {"kvscope", "llamacpp", "vllm", "transformers", "modelopt"}, targets.keys()
 for name, x in targets.items():
     front = x["front"]
     assert front[-1]["stored_bytes"] == t["reference_bytes"] and front[-1]["predicted_kl"] == 0, (name, front[-1])
@@ -46,9 +46,9 @@ for name, x in targets.items():
     if name == "llamacpp":
         for side in ("keys", "values"):
             assert all(len(set(a[side])) == 1 for a in front), (name, side)
-    if name in ("vllm", "transformers"):
+    if name in ("vllm", "transformers", "modelopt"):
         assert all(a["keys"] == a["values"] for a in front), name
-    if name == "transformers":
+    if name in ("transformers", "modelopt"):
         assert all(len(set(a["keys"])) == 1 for a in front), name
 # Per layer and side is never worse than one config for all: fewer or equal bytes within the same budget.
 assert targets["kvscope"]["pick"]["stored_bytes"] <= targets["transformers"]["pick"]["stored_bytes"]
@@ -65,7 +65,7 @@ grep -q '"layers"\|"backend": "fp8"' "$tmp/pick_again.json" || { echo "FAIL save
 # The text table: the per-layer scan, each target's pick with its export, the picks side by side.
 "$cli" tune --scan-in "$tmp/scan.json" --max-kl 0.01 --no-verify > "$tmp/table" 2>&1 || { echo "FAIL table"; fail=1; }
 for want in "Mean KL with one layer side quantized" "Target llamacpp:" "pick:" "llamacpp: -ctk" "vs best uniform" \
-            "transformers' QuantizedCache takes one config"; do
+            "transformers' QuantizedCache takes one config" "Target modelopt:"; do
   grep -q -- "$want" "$tmp/table" || { echo "FAIL table lacks '$want'"; cat "$tmp/table"; fail=1; }
 done
 

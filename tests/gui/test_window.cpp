@@ -800,7 +800,7 @@ class WindowTest : public QObject {
     QCOMPARE(qobject_cast<QCPBars*>(bars->plottable(0))->data()->size(), 4);
     QCOMPARE(qobject_cast<QCPBars*>(bars->plottable(0))->data()->at(2)->value, 0.02);
     auto* front = page.findChild<QCustomPlot*>("tuneFrontPlot");
-    QCOMPARE(front->graphCount(), 4);  // one front per target
+    QCOMPARE(front->graphCount(), 5);  // one front per target
     QCOMPARE(front->graph(0)->dataCount(),
              static_cast<int>(cache::paretoFront(v.scan, cache::TuneTarget::Kvscope).size()));
     // The budget's pick: every side but layer 2's keys quantized (4-bit, two of them 2-bit: 0.009).

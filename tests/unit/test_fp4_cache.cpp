@@ -1,4 +1,4 @@
-// The engines' FP4 caches: the row codecs (kernels/fp4_codec.h: E2M1 roundings, block scales, row layout), the
+// The engines' FP4 caches, and vLLM's per-token-head caches beside them: the row codecs (kernels/fp4_codec.h: E2M1 roundings, block scales, row layout), the
 // `vllm` (NVFP4, 4over6) and `mxfp4` layers (rows stored as their engine stores them, global scales, rotation of the
 // keys, fused and reference attention, refusals), their options, exports and bits per value. Parity with vLLM's and
 // Model-Optimizer's own code: tests/parity/test_fp4_parity.cpp.
@@ -60,9 +60,10 @@ TEST(Fp4Codec, RowsAreCodesThenOneScaleBytePerBlock) {
   EXPECT_EQ(kernels::kvRowBytes(kernels::kTypeNvfp4, 128), 64 + 8);  // 4.5 bits per value
   EXPECT_EQ(kernels::kvRowBytes(kernels::kTypeNvfp4FourOverSix, 64), 32 + 4);
   EXPECT_EQ(kernels::kvRowBytes(kernels::kTypeMxfp4, 128), 64 + 4);  // 4.25 bits per value
-  EXPECT_EQ(kernels::kvBlockBytes(kernels::kTypeNvfp4).block, 9);
-  EXPECT_EQ(kernels::kvBlockBytes(kernels::kTypeMxfp4).block, 17);
-  EXPECT_EQ(kernels::kvBlockBytes(kernels::kTypeMxfp4).scales, 1);
+  EXPECT_EQ(kernels::kvRowScaleBytes(kernels::kTypeNvfp4, 128), 8);
+  EXPECT_EQ(kernels::kvRowScaleBytes(kernels::kTypeMxfp4, 128), 4);
+  EXPECT_EQ(kernels::kvRowBytes(kernels::kTypeInt8PerTokenHead, 96), 96 + 4);
+  EXPECT_EQ(kernels::kvRowScaleBytes(kernels::kTypeFp8PerTokenHead, 96), 4);
   EXPECT_THROW(kernels::kvRowBytes(kernels::kTypeNvfp4, 40), Error);  // not whole blocks of 16
   EXPECT_THROW(kernels::kvRowBytes(kernels::kTypeMxfp4, 48), Error);  // not whole blocks of 32
 }
@@ -118,6 +119,62 @@ TEST(Fp4Codec, FourOverSixTakesTheQuarterScaleOnlyWhereItFitsBetter) {
   kernels::quantizeKvRow(kernels::kTypeNvfp4, g.data(), 16, six.data(), 1.0f);
   kernels::quantizeKvRow(kernels::kTypeNvfp4FourOverSix, g.data(), 16, four.data(), 1.0f);
   EXPECT_EQ(std::vector<std::uint8_t>(six.begin(), six.end()), std::vector<std::uint8_t>(four.begin(), four.end()));
+}
+
+TEST(PerTokenHeadCodec, Int8AndFp8RowsAreVllmsFormula) {
+  // amax 2.54: int8 scale 2.54 / 127 = 0.02, each value x * (1 / 0.02) rounded half away from zero; the float32 scale
+  // after the codes.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 2.54f, x[1] = -0.05f, x[2] = 0.03f, x[3] = -1.0f;
+  std::vector<std::uint8_t> row(36);
+  kernels::quantizeKvRow(kernels::kTypeInt8PerTokenHead, x.data(), 32, row.data());
+  const float scale = 2.54f / 127.0f, inv = 1.0f / scale;
+  float stored = 0.0f;
+  std::memcpy(&stored, row.data() + 32, 4);
+  EXPECT_EQ(stored, scale);
+  EXPECT_EQ(static_cast<std::int8_t>(row[0]), 127);
+  EXPECT_EQ(static_cast<std::int8_t>(row[1]), static_cast<int>(-0.05f * inv - 0.5f));  // -2.5 -> -3, away from zero
+  EXPECT_EQ(static_cast<std::int8_t>(row[1]), -3);
+  EXPECT_EQ(static_cast<std::int8_t>(row[2]), 2);  // 1.5 -> 2
+  std::vector<float> y(32);
+  kernels::dequantizeKvRow(kernels::kTypeInt8PerTokenHead, row.data(), 32, y.data());
+  EXPECT_EQ(y[3], static_cast<float>(static_cast<std::int8_t>(row[3])) * scale);
+  // e4m3: scale amax / 448, codes by the cast (to nearest even).
+  kernels::quantizeKvRow(kernels::kTypeFp8PerTokenHead, x.data(), 32, row.data());
+  std::memcpy(&stored, row.data() + 32, 4);
+  EXPECT_EQ(stored, 2.54f / 448.0f);
+  EXPECT_EQ(row[0], 0x7E);  // 448
+  // An all-zero row keeps vLLM's floor of 1e-6 for its scale.
+  std::vector<float> z(32, 0.0f);
+  kernels::quantizeKvRow(kernels::kTypeInt8PerTokenHead, z.data(), 32, row.data());
+  std::memcpy(&stored, row.data() + 32, 4);
+  EXPECT_EQ(stored, 1e-6f);
+}
+
+TEST(PerTokenHeadLayer, StoresEachRowWithItsScaleAndRefusesSmallHeads) {
+  at::manual_seed(25);
+  const at::Tensor k = randn(1, 2, 7, 64), v = randn(1, 2, 7, 64);
+  for (const char* kv : {"int8_per_token_head", "fp8_per_token_head"}) {
+    SCOPED_TRACE(kv);
+    const std::uint32_t type = std::string(kv).rfind("int8", 0) == 0 ? kernels::kTypeInt8PerTokenHead
+                                                                     : kernels::kTypeFp8PerTokenHead;
+    auto layer = makeLayer(parseSpec(std::string("vllm:kv=") + kv));
+    const auto [ks, vs] = layer->update(k, v);
+    EXPECT_TRUE(at::equal(ks, throughRows(k, type, 1.0f)));
+    EXPECT_TRUE(at::equal(vs, throughRows(v, type, 1.0f)));
+    EXPECT_EQ(layer->memory().keys.metadata, 7 * 2 * 4);
+    EXPECT_EQ(layer->memory().keys.payload, 7 * 2 * 64);
+    EXPECT_EQ(toVllmFlags(parseSpec(std::string("vllm:kv=") + kv)).flags, std::string("--kv-cache-dtype ") + kv);
+    EXPECT_DOUBLE_EQ(bitsPerValue(parseSpec(std::string("vllm:kv=") + kv), 64), 8.5);
+    EXPECT_THROW(toModelOptConfig(parseSpec(std::string("vllm:kv=") + kv)), ConfigError);
+    try {
+      makeLayer(parseSpec(std::string("vllm:kv=") + kv))->update(randn(1, 1, 2, 16), randn(1, 1, 2, 16));
+      ADD_FAILURE() << "head size 16";
+    } catch (const CacheError& e) {
+      EXPECT_NE(std::string(e.what()).find("32 or more"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(toLlamaCppFlags(parseSpec("vllm:kv=int8_per_token_head")).flags, "-ctk q8_0 -ctv q8_0 -fa on");
 }
 
 // --- layers ---
@@ -238,7 +295,9 @@ TEST(Fp4Config, OptionsParseRoundTripAndComposeWithLayers) {
   const CacheConfig mixed = parseSpec("layers=0:dynamic;*:K=vllm,V=mxfp4:rot=on");
   EXPECT_TRUE(mixed.mixed());
   EXPECT_EQ(parseSpec("vllm:sink=4").sink, 4);
-  EXPECT_EQ(errorOf("vllm:kv=nvfp5"), "option `kv` takes one of nvfp4, nvfp4_4over6, ultraquant_4bit, got `nvfp5`");
+  EXPECT_EQ(errorOf("vllm:kv=nvfp5"),
+            "option `kv` takes one of nvfp4, nvfp4_4over6, ultraquant_4bit, int8_per_token_head, fp8_per_token_head, "
+            "got `nvfp5`");
   EXPECT_EQ(errorOf("vllm:nbits=4"),
             "unknown option `nbits` for the `vllm` backend (allowed: kv, scale, sink, attention)");
   EXPECT_EQ(errorOf("mxfp4:rot=maybe"), "option `rot` takes one of auto, on, off, got `maybe`");

@@ -85,9 +85,10 @@ TEST(KvBlocks, RowBytesOfEveryType) {
   EXPECT_EQ(kernels::kvRowBytes(kF16, 40), 80);  // 16-bit rows take any head size
   EXPECT_EQ(kernels::kvRowBytes(kBF16, 40), 80);
   EXPECT_ERROR_CODE(kernels::kvRowBytes(kQ4_0, 40), ErrorCode::Internal);
-  EXPECT_ERROR_CODE(kernels::kvBlockBytes(12), ErrorCode::Internal);  // Q4_K is no KV cache type
-  EXPECT_EQ(kernels::kvBlockBytes(kQ4_1).scales, 4);
-  EXPECT_EQ(kernels::kvBlockBytes(kQ8_0).scales, 2);
+  EXPECT_ERROR_CODE(kernels::kvRowScaleBytes(12, 64), ErrorCode::Internal);  // Q4_K is no KV cache type
+  EXPECT_EQ(kernels::kvRowScaleBytes(kQ4_1, 64), 8);
+  EXPECT_EQ(kernels::kvRowScaleBytes(kQ8_0, 64), 4);
+  EXPECT_EQ(kernels::kvRowScaleBytes(kF16, 64), 0);
 }
 
 TEST(KvBlocks, LegacyTypesAreTheWeightQuantizersBytes) {

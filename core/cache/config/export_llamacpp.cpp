@@ -35,6 +35,13 @@ LlamaCppType cacheType(const CacheConfig& cfg, bool keys, std::vector<std::strin
                       llamaCppTypeName(LlamaCppType::Q8_0)));
       return LlamaCppType::Q8_0;
     case Backend::Vllm:
+      if (!vllmNvfp4(cfg.vllmKv) && cfg.vllmKv != VllmKv::Ultraquant4Bit) {
+        notes.push_back(fmt::format("nearest equivalent only: llama.cpp has no per-token-head cache type; {} (int8, "
+                                    "one scale per 32 values) is its 8-bit type",
+                                    llamaCppTypeName(LlamaCppType::Q8_0)));
+        return LlamaCppType::Q8_0;
+      }
+      [[fallthrough]];
     case Backend::Mxfp4:
       notes.push_back(
           fmt::format("nearest equivalent only: llama.cpp has no FP4 cache type; {} (4-bit codes on a "

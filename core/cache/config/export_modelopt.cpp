@@ -19,7 +19,7 @@ std::string kvAlgo(const CacheConfig& cfg, std::vector<std::string>& notes) {
       throw ConfigError("format", "Model-Optimizer's FP8 KV cache is e4m3: format=e5m2 has no kv_cache_quant_algo");
     return "FP8";
   }
-  if (cfg.backend == Backend::Vllm && cfg.vllmKv != VllmKv::Ultraquant4Bit) {
+  if (cfg.backend == Backend::Vllm && vllmNvfp4(cfg.vllmKv)) {
     if (cfg.vllmKv == VllmKv::Nvfp4FourOverSix)
       notes.push_back(
           "Model-Optimizer writes NVFP4 for the 4over6 layout too (it has no 4over6 form): run vLLM with "

@@ -79,6 +79,10 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
             "kvscope's cache does");
         break;
       }
+      if (!vllmNvfp4(cfg.vllmKv)) {
+        e.notes.push_back("vLLM's Triton attention backend reads per-token-head caches (head sizes of 32 or more)");
+        break;
+      }
       e.notes.push_back(
           cfg.fp8Scale == Fp8Scale::Unit
               ? "scale=unit is vLLM's NVFP4 cache without k/v scales in the checkpoint: every global scale 1.0"

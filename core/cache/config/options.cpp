@@ -76,7 +76,8 @@ constexpr std::array<std::string_view, 8> kLlamaCppTypes{"f16",  "bf16", "q8_0",
                                                          "q4_1", "q5_0", "q5_1", "iq4_nl"};
 constexpr std::array<std::string_view, 3> kRotations{"auto", "on", "off"};
 constexpr std::array<std::string_view, 2> kScales{"amax", "unit"};
-constexpr std::array<std::string_view, 3> kVllmKv{"nvfp4", "nvfp4_4over6", "ultraquant_4bit"};
+constexpr std::array<std::string_view, 5> kVllmKv{"nvfp4", "nvfp4_4over6", "ultraquant_4bit", "int8_per_token_head",
+                                                  "fp8_per_token_head"};
 
 // A choice option's choices, as OptionInfo lists them: the names above, in the enum's order.
 template <std::size_t N>
@@ -351,7 +352,7 @@ std::string_view backendSummary(Backend b) {
       return "llama.cpp's cache types (-ctk / -ctv: q8_0, q4_0, iq4_nl, ...) with its Hadamard rotation";
     case Backend::Vllm:
       return "vLLM 0.33's --kv-cache-dtype nvfp4 / nvfp4_4over6 (also SGLang's and TensorRT-LLM's NVFP4 "
-             "layout, 4.5 bits per value) and ultraquant_4bit (4.25 bits per value)";
+             "layout, 4.5 bits per value), ultraquant_4bit (4.25 bits per value), int8 / fp8 per token and head";
     case Backend::Mxfp4:
       return "OCP MXFP4 (E2M1 in blocks of 32, E8M0 scales; Model-Optimizer's numerics), optional Hadamard "
              "rotation of the keys as in SGLang: 4.25 bits per value";
@@ -498,7 +499,8 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
            "vLLM's --kv-cache-dtype: nvfp4 (E2M1 in blocks of 16, an E4M3 scale per block, a global scale per "
            "layer and side), nvfp4_4over6 (each block's scale chosen between amax/6 and amax/4 by squared error), "
            "ultraquant_4bit (E2M1 in blocks of 32 with power-of-two scales, keys rotated, first and last two layers "
-           "unquantized)"},
+           "unquantized), int8_per_token_head / fp8_per_token_head (int8 or e4m3 codes, a float32 scale per token "
+           "and head)"},
           {"scale",
            "choice",
            choicesOf(detail::kScales),
@@ -558,11 +560,11 @@ std::string optionValue(const CacheConfig& cfg, std::string_view key) {
 
 namespace kvscope::cache {
 
-double bitsPerValue(const CacheConfig& cfg) {
+double bitsPerValue(const CacheConfig& cfg, int headDim) {
   if (cfg.mixed()) {
     const LayerRule* all = detail::wildcardRule(cfg);
     const LayerRule& r = all ? *all : cfg.layers.front();
-    return 0.5 * (bitsPerValue(r.keys) + bitsPerValue(r.values));
+    return 0.5 * (bitsPerValue(r.keys, headDim) + bitsPerValue(r.values, headDim));
   }
   // llama.cpp's types: bytes of a block of 32 values (ggml-common.h).
   const auto llamaBits = [](LlamaCppType t) {
@@ -595,7 +597,8 @@ double bitsPerValue(const CacheConfig& cfg) {
       return cfg.resolvedNbits() + 2.0 * 16.0 / std::max(1, cfg.resolvedGroupSize());
     case Backend::LlamaCpp:
       return 0.5 * (llamaBits(cfg.typeK) + llamaBits(cfg.typeV));
-    case Backend::Vllm:  // E2M1 values, an E4M3 byte per 16 (UltraQuant: a UE8M0 byte per 32)
+    case Backend::Vllm:  // E2M1 values, an E4M3 byte per 16 (UltraQuant: a UE8M0 byte per 32); or 8-bit codes
+      if (!vllmNvfp4(cfg.vllmKv) && cfg.vllmKv != VllmKv::Ultraquant4Bit) return 8.0 + 32.0 / std::max(1, headDim);
       return cfg.vllmKv == VllmKv::Ultraquant4Bit ? 4.0 + 8.0 / 32.0 : 4.0 + 8.0 / 16.0;
     case Backend::Mxfp4:
       return 4.0 + 8.0 / 32.0;  // E2M1 values, an E8M0 byte per 32

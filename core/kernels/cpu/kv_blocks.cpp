@@ -16,7 +16,7 @@ namespace {
   throw Error(ErrorCode::Internal,
               "kv cache blocks: ggml type " + std::to_string(type) +
                   " is not a KV cache row type kvscope writes (f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                  "q5_1, iq4_nl, nvfp4, nvfp4 4over6, mxfp4, ultraquant)");
+                  "q5_1, iq4_nl, nvfp4, nvfp4 4over6, mxfp4, ultraquant, int8 / fp8 per token and head)");
 }
 
 void checkWhole(std::uint32_t type, std::int64_t n) {
@@ -38,9 +38,10 @@ std::int64_t kvRowBytes(std::uint32_t type, std::int64_t n) {
   return kvcodec::rowBytes(type, n);
 }
 
-KvBlockBytes kvBlockBytes(std::uint32_t type) {
+std::int64_t kvRowScaleBytes(std::uint32_t type, std::int64_t n) {
   if (!kvcodec::isKvType(type)) unsupported(type);
-  return {kvcodec::blockBytes(type), kvcodec::scaleBytes(type)};
+  checkWhole(type, n);
+  return kvcodec::rowScaleBytes(type, n);
 }
 
 void quantizeKvRow(std::uint32_t type, const float* src, std::int64_t n, std::uint8_t* dst, float scale) {

@@ -20,14 +20,13 @@ inline constexpr std::uint32_t kTypeIq4Nl = 20;
 /// UltraQuant (blocks of 32, UE8M0 scales from 0.156 amax).
 inline constexpr std::uint32_t kTypeNvfp4 = 1000, kTypeNvfp4FourOverSix = 1001, kTypeMxfp4 = 1002,
                                kTypeUltraquant = 1003;
+/// vLLM's per-token-head caches: each row's int8 or e4m3 codes, then its float32 scale.
+inline constexpr std::uint32_t kTypeInt8PerTokenHead = 1010, kTypeFp8PerTokenHead = 1011;
 
-/// Bytes one block of a KV cache type takes (its scale bytes included: 32 values, 16 for NVFP4), and the bytes of that
-/// that are scales (fp16 d, and m for Q4_1 / Q5_1; the FP4 types' scale byte). F16 / BF16: 64 and 0. Throws an Error
-/// (Internal) for other types.
-struct KvBlockBytes {
-  std::int64_t block = 0, scales = 0;
-};
-KvBlockBytes kvBlockBytes(std::uint32_t ggmlType);
+/// Of a row of n values (whole blocks), the bytes that are scales: fp16 d (and m for Q4_1 / Q5_1) per block of 32, the
+/// FP4 types' scale byte per block, the per-token-head types' float32; none for F16 / BF16. Throws an Error (Internal)
+/// for other types.
+std::int64_t kvRowScaleBytes(std::uint32_t type, std::int64_t n);
 
 /// Bytes a row of n values takes: 2n for F16 / BF16 (any n), whole blocks for the others (else an Error, Internal).
 std::int64_t kvRowBytes(std::uint32_t ggmlType, std::int64_t n);
