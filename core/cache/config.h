@@ -20,7 +20,8 @@ enum class Backend { Dynamic, Fp8, Quanto, Hqq, Kivi, LlamaCpp, Vllm, Mxfp4 };
 /// vLLM's KV cache dtypes the `vllm` backend computes (`kv=`, named as vLLM's --kv-cache-dtype): NVFP4 (blocks of 16
 /// E2M1 values, an E4M3 scale per block, the layer's global scale) and NVFP4 with the 4over6 scale choice.
 /// UltraQuant: E2M1 in blocks of 32 with power-of-two scales, the keys Hadamard-rotated, the first and last two layers
-/// left unquantized as vLLM leaves them. Per token and head: int8 or e4m3 codes with a float32 scale per token and head.
+/// left unquantized as vLLM leaves them. Per token and head: int8 or e4m3 codes with a float32 scale per token and
+/// head.
 enum class VllmKv { Nvfp4, Nvfp4FourOverSix, Ultraquant4Bit, Int8PerTokenHead, Fp8PerTokenHead };
 /// Whether `k` is one of vLLM's NVFP4 caches (nvfp4, nvfp4_4over6).
 inline bool vllmNvfp4(VllmKv k) {

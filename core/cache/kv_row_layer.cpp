@@ -233,9 +233,10 @@ class KvRowLayer final : public CacheLayer {
     if (ultraquant_) {
       if (!keys) return 0;
       if ((D & (D - 1)) != 0)  // vLLM's hadamard_matrix
-        throw CacheError(fmt::format("vllm: ultraquant_4bit rotates the keys with a Hadamard matrix, which requires a "
-                                     "power-of-two head size, got {}",
-                                     D));
+        throw CacheError(
+            fmt::format("vllm: ultraquant_4bit rotates the keys with a Hadamard matrix, which requires a "
+                        "power-of-two head size, got {}",
+                        D));
       return static_cast<int>(D);
     }
     if (rotation_ == Rotation::Off || backend_ == Backend::Vllm) return 0;
@@ -268,16 +269,18 @@ class KvRowLayer final : public CacheLayer {
       for (auto [s, x, keys] : {std::tuple{&k_, &k, true}, std::tuple{&v_, &v, false}}) {
         const int block = kernels::kvcodec::blockValues(s->type);
         if (s->quantized && D % block != 0)
-          throw CacheError(fmt::format("{}: {} {} are stored in blocks of {} along the head dimension: head "
-                                       "size {} is not a multiple of {}",
-                                       backendName(backend_), typeName(*s), keys ? "keys" : "values", block, D, block));
+          throw CacheError(
+              fmt::format("{}: {} {} are stored in blocks of {} along the head dimension: head "
+                          "size {} is not a multiple of {}",
+                          backendName(backend_), typeName(*s), keys ? "keys" : "values", block, D, block));
         s->rotation = rotationFor(*s, D, keys);
         if (s->type == kernels::kTypeNvfp4 || s->type == kernels::kTypeNvfp4FourOverSix)
           s->scale = unitScale_ ? 1.0f : globalScale(*x);
         if ((s->type == kernels::kTypeInt8PerTokenHead || s->type == kernels::kTypeFp8PerTokenHead) && D < 32)
-          throw CacheError(fmt::format("vllm: {} runs on vLLM's Triton attention backend, which takes head sizes of "
-                                       "32 or more, got {}",
-                                       typeName(*s), D));
+          throw CacheError(
+              fmt::format("vllm: {} runs on vLLM's Triton attention backend, which takes head sizes of "
+                          "32 or more, got {}",
+                          typeName(*s), D));
         s->elementsPerToken = k.size(0) * k.size(1) * D;
         s->inputElementSize = static_cast<std::int64_t>(k.element_size());
       }
@@ -360,7 +363,8 @@ class KvRowLayer final : public CacheLayer {
 
 }  // namespace
 
-std::unique_ptr<CacheLayer> makeKvRowLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path) {
+std::unique_ptr<CacheLayer> makeKvRowLayer(const CacheConfig& cfg, const StatsOptions& stats,
+                                           kernels::KernelPath path) {
   return std::make_unique<KvRowLayer>(cfg, stats, path);
 }
 

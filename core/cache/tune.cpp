@@ -225,8 +225,7 @@ std::string_view targetName(TuneTarget t) {
 }
 
 std::vector<TuneTarget> allTargets() {
-  return {TuneTarget::Kvscope, TuneTarget::LlamaCpp, TuneTarget::Vllm, TuneTarget::Transformers,
-          TuneTarget::ModelOpt};
+  return {TuneTarget::Kvscope, TuneTarget::LlamaCpp, TuneTarget::Vllm, TuneTarget::Transformers, TuneTarget::ModelOpt};
 }
 
 TuneTarget parseTarget(std::string_view name) {

@@ -107,11 +107,11 @@ KVS_HD Nvfp4Scale nvfp4Scale(float amax, float g, float den) {
 KVS_HD float nvfp4Error(const float* x, float outScale) {
   float err = 0.0f;
   if (outScale == 0.0f) {
-    for (int i = 0; i < 16; ++i) err = addRn(err, mulRn(x[i], x[i]));
+    for (std::int64_t i = 0; i < 16; ++i) err = addRn(err, mulRn(x[i], x[i]));
     return err;
   }
   const float dq = divRn(1.0f, outScale);
-  for (int i = 0; i < 16; i += 2) {
+  for (std::int64_t i = 0; i < 16; i += 2) {
     float e[2];
     for (int j = 0; j < 2; ++j) {
       const float v = clampSix(mulRn(x[i + j], outScale));
@@ -129,7 +129,7 @@ KVS_HD float nvfp4Error(const float* x, float outScale) {
 KVS_HD void encodeNvfp4Block(const float* x, float decodeScale, bool fourOverSix, std::uint8_t* codes,
                              std::uint8_t* scale) {
   float amax = 0.0f;
-  for (int i = 0; i < 16; ++i) {
+  for (std::int64_t i = 0; i < 16; ++i) {
     const float a = absf(x[i]);
     amax = amax < a ? a : amax;
   }
@@ -140,7 +140,7 @@ KVS_HD void encodeNvfp4Block(const float* x, float decodeScale, bool fourOverSix
     if (nvfp4Error(x, four.outScale) < nvfp4Error(x, s.outScale)) s = four;
   }
   *scale = s.byte;
-  for (int i = 0; i < 8; ++i) {
+  for (std::int64_t i = 0; i < 8; ++i) {
     std::uint8_t c[2];
     for (int j = 0; j < 2; ++j) {
       const float v = clampSix(mulRn(x[2 * i + j], s.outScale));
@@ -152,7 +152,7 @@ KVS_HD void encodeNvfp4Block(const float* x, float decodeScale, bool fourOverSix
 
 KVS_HD void decodeNvfp4Block(const std::uint8_t* codes, std::uint8_t scale, float decodeScale, float* y) {
   const float s = mulRn(decodeE4M3FN(scale), decodeScale);
-  for (int i = 0; i < 8; ++i) {
+  for (std::int64_t i = 0; i < 8; ++i) {
     y[2 * i] = mulRn(e2m1Value(codes[i] & 0x0F), s);
     y[2 * i + 1] = mulRn(e2m1Value(codes[i] >> 4), s);
   }
@@ -166,7 +166,7 @@ KVS_HD float pow2(int e) {
 /// One MXFP4 block of 32 values: 16 code bytes at `codes`, its E8M0 scale at `*scale`.
 KVS_HD void encodeMxfp4Block(const float* x, std::uint8_t* codes, std::uint8_t* scale) {
   float amax = 0.0f;
-  for (int i = 0; i < 32; ++i) {
+  for (std::int64_t i = 0; i < 32; ++i) {
     const float a = absf(x[i]);
     amax = amax < a ? a : amax;
   }
@@ -183,7 +183,7 @@ KVS_HD void encodeMxfp4Block(const float* x, std::uint8_t* codes, std::uint8_t* 
   }
   *scale = static_cast<std::uint8_t>(e + 127);
   const float p = pow2(e);
-  for (int i = 0; i < 16; ++i) {
+  for (std::int64_t i = 0; i < 16; ++i) {
     std::uint8_t c[2];
     for (int j = 0; j < 2; ++j) {
       const float v = divRn(x[2 * i + j], p);
@@ -195,7 +195,7 @@ KVS_HD void encodeMxfp4Block(const float* x, std::uint8_t* codes, std::uint8_t* 
 
 KVS_HD void decodeMxfp4Block(const std::uint8_t* codes, std::uint8_t scale, float* y) {
   const float p = pow2(static_cast<int>(scale) - 127);
-  for (int i = 0; i < 16; ++i) {
+  for (std::int64_t i = 0; i < 16; ++i) {
     y[2 * i] = mulRn(e2m1Value(codes[i] & 0x0F), p);
     y[2 * i + 1] = mulRn(e2m1Value(codes[i] >> 4), p);
   }
@@ -205,7 +205,7 @@ KVS_HD void decodeMxfp4Block(const std::uint8_t* codes, std::uint8_t scale, floa
 /// a value on a midpoint takes the lower level, toward -inf), as its SORTED_TO_BITS writes it.
 KVS_HD std::uint8_t ultraquantCode(float v) {
   constexpr float mid[14] = {-5.0f, -3.5f, -2.5f, -1.75f, -1.25f, -0.75f, -0.25f,
-                             0.25f, 0.75f,  1.25f, 1.75f,  2.5f,   3.5f,   5.0f};
+                             0.25f, 0.75f, 1.25f, 1.75f,  2.5f,   3.5f,   5.0f};
   int i = 0;  // the number of midpoints strictly below v
   for (float m : mid) i += m < v ? 1 : 0;
   return static_cast<std::uint8_t>(i < 7 ? 15 - i : i - 7);
@@ -214,7 +214,7 @@ KVS_HD std::uint8_t ultraquantCode(float v) {
 /// One UltraQuant block of 32 values.
 KVS_HD void encodeUltraquantBlock(const float* x, std::uint8_t* codes, std::uint8_t* scale) {
   float amax = 0.0f;
-  for (int i = 0; i < 32; ++i) {
+  for (std::int64_t i = 0; i < 32; ++i) {
     const float a = absf(x[i]);
     amax = amax < a ? a : amax;
   }
@@ -233,7 +233,7 @@ KVS_HD void encodeUltraquantBlock(const float* x, std::uint8_t* codes, std::uint
   }
   *scale = zero ? 0 : static_cast<std::uint8_t>(e + 127);
   const float s = zero ? 1.0f : pow2(e);
-  for (int i = 0; i < 16; ++i) {
+  for (std::int64_t i = 0; i < 16; ++i) {
     const std::uint8_t lo = zero ? 0 : ultraquantCode(divRn(x[2 * i], s));
     const std::uint8_t hi = zero ? 0 : ultraquantCode(divRn(x[2 * i + 1], s));
     codes[i] = static_cast<std::uint8_t>(lo | (hi << 4));
@@ -242,7 +242,7 @@ KVS_HD void encodeUltraquantBlock(const float* x, std::uint8_t* codes, std::uint
 
 KVS_HD void decodeUltraquantBlock(const std::uint8_t* codes, std::uint8_t scale, float* y) {
   const float p = scale == 0 ? 0.0f : pow2(static_cast<int>(scale) - 127);
-  for (int i = 0; i < 16; ++i) {
+  for (std::int64_t i = 0; i < 16; ++i) {
     y[2 * i] = mulRn(e2m1Value(codes[i] & 0x0F), p);
     y[2 * i + 1] = mulRn(e2m1Value(codes[i] >> 4), p);
   }

@@ -111,7 +111,6 @@ KVS_HD std::int64_t rowScaleBytes(std::uint32_t t, std::int64_t n) {
   return isHalfWidth(t) ? 0 : n / blockValues(t) * scaleBytes(t);
 }
 
-
 // fp16 and bf16, round to nearest even (c10::Half / __float2half_rn; c10::BFloat16's rule, NaN to 0x7FC0).
 KVS_HD std::uint16_t halfBits(float f) {
 #if defined(__CUDACC__)

@@ -1,8 +1,9 @@
-// KV cache rows (llama.cpp's blocks, the engines' FP4 blocks) over ATen tensors, on the CPU (at::parallel_for over rows) or on a CUDA device
-// (kernels/cuda/kv_blocks_cuda.h), both through the scalar codecs of kernels/kv_block_codec.h: the same bytes and
-// values on either. Types are ggml's numbers (kvcodec::Type); `rotation` > 0: rows are Hadamard-rotated in chunks of
-// that size before they are encoded, and rotated back as they are read. Bad arguments: an Error, Internal (kvscope's
-// caches pass them) but for a head size above the codecs' kMaxRow, which a model can ask for (BadInput).
+// KV cache rows (llama.cpp's blocks, the engines' FP4 blocks) over ATen tensors, on the CPU (at::parallel_for over
+// rows) or on a CUDA device (kernels/cuda/kv_blocks_cuda.h), both through the scalar codecs of
+// kernels/kv_block_codec.h: the same bytes and values on either. Types are ggml's numbers (kvcodec::Type); `rotation` >
+// 0: rows are Hadamard-rotated in chunks of that size before they are encoded, and rotated back as they are read. Bad
+// arguments: an Error, Internal (kvscope's caches pass them) but for a head size above the codecs' kMaxRow, which a
+// model can ask for (BadInput).
 #pragma once
 
 #include <ATen/core/Tensor.h>

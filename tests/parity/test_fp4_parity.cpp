@@ -127,12 +127,12 @@ void checkBlocks32(const char* who, std::uint32_t type, const at::Tensor& x, con
                              << int(codes[r][i].item<std::uint8_t>());
     for (std::int64_t b = 0; b < D / 32; ++b)
       if (row[D / 2 + b] != scales[r][b].item<std::uint8_t>())
-        ++bad, ADD_FAILURE() << "row " << r << " block " << b << ": E8M0 " << int(row[D / 2 + b]) << ", " << who
-                             << " " << int(scales[r][b].item<std::uint8_t>());
+        ++bad, ADD_FAILURE() << "row " << r << " block " << b << ": E8M0 " << int(row[D / 2 + b]) << ", " << who << " "
+                             << int(scales[r][b].item<std::uint8_t>());
     for (std::int64_t i = 0; deq.defined() && i < D; ++i)
       if (!sameBits(e.values[r * D + i], deq[r][i].item<float>()) && e.values[r * D + i] != deq[r][i].item<float>())
-        ++bad, ADD_FAILURE() << "row " << r << " value " << i << ": dequantized " << e.values[r * D + i] << ", "
-                             << who << " " << deq[r][i].item<float>();
+        ++bad, ADD_FAILURE() << "row " << r << " value " << i << ": dequantized " << e.values[r * D + i] << ", " << who
+                             << " " << deq[r][i].item<float>();
   }
 }
 

@@ -79,7 +79,8 @@ TEST(Config, ReferenceLimitsAndMessages) {
 }
 
 TEST(Config, ClearErrorsForBadSpecs) {
-  EXPECT_EQ(errorOf("fp4"), "unknown cache backend `fp4` (allowed: dynamic, fp8, quanto, hqq, kivi, llamacpp, vllm, mxfp4)");
+  EXPECT_EQ(errorOf("fp4"),
+            "unknown cache backend `fp4` (allowed: dynamic, fp8, quanto, hqq, kivi, llamacpp, vllm, mxfp4)");
   EXPECT_EQ(errorOf("quanto:nbit=2"),
             "unknown option `nbit` for the `quanto` backend (allowed: nbits, axis_key, axis_value, q_group_size, "
             "residual_length, sink, attention)");

@@ -285,8 +285,7 @@ TEST(DevicePath, EveryBackendFusedMatchesReference) {
         "quanto:nbits=4,q_group_size=16,residual_length=8",
         "quanto:nbits=2,q_group_size=8,residual_length=8,axis_key=-1",
         "hqq:nbits=4,q_group_size=16,residual_length=8,optimize=false",
-        "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4", "vllm:kv=nvfp4_4over6",
-        kMixedSpec}) {
+        "kivi:nbits=2,q_group_size=16,residual_length=8", "fp8:sink=4", "vllm:kv=nvfp4_4over6", kMixedSpec}) {
     SCOPED_TRACE(spec);
     cache::CacheConfig fused = cache::parseSpec(spec), ref = fused;
     ref.attention = cache::AttentionMode::Reference;

@@ -1,7 +1,7 @@
-// The engines' FP4 caches, and vLLM's per-token-head caches beside them: the row codecs (kernels/fp4_codec.h: E2M1 roundings, block scales, row layout), the
-// `vllm` (NVFP4, 4over6) and `mxfp4` layers (rows stored as their engine stores them, global scales, rotation of the
-// keys, fused and reference attention, refusals), their options, exports and bits per value. Parity with vLLM's and
-// Model-Optimizer's own code: tests/parity/test_fp4_parity.cpp.
+// The engines' FP4 caches, and vLLM's per-token-head caches beside them: the row codecs (kernels/fp4_codec.h: E2M1
+// roundings, block scales, row layout), the `vllm` (NVFP4, 4over6) and `mxfp4` layers (rows stored as their engine
+// stores them, global scales, rotation of the keys, fused and reference attention, refusals), their options, exports
+// and bits per value. Parity with vLLM's and Model-Optimizer's own code: tests/parity/test_fp4_parity.cpp.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -156,8 +156,8 @@ TEST(PerTokenHeadLayer, StoresEachRowWithItsScaleAndRefusesSmallHeads) {
   const at::Tensor k = randn(1, 2, 7, 64), v = randn(1, 2, 7, 64);
   for (const char* kv : {"int8_per_token_head", "fp8_per_token_head"}) {
     SCOPED_TRACE(kv);
-    const std::uint32_t type = std::string(kv).rfind("int8", 0) == 0 ? kernels::kTypeInt8PerTokenHead
-                                                                     : kernels::kTypeFp8PerTokenHead;
+    const std::uint32_t type =
+        std::string(kv).rfind("int8", 0) == 0 ? kernels::kTypeInt8PerTokenHead : kernels::kTypeFp8PerTokenHead;
     auto layer = makeLayer(parseSpec(std::string("vllm:kv=") + kv));
     const auto [ks, vs] = layer->update(k, v);
     EXPECT_TRUE(at::equal(ks, throughRows(k, type, 1.0f)));
@@ -185,8 +185,7 @@ TEST(Fp4Layer, VllmStoresNvfp4RowsWithTheFirstUpdatesGlobalScale) {
   const at::Tensor k2 = randn(1, 2, 1, 64) * 9.0, v2 = randn(1, 2, 1, 64);  // beyond the first amax
   for (const char* kv : {"nvfp4", "nvfp4_4over6"}) {
     SCOPED_TRACE(kv);
-    const std::uint32_t type =
-        std::string(kv) == "nvfp4" ? kernels::kTypeNvfp4 : kernels::kTypeNvfp4FourOverSix;
+    const std::uint32_t type = std::string(kv) == "nvfp4" ? kernels::kTypeNvfp4 : kernels::kTypeNvfp4FourOverSix;
     auto layer = makeLayer(parseSpec(std::string("vllm:kv=") + kv));
     layer->update(k1, v1);
     auto [k, v] = layer->update(k2, v2);
@@ -251,9 +250,9 @@ TEST(Fp4Layer, FusedAttentionReadsTheStoredRows) {
        {"vllm", "vllm:kv=nvfp4_4over6,scale=unit", "vllm:kv=ultraquant_4bit", "mxfp4", "mxfp4:rot=on"}) {
     SCOPED_TRACE(spec);
     auto fused = makeLayer(parseSpec(spec));
-    auto reference = makeLayer(parseSpec(std::string(spec) + (std::string(spec).find(':') == std::string::npos
-                                                                  ? ":attention=reference"
-                                                                  : ",attention=reference")));
+    auto reference = makeLayer(
+        parseSpec(std::string(spec) + (std::string(spec).find(':') == std::string::npos ? ":attention=reference"
+                                                                                        : ",attention=reference")));
     for (std::int64_t T : {20, 1, 1, 3}) {
       const at::Tensor q = randn(1, 4, T, 64), k = randn(1, 2, T, 64), v = randn(1, 2, T, 64);
       const at::Tensor a = fused->attend(q, k, v), b = reference->attend(q, k, v);
@@ -339,10 +338,11 @@ TEST(Fp4Config, ModelOptimizerExportIsItsCheckpointMetadata) {
   const ModelOptExport mixed = toModelOptConfig(parseSpec("layers=0-1:dynamic;*:vllm:kv=nvfp4_4over6"));
   EXPECT_EQ(mixed.kvCacheQuantAlgo, "NVFP4");
   bool skipSaid = false;
-  for (const auto& n : mixed.notes) skipSaid = skipSaid || n.find("--kv-cache-dtype-skip-layers 0 1") != std::string::npos;
+  for (const auto& n : mixed.notes)
+    skipSaid = skipSaid || n.find("--kv-cache-dtype-skip-layers 0 1") != std::string::npos;
   EXPECT_TRUE(skipSaid);
-  for (const char* bad : {"layers=0:fp8;*:vllm", "mxfp4", "quanto:nbits=4", "dynamic", "fp8:format=e5m2",
-                          "vllm:kv=ultraquant_4bit"})
+  for (const char* bad :
+       {"layers=0:fp8;*:vllm", "mxfp4", "quanto:nbits=4", "dynamic", "fp8:format=e5m2", "vllm:kv=ultraquant_4bit"})
     EXPECT_THROW(toModelOptConfig(parseSpec(bad)), ConfigError) << bad;
 }
 

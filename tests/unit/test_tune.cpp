@@ -144,8 +144,9 @@ TEST(Tune, BadCandidatesAreClearErrors) {
 TEST(Tune, FrontsAreTheNonDominatedAssignmentsOfEachTargetsShape) {
   for (unsigned seed : {1u, 2u, 3u, 4u}) {
     // Seed 4: candidates Model-Optimizer can write (NVFP4, FP8) beside one it cannot (quanto).
-    const Scan s = seed < 4 ? syntheticScan(3, seed)
-                            : syntheticScan(3, seed, {parseSpec("vllm"), parseSpec("quanto:nbits=2"), parseSpec("fp8")});
+    const Scan s = seed < 4
+                       ? syntheticScan(3, seed)
+                       : syntheticScan(3, seed, {parseSpec("vllm"), parseSpec("quanto:nbits=2"), parseSpec("fp8")});
     for (TuneTarget t : allTargets()) {
       const auto all = everyAssignment(s, t);
       const auto front = paretoFront(s, t);

@@ -36,9 +36,10 @@ LlamaCppType cacheType(const CacheConfig& cfg, bool keys, std::vector<std::strin
       return LlamaCppType::Q8_0;
     case Backend::Vllm:
       if (!vllmNvfp4(cfg.vllmKv) && cfg.vllmKv != VllmKv::Ultraquant4Bit) {
-        notes.push_back(fmt::format("nearest equivalent only: llama.cpp has no per-token-head cache type; {} (int8, "
-                                    "one scale per 32 values) is its 8-bit type",
-                                    llamaCppTypeName(LlamaCppType::Q8_0)));
+        notes.push_back(
+            fmt::format("nearest equivalent only: llama.cpp has no per-token-head cache type; {} (int8, "
+                        "one scale per 32 values) is its 8-bit type",
+                        llamaCppTypeName(LlamaCppType::Q8_0)));
         return LlamaCppType::Q8_0;
       }
       [[fallthrough]];

@@ -62,16 +62,15 @@ ModelOptExport toModelOptConfig(const CacheConfig& cfg) {
         if (algo.empty()) out.notes.insert(out.notes.end(), notes.begin(), notes.end());
         algo = a;
       }
-    if (algo.empty())
-      throw ConfigError("layers", "no layer quantizes its KV cache: there is no kv_cache_quant_algo");
+    if (algo.empty()) throw ConfigError("layers", "no layer quantizes its KV cache: there is no kv_cache_quant_algo");
     for (const auto& r : cfg.layers)
       if (!r.wildcard() && r.keys.backend == Backend::Dynamic && r.values.backend == Backend::Dynamic)
         for (int l = r.first; l <= r.last; ++l) skipped.push_back(std::to_string(l));
-    out.notes.push_back(
-        "Model-Optimizer has no per-layer KV formats: the checkpoint names one format for every layer"
-        + (skipped.empty() ? std::string()
-                           : fmt::format("; keep layers {} unquantized with vLLM's --kv-cache-dtype-skip-layers {}",
-                                         fmt::join(skipped, ","), fmt::join(skipped, " "))));
+    out.notes.push_back("Model-Optimizer has no per-layer KV formats: the checkpoint names one format for every layer" +
+                        (skipped.empty()
+                             ? std::string()
+                             : fmt::format("; keep layers {} unquantized with vLLM's --kv-cache-dtype-skip-layers {}",
+                                           fmt::join(skipped, ","), fmt::join(skipped, " "))));
   }
   const detail::json producer = {{"name", "modelopt"}, {"version", "0.47.0"}};
   detail::json hf = detail::json::object();
@@ -80,8 +79,8 @@ ModelOptExport toModelOptConfig(const CacheConfig& cfg) {
   out.hfQuantConfig = hf.dump(4);
   detail::json qc = detail::json::object();
   qc["ignore"] = detail::json::array();
-  qc["kv_cache_scheme"] = algo == "FP8" ? detail::json{{"dynamic", false}, {"num_bits", 8}, {"type", "float"}}
-                                        : detail::json(algo);
+  qc["kv_cache_scheme"] =
+      algo == "FP8" ? detail::json{{"dynamic", false}, {"num_bits", 8}, {"type", "float"}} : detail::json(algo);
   qc["producer"] = producer;
   qc["quant_method"] = "modelopt";
   out.quantizationConfig = qc.dump();

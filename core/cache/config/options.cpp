@@ -361,8 +361,8 @@ std::string_view backendSummary(Backend b) {
 }
 
 std::vector<Backend> allBackends() {
-  return {Backend::Dynamic, Backend::Fp8,  Backend::Quanto, Backend::Hqq,
-          Backend::Kivi,    Backend::LlamaCpp, Backend::Vllm,  Backend::Mxfp4};
+  return {Backend::Dynamic, Backend::Fp8,      Backend::Quanto, Backend::Hqq,
+          Backend::Kivi,    Backend::LlamaCpp, Backend::Vllm,   Backend::Mxfp4};
 }
 
 Backend parseBackend(std::string_view name) {

@@ -49,6 +49,7 @@ void checkIntChoice(const CacheConfig& cfg, std::string_view key, int value, std
   const std::vector<std::string>& allowed = detail::findOption(cfg.backend, key)->choices;
   if (std::find(allowed.begin(), allowed.end(), std::to_string(value)) != allowed.end()) return;
   std::vector<std::string> quoted;
+  quoted.reserve(allowed.size());
   for (const auto& a : allowed) quoted.push_back(fmt::format("`{}`", a));
   throw ConfigError(std::string(key), fmt::format("`{}` for `{}` backend has to be one of [{}] but got {}", key, what,
                                                   fmt::join(quoted, ", "), value));
@@ -115,11 +116,11 @@ void validate(const CacheConfig& cfg) {
     case Backend::Mxfp4: {
       for (int i = 0; i < 5; ++i)
         if (groupWise[i]->has_value())
-          throw ConfigError(std::string(detail::kGroupWiseKeys[i]),
-                            fmt::format("the `{}` backend stores its format's fixed blocks ({} values): `{}` does "
-                                        "not apply",
-                                        backendName(cfg.backend), cfg.backend == Backend::Vllm ? 16 : 32,
-                                        detail::kGroupWiseKeys[i]));
+          throw ConfigError(
+              std::string(detail::kGroupWiseKeys[i]),
+              fmt::format("the `{}` backend stores its format's fixed blocks ({} values): `{}` does "
+                          "not apply",
+                          backendName(cfg.backend), cfg.backend == Backend::Vllm ? 16 : 32, detail::kGroupWiseKeys[i]));
       return;
     }
     case Backend::Kivi: {

@@ -162,7 +162,7 @@ class FpSource final : public StoredSource {
 
 class Fp8Source final : public StoredSource {
  public:
-  Fp8Source(at::Tensor codes, at::Tensor scale, kernels::Fp8Format f)
+  Fp8Source(at::Tensor codes, const at::Tensor& scale, kernels::Fp8Format f)
       : view_{std::move(codes), scale.to(at::kFloat).contiguous(), f} {
     checkDense(view_.codes, "fp8 codes");
   }
@@ -334,7 +334,7 @@ KVS_CLONES void mulAddOne(const std::uint8_t* c, std::int64_t n, float s, float 
 
 class KiviSource final : public StoredSource {
  public:
-  KiviSource(at::Tensor codes, at::Tensor scale, at::Tensor zero, int bits, std::int64_t group, bool keys,
+  KiviSource(at::Tensor codes, const at::Tensor& scale, const at::Tensor& zero, int bits, std::int64_t group, bool keys,
              std::int64_t D, std::int64_t length)
       : codes_(std::move(codes)),
         scale_(scale.to(at::kFloat).contiguous()),
@@ -403,8 +403,8 @@ class KiviSource final : public StoredSource {
   std::int64_t D_, length_;
 };
 
-// Block-quantized cache rows: each token's row of blocks decoded as its engine decodes it (ggml, vLLM, Model-Optimizer),
-// then rotated back (H_n is its own inverse) when the layer rotated it before storing.
+// Block-quantized cache rows: each token's row of blocks decoded as its engine decodes it (ggml, vLLM,
+// Model-Optimizer), then rotated back (H_n is its own inverse) when the layer rotated it before storing.
 class KvRowSource final : public StoredSource {
  public:
   KvRowSource(at::Tensor rows, std::uint32_t type, std::int64_t D, int rotation, bool interleaved, float scale)

@@ -67,8 +67,8 @@ SourcePtr kiviSource(const at::Tensor& codes, const at::Tensor& scale, const at:
 /// rotated back as they are read. read(): CPU rows; dense(): either device. `interleaved`: each row holds the head's
 /// channels with its two halves interleaved (llama.cpp's order for a Llama-family model's keys: here channel
 /// j * D/2 + i is the row's 2i + j); they are read back into the model's order.
-SourcePtr kvRowSource(const at::Tensor& rows, std::uint32_t type, std::int64_t D, int rotation, bool interleaved = false,
-                      float scale = 1.0f);
+SourcePtr kvRowSource(const at::Tensor& rows, std::uint32_t type, std::int64_t D, int rotation,
+                      bool interleaved = false, float scale = 1.0f);
 
 /// What attention reads when it reads states as they came (a first update, an unquantized layer): the tensors
 /// themselves, and on the CPU their sources.

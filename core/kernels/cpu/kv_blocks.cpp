@@ -22,8 +22,8 @@ namespace {
 void checkWhole(std::uint32_t type, std::int64_t n) {
   const int block = kvcodec::blockValues(type);
   if (n % block != 0)
-    throw Error(ErrorCode::Internal, "kv cache blocks: " + std::to_string(n) + " values are not whole blocks of " +
-                                         std::to_string(block));
+    throw Error(ErrorCode::Internal,
+                "kv cache blocks: " + std::to_string(n) + " values are not whole blocks of " + std::to_string(block));
 }
 
 }  // namespace

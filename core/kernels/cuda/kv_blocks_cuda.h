@@ -1,6 +1,7 @@
-// KV cache rows (llama.cpp's blocks, the engines' FP4 blocks) on a CUDA device, sharing the scalar code of the CPU twin (kernels/kv_block_codec.h): a
-// cache row stored (rotated, encoded, optionally decoded back) and stored rows read (decoded, rotated back), one
-// thread per row. Plain device pointers; `stream` is a cudaStream_t (nullptr: the default stream).
+// KV cache rows (llama.cpp's blocks, the engines' FP4 blocks) on a CUDA device, sharing the scalar code of the CPU twin
+// (kernels/kv_block_codec.h): a cache row stored (rotated, encoded, optionally decoded back) and stored rows read
+// (decoded, rotated back), one thread per row. Plain device pointers; `stream` is a cudaStream_t (nullptr: the default
+// stream).
 #pragma once
 
 #include <cstdint>
