@@ -38,7 +38,7 @@ test-llamacpp:
 # report fails its test). Left out for time, as they run in `make test`: the two exhaustive 2^32 codec tests, the
 # llama.cpp comparison, and the CLI's model commands (cli.robustness, bad input on the same commands, stays in).
 ASAN_TARGETS = kvscope_unit_tests kvscope_parity_tests kvscope_model_parity_tests kvscope_gguf_parity_tests \
-               kvscope_tokenizer_parity_tests kvscope_session_tests kvscope-cli
+               kvscope_tokenizer_parity_tests kvscope_fp4_parity_tests kvscope_session_tests kvscope-cli
 test-asan:
 	@bash packaging/build.sh >/dev/null
 	@export CCACHE_DIR=$${CCACHE_DIR:-$${KVSCOPE_CACHE:-$$HOME/.cache/kvscope}/ccache} CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1; \
