@@ -112,6 +112,24 @@ std::uint32_t rowType(const CacheConfig& cfg, bool keys) {
   }
 }
 
+// A config's keys' or values' format as its engine names it (error messages).
+std::string rowTypeName(const CacheConfig& cfg, bool keys) {
+  switch (rowType(cfg, keys)) {
+    case kernels::kTypeNvfp4:
+    case kernels::kTypeNvfp4FourOverSix:
+      return "NVFP4";
+    case kernels::kTypeMxfp4:
+      return "MXFP4";
+    case kernels::kTypeUltraquant:
+      return "UltraQuant";
+    case kernels::kTypeInt8PerTokenHead:
+    case kernels::kTypeFp8PerTokenHead:
+      return std::string(vllmKvName(cfg.vllmKv));
+    default:
+      return std::string(llamaCppTypeName(keys ? cfg.typeK : cfg.typeV));
+  }
+}
+
 class KvRowLayer final : public CacheLayer {
  public:
   KvRowLayer(const CacheConfig& cfg, const StatsOptions& s, kernels::KernelPath path)
@@ -119,11 +137,11 @@ class KvRowLayer final : public CacheLayer {
         backend_(cfg.backend),
         rotation_(cfg.rotation),
         unitScale_(cfg.fp8Scale == Fp8Scale::Unit),
-        ultraquant_(cfg.backend == Backend::Vllm && cfg.vllmKv == VllmKv::Ultraquant4Bit),
-        typeK_(cfg.typeK),
-        typeV_(cfg.typeV) {
+        ultraquant_(cfg.backend == Backend::Vllm && cfg.vllmKv == VllmKv::Ultraquant4Bit) {
     k_.type = rowType(cfg, true);
     v_.type = rowType(cfg, false);
+    k_.name = rowTypeName(cfg, true);
+    v_.name = rowTypeName(cfg, false);
     k_.quantized = cfg.backend != Backend::LlamaCpp || llamaCppQuantized(cfg.typeK);
     v_.quantized = cfg.backend != Backend::LlamaCpp || llamaCppQuantized(cfg.typeV);
   }
@@ -178,9 +196,8 @@ class KvRowLayer final : public CacheLayer {
     if (ultraquant_ && k_.rotation > 0) {
       // vLLM's UltraQuant decode: Q rotated as the keys (q @ H.T, float32), cast to E4M3; rotated back here, as the
       // keys are read rotated back.
-      const at::Tensor H = hadamardMatrix(q.size(-1), q.device());
-      const at::Tensor r = at::matmul(q.to(at::kFloat), H.t()).to(at::kFloat8_e4m3fn).to(at::kFloat);
-      return at::matmul(r, H).to(q.scalar_type()).contiguous();
+      const at::Tensor r = at::matmul(q.to(at::kFloat), hadamard_.t()).to(at::kFloat8_e4m3fn).to(at::kFloat);
+      return at::matmul(r, hadamard_).to(q.scalar_type()).contiguous();
     }
     if (backend_ != Backend::LlamaCpp) return q;
     const std::uint32_t dot = k_.quantized ? static_cast<std::uint32_t>(kernels::GgmlType::Q8_0) : k_.type;
@@ -209,6 +226,7 @@ class KvRowLayer final : public CacheLayer {
  private:
   struct Side {
     std::uint32_t type = 0;    // kernels/kv_blocks.h's row type
+    std::string name;          // the format as its engine names it (error messages)
     bool quantized = true;     // not a 16-bit llama.cpp type
     float scale = 1.0f;        // NVFP4's global decode scale (k_scale / v_scale)
     int rotation = 0;          // Hadamard chunk size; 0: not rotated
@@ -272,7 +290,7 @@ class KvRowLayer final : public CacheLayer {
           throw CacheError(
               fmt::format("{}: {} {} are stored in blocks of {} along the head dimension: head "
                           "size {} is not a multiple of {}",
-                          backendName(backend_), typeName(*s), keys ? "keys" : "values", block, D, block));
+                          backendName(backend_), s->name, keys ? "keys" : "values", block, D, block));
         s->rotation = rotationFor(*s, D, keys);
         if (s->type == kernels::kTypeNvfp4 || s->type == kernels::kTypeNvfp4FourOverSix)
           s->scale = unitScale_ ? 1.0f : globalScale(*x);
@@ -280,10 +298,12 @@ class KvRowLayer final : public CacheLayer {
           throw CacheError(
               fmt::format("vllm: {} runs on vLLM's Triton attention backend, which takes head sizes of "
                           "32 or more, got {}",
-                          typeName(*s), D));
+                          s->name, D));
         s->elementsPerToken = k.size(0) * k.size(1) * D;
         s->inputElementSize = static_cast<std::int64_t>(k.element_size());
       }
+      // UltraQuant's queries are rotated at every decode step: the matrix is made once, on the states' device.
+      if (ultraquant_ && k_.rotation > 0) hadamard_ = hadamardMatrix(D, k.device());
       stats_.storeRows.resize(static_cast<std::size_t>(k.size(0)));
       std::iota(stats_.storeRows.begin(), stats_.storeRows.end(), 0);
       layout_ = at::empty({k.size(0), k.size(1), 0, D}, k.options());
@@ -318,25 +338,6 @@ class KvRowLayer final : public CacheLayer {
     return perm && deq.defined() ? kernels::deinterleaveHalves(deq).contiguous() : deq;
   }
 
-  // The side's format as its engine names it (error messages).
-  std::string typeName(const Side& s) const {
-    switch (s.type) {
-      case kernels::kTypeNvfp4:
-      case kernels::kTypeNvfp4FourOverSix:
-        return "NVFP4";
-      case kernels::kTypeMxfp4:
-        return "MXFP4";
-      case kernels::kTypeUltraquant:
-        return "UltraQuant";
-      case kernels::kTypeInt8PerTokenHead:
-        return "int8_per_token_head";
-      case kernels::kTypeFp8PerTokenHead:
-        return "fp8_per_token_head";
-      default:
-        return std::string(llamaCppTypeName(&s == &k_ ? typeK_ : typeV_));
-    }
-  }
-
   // A side's global decode scale from its first update: amax / 448 (Model-Optimizer's k_scale / v_scale), 1.0 where
   // that is no positive finite number (vLLM refuses such a scale).
   static float globalScale(const at::Tensor& x) {
@@ -356,9 +357,9 @@ class KvRowLayer final : public CacheLayer {
   Rotation rotation_;
   bool unitScale_;
   bool ultraquant_;
-  LlamaCppType typeK_, typeV_;
   Side k_, v_;
-  at::Tensor layout_;  // [B, H, 0, D] in the input dtype: what later updates must continue
+  at::Tensor hadamard_;  // UltraQuant: vLLM's Hadamard matrix of the head size (roundQueries)
+  at::Tensor layout_;    // [B, H, 0, D] in the input dtype: what later updates must continue
 };
 
 }  // namespace

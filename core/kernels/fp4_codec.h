@@ -43,6 +43,16 @@ KVS_HD float absf(float x) {
   return bitsFloat(floatBits(x) & 0x7FFFFFFFu);
 }
 
+/// max |x[i]| over n values (0 for none).
+KVS_HD float amaxOf(const float* x, int n) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float a = absf(x[i]);
+    amax = amax < a ? a : amax;
+  }
+  return amax;
+}
+
 /// Values per scale block.
 KVS_HD int blockValues(Format f) {
   return f == Format::Mxfp4 || f == Format::Ultraquant ? 32 : 16;
@@ -128,11 +138,7 @@ KVS_HD float nvfp4Error(const float* x, float outScale) {
 /// decode scale (vLLM's k_scale / v_scale).
 KVS_HD void encodeNvfp4Block(const float* x, float decodeScale, bool fourOverSix, std::uint8_t* codes,
                              std::uint8_t* scale) {
-  float amax = 0.0f;
-  for (std::int64_t i = 0; i < 16; ++i) {
-    const float a = absf(x[i]);
-    amax = amax < a ? a : amax;
-  }
+  const float amax = amaxOf(x, 16);
   const float g = divRn(1.0f, decodeScale);
   Nvfp4Scale s = nvfp4Scale(amax, g, 6.0f);
   if (fourOverSix) {
@@ -165,11 +171,7 @@ KVS_HD float pow2(int e) {
 
 /// One MXFP4 block of 32 values: 16 code bytes at `codes`, its E8M0 scale at `*scale`.
 KVS_HD void encodeMxfp4Block(const float* x, std::uint8_t* codes, std::uint8_t* scale) {
-  float amax = 0.0f;
-  for (std::int64_t i = 0; i < 32; ++i) {
-    const float a = absf(x[i]);
-    amax = amax < a ? a : amax;
-  }
+  const float amax = amaxOf(x, 32);
   // ceil(log2(amax / 6)) as Model-Optimizer computes it: the float32 log2 (correctly rounded) of the float32 quotient.
   const float q = divRn(amax, 6.0f);
   int e = -127;
@@ -213,11 +215,7 @@ KVS_HD std::uint8_t ultraquantCode(float v) {
 
 /// One UltraQuant block of 32 values.
 KVS_HD void encodeUltraquantBlock(const float* x, std::uint8_t* codes, std::uint8_t* scale) {
-  float amax = 0.0f;
-  for (std::int64_t i = 0; i < 32; ++i) {
-    const float a = absf(x[i]);
-    amax = amax < a ? a : amax;
-  }
+  const float amax = amaxOf(x, 32);
   const float raw = mulRn(amax, 0.156f);
   const bool zero = !(raw > 0.0f) || !(raw <= 3.402823466e38f);
   int e = 0;
