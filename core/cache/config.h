@@ -21,11 +21,34 @@ enum class Backend { Dynamic, Fp8, Quanto, Hqq, Kivi, LlamaCpp, Vllm, Mxfp4 };
 /// E2M1 values, an E4M3 scale per block, the layer's global scale) and NVFP4 with the 4over6 scale choice.
 /// UltraQuant: E2M1 in blocks of 32 with power-of-two scales, the keys Hadamard-rotated, the first and last two layers
 /// left unquantized as vLLM leaves them. Per token and head: int8 or e4m3 codes with a float32 scale per token and
-/// head.
-enum class VllmKv { Nvfp4, Nvfp4FourOverSix, Ultraquant4Bit, Int8PerTokenHead, Fp8PerTokenHead };
+/// head; int4 codes with a zero point after vLLM's randomized Hadamard transform. TurboQuant's four presets: keys as
+/// Lloyd-Max codes of the rotated unit vector and its norm (k8v4: FP8 keys), values as 4- or 3-bit uniform codes, the
+/// first and last two layers unquantized.
+enum class VllmKv {
+  Nvfp4,
+  Nvfp4FourOverSix,
+  Ultraquant4Bit,
+  Int8PerTokenHead,
+  Fp8PerTokenHead,
+  Int4PerTokenHead,
+  TurboquantK8V4,
+  Turboquant4BitNc,
+  TurboquantK3V4Nc,
+  Turboquant3BitNc
+};
 /// Whether `k` is one of vLLM's NVFP4 caches (nvfp4, nvfp4_4over6).
 inline bool vllmNvfp4(VllmKv k) {
   return k == VllmKv::Nvfp4 || k == VllmKv::Nvfp4FourOverSix;
+}
+/// Whether `k` is one of vLLM's TurboQuant presets.
+inline bool vllmTurboQuant(VllmKv k) {
+  return k == VllmKv::TurboquantK8V4 || k == VllmKv::Turboquant4BitNc || k == VllmKv::TurboquantK3V4Nc ||
+         k == VllmKv::Turboquant3BitNc;
+}
+/// Whether vLLM leaves a dense model's first and last min(2, L / 2) layers unquantized under `k` (its
+/// TurboQuantConfig.get_boundary_skip_layers, applied to TurboQuant and UltraQuant).
+inline bool vllmBoundarySkip(VllmKv k) {
+  return k == VllmKv::Ultraquant4Bit || vllmTurboQuant(k);
 }
 /// llama.cpp's KV cache types (-ctk / -ctv): f16 and bf16 keep the values at 16 bits, the others are ggml's blocks of
 /// 32 values along the head dimension.

@@ -30,10 +30,11 @@ std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const Stats
   throw ConfigError("backend", "unknown backend");
 }
 
-// vLLM keeps the first and last min(2, L / 2) layers of a dense model unquantized under ultraquant_4bit (its
-// TurboQuantConfig.get_boundary_skip_layers, merged into --kv-cache-dtype-skip-layers): such a side is `dynamic` here.
+// vLLM keeps the first and last min(2, L / 2) layers of a dense model unquantized under ultraquant_4bit and the
+// TurboQuant presets (its TurboQuantConfig.get_boundary_skip_layers, merged into --kv-cache-dtype-skip-layers): such
+// a side is `dynamic` here.
 void applyVllmBoundarySkip(CacheConfig& side, int layer, int numLayers) {
-  if (side.backend != Backend::Vllm || side.vllmKv != VllmKv::Ultraquant4Bit) return;
+  if (side.backend != Backend::Vllm || !vllmBoundarySkip(side.vllmKv)) return;
   const int n = std::min(2, numLayers / 2);
   if (layer >= n && layer < numLayers - n) return;
   CacheConfig unquantized;

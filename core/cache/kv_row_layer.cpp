@@ -9,7 +9,11 @@
 // kv=ultraquant_4bit: vLLM's UltraQuant, E2M1 in blocks of 32 with power-of-two scales; the keys are multiplied by the
 // normalised Hadamard matrix of the head size before they are stored and the queries are rotated the same way and cast
 // to FP8 E4M3, as vLLM's decode reads them (roundQueries); values are stored unrotated. KvCache leaves the first and
-// last two layers unquantized, as vLLM does (ultraquantBoundary).
+// last two layers unquantized, as vLLM does (applyVllmBoundarySkip). kv=int8 / fp8 / int4_per_token_head: a scale per
+// token and head (int4: after vLLM's randomized Hadamard transform, inside the codec). kv=turboquant_*: keys and
+// values in their own row types (Lloyd-Max keys normalised and rotated inside the codec, or FP8; uniform values), the
+// boundary layers unquantized as for UltraQuant; queries stay as they are (vLLM rotates them in float32: the same dot
+// product as the keys rotated back).
 //
 // `mxfp4` (rot=on | off): E2M1 in blocks of 32 with an E8M0 scale, Model-Optimizer's MXFP4. rot=on multiplies each key
 // row by the Hadamard matrix of the head size before it is stored, as SGLang's MXFP4 change rotates Q and K (Q·K
@@ -101,6 +105,16 @@ std::uint32_t rowType(const CacheConfig& cfg, bool keys) {
           return kernels::kTypeInt8PerTokenHead;
         case VllmKv::Fp8PerTokenHead:
           return kernels::kTypeFp8PerTokenHead;
+        case VllmKv::Int4PerTokenHead:
+          return kernels::kTypeInt4PerTokenHead;
+        case VllmKv::TurboquantK8V4:
+          return keys ? kernels::kTypeTqKeyFp8 : kernels::kTypeTqValue4;
+        case VllmKv::Turboquant4BitNc:
+          return keys ? kernels::kTypeTqKey4 : kernels::kTypeTqValue4;
+        case VllmKv::TurboquantK3V4Nc:
+          return keys ? kernels::kTypeTqKey3 : kernels::kTypeTqValue4;
+        case VllmKv::Turboquant3BitNc:
+          return keys ? kernels::kTypeTqKey3 : kernels::kTypeTqValue3;
         case VllmKv::Nvfp4:
           break;
       }
@@ -124,6 +138,12 @@ std::string rowTypeName(const CacheConfig& cfg, bool keys) {
       return "UltraQuant";
     case kernels::kTypeInt8PerTokenHead:
     case kernels::kTypeFp8PerTokenHead:
+    case kernels::kTypeInt4PerTokenHead:
+    case kernels::kTypeTqKey3:
+    case kernels::kTypeTqKey4:
+    case kernels::kTypeTqKeyFp8:
+    case kernels::kTypeTqValue3:
+    case kernels::kTypeTqValue4:
       return std::string(vllmKvName(cfg.vllmKv));
     default:
       return std::string(llamaCppTypeName(keys ? cfg.typeK : cfg.typeV));
@@ -294,10 +314,17 @@ class KvRowLayer final : public CacheLayer {
         s->rotation = rotationFor(*s, D, keys);
         if (s->type == kernels::kTypeNvfp4 || s->type == kernels::kTypeNvfp4FourOverSix)
           s->scale = unitScale_ ? 1.0f : globalScale(*x);
-        if ((s->type == kernels::kTypeInt8PerTokenHead || s->type == kernels::kTypeFp8PerTokenHead) && D < 32)
+        if ((s->type == kernels::kTypeInt8PerTokenHead || s->type == kernels::kTypeFp8PerTokenHead ||
+             s->type == kernels::kTypeInt4PerTokenHead) &&
+            D < 32)
           throw CacheError(
               fmt::format("vllm: {} runs on vLLM's Triton attention backend, which takes head sizes of "
                           "32 or more, got {}",
+                          s->name, D));
+        if ((s->type == kernels::kTypeTqKey3 || s->type == kernels::kTypeTqKey4) && (D & (D - 1)) != 0)
+          throw CacheError(
+              fmt::format("vllm: {} rotates the keys with the Hadamard matrix of the head size (vLLM's "
+                          "_build_hadamard), which requires a power-of-two head size, got {}",
                           s->name, D));
         s->elementsPerToken = k.size(0) * k.size(1) * D;
         s->inputElementSize = static_cast<std::int64_t>(k.element_size());

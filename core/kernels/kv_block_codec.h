@@ -39,6 +39,12 @@ enum Type : std::uint32_t {
   ULTRAQUANT = 1003,
   INT8_PER_TOKEN_HEAD = 1010,
   FP8_PER_TOKEN_HEAD = 1011,
+  INT4_PER_TOKEN_HEAD = 1012,
+  TQ_KEY3 = 1020,     // TurboQuant's keys: Lloyd-Max codes of the rotated unit vector, its fp16 norm
+  TQ_KEY4 = 1021,
+  TQ_KEY_FP8 = 1022,  // turboquant_k8v4's keys: e4m3 without a scale
+  TQ_VALUE3 = 1023,   // TurboQuant's values: uniform codes, fp16 scale and zero
+  TQ_VALUE4 = 1024,
 };
 
 /// Largest head size the row functions take (their scratch row lives on the stack / in a thread's local memory).
@@ -63,16 +69,28 @@ KVS_HD fp4::Format fp4Format(std::uint32_t t) {
 KVS_HD bool isPerTokenHead(std::uint32_t t) {
   return t == INT8_PER_TOKEN_HEAD || t == FP8_PER_TOKEN_HEAD;
 }
+/// vLLM's TurboQuant rows (turboquant_*): keys and values in their own types.
+KVS_HD bool isTurboQuant(std::uint32_t t) {
+  return t >= TQ_KEY3 && t <= TQ_VALUE4;
+}
+/// Bits per code of a TurboQuant row type.
+KVS_HD int tqBits(std::uint32_t t) {
+  return t == TQ_KEY_FP8 ? 8 : (t == TQ_KEY3 || t == TQ_VALUE3 ? 3 : 4);
+}
 KVS_HD bool isKvType(std::uint32_t t) {
   return t == F16 || t == BF16 || t == Q8_0 || t == Q4_0 || t == Q4_1 || t == Q5_0 || t == Q5_1 || t == IQ4_NL ||
-         isFp4(t) || isPerTokenHead(t);
+         isFp4(t) || isPerTokenHead(t) || t == INT4_PER_TOKEN_HEAD || isTurboQuant(t);
 }
 KVS_HD bool isHalfWidth(std::uint32_t t) {
   return t == F16 || t == BF16;
 }
-/// Values per block: 32, but 16 for NVFP4, and 1 for the 16-bit and per-token-head types (any row size).
+/// Values per block: 32, but 16 for NVFP4; 8 for TurboQuant's bit-packed codes and 2 for int4 per token and head (a
+/// row is whole bytes of codes); 1 for the 16-bit, 8-bit per-token-head and FP8-key types (any row size).
 KVS_HD int blockValues(std::uint32_t t) {
-  return isFp4(t) ? fp4::blockValues(fp4Format(t)) : (isHalfWidth(t) || isPerTokenHead(t) ? 1 : 32);
+  if (isFp4(t)) return fp4::blockValues(fp4Format(t));
+  if (isTurboQuant(t)) return t == TQ_KEY_FP8 ? 1 : 8;
+  if (t == INT4_PER_TOKEN_HEAD) return 2;
+  return isHalfWidth(t) || isPerTokenHead(t) ? 1 : 32;
 }
 
 /// Bytes of one block of blockValues(t) values (F16 / BF16: 64), and how many of them are scales (fp16 d and m; the
@@ -99,15 +117,20 @@ KVS_HD int blockBytes(std::uint32_t t) {
 KVS_HD int scaleBytes(std::uint32_t t) {
   return isFp4(t) ? 1 : isHalfWidth(t) ? 0 : (t == Q4_1 || t == Q5_1 ? 4 : 2);
 }
-/// Bytes of a row of n values: 2n for F16 / BF16, n + 4 for the per-token-head types, n / blockValues(t) blocks for
-/// the others (whole blocks).
+/// Bytes of a row of n values: 2n for F16 / BF16, n + 4 for the 8-bit per-token-head types and n / 2 + 4 for int4;
+/// TurboQuant's vLLM sizes (key_packed_size: n·b/8 codes and an fp16 norm, n for FP8 keys; value_packed_size: n·b/8
+/// codes, an fp16 scale and an fp16 zero); n / blockValues(t) blocks for the others (whole blocks).
 KVS_HD std::int64_t rowBytes(std::uint32_t t, std::int64_t n) {
   if (isPerTokenHead(t)) return n + 4;
+  if (t == INT4_PER_TOKEN_HEAD) return n / 2 + 4;
+  if (t == TQ_KEY_FP8) return n;
+  if (isTurboQuant(t)) return n * tqBits(t) / 8 + (t == TQ_KEY3 || t == TQ_KEY4 ? 2 : 4);
   return isHalfWidth(t) ? 2 * n : n / blockValues(t) * blockBytes(t);
 }
-/// The bytes of such a row that are scales (and minimums).
+/// The bytes of such a row that are scales (and minimums, norms).
 KVS_HD std::int64_t rowScaleBytes(std::uint32_t t, std::int64_t n) {
-  if (isPerTokenHead(t)) return 4;
+  if (isPerTokenHead(t) || t == INT4_PER_TOKEN_HEAD) return 4;
+  if (isTurboQuant(t)) return rowBytes(t, n) - n * tqBits(t) / 8;
   return isHalfWidth(t) ? 0 : n / blockValues(t) * scaleBytes(t);
 }
 
@@ -408,25 +431,238 @@ KVS_HD void decodeBlock(std::uint32_t t, const std::uint8_t* b, float* y) {
   }
 }
 
+/// The unnormalised fast Walsh-Hadamard transform of n values in place (n a power of two; Sylvester's order, the
+/// butterfly [a + b, a - b] over strides 1, 2, 4, ...: vLLM's PyTorch fast_hadamard_transform): H_n H_n = n I.
+KVS_HD void fwht(float* c, int n) {
+  for (int h = 1; h < n; h *= 2)
+    for (int i = 0; i < n; i += 2 * h)
+      for (int j = i; j < i + h; ++j) {
+        const float a = c[j], b = c[j + h];
+        c[j] = addRn(a, b);
+        c[j + h] = addRn(a, -b);
+      }
+}
+
+KVS_HD float sqrtRn(float x) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
 /// x[i * n .. i * n + n) = H_n x[i * n .. i * n + n) for each chunk of n values (n a power of two dividing count),
 /// in place: the fast Walsh-Hadamard transform (Sylvester's order), then one multiplication by 1/sqrt(n)
 /// (ggml_gen_hadamard's float32 scale). H_n is symmetric and its own inverse.
 KVS_HD void hadamardChunks(float* x, std::int64_t count, int n) {
-#if defined(__CUDA_ARCH__)
-  const float scale = static_cast<float>(1.0 / static_cast<double>(sqrtf(static_cast<float>(n))));
-#else
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<float>(n)));
-#endif
+  const float scale = static_cast<float>(1.0 / static_cast<double>(sqrtRn(static_cast<float>(n))));
   for (float* c = x; c < x + count; c += n) {
-    for (int h = 1; h < n; h *= 2)
-      for (int i = 0; i < n; i += 2 * h)
-        for (int j = i; j < i + h; ++j) {
-          const float a = c[j], b = c[j + h];
-          c[j] = addRn(a, b);
-          c[j + h] = addRn(a, -b);
-        }
+    fwht(c, n);
     for (int i = 0; i < n; ++i) c[i] = mulRn(c[i], scale);
   }
+}
+
+// ---- vLLM's TurboQuant (model_executor/layers/quantization/turboquant, v1/attention/ops/triton_turboquant_*.py) ----
+//
+// Keys (the MSE presets): the row's float32 norm, the unit vector k / (norm + 1e-8) rotated by the normalised
+// Sylvester Hadamard matrix of the head size, each coordinate's index among the Lloyd-Max centroids of N(0, 1/n)
+// (the number of fp32 midpoints (c[i] + c[i+1]) / 2 at or below it: ties go up), the indices as an LSB-first bit
+// stream, then fp16(norm). Read with norm correction: the centroids renormalised to unit length, times the fp16 norm,
+// rotated back (H is symmetric and its own inverse; vLLM rotates the query instead: the same dot product up to
+// float rounding). turboquant_k8v4's keys: each value cast to e4m3 (saturating, no scale). Values: asymmetric
+// uniform codes, scale (max - min) / (2^b - 1) (at least 1e-8) and zero min in float32 for the codes, stored as fp16
+// and read back from those.
+
+/// vLLM's Lloyd-Max centroids (centroids.py, solve_lloyd_max(n, bits): float64 iterations, float32 result) for a
+/// power-of-two n. The solver's output scales exactly with sigma = 1/sqrt(n): n = 64·4^k gives the n = 64 table
+/// times 2^-k, n = 128·4^k the n = 128 table times 2^-k (the same bits, another exponent; tests/unit and the parity
+/// test rebuild every table from the solver).
+KVS_HD float tqCentroid(int n, int bits, int i) {
+  constexpr std::uint32_t b3d64[4] = {0xbe899f54u, 0xbe2bed53u, 0xbdc171fcu, 0xbcfadcfbu};
+  constexpr std::uint32_t b3d128[4] = {0xbe42a09fu, 0xbdf3243du, 0xbd88c955u, 0xbcb16317u};
+  constexpr std::uint32_t b4d64[8] = {0xbeaec76eu, 0xbe846170u, 0xbe4f16c0u, 0xbe20cd0cu,
+                                      0xbdf1444au, 0xbda82948u, 0xbd46b9ffu, 0xbc83828au};
+  constexpr std::uint32_t b4d128[8] = {0xbe772cc4u, 0xbe3b36e7u, 0xbe126f17u, 0xbde3682bu,
+                                       0xbdaa99f2u, 0xbd6dd0e1u, 0xbd0c8559u, 0xbc39fbaeu};
+  int e = 0;
+  while ((1 << e) < n) ++e;
+  const bool odd = (e & 1) != 0;
+  const int half = 1 << (bits - 1);
+  const int k = i < half ? i : 2 * half - 1 - i;  // the tables are symmetric: the upper half mirrors the lower
+  const std::uint32_t u = bits == 3 ? (odd ? b3d128[k] : b3d64[k]) : (odd ? b4d128[k] : b4d64[k]);
+  const int shift = ((odd ? 7 : 6) - e) / 2;  // the exponent moves by shift: n = 64·4^-shift (or 128·4^-shift)
+  const std::uint32_t exponent = ((u >> 23) & 0xFFu) + static_cast<std::uint32_t>(shift);
+  const std::uint32_t mag = (u & 0x807FFFFFu) | (exponent << 23);
+  return bitsFloat(i < half ? mag : mag ^ 0x80000000u);
+}
+
+/// The bit stream of n codes of b bits, LSB first (code j in bits [j·b, j·b + b)): vLLM's packing for 3 and 4 bits.
+KVS_HD void packBits(const std::uint8_t* q, std::int64_t n, int b, std::uint8_t* out) {
+  for (std::int64_t i = 0; i < n * b / 8; ++i) out[i] = 0;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const std::int64_t bit = j * b;
+    const std::uint32_t v = static_cast<std::uint32_t>(q[j]) << (bit & 7);
+    out[bit >> 3] = static_cast<std::uint8_t>(out[bit >> 3] | (v & 0xFFu));
+    if ((v >> 8) != 0) out[(bit >> 3) + 1] = static_cast<std::uint8_t>(out[(bit >> 3) + 1] | (v >> 8));
+  }
+}
+KVS_HD std::uint8_t unpackBits(const std::uint8_t* in, std::int64_t j, int b) {
+  const std::int64_t bit = j * b;
+  const std::uint32_t w = in[bit >> 3] | ((bit & 7) + b > 8 ? static_cast<std::uint32_t>(in[(bit >> 3) + 1]) << 8 : 0u);
+  return static_cast<std::uint8_t>((w >> (bit & 7)) & ((1u << b) - 1u));
+}
+
+/// The midpoint between centroids i and i + 1, as vLLM's backend computes it in float32.
+KVS_HD float tqMidpoint(int n, int bits, int i) {
+  return mulRn(addRn(tqCentroid(n, bits, i), tqCentroid(n, bits, i + 1)), 0.5f);
+}
+
+/// The stored form of a key row already normalised and rotated (y) with its float32 norm: b-bit codes, then fp16 norm.
+KVS_HD void encodeTqKeyRotated(int b, const float* y, float norm, std::int64_t n, std::uint8_t* out) {
+  const int levels = 1 << b, m = static_cast<int>(n);
+  float mid[15];
+  for (int i = 0; i + 1 < levels; ++i) mid[i] = tqMidpoint(m, b, i);
+  std::uint8_t q[kMaxRow];
+  for (std::int64_t i = 0; i < n; ++i) {
+    int idx = 0;
+    for (int j = 0; j + 1 < levels; ++j) idx += mid[j] <= y[i] ? 1 : 0;
+    q[i] = static_cast<std::uint8_t>(idx);
+  }
+  packBits(q, n, b, out);
+  store16(halfBits(norm), out + n * b / 8);
+}
+/// A stored key row in the rotated basis, as vLLM's decode reads it: renormalised centroids times the fp16 norm.
+KVS_HD void decodeTqKeyRotated(int b, const std::uint8_t* in, std::int64_t n, float* y) {
+  const int m = static_cast<int>(n);
+  float ss = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) {
+    y[i] = tqCentroid(m, b, unpackBits(in, i, b));
+    ss = addRn(ss, mulRn(y[i], y[i]));
+  }
+  const float inv = divRn(1.0f, sqrtRn(addRn(ss, 1e-16f))), norm = halfValue(load16(in + n * b / 8));
+  for (std::int64_t i = 0; i < n; ++i) y[i] = mulRn(norm, mulRn(y[i], inv));
+}
+
+/// A TurboQuant key row (n a power of two, at most kMaxRow): codes then fp16 norm; FP8 keys: n e4m3 bytes.
+KVS_HD void encodeTqKey(std::uint32_t t, const float* x, std::int64_t n, std::uint8_t* out) {
+  if (t == TQ_KEY_FP8) {
+    for (std::int64_t i = 0; i < n; ++i)
+      out[i] = encodeE4M3FN(x[i] > 448.0f ? 448.0f : (x[i] < -448.0f ? -448.0f : x[i]));
+    return;
+  }
+  float ss = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i) ss = addRn(ss, mulRn(x[i], x[i]));
+  const float norm = sqrtRn(ss), den = addRn(norm, 1e-8f);
+  float y[kMaxRow];
+  for (std::int64_t i = 0; i < n; ++i) y[i] = divRn(x[i], den);
+  hadamardChunks(y, n, static_cast<int>(n));
+  encodeTqKeyRotated(tqBits(t), y, norm, n, out);
+}
+/// A TurboQuant key row read back in the model's basis (rotated back: H is its own inverse).
+KVS_HD void decodeTqKey(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y) {
+  if (t == TQ_KEY_FP8) {
+    for (std::int64_t i = 0; i < n; ++i) y[i] = decodeE4M3FN(in[i]);
+    return;
+  }
+  decodeTqKeyRotated(tqBits(t), in, n, y);
+  hadamardChunks(y, n, static_cast<int>(n));
+}
+
+/// A TurboQuant value row: codes, fp16 scale, fp16 zero.
+KVS_HD void encodeTqValue(std::uint32_t t, const float* x, std::int64_t n, std::uint8_t* out) {
+  const int b = tqBits(t);
+  const float top = static_cast<float>((1 << b) - 1);
+  float mn = x[0], mx = x[0];
+  for (std::int64_t i = 1; i < n; ++i) {
+    mn = x[i] < mn ? x[i] : mn;
+    mx = mx < x[i] ? x[i] : mx;
+  }
+  float scale = divRn(addRn(mx, -mn), top);
+  scale = scale > 1e-8f ? scale : 1e-8f;
+  std::uint8_t q[kMaxRow];
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float c = truncf_(addRn(divRn(addRn(x[i], -mn), scale), 0.5f));
+    q[i] = static_cast<std::uint8_t>(c < 0.0f ? 0.0f : (c > top ? top : c));
+  }
+  packBits(q, n, b, out);
+  store16(halfBits(scale), out + n * b / 8);
+  store16(halfBits(mn), out + n * b / 8 + 2);
+}
+KVS_HD void decodeTqValue(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y) {
+  const int b = tqBits(t);
+  const float scale = halfValue(load16(in + n * b / 8)), zero = halfValue(load16(in + n * b / 8 + 2));
+  for (std::int64_t i = 0; i < n; ++i) y[i] = addRn(mulRn(static_cast<float>(unpackBits(in, i, b)), scale), zero);
+}
+
+// ---- vLLM's int4_per_token_head (v1/attention/ops/int4_per_token_head.py) ----
+//
+// Each row goes through vLLM's randomized Hadamard transform first: times its fixed ±1 signs (torch.bernoulli(0.5)
+// from a CPU generator seeded 0x9E3779B9), then the unnormalised transform, block-diagonally in blocks of the largest
+// power of two dividing n (the signs of that block size). Then asymmetric 4-bit codes per row: scale max((max - min) /
+// 15, 1e-6), zero point round-half-away(-min / scale) in [0, 15], codes round-half-away(x · (1 / scale) + zp) in
+// [0, 15], two per byte (even value in the low nibble), and the float32 scale with the zero point in its low 4
+// mantissa bits. Read as (q - zp) · scale, then the inverse transform (transform, signs, / block).
+
+/// vLLM's sign i (0-based) of its RHT sign vector: every length's vector is the start of the longest's (the parity
+/// test and tests/unit rebuild them with torch.bernoulli). Bit set: -1.
+KVS_HD float rhtSign(int i) {
+  constexpr std::uint64_t bits[8] = {0x7f7fca4e9a8ca6f2ull, 0x9480abc759bbc293ull, 0x54503bbeb55b747eull,
+                                     0x05dfbc5fcdf467b7ull, 0x57563834b291e3ccull, 0x67fc4ca6e46ae225ull,
+                                     0x32d9dff1cfc78691ull, 0x75625346365fdb89ull};
+  return ((bits[i >> 6] >> (i & 63)) & 1u) != 0 ? -1.0f : 1.0f;
+}
+KVS_HD int rhtBlock(std::int64_t n) {
+  return static_cast<int>(n & -n);
+}
+KVS_HD float roundHalfAway(float x) {
+  return truncf_(x >= 0.0f ? addRn(x, 0.5f) : addRn(x, -0.5f));
+}
+
+/// vLLM's single_rht of a row: times the signs, then the unnormalised transform per block.
+KVS_HD void rhtForward(const float* x, std::int64_t n, float* y) {
+  const int blk = rhtBlock(n);
+  for (std::int64_t i = 0; i < n; ++i) y[i] = mulRn(x[i], rhtSign(static_cast<int>(i % blk)));
+  for (std::int64_t c = 0; c < n; c += blk) fwht(y + c, blk);
+}
+
+/// The int4 codes and scale word of a row already transformed (y).
+KVS_HD void encodeInt4Transformed(const float* y, std::int64_t n, std::uint8_t* out) {
+  float mn = bitsFloat(0x7F800000u), mx = -mn;
+  for (std::int64_t i = 0; i < n; ++i) {
+    mn = y[i] < mn ? y[i] : mn;
+    mx = mx < y[i] ? y[i] : mx;
+  }
+  float scale = divRn(addRn(mx, -mn), 15.0f);
+  scale = scale > 1e-6f ? scale : 1e-6f;
+  float zp = roundHalfAway(divRn(-mn, scale));
+  zp = zp < 0.0f ? 0.0f : (zp > 15.0f ? 15.0f : zp);
+  const float inv = divRn(1.0f, scale);
+  for (std::int64_t i = 0; i < n; i += 2) {
+    std::uint8_t q[2];
+    for (int k = 0; k < 2; ++k) {
+      const float c = roundHalfAway(addRn(mulRn(y[i + k], inv), zp));
+      q[k] = static_cast<std::uint8_t>(c < 0.0f ? 0.0f : (c > 15.0f ? 15.0f : c));
+    }
+    out[i / 2] = static_cast<std::uint8_t>(q[0] | (q[1] << 4));
+  }
+  const std::uint32_t u = (floatBits(scale) & ~0xFu) | static_cast<std::uint32_t>(zp);
+  for (int k = 0; k < 4; ++k) out[n / 2 + k] = static_cast<std::uint8_t>(u >> (8 * k));
+}
+KVS_HD void encodeInt4PerTokenHead(const float* x, std::int64_t n, std::uint8_t* out) {
+  float y[kMaxRow];
+  rhtForward(x, n, y);
+  encodeInt4Transformed(y, n, out);
+}
+KVS_HD void decodeInt4PerTokenHead(const std::uint8_t* in, std::int64_t n, float* y) {
+  const std::uint32_t u = load32(in + n / 2);
+  const float scale = bitsFloat(u & ~0xFu);
+  const int zp = static_cast<int>(u & 0xFu), blk = rhtBlock(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const int q = (in[i / 2] >> (4 * (i & 1))) & 0xF;
+    y[i] = mulRn(static_cast<float>(q - zp), scale);
+  }
+  for (std::int64_t c = 0; c < n; c += blk) fwht(y + c, blk);
+  for (std::int64_t i = 0; i < n; ++i) y[i] = divRn(mulRn(y[i], rhtSign(static_cast<int>(i % blk))), static_cast<float>(blk));
 }
 
 /// n values into a row of type t (whole blocks for the block types; any n for F16 / BF16). `scale`: NVFP4's global
@@ -434,6 +670,9 @@ KVS_HD void hadamardChunks(float* x, std::int64_t count, int n) {
 KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint8_t* out, float scale = 1.0f) {
   if (isFp4(t)) return fp4::encodeRow(fp4Format(t), x, n, scale, out);
   if (isPerTokenHead(t)) return encodePerTokenHead(t == FP8_PER_TOKEN_HEAD, x, n, out);
+  if (t == INT4_PER_TOKEN_HEAD) return encodeInt4PerTokenHead(x, n, out);
+  if (t == TQ_VALUE3 || t == TQ_VALUE4) return encodeTqValue(t, x, n, out);
+  if (isTurboQuant(t)) return encodeTqKey(t, x, n, out);
   if (t == F16 || t == BF16) {
     for (std::int64_t i = 0; i < n; ++i) store16(t == F16 ? halfBits(x[i]) : bf16Bits(x[i]), out + 2 * i);
     return;
@@ -446,6 +685,9 @@ KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint
 KVS_HD void decodeRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y, float scale = 1.0f) {
   if (isFp4(t)) return fp4::decodeRow(fp4Format(t), in, n, scale, y);
   if (isPerTokenHead(t)) return decodePerTokenHead(t == FP8_PER_TOKEN_HEAD, in, n, y);
+  if (t == INT4_PER_TOKEN_HEAD) return decodeInt4PerTokenHead(in, n, y);
+  if (t == TQ_VALUE3 || t == TQ_VALUE4) return decodeTqValue(t, in, n, y);
+  if (isTurboQuant(t)) return decodeTqKey(t, in, n, y);
   if (t == F16 || t == BF16) {
     for (std::int64_t i = 0; i < n; ++i)
       y[i] = t == F16 ? halfValue(load16(in + 2 * i)) : bf16Value(load16(in + 2 * i));

@@ -296,7 +296,8 @@ TEST(Fp4Config, OptionsParseRoundTripAndComposeWithLayers) {
   EXPECT_EQ(parseSpec("vllm:sink=4").sink, 4);
   EXPECT_EQ(errorOf("vllm:kv=nvfp5"),
             "option `kv` takes one of nvfp4, nvfp4_4over6, ultraquant_4bit, int8_per_token_head, fp8_per_token_head, "
-            "got `nvfp5`");
+            "int4_per_token_head, turboquant_k8v4, turboquant_4bit_nc, turboquant_k3v4_nc, turboquant_3bit_nc, got "
+            "`nvfp5`");
   EXPECT_EQ(errorOf("vllm:nbits=4"),
             "unknown option `nbits` for the `vllm` backend (allowed: kv, scale, sink, attention)");
   EXPECT_EQ(errorOf("mxfp4:rot=maybe"), "option `rot` takes one of auto, on, off, got `maybe`");

@@ -35,6 +35,19 @@ LlamaCppType cacheType(const CacheConfig& cfg, bool keys, std::vector<std::strin
                       llamaCppTypeName(LlamaCppType::Q8_0)));
       return LlamaCppType::Q8_0;
     case Backend::Vllm:
+      if (vllmTurboQuant(cfg.vllmKv) || cfg.vllmKv == VllmKv::Int4PerTokenHead) {
+        // TurboQuant's FP8 keys and 4-bit sides, int4 per token and head: llama.cpp's 8-bit type, or its
+        // asymmetric 4-bit blocks (a scale and a minimum per 32 values, no rotation).
+        const bool eight = keys && cfg.vllmKv == VllmKv::TurboquantK8V4;
+        const LlamaCppType t = eight ? LlamaCppType::Q8_0 : LlamaCppType::Q4_1;
+        notes.push_back(fmt::format(
+            "nearest equivalent only: llama.cpp has no {} cache; {} {} stand for its {} {}", vllmKvName(cfg.vllmKv),
+            llamaCppTypeName(t), keys ? "keys" : "values", keys ? "keys" : "values",
+            eight ? "(FP8, no scale)"
+                  : (vllmTurboQuant(cfg.vllmKv) ? "(Lloyd-Max or uniform codes of 3 or 4 bits per row)"
+                                                : "(4-bit codes per token and head after a Hadamard transform)")));
+        return t;
+      }
       if (!vllmNvfp4(cfg.vllmKv) && cfg.vllmKv != VllmKv::Ultraquant4Bit) {
         notes.push_back(
             fmt::format("nearest equivalent only: llama.cpp has no per-token-head cache type; {} (int8, "

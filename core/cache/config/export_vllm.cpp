@@ -73,6 +73,21 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
       break;
     case Backend::Vllm:
       e.flags = fmt::format("--kv-cache-dtype {}", vllmKvName(cfg.vllmKv));
+      if (vllmTurboQuant(cfg.vllmKv)) {
+        e.notes.push_back(
+            "vLLM adds the first and last two layers to --kv-cache-dtype-skip-layers itself (dense models), as "
+            "kvscope's cache does");
+        e.notes.push_back(
+            "vLLM's first prefill chunk attends over the unquantized K/V; later chunks and decode read the "
+            "TurboQuant cache (kvscope reads the stored form for every token)");
+        break;
+      }
+      if (cfg.vllmKv == VllmKv::Int4PerTokenHead) {
+        e.notes.push_back(
+            "vLLM's Triton attention backend reads int4 per-token-head caches (head sizes of 32 or more, causal "
+            "attention only)");
+        break;
+      }
       if (cfg.vllmKv == VllmKv::Ultraquant4Bit) {
         e.notes.push_back(
             "vLLM adds the first and last two layers to --kv-cache-dtype-skip-layers itself (dense models), as "

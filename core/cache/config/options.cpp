@@ -76,8 +76,16 @@ constexpr std::array<std::string_view, 8> kLlamaCppTypes{"f16",  "bf16", "q8_0",
                                                          "q4_1", "q5_0", "q5_1", "iq4_nl"};
 constexpr std::array<std::string_view, 3> kRotations{"auto", "on", "off"};
 constexpr std::array<std::string_view, 2> kScales{"amax", "unit"};
-constexpr std::array<std::string_view, 5> kVllmKv{"nvfp4", "nvfp4_4over6", "ultraquant_4bit", "int8_per_token_head",
-                                                  "fp8_per_token_head"};
+constexpr std::array<std::string_view, 10> kVllmKv{"nvfp4",
+                                                   "nvfp4_4over6",
+                                                   "ultraquant_4bit",
+                                                   "int8_per_token_head",
+                                                   "fp8_per_token_head",
+                                                   "int4_per_token_head",
+                                                   "turboquant_k8v4",
+                                                   "turboquant_4bit_nc",
+                                                   "turboquant_k3v4_nc",
+                                                   "turboquant_3bit_nc"};
 
 // A choice option's choices, as OptionInfo lists them: the names above, in the enum's order.
 template <std::size_t N>
@@ -352,7 +360,8 @@ std::string_view backendSummary(Backend b) {
       return "llama.cpp's cache types (-ctk / -ctv: q8_0, q4_0, iq4_nl, ...) with its Hadamard rotation";
     case Backend::Vllm:
       return "vLLM 0.33's --kv-cache-dtype nvfp4 / nvfp4_4over6 (also SGLang's and TensorRT-LLM's NVFP4 "
-             "layout, 4.5 bits per value), ultraquant_4bit (4.25 bits per value), int8 / fp8 per token and head";
+             "layout, 4.5 bits per value), ultraquant_4bit (4.25 bits per value), int8 / fp8 / int4 per token and "
+             "head, turboquant_k8v4 / 4bit_nc / k3v4_nc / 3bit_nc (Lloyd-Max keys, uniform values)";
     case Backend::Mxfp4:
       return "OCP MXFP4 (E2M1 in blocks of 32, E8M0 scales; Model-Optimizer's numerics), optional Hadamard "
              "rotation of the keys as in SGLang: 4.25 bits per value";
@@ -500,7 +509,10 @@ const std::vector<OptionInfo>& backendOptions(Backend b) {
            "layer and side), nvfp4_4over6 (each block's scale chosen between amax/6 and amax/4 by squared error), "
            "ultraquant_4bit (E2M1 in blocks of 32 with power-of-two scales, keys rotated, first and last two layers "
            "unquantized), int8_per_token_head / fp8_per_token_head (int8 or e4m3 codes, a float32 scale per token "
-           "and head)"},
+           "and head), int4_per_token_head (4-bit codes and a zero point per token and head after vLLM's randomized "
+           "Hadamard transform), turboquant_k8v4 / turboquant_4bit_nc / turboquant_k3v4_nc / turboquant_3bit_nc "
+           "(TurboQuant: keys as 8-bit FP8 or 4- / 3-bit Lloyd-Max codes of the rotated unit vector with its norm, "
+           "values as 4- / 3-bit uniform codes; first and last two layers unquantized)"},
           {"scale",
            "choice",
            choicesOf(detail::kScales),
@@ -597,9 +609,25 @@ double bitsPerValue(const CacheConfig& cfg, int headDim) {
       return cfg.resolvedNbits() + 2.0 * 16.0 / std::max(1, cfg.resolvedGroupSize());
     case Backend::LlamaCpp:
       return 0.5 * (llamaBits(cfg.typeK) + llamaBits(cfg.typeV));
-    case Backend::Vllm:  // E2M1 values, an E4M3 byte per 16 (UltraQuant: a UE8M0 byte per 32); or 8-bit codes
-      if (!vllmNvfp4(cfg.vllmKv) && cfg.vllmKv != VllmKv::Ultraquant4Bit) return 8.0 + 32.0 / std::max(1, headDim);
+    case Backend::Vllm: {  // E2M1 values, an E4M3 byte per 16 (UltraQuant: a UE8M0 byte per 32); or 8-bit codes
+      const double d = std::max(1, headDim);
+      switch (cfg.vllmKv) {  // vLLM's slot sizes: codes, then the fp16 norm (keys) or fp16 scale and zero (values)
+        case VllmKv::TurboquantK8V4:
+          return 0.5 * (8.0 + 4.0 + 32.0 / d);
+        case VllmKv::Turboquant4BitNc:
+          return 0.5 * (4.0 + 16.0 / d + 4.0 + 32.0 / d);
+        case VllmKv::TurboquantK3V4Nc:
+          return 0.5 * (3.0 + 16.0 / d + 4.0 + 32.0 / d);
+        case VllmKv::Turboquant3BitNc:
+          return 0.5 * (3.0 + 16.0 / d + 3.0 + 32.0 / d);
+        case VllmKv::Int4PerTokenHead:
+          return 4.0 + 32.0 / d;
+        default:
+          break;
+      }
+      if (!vllmNvfp4(cfg.vllmKv) && cfg.vllmKv != VllmKv::Ultraquant4Bit) return 8.0 + 32.0 / d;
       return cfg.vllmKv == VllmKv::Ultraquant4Bit ? 4.0 + 8.0 / 32.0 : 4.0 + 8.0 / 16.0;
+    }
     case Backend::Mxfp4:
       return 4.0 + 8.0 / 32.0;  // E2M1 values, an E8M0 byte per 32
   }

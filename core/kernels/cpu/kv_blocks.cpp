@@ -16,7 +16,8 @@ namespace {
   throw Error(ErrorCode::Internal,
               "kv cache blocks: ggml type " + std::to_string(type) +
                   " is not a KV cache row type kvscope writes (f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                  "q5_1, iq4_nl, nvfp4, nvfp4 4over6, mxfp4, ultraquant, int8 / fp8 per token and head)");
+                  "q5_1, iq4_nl, nvfp4, nvfp4 4over6, mxfp4, ultraquant, int8 / fp8 / int4 per token and head, "
+                  "turboquant keys and values)");
 }
 
 void checkWhole(std::uint32_t type, std::int64_t n) {
