@@ -40,7 +40,7 @@ enum Type : std::uint32_t {
   INT8_PER_TOKEN_HEAD = 1010,
   FP8_PER_TOKEN_HEAD = 1011,
   INT4_PER_TOKEN_HEAD = 1012,
-  TQ_KEY3 = 1020,     // TurboQuant's keys: Lloyd-Max codes of the rotated unit vector, its fp16 norm
+  TQ_KEY3 = 1020,  // TurboQuant's keys: Lloyd-Max codes of the rotated unit vector, its fp16 norm
   TQ_KEY4 = 1021,
   TQ_KEY_FP8 = 1022,  // turboquant_k8v4's keys: e4m3 without a scale
   TQ_VALUE3 = 1023,   // TurboQuant's values: uniform codes, fp16 scale and zero
@@ -662,7 +662,8 @@ KVS_HD void decodeInt4PerTokenHead(const std::uint8_t* in, std::int64_t n, float
     y[i] = mulRn(static_cast<float>(q - zp), scale);
   }
   for (std::int64_t c = 0; c < n; c += blk) fwht(y + c, blk);
-  for (std::int64_t i = 0; i < n; ++i) y[i] = divRn(mulRn(y[i], rhtSign(static_cast<int>(i % blk))), static_cast<float>(blk));
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = divRn(mulRn(y[i], rhtSign(static_cast<int>(i % blk))), static_cast<float>(blk));
 }
 
 /// n values into a row of type t (whole blocks for the block types; any n for F16 / BF16). `scale`: NVFP4's global

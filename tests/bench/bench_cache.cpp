@@ -289,15 +289,14 @@ int main(int argc, char** argv) {
     for (std::int64_t ctx : {256, 1024, 4096, 16384}) b->Arg(ctx);
     b->Unit(benchmark::kMillisecond);
   }
-  for (const char* spec : {"dynamic", "fp8:overflow=saturate", "quanto:nbits=4", "hqq:nbits=4", "kivi",
-                           "llamacpp:type_k=q4_0,type_v=q4_0", "vllm", "vllm:kv=ultraquant_4bit", "mxfp4",
-                           "vllm:kv=int4_per_token_head", "vllm:kv=turboquant_k8v4", "vllm:kv=turboquant_4bit_nc",
-                           "vllm:kv=turboquant_3bit_nc"})
+  for (const char* spec :
+       {"dynamic", "fp8:overflow=saturate", "quanto:nbits=4", "hqq:nbits=4", "kivi", "llamacpp:type_k=q4_0,type_v=q4_0",
+        "vllm", "vllm:kv=ultraquant_4bit", "mxfp4", "vllm:kv=int4_per_token_head", "vllm:kv=turboquant_k8v4",
+        "vllm:kv=turboquant_4bit_nc", "vllm:kv=turboquant_3bit_nc"})
     for (bool simd : {true, false}) {
       // The block-row formats (llamacpp, vllm, mxfp4) have no AVX2 path of their own to switch off.
       const std::string s(spec);
-      if (!simd && (s == "dynamic" || s.find("llamacpp") == 0 || s.find("vllm") == 0 || s.find("mxfp4") == 0))
-        continue;
+      if (!simd && (s == "dynamic" || s.find("llamacpp") == 0 || s.find("vllm") == 0 || s.find("mxfp4") == 0)) continue;
       const std::string name = std::string("attend/") + spec + (simd ? "" : "/portable");
       auto* b = benchmark::RegisterBenchmark(name.c_str(),
                                              [spec, simd](benchmark::State& st) { attendBench(st, spec, simd); });

@@ -73,20 +73,20 @@ TEST(CacheCuda, Fp8LayerMatchesTheCpuLayer) {
   }
 }
 
-// llama.cpp's cache types, vLLM's FP4, per-token-head and TurboQuant caches and MXFP4 on CUDA states: the rows are written by the
-// CUDA twin of the CPU codecs (the same scalar code), so what update() returns is the CPU layer's bit for bit;
-// attention (fused: one layer dequantized on the device, then LibTorch's) agrees within float rounding, and so do the
-// rounded queries (bit for bit but UltraQuant's, rotated by a matmul on each device).
+// llama.cpp's cache types, vLLM's FP4, per-token-head and TurboQuant caches and MXFP4 on CUDA states: the rows are
+// written by the CUDA twin of the CPU codecs (the same scalar code), so what update() returns is the CPU layer's bit
+// for bit; attention (fused: one layer dequantized on the device, then LibTorch's) agrees within float rounding, and so
+// do the rounded queries (bit for bit but UltraQuant's, rotated by a matmul on each device).
 TEST(CacheCuda, KvRowLayersMatchTheCpuLayer) {
   KVS_NEED_CUDA();
   const at::Device dev(at::kCUDA, 0);
-  for (const std::string spec : {"llamacpp", "llamacpp:type_k=q4_0,type_v=q4_0", "llamacpp:type_k=q4_1,type_v=q5_0",
-                                 "llamacpp:type_k=q5_1,type_v=iq4_nl,rot=off", "llamacpp:type_k=f16,type_v=bf16,rot=on",
-                                 "llamacpp:type_k=iq4_nl,type_v=q8_0,attention=reference", "vllm",
-                                 "vllm:kv=nvfp4_4over6,scale=unit", "vllm:kv=ultraquant_4bit", "mxfp4:rot=on",
-                                 "vllm:kv=int8_per_token_head", "vllm:kv=fp8_per_token_head,attention=reference",
-                                 "vllm:kv=int4_per_token_head", "vllm:kv=turboquant_k8v4", "vllm:kv=turboquant_4bit_nc",
-                                 "vllm:kv=turboquant_3bit_nc,attention=reference"}) {
+  for (const std::string spec :
+       {"llamacpp", "llamacpp:type_k=q4_0,type_v=q4_0", "llamacpp:type_k=q4_1,type_v=q5_0",
+        "llamacpp:type_k=q5_1,type_v=iq4_nl,rot=off", "llamacpp:type_k=f16,type_v=bf16,rot=on",
+        "llamacpp:type_k=iq4_nl,type_v=q8_0,attention=reference", "vllm", "vllm:kv=nvfp4_4over6,scale=unit",
+        "vllm:kv=ultraquant_4bit", "mxfp4:rot=on", "vllm:kv=int8_per_token_head",
+        "vllm:kv=fp8_per_token_head,attention=reference", "vllm:kv=int4_per_token_head", "vllm:kv=turboquant_k8v4",
+        "vllm:kv=turboquant_4bit_nc", "vllm:kv=turboquant_3bit_nc,attention=reference"}) {
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
       SCOPED_TRACE(spec + " " + std::string(c10::toString(dt)));
       const auto cfg = cache::parseSpec(spec);

@@ -81,7 +81,8 @@ TEST(TurboQuantParity, SlotSizesAndBoundaryLayersAreVllms) {
     const int L = layers[i];
     std::vector<bool> skipped(static_cast<std::size_t>(L), false);
     for (int j = 0; j < skip.size(1); ++j)
-      if (skip[i][j].item<std::int64_t>() >= 0) skipped[static_cast<std::size_t>(skip[i][j].item<std::int64_t>())] = true;
+      if (skip[i][j].item<std::int64_t>() >= 0)
+        skipped[static_cast<std::size_t>(skip[i][j].item<std::int64_t>())] = true;
     for (const char* kv : {"turboquant_k8v4", "turboquant_3bit_nc"}) {
       const cache::KvCache c(cache::parseSpec(std::string("vllm:kv=") + kv), L);
       for (int l = 0; l < L; ++l)
@@ -125,7 +126,8 @@ TEST(TurboQuantParity, StoredBytesAndReadBackAreVllms) {
         else
           kernels::dequantizeKvRow(p.keys, want, D, back.data());
         for (std::int64_t i = 0; i < D; ++i) {
-          const int ours = c10::Half(back[static_cast<std::size_t>(i)]).x, theirs = c10::Half(kdeq[r][i].item<float>()).x;
+          const int ours = c10::Half(back[static_cast<std::size_t>(i)]).x,
+                    theirs = c10::Half(kdeq[r][i].item<float>()).x;
           keyReadMismatch += ours != theirs;
           EXPECT_LE(std::abs(ours - theirs), 1) << "row " << r << " channel " << i;  // one fp16 step at most
         }

@@ -43,7 +43,8 @@ std::vector<float> lloydMax(int d, int bits) {
   for (int i = 0; i < n; ++i) c[static_cast<std::size_t>(i)] = lo + (hi - lo) * (i + 0.5) / n;
   for (int it = 0; it < 200; ++it) {
     std::vector<double> edges{lo * 3};
-    for (int i = 0; i + 1 < n; ++i) edges.push_back((c[static_cast<std::size_t>(i)] + c[static_cast<std::size_t>(i) + 1]) / 2.0);
+    for (int i = 0; i + 1 < n; ++i)
+      edges.push_back((c[static_cast<std::size_t>(i)] + c[static_cast<std::size_t>(i) + 1]) / 2.0);
     edges.push_back(hi * 3);
     std::vector<double> next(static_cast<std::size_t>(n));
     double moved = 0.0;

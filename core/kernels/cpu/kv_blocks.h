@@ -22,8 +22,7 @@ inline constexpr std::uint32_t kTypeNvfp4 = 1000, kTypeNvfp4FourOverSix = 1001, 
                                kTypeUltraquant = 1003;
 /// vLLM's per-token-head caches: each row's int8 or e4m3 codes, then its float32 scale; int4 codes after vLLM's
 /// randomized Hadamard transform, then the float32 scale carrying the zero point in its low 4 bits.
-inline constexpr std::uint32_t kTypeInt8PerTokenHead = 1010, kTypeFp8PerTokenHead = 1011,
-                               kTypeInt4PerTokenHead = 1012;
+inline constexpr std::uint32_t kTypeInt8PerTokenHead = 1010, kTypeFp8PerTokenHead = 1011, kTypeInt4PerTokenHead = 1012;
 /// vLLM's TurboQuant rows: keys as 3- or 4-bit Lloyd-Max codes of the Hadamard-rotated unit vector and an fp16 norm,
 /// or e4m3 without a scale (turboquant_k8v4); values as 3- or 4-bit uniform codes with an fp16 scale and zero.
 inline constexpr std::uint32_t kTypeTqKey3 = 1020, kTypeTqKey4 = 1021, kTypeTqKeyFp8 = 1022, kTypeTqValue3 = 1023,
