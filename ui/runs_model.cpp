@@ -106,6 +106,11 @@ QString nothingQuantizedReason(const RunSnapshot& run) {
         .arg(head, backend)
         .arg(c.resolvedResidualLength())
         .arg(held);
+  if (c.backend == cache::Backend::Vllm && cache::vllmBoundarySkip(c.vllmKv))
+    return QObject::tr(
+               "%1 (%2; %3): under %4 vLLM keeps the first and last two layers unquantized; select a layer "
+               "between them")
+        .arg(head, backend, held, QString::fromStdString(std::string(cache::vllmKvName(c.vllmKv))));
   return QObject::tr("%1 (%2; %3)").arg(head, backend, held);
 }
 

@@ -352,6 +352,15 @@ class WindowTest : public QObject {
     d->config = cache::parseSpec("dynamic");
     w_->onRunUpdated(d);
     QVERIFY(w_->findChild<QLabel*>("errorLegend")->text().contains("dynamic stores every token unquantized"));
+    // TurboQuant's boundary layers: the run is quantized, but not the layer in view.
+    auto t = std::make_shared<ui::RunSnapshot>(*b);
+    t->runId = 953;
+    t->spec = "vllm:kv=turboquant_4bit_nc";
+    t->config = cache::parseSpec(t->spec.toStdString());
+    w_->onRunUpdated(t);
+    const QString boundary = w_->findChild<QLabel*>("errorLegend")->text();
+    QVERIFY2(boundary.contains("turboquant_4bit_nc vLLM keeps the first and last two layers unquantized"),
+             qPrintable(boundary));
   }
 
   void selectingRunsSwitchesEveryViewAndTwoShowTheirDifference() {
