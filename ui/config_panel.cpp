@@ -100,8 +100,10 @@ void ConfigPanel::showKept(bool kept) {
   dropKept_->setVisible(kept);
   if (!kept) return;
   kept_->setText(config_.mixed() ? tr("Per-layer config (the form shows one side of it):\n%1").arg(spec())
-                                 : tr("Calibrated scales for %1 layers (from a config file) are kept with this config")
-                                       .arg(config_.keyScales.size()));
+                 : config_.tiered()
+                     ? tr("Tiers by age (the form shows the oldest tier's format):\n%1").arg(spec())
+                     : tr("Calibrated scales for %1 layers (from a config file) are kept with this config")
+                           .arg(config_.keyScales.size()));
 }
 
 void ConfigPanel::revalidate() {
@@ -162,6 +164,7 @@ bool ConfigPanel::setConfig(const cache::CacheConfig& cfg) {
   // A per-layer config shows its mirror (one quantizing side) in the form: its fields say which backend it centres on.
   cache::CacheConfig shown = cfg;
   shown.layers.clear();
+  shown.tiers.clear();
   shown.keyScales.clear();
   shown.valueScales.clear();
   {
@@ -173,7 +176,7 @@ bool ConfigPanel::setConfig(const cache::CacheConfig& cfg) {
   rebuildForm();
   fillForm(shown);
   config_ = cfg;
-  showKept(cfg.mixed() || !cfg.keyScales.empty());
+  showKept(cfg.mixed() || cfg.tiered() || !cfg.keyScales.empty());
   revalidate();
   return valid_;
 }

@@ -115,7 +115,7 @@ void MainWindow::buildDocks() {
   tokenErrors_ = new TokenErrorDock(selection_, this);
   auto* md = addDock(this, tr("KV memory"), "memoryDock", memory_, Qt::RightDockWidgetArea);
   // One tab group: the three plots stacked need more height than a 1080p screen has beside the bottom docks.
-  tabifyDockWidget(md, addDock(this, tr("FP8 scales"), "scalesDock", scales_, Qt::RightDockWidgetArea));
+  tabifyDockWidget(md, addDock(this, tr("Scales"), "scalesDock", scales_, Qt::RightDockWidgetArea));
   tabifyDockWidget(
       md, addDock(this, tr("Quantization error: layer x head"), "errorDock", errors_, Qt::RightDockWidgetArea));
   md->raise();

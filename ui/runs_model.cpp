@@ -31,11 +31,12 @@ QString figure(double x, char format, int precision) {
   return QString::number(x, format, precision);
 }
 
-// A run's config as ordered (key, value) pairs: the backend, then every option resolved. A per-layer config is its
-// SPEC whole (its rules are what tell it apart); a run without a recorded config is its label.
+// A run's config as ordered (key, value) pairs: the backend, then every option resolved. A per-layer or tiered config
+// is its SPEC whole (its rules or tiers are what tell it apart); a run without a recorded config is its label.
 QVector<QPair<QString, QString>> facets(const RunSnapshot& run) {
   QVector<QPair<QString, QString>> out;
-  if (!run.config || run.config->mixed()) return {qMakePair(QString("config"), parseRunLabel(run.spec).spec)};
+  if (!run.config || run.config->mixed() || run.config->tiered())
+    return {qMakePair(QString("config"), parseRunLabel(run.spec).spec)};
   const cache::CacheConfig& c = *run.config;
   out.append(qMakePair(QString("backend"), QString::fromStdString(std::string(cache::backendName(c.backend)))));
   for (const auto& o : cache::backendOptions(c.backend))
@@ -99,6 +100,11 @@ QString nothingQuantizedReason(const RunSnapshot& run) {
   const QString backend = QString::fromStdString(std::string(cache::backendName(c.backend)));
   if (c.backend == cache::Backend::Dynamic)
     return QObject::tr("run #%1: dynamic stores every token unquantized, so there is no error to show").arg(run.runId);
+  if (c.tiered())
+    return QObject::tr(
+               "%1: tiers by age; the error views follow the newest tier (%2: 16 bits, nothing quantized), "
+               "and what the older tiers' formats do to a token is not shown yet")
+        .arg(head, QString::fromStdString(c.tiers.front().format));
   const QString held =
       QObject::tr("%1 prompt + %2 generated tokens so far").arg(run.promptTokens).arg(run.tokens.size());
   if (c.backend == cache::Backend::Kivi || c.backend == cache::Backend::Quanto || c.backend == cache::Backend::Hqq)

@@ -117,6 +117,7 @@ struct TokenView {
   QVector<QPair<QString, float>> refTop;  ///< the same under the shadow reference (when the run has one)
   qint64 kvStored = 0;                    ///< cache bytes stored after this step (payload + scales/zeros + residual)
   qint64 kvUnquantized = 0;               ///< the same tokens at the model dtype
+  QVector<qint64> kvTiers;                ///< tiers by age (`tiers=`): the bytes each tier stores, newest first
 };
 
 /// Absolute quantization error |x̂ - x| per (token, head, channel) of one layer's keys and values over the run so far

@@ -191,6 +191,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
       if (const auto i = static_cast<std::size_t>(snap->tokens.size()); i < stepMemory.size()) {
         t.kvStored = stepMemory[i].stored();
         t.kvUnquantized = stepMemory[i].unquantized;
+        for (const std::int64_t b : stepMemory[i].tiers) t.kvTiers << b;
       }
       snap->tokens.append(t);
     }
@@ -474,6 +475,7 @@ void Engine::run(const ui::RunRequest& r) {
                 {QString::fromStdString(d_->session->tokenizer().tokenText(static_cast<std::int32_t>(id))), lp});
           t.kvStored = ev.memory.stored();
           t.kvUnquantized = ev.memory.unquantized;
+          for (const std::int64_t b : ev.memory.tiers) t.kvTiers << b;
           snap->tokens.append(t);
           d_->recorder.record(*kv);
           if (ev.step == 0)

@@ -87,6 +87,15 @@ class ConfigError : public Error {
 
 struct LayerRule;
 
+/// One tier of a config by age (`tiers=256:bf16,4096:fp8,*:nvfp4`): the tokens younger than `age` that no newer tier
+/// holds, stored in `format` (a row format: f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, fp8, int8, int4, nvfp4,
+/// nvfp4_4over6, mxfp4; tierFormatConfig). age 0: `*`, every older token (the last tier).
+struct AgeTier {
+  std::int64_t age = 0;
+  std::string format;
+  bool operator==(const AgeTier&) const = default;
+};
+
 struct CacheConfig {
   Backend backend = Backend::Dynamic;
 
@@ -139,6 +148,11 @@ struct CacheConfig {
   std::vector<LayerRule> layers;
   bool mixed() const { return !layers.empty(); }
 
+  // Tiers by age (`tiers=...`): each layer keeps its newest tokens in the first tier's format and moves older ones
+  // down. The fields above then describe the oldest tier's format (the exports' and bits per value's view).
+  std::vector<AgeTier> tiers;
+  bool tiered() const { return !tiers.empty(); }
+
   bool operator==(const CacheConfig&) const = default;
 };
 
@@ -183,9 +197,13 @@ void setOption(CacheConfig& cfg, std::string_view key, std::string_view value);
 std::string optionValue(const CacheConfig& cfg, std::string_view key);
 
 /// `fp8`, `quanto:nbits=2,q_group_size=32`, `hqq:nbits=3,axis_key=1`, `dynamic`, a per-layer config
-/// `layers=RANGE:BODY;...` (RANGE `*`, `N` or `N-M`; BODY a SPEC for keys and values, or `K=SPEC,V=SPEC`), or a path
-/// to a JSON config (kvscope's file or a bare transformers cache_config). Validated. Throws ConfigError.
+/// `layers=RANGE:BODY;...` (RANGE `*`, `N` or `N-M`; BODY a SPEC for keys and values, or `K=SPEC,V=SPEC`), tiers by
+/// age `tiers=AGE:FORMAT,...,*:FORMAT`, or a path to a JSON config (kvscope's file or a bare transformers
+/// cache_config). Validated. Throws ConfigError.
 CacheConfig parseSpec(std::string_view spec);
+/// The single-backend config a tier format names (`q8_0`: llamacpp with q8_0 keys and values; `fp8`, `int8`, `int4`:
+/// vLLM's per-token-head caches; `nvfp4`, `nvfp4_4over6`: vllm; `mxfp4`). Throws ConfigError naming the formats.
+CacheConfig tierFormatConfig(std::string_view format);
 /// Parses kvscope's config file or a bare transformers cache_config dict. Validated. Throws ConfigError.
 CacheConfig configFromJson(std::string_view text, std::string_view origin = "config");
 /// Reads and parses a JSON config file. Throws ConfigError (also for unreadable files).

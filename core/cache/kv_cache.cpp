@@ -46,6 +46,7 @@ void applyVllmBoundarySkip(CacheConfig& side, int layer, int numLayers) {
 std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path) {
   validate(cfg);
   if (cfg.mixed()) throw ConfigError("layers", "a per-layer config builds a whole cache (KvCache), not a single layer");
+  if (cfg.tiered()) return detail::makeTieredLayer(cfg, stats, path);
   auto layer = makeBackendLayer(cfg, stats, path);
   if (cfg.sink > 0) return detail::makeSinkLayer(cfg.sink, std::move(layer), stats);
   return layer;

@@ -139,6 +139,8 @@ std::string rowTypeName(const CacheConfig& cfg, bool keys) {
     case kernels::kTypeInt8PerTokenHead:
     case kernels::kTypeFp8PerTokenHead:
     case kernels::kTypeInt4PerTokenHead:
+    case kernels::kTypeInt4PerTokenHeadF16:
+    case kernels::kTypeInt4PerTokenHeadBf16:
     case kernels::kTypeTqKey3:
     case kernels::kTypeTqKey4:
     case kernels::kTypeTqKeyFp8:
@@ -193,6 +195,8 @@ class KvRowLayer final : public CacheLayer {
     for (Side* s : {&k_, &v_}) {
       s->rows.clear();
       s->mirror.clear();
+      s->scaleHist.clear();
+      s->codeHist.clear();
     }
     layout_ = at::Tensor();
     clearStats();
@@ -229,6 +233,25 @@ class KvRowLayer final : public CacheLayer {
   // llama.cpp's keys only: V's rows are not permuted, and the other engines keep the model's channel order.
   void setInterleavedRopePairs(bool on) override { k_.interleaved = on && backend_ == Backend::LlamaCpp; }
 
+  // Tiers by age (TieredLayer): stores states as update() does, without returning them; the first n tokens decoded
+  // (float32, the model's channel order); those tokens dropped; what attention reads.
+  void append(const at::Tensor& k, const at::Tensor& v) { store(k, v); }
+  std::pair<at::Tensor, at::Tensor> oldest(std::int64_t n) const {
+    const auto read = [&](const Side& s) {
+      const at::Tensor d =
+          kernels::readKvRows(s.rows.view().narrow(2, 0, n), s.type, layout_.size(3), s.rotation, s.scale);
+      return permuted(s) ? kernels::deinterleaveHalves(d).contiguous() : d;
+    };
+    return {read(k_), read(v_)};
+  }
+  void dropOldest(std::int64_t n) {
+    for (Side* s : {&k_, &v_}) {
+      s->rows.dropFront(n);
+      if (s->mirror.defined()) s->mirror.dropFront(n);
+    }
+  }
+  std::pair<SourcePtr, SourcePtr> sources() const { return {source(k_), source(v_)}; }
+
   LayerMemory memory() const override {
     LayerMemory m;
     for (auto [mem, s] : {std::pair{&m.keys, &k_}, std::pair{&m.values, &v_}}) {
@@ -255,7 +278,25 @@ class KvRowLayer final : public CacheLayer {
     SeqBuffer mirror;          // reference mode: the dequantized rows, input dtype
     std::int64_t elementsPerToken = 0;  // B * H * D
     std::int64_t inputElementSize = 0;
+    // Statistics: the stored scales by binade and the codes by value, over the rows stored since the last reset.
+    std::vector<std::int64_t> scaleHist, codeHist;
+    std::string scaleKind;
   };
+
+  // Adds the newest `T` tokens' rows of a side to its histograms (one host copy of those rows on a device).
+  static void countRows(Side& s, std::int64_t T) {
+    if (s.scaleHist.empty()) {
+      s.scaleHist.assign(256, 0);
+      s.codeHist.assign(16, 0);
+    }
+    const at::Tensor all = s.rows.view();
+    const at::Tensor rows = all.narrow(2, all.size(2) - T, T).to(at::kCPU).contiguous();
+    const std::int64_t rowBytes = rows.size(3), n = rows.numel() / std::max<std::int64_t>(rowBytes, 1);
+    const std::int64_t D = s.elementsPerToken / std::max<std::int64_t>(all.size(0) * all.size(1), 1);
+    const std::uint8_t* p = rows.const_data_ptr<std::uint8_t>();
+    for (std::int64_t r = 0; r < n; ++r)
+      s.scaleKind = kernels::kvRowHistogram(s.type, p + r * rowBytes, D, s.scaleHist.data(), s.codeHist.data());
+  }
 
   SourcePtr source(const Side& s) const {
     return kvRowSource(s.rows.view(), s.type, layout_.size(3), s.rotation, permuted(s), s.scale);
@@ -314,8 +355,13 @@ class KvRowLayer final : public CacheLayer {
         s->rotation = rotationFor(*s, D, keys);
         if (s->type == kernels::kTypeNvfp4 || s->type == kernels::kTypeNvfp4FourOverSix)
           s->scale = unitScale_ ? 1.0f : globalScale(*x);
+        // vLLM casts int4's transform to the model's dtype before its codes: the row type follows the states' dtype.
+        if (kernels::kvcodec::isInt4PerTokenHead(s->type))
+          s->type = x->scalar_type() == at::kHalf       ? kernels::kTypeInt4PerTokenHeadF16
+                    : x->scalar_type() == at::kBFloat16 ? kernels::kTypeInt4PerTokenHeadBf16
+                                                        : kernels::kTypeInt4PerTokenHead;
         if ((s->type == kernels::kTypeInt8PerTokenHead || s->type == kernels::kTypeFp8PerTokenHead ||
-             s->type == kernels::kTypeInt4PerTokenHead) &&
+             kernels::kvcodec::isInt4PerTokenHead(s->type)) &&
             D < 32)
           throw CacheError(
               fmt::format("vllm: {} runs on vLLM's Triton attention backend, which takes head sizes of "
@@ -346,6 +392,12 @@ class KvRowLayer final : public CacheLayer {
       if (statsOptions_.enabled) {
         recordAmax(*st, *x);
         recordError(*st, *x, deq.to(x->scalar_type()), start);
+        countRows(*side, x->size(2));
+        if (!side->scaleKind.empty()) {  // a 16-bit side or FP8 keys without a scale have nothing to count
+          st->scaleHistogram = side->scaleHist;
+          st->codeHistogram = side->codeHist;
+          st->scaleKind = side->scaleKind;
+        }
       }
       if (!fused()) side->mirror.append(deq.to(x->scalar_type()));
     }
@@ -389,7 +441,141 @@ class KvRowLayer final : public CacheLayer {
   at::Tensor layout_;    // [B, H, 0, D] in the input dtype: what later updates must continue
 };
 
+// `tiers=AGE:FORMAT,...,*:FORMAT`: the newest tokens in the first tier's rows, each older tier in its own format. A
+// tier holds the tokens younger than its age that no newer tier holds; when a tier holds a page of 16 tokens (vLLM's
+// block) or more beyond its share, its oldest whole pages move down one tier: decoded from the rows they were stored
+// in, cast to the model's dtype and stored again in the next tier's format (engines re-quantize a cold page from its
+// stored form), once per tier. Attention reads every tier's rows in token order, oldest first. The newest tier keeps
+// the statistics (each token's error when it arrived); memory reports each tier's bytes (TensorMemory::tiers).
+class TieredLayer final : public CacheLayer {
+ public:
+  TieredLayer(const CacheConfig& cfg, const StatsOptions& s, kernels::KernelPath path)
+      : CacheLayer(s, cfg.attention, path) {
+    std::int64_t younger = 0;
+    for (std::size_t i = 0; i < cfg.tiers.size(); ++i) {
+      const AgeTier& t = cfg.tiers[i];
+      StatsOptions ts = s;
+      ts.enabled = s.enabled && i == 0;  // the older tiers re-store tokens: their errors are the newest tier's
+      Tier tier{std::make_unique<KvRowLayer>(tierFormatConfig(t.format), ts, path), t.age > 0 ? t.age - younger : 0};
+      younger = t.age;
+      tiers_.push_back(std::move(tier));
+    }
+  }
+
+  std::pair<at::Tensor, at::Tensor> updateReference(const at::Tensor& k, const at::Tensor& v) override {
+    store(k, v);
+    std::vector<at::Tensor> ks, vs;
+    for (auto it = tiers_.rbegin(); it != tiers_.rend(); ++it) {
+      const std::int64_t n = it->layer->seqLength();
+      if (n == 0) continue;
+      auto [a, b] = it->layer->oldest(n);
+      ks.push_back(a.to(k.scalar_type()));
+      vs.push_back(b.to(v.scalar_type()));
+    }
+    return {at::cat(ks, 2), at::cat(vs, 2)};
+  }
+
+  Staged stage(const at::Tensor& k, const at::Tensor& v) override {
+    if (!fused()) return CacheLayer::stage(k, v);
+    store(k, v);
+    std::vector<SourcePtr> ks, vs;
+    for (auto it = tiers_.rbegin(); it != tiers_.rend(); ++it) {
+      if (it->layer->seqLength() == 0) continue;
+      auto [a, b] = it->layer->sources();
+      ks.push_back(std::move(a));
+      vs.push_back(std::move(b));
+    }
+    Staged st;
+    st.keys = ks.size() == 1 ? ks.front() : concat(ks);
+    st.values = vs.size() == 1 ? vs.front() : concat(vs);
+    return st;
+  }
+
+  void reorder(const at::Tensor& beamIdx) override {
+    for (Tier& t : tiers_) t.layer->reorder(beamIdx);
+  }
+  void reset() override {
+    for (Tier& t : tiers_) t.layer->reset();
+    clearStats();
+    updates_ = 0;
+  }
+  void crop(std::int64_t n) override {
+    const std::int64_t len = seqLength();
+    const std::int64_t keep = n < 0 ? std::max<std::int64_t>(len + n, 0) : std::min(n, len);
+    std::int64_t remove = len - keep;  // the newest tokens first
+    for (Tier& t : tiers_) {
+      const std::int64_t has = t.layer->seqLength(), take = std::min(remove, has);
+      if (take > 0) t.layer->crop(has - take);
+      remove -= take;
+    }
+  }
+  std::int64_t seqLength() const override {
+    std::int64_t n = 0;
+    for (const Tier& t : tiers_) n += t.layer->seqLength();
+    return n;
+  }
+  Backend backend() const override { return tiers_.back().layer->backend(); }
+  void setInterleavedRopePairs(bool on) override {
+    for (Tier& t : tiers_) t.layer->setInterleavedRopePairs(on);
+  }
+  LayerMemory memory() const override {
+    LayerMemory m;
+    for (const Tier& t : tiers_) {
+      const LayerMemory tm = t.layer->memory();
+      for (auto [sum, part] : {std::pair{&m.keys, &tm.keys}, std::pair{&m.values, &tm.values}}) {
+        *sum += *part;
+        sum->tiers.push_back(part->stored());
+      }
+    }
+    return m;
+  }
+  void deferredStats(std::vector<DeferredStats*>& out) const override {
+    CacheLayer::deferredStats(out);
+    tiers_.front().layer->deferredStats(out);
+  }
+
+ private:
+  struct Tier {
+    std::unique_ptr<KvRowLayer> layer;
+    std::int64_t capacity = 0;  // tokens this tier holds before it moves pages down; 0: every older token
+  };
+  static constexpr std::int64_t kPage = 16;
+
+  void store(const at::Tensor& k, const at::Tensor& v) {
+    ++updates_;
+    offset_ = seqLength() - tiers_.front().layer->seqLength();  // tokens older than the newest tier's first
+    tiers_.front().layer->append(k, v);
+    for (std::size_t i = 0; i + 1 < tiers_.size(); ++i) {
+      KvRowLayer& from = *tiers_[i].layer;
+      const std::int64_t excess = from.seqLength() - tiers_[i].capacity;
+      if (excess < kPage) continue;
+      const std::int64_t n = excess / kPage * kPage;
+      auto [ok, ov] = from.oldest(n);
+      tiers_[i + 1].layer->append(ok.to(k.scalar_type()), ov.to(v.scalar_type()));
+      from.dropOldest(n);
+    }
+  }
+
+  // The newest tier's statistics, with positions counted from the start of the sequence.
+  void refreshStats() const override {
+    stats_ = tiers_.front().layer->stats();
+    stats_.updates = updates_;
+    for (TensorStats* t : {&stats_.keys, &stats_.values})
+      for (ErrorMap* m : {&t->error, &t->drift})
+        if (!m->empty()) m->tokenStart += offset_;
+  }
+
+  std::vector<Tier> tiers_;  // newest first
+  std::int64_t updates_ = 0;
+  std::int64_t offset_ = 0;  // at the latest update: the tokens in the older tiers before it
+};
+
 }  // namespace
+
+std::unique_ptr<CacheLayer> makeTieredLayer(const CacheConfig& cfg, const StatsOptions& stats,
+                                            kernels::KernelPath path) {
+  return std::make_unique<TieredLayer>(cfg, stats, path);
+}
 
 std::unique_ptr<CacheLayer> makeKvRowLayer(const CacheConfig& cfg, const StatsOptions& stats,
                                            kernels::KernelPath path) {

@@ -3,18 +3,20 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace kvscope::cache {
 
 /// Bytes held for the keys or the values of one layer.
 struct TensorMemory {
-  std::int64_t payload = 0;      ///< quantized states in use (fp8 codes, packed ints) or full precision (dynamic)
-  std::int64_t metadata = 0;     ///< scales and zero-points
-  std::int64_t residual = 0;     ///< full-precision residual window (quanto, hqq)
-  std::int64_t transient = 0;    ///< dequantized working buffer that attention reads (kept between steps)
-  std::int64_t reserved = 0;     ///< allocated growth room not in use yet
-  std::int64_t unquantized = 0;  ///< the same tokens held at the input dtype (what `dynamic` would use)
+  std::int64_t payload = 0;         ///< quantized states in use (fp8 codes, packed ints) or full precision (dynamic)
+  std::int64_t metadata = 0;        ///< scales and zero-points
+  std::int64_t residual = 0;        ///< full-precision residual window (quanto, hqq)
+  std::int64_t transient = 0;       ///< dequantized working buffer that attention reads (kept between steps)
+  std::int64_t reserved = 0;        ///< allocated growth room not in use yet
+  std::int64_t unquantized = 0;     ///< the same tokens held at the input dtype (what `dynamic` would use)
+  std::vector<std::int64_t> tiers;  ///< tiers by age (`tiers=`): stored bytes per tier, newest first; else empty
   std::int64_t held() const { return payload + metadata + residual + transient + reserved; }
   /// The cache proper, without the working buffer and growth room: what the quantization saves against.
   std::int64_t stored() const { return payload + metadata + residual; }
@@ -27,6 +29,8 @@ struct TensorMemory {
     transient += o.transient;
     reserved += o.reserved;
     unquantized += o.unquantized;
+    if (tiers.size() < o.tiers.size()) tiers.resize(o.tiers.size(), 0);
+    for (std::size_t i = 0; i < o.tiers.size(); ++i) tiers[i] += o.tiers[i];
     return *this;
   }
 };
@@ -72,6 +76,13 @@ struct TensorStats {
   /// quanto/hqq flush: what re-quantizing the history changed in the tokens quantized before (new minus old
   /// dequantized values), in at most StatsOptions::driftRanges ranges: its size does not grow with the context.
   ErrorMap drift;
+  /// The block-row formats (llamacpp, vllm, mxfp4), over every row stored since the last reset (kernels/cpu/
+  /// kv_blocks.h, kvRowHistogram): scaleHistogram[e] counts the stored scales whose float32 exponent field is e (the
+  /// binade [2^(e-127), 2^(e-126)); 0: zero or subnormal), what `scaleKind` names (NVFP4's E4M3 block scales, MXFP4's
+  /// E8M0, TurboQuant's key norms, ...); codeHistogram[c] counts the stored 3- or 4-bit codes c (TurboQuant's
+  /// centroid occupancy, E2M1 codes, int4). Empty for the other layers.
+  std::vector<std::int64_t> scaleHistogram, codeHistogram;
+  std::string scaleKind;
 };
 
 struct LayerStats {

@@ -40,7 +40,9 @@ enum Type : std::uint32_t {
   INT8_PER_TOKEN_HEAD = 1010,
   FP8_PER_TOKEN_HEAD = 1011,
   INT4_PER_TOKEN_HEAD = 1012,
-  TQ_KEY3 = 1020,  // TurboQuant's keys: Lloyd-Max codes of the rotated unit vector, its fp16 norm
+  INT4_PER_TOKEN_HEAD_F16 = 1013,   // the transform rounded to fp16 before the codes (an fp16 model's cast)
+  INT4_PER_TOKEN_HEAD_BF16 = 1014,  // ... to bf16
+  TQ_KEY3 = 1020,                   // TurboQuant's keys: Lloyd-Max codes of the rotated unit vector, its fp16 norm
   TQ_KEY4 = 1021,
   TQ_KEY_FP8 = 1022,  // turboquant_k8v4's keys: e4m3 without a scale
   TQ_VALUE3 = 1023,   // TurboQuant's values: uniform codes, fp16 scale and zero
@@ -69,6 +71,10 @@ KVS_HD fp4::Format fp4Format(std::uint32_t t) {
 KVS_HD bool isPerTokenHead(std::uint32_t t) {
   return t == INT8_PER_TOKEN_HEAD || t == FP8_PER_TOKEN_HEAD;
 }
+/// vLLM's int4 per-token-head rows, whatever the model's dtype.
+KVS_HD bool isInt4PerTokenHead(std::uint32_t t) {
+  return t == INT4_PER_TOKEN_HEAD || t == INT4_PER_TOKEN_HEAD_F16 || t == INT4_PER_TOKEN_HEAD_BF16;
+}
 /// vLLM's TurboQuant rows (turboquant_*): keys and values in their own types.
 KVS_HD bool isTurboQuant(std::uint32_t t) {
   return t >= TQ_KEY3 && t <= TQ_VALUE4;
@@ -79,7 +85,7 @@ KVS_HD int tqBits(std::uint32_t t) {
 }
 KVS_HD bool isKvType(std::uint32_t t) {
   return t == F16 || t == BF16 || t == Q8_0 || t == Q4_0 || t == Q4_1 || t == Q5_0 || t == Q5_1 || t == IQ4_NL ||
-         isFp4(t) || isPerTokenHead(t) || t == INT4_PER_TOKEN_HEAD || isTurboQuant(t);
+         isFp4(t) || isPerTokenHead(t) || isInt4PerTokenHead(t) || isTurboQuant(t);
 }
 KVS_HD bool isHalfWidth(std::uint32_t t) {
   return t == F16 || t == BF16;
@@ -89,7 +95,7 @@ KVS_HD bool isHalfWidth(std::uint32_t t) {
 KVS_HD int blockValues(std::uint32_t t) {
   if (isFp4(t)) return fp4::blockValues(fp4Format(t));
   if (isTurboQuant(t)) return t == TQ_KEY_FP8 ? 1 : 8;
-  if (t == INT4_PER_TOKEN_HEAD) return 2;
+  if (isInt4PerTokenHead(t)) return 2;
   return isHalfWidth(t) || isPerTokenHead(t) ? 1 : 32;
 }
 
@@ -122,14 +128,14 @@ KVS_HD int scaleBytes(std::uint32_t t) {
 /// codes, an fp16 scale and an fp16 zero); n / blockValues(t) blocks for the others (whole blocks).
 KVS_HD std::int64_t rowBytes(std::uint32_t t, std::int64_t n) {
   if (isPerTokenHead(t)) return n + 4;
-  if (t == INT4_PER_TOKEN_HEAD) return n / 2 + 4;
+  if (isInt4PerTokenHead(t)) return n / 2 + 4;
   if (t == TQ_KEY_FP8) return n;
   if (isTurboQuant(t)) return n * tqBits(t) / 8 + (t == TQ_KEY3 || t == TQ_KEY4 ? 2 : 4);
   return isHalfWidth(t) ? 2 * n : n / blockValues(t) * blockBytes(t);
 }
 /// The bytes of such a row that are scales (and minimums, norms).
 KVS_HD std::int64_t rowScaleBytes(std::uint32_t t, std::int64_t n) {
-  if (isPerTokenHead(t) || t == INT4_PER_TOKEN_HEAD) return 4;
+  if (isPerTokenHead(t) || isInt4PerTokenHead(t)) return 4;
   if (isTurboQuant(t)) return rowBytes(t, n) - n * tqBits(t) / 8;
   return isHalfWidth(t) ? 0 : n / blockValues(t) * scaleBytes(t);
 }
@@ -648,9 +654,15 @@ KVS_HD void encodeInt4Transformed(const float* y, std::int64_t n, std::uint8_t* 
   const std::uint32_t u = (floatBits(scale) & ~0xFu) | static_cast<std::uint32_t>(zp);
   for (int k = 0; k < 4; ++k) out[n / 2 + k] = static_cast<std::uint8_t>(u >> (8 * k));
 }
-KVS_HD void encodeInt4PerTokenHead(const float* x, std::int64_t n, std::uint8_t* out) {
+/// `t`: INT4_PER_TOKEN_HEAD quantizes the float32 transform (a float32 model); the _F16 / _BF16 types round it to
+/// the model's dtype first, as vLLM's writer casts it (`.to(key.dtype)`) before its kernel reads it.
+KVS_HD void encodeInt4PerTokenHead(std::uint32_t t, const float* x, std::int64_t n, std::uint8_t* out) {
   float y[kMaxRow];
   rhtForward(x, n, y);
+  if (t == INT4_PER_TOKEN_HEAD_F16)
+    for (std::int64_t i = 0; i < n; ++i) y[i] = halfValue(halfBits(y[i]));
+  else if (t == INT4_PER_TOKEN_HEAD_BF16)
+    for (std::int64_t i = 0; i < n; ++i) y[i] = bf16Value(bf16Bits(y[i]));
   encodeInt4Transformed(y, n, out);
 }
 KVS_HD void decodeInt4PerTokenHead(const std::uint8_t* in, std::int64_t n, float* y) {
@@ -671,7 +683,7 @@ KVS_HD void decodeInt4PerTokenHead(const std::uint8_t* in, std::int64_t n, float
 KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint8_t* out, float scale = 1.0f) {
   if (isFp4(t)) return fp4::encodeRow(fp4Format(t), x, n, scale, out);
   if (isPerTokenHead(t)) return encodePerTokenHead(t == FP8_PER_TOKEN_HEAD, x, n, out);
-  if (t == INT4_PER_TOKEN_HEAD) return encodeInt4PerTokenHead(x, n, out);
+  if (isInt4PerTokenHead(t)) return encodeInt4PerTokenHead(t, x, n, out);
   if (t == TQ_VALUE3 || t == TQ_VALUE4) return encodeTqValue(t, x, n, out);
   if (isTurboQuant(t)) return encodeTqKey(t, x, n, out);
   if (t == F16 || t == BF16) {
@@ -686,7 +698,7 @@ KVS_HD void encodeRow(std::uint32_t t, const float* x, std::int64_t n, std::uint
 KVS_HD void decodeRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y, float scale = 1.0f) {
   if (isFp4(t)) return fp4::decodeRow(fp4Format(t), in, n, scale, y);
   if (isPerTokenHead(t)) return decodePerTokenHead(t == FP8_PER_TOKEN_HEAD, in, n, y);
-  if (t == INT4_PER_TOKEN_HEAD) return decodeInt4PerTokenHead(in, n, y);
+  if (isInt4PerTokenHead(t)) return decodeInt4PerTokenHead(in, n, y);
   if (t == TQ_VALUE3 || t == TQ_VALUE4) return decodeTqValue(t, in, n, y);
   if (isTurboQuant(t)) return decodeTqKey(t, in, n, y);
   if (t == F16 || t == BF16) {

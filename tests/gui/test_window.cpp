@@ -1,6 +1,7 @@
 // The window alone (no engine, no model): its size on a small screen, the View menu, the message bar, and the advice
 // for a run that stored NaN, fed synthetic snapshots.
 #include "gui_tests.h"
+#include "kernels/cpu/kv_blocks.h"
 
 using namespace kvscope;
 
@@ -361,6 +362,15 @@ class WindowTest : public QObject {
     const QString boundary = w_->findChild<QLabel*>("errorLegend")->text();
     QVERIFY2(boundary.contains("turboquant_4bit_nc vLLM keeps the first and last two layers unquantized"),
              qPrintable(boundary));
+    // Tiers by age whose newest tier is 16-bit: the views follow that tier, and say so.
+    auto tiered = std::make_shared<ui::RunSnapshot>(*b);
+    tiered->runId = 954;
+    tiered->spec = "tiers=32:bf16,*:nvfp4";
+    tiered->config = cache::parseSpec(tiered->spec.toStdString());
+    w_->onRunUpdated(tiered);
+    const QString why954 = w_->findChild<QLabel*>("errorLegend")->text();
+    QVERIFY2(why954.contains("the error views follow the newest tier (bf16"), qPrintable(why954));
+    QCOMPARE(ui::configNames({tiered}).front(), QString("tiers=32:bf16,*:nvfp4"));
   }
 
   void selectingRunsSwitchesEveryViewAndTwoShowTheirDifference() {
@@ -621,6 +631,59 @@ class WindowTest : public QObject {
     for (int e = -5; e <= 0; ++e)
       QVERIFY2(std::any_of(ticks.begin(), ticks.end(), [e](double t) { return std::abs(std::log10(t) - e) < 1e-6; }),
                qPrintable(QString("no tick at 1e%1 (%2 ticks)").arg(e).arg(ticks.size())));
+  }
+
+  void scalesDockShowsBlockScalesAndCentroidOccupancy() {
+    // A TurboQuant run: layer 1 holds 40 rows of real codec output (TurboQuant's 4-bit keys and values), layer 0 is
+    // a boundary layer (nothing stored in blocks).
+    auto r = std::make_shared<ui::RunSnapshot>();
+    r->runId = 905;
+    r->spec = "vllm:kv=turboquant_4bit_nc";
+    r->config = cache::parseSpec(r->spec.toStdString());
+    r->finished = true;
+    r->cache.memory.resize(3);
+    r->cache.stats.resize(3);
+    auto& st = r->cache.stats[1];
+    for (cache::TensorStats* t : {&st.keys, &st.values}) {
+      t->scaleHistogram.assign(256, 0);
+      t->codeHistogram.assign(16, 0);
+    }
+    std::vector<float> x(64);
+    std::vector<std::uint8_t> row(64);
+    for (int i = 0; i < 40; ++i) {
+      for (int j = 0; j < 64; ++j) x[static_cast<std::size_t>(j)] = std::sin(0.37f * (i * 64 + j)) * (1 + i % 4);
+      kernels::quantizeKvRow(kernels::kTypeTqKey4, x.data(), 64, row.data());
+      st.keys.scaleKind = kernels::kvRowHistogram(kernels::kTypeTqKey4, row.data(), 64, st.keys.scaleHistogram.data(),
+                                                  st.keys.codeHistogram.data());
+      kernels::quantizeKvRow(kernels::kTypeTqValue4, x.data(), 64, row.data());
+      st.values.scaleKind = kernels::kvRowHistogram(kernels::kTypeTqValue4, row.data(), 64,
+                                                    st.values.scaleHistogram.data(), st.values.codeHistogram.data());
+    }
+    w_->onRunUpdated(r);
+    w_->selection()->setLayer(1);
+    auto* dock = w_->scalesDock();
+    QVERIFY(dock->plot()->isHidden());  // no FP8 scales: the histograms take its room
+    QVERIFY(!dock->blockPlot()->parentWidget()->isHidden());
+    const QString title = w_->findChild<QLabel*>("blockScalesTitle")->text();
+    QVERIFY2(title.contains("layer 1") && title.contains("fp16 key norms / fp16 value scales") &&
+                 title.contains("centroid occupancy"),
+             qPrintable(title));
+    // Every key code's share, summing to 100%, the centroids near 0 used most (rotated unit vectors are ~N(0, 1/64)).
+    auto* codes = qobject_cast<QCPBars*>(dock->codePlot()->plottable(0));
+    QCOMPARE(codes->data()->size(), 16);
+    double sum = 0;
+    for (auto it = codes->data()->constBegin(); it != codes->data()->constEnd(); ++it) sum += it->value;
+    QVERIFY(std::abs(sum - 100.0) < 1e-9);
+    QVERIFY(codes->data()->at(7)->value > codes->data()->at(0)->value);
+    // The norms: rows of scale 1..4 over 64 values, norms between 2^2 and 2^5.
+    auto* norms = qobject_cast<QCPBars*>(dock->blockPlot()->plottable(0));
+    for (auto it = norms->data()->constBegin(); it != norms->data()->constEnd(); ++it)
+      if (it->value > 0) QVERIFY2(it->key > 1.5 && it->key < 5.5, qPrintable(QString::number(it->key)));
+    const QString counters = w_->findChild<QLabel*>("fp8Counters")->text();
+    QVERIFY2(counters.contains("stores block scales"), qPrintable(counters));
+    // The boundary layer stores nothing in blocks: no histograms.
+    w_->selection()->setLayer(0);
+    QVERIFY(dock->blockPlot()->parentWidget()->isHidden());
   }
 
   void exportWritesEveryTargetAndSaysWhatDoesNotCarryOver() {
@@ -894,6 +957,12 @@ class WindowTest : public QObject {
     QCOMPARE(p.spec(), QString("quanto:nbits=2,q_group_size=32"));
     QVERIFY(!p.config().mixed());
     QVERIFY(!p.findChild<QLabel*>("configKept")->isVisibleTo(&p));
+    // Tiers by age: kept whole, the form showing the oldest tier's format.
+    QVERIFY(p.setSpec("tiers=256:bf16,4096:fp8,*:nvfp4"));
+    QCOMPARE(p.spec(), QString("tiers=256:bf16,4096:fp8,*:nvfp4"));
+    QVERIFY(p.isValid() && p.config().tiered());
+    QVERIFY(p.findChild<QLabel*>("configKept")->text().startsWith("Tiers by age"));
+    QCOMPARE(p.findChild<QComboBox*>("opt_kv")->currentText(), QString("nvfp4"));
   }
 
   void sessionKeepsConfigsScalesAndErrorMaps() {

@@ -312,6 +312,12 @@ TEST(TurboQuantLayer, Int4PerTokenHeadStoresTransformedRows) {
   EXPECT_EQ(layer->memory().keys.payload, 5 * 2 * 32);
   EXPECT_EQ(toVllmFlags(parseSpec("vllm:kv=int4_per_token_head")).flags, "--kv-cache-dtype int4_per_token_head");
   EXPECT_DOUBLE_EQ(bitsPerValue(parseSpec("vllm:kv=int4_per_token_head"), 64), 4.5);
+  // An fp16 model: the transform is rounded to fp16 before the codes, as vLLM's writer casts it.
+  auto half = makeLayer(parseSpec("vllm:kv=int4_per_token_head"));
+  const at::Tensor kh = k.to(at::kHalf);
+  EXPECT_TRUE(at::equal(half->update(kh, kh).first, throughRows(kh, kernels::kTypeInt4PerTokenHeadF16).to(at::kHalf)));
+  EXPECT_FALSE(
+      at::equal(throughRows(kh, kernels::kTypeInt4PerTokenHeadF16), throughRows(kh, kernels::kTypeInt4PerTokenHead)));
   KvCache cache(parseSpec("vllm:kv=int4_per_token_head"), 6);  // no boundary skip
   EXPECT_EQ(cache.layer(0).backend(), Backend::Vllm);
 }

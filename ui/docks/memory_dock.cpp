@@ -41,10 +41,16 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   legendB_->setObjectName("memoryLegendB");
   legendB_->setFont(QFont(font().family(), 8));
   legendB_->setVisible(false);
+  legendTiers_ = new QLabel(this);
+  legendTiers_->setObjectName("memoryLegendTiers");
+  legendTiers_->setWordWrap(true);
+  legendTiers_->setFont(QFont(font().family(), 8));
+  legendTiers_->setVisible(false);
   l->addWidget(totals_);
   l->addWidget(plot_, 3);
   l->addWidget(legend);
   l->addWidget(legendB_);
+  l->addWidget(legendTiers_);
   l->addWidget(steps_, 2);
   QCPBars* below = nullptr;
   for (int i = 0; i < names.size(); ++i) {
@@ -141,6 +147,32 @@ void MemoryDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) 
     for (int i = 0; i < against->tokens.size(); ++i)
       if (against->tokens[i].kvUnquantized > 0) bstep << i, bsteps << mib(against->tokens[i].kvStored);
   steps_->graph(2)->setData(bstep, bsteps);
+  // Tiers by age: each tier's bytes over the steps (dashed, newest tier first), named in their own key.
+  const int tiers = run->tokens.isEmpty() ? 0 : static_cast<int>(run->tokens.back().kvTiers.size());
+  static const QList<QColor> kTierColours{QColor(78, 154, 6), QColor(196, 160, 0), QColor(92, 53, 102),
+                                          QColor(206, 92, 0), QColor(32, 74, 135)};
+  while (steps_->graphCount() < 3 + tiers) {
+    auto* g = steps_->addGraph();
+    g->setPen(QPen(kTierColours[(steps_->graphCount() - 4) % kTierColours.size()], 1.5, Qt::DashDotLine));
+  }
+  QStringList tierKey;
+  for (int g = 3; g < steps_->graphCount(); ++g) {
+    const int k = g - 3;
+    QVector<double> ts, tb;
+    for (int i = 0; i < run->tokens.size() && k < tiers; ++i)
+      if (k < run->tokens[i].kvTiers.size()) ts << i, tb << mib(run->tokens[i].kvTiers[k]);
+    steps_->graph(g)->setData(ts, tb);
+    steps_->graph(g)->setVisible(k < tiers);
+    if (k >= tiers) continue;
+    const bool named = run->config && k < static_cast<int>(run->config->tiers.size());
+    const QString what = named ? QString::fromStdString(run->config->tiers[static_cast<std::size_t>(k)].format)
+                               : tr("tier %1").arg(k + 1);
+    tierKey << QString("<span style='color:%1'>-&middot;-</span>&nbsp;%2 %3 MiB")
+                   .arg(steps_->graph(g)->pen().color().name(), what.toHtmlEscaped())
+                   .arg(tb.isEmpty() ? 0.0 : tb.back(), 0, 'f', 2);
+  }
+  legendTiers_->setText(tr("tiers by age (per step, below; newest first): %1").arg(tierKey.join(" &nbsp; ")));
+  legendTiers_->setVisible(tiers > 0);
   steps_->rescaleAxes();
   steps_->yAxis->setRangeLower(0);
   steps_->replot(QCustomPlot::rpQueuedReplot);

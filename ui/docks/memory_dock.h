@@ -31,6 +31,7 @@ class MemoryDock : public QWidget {
   QCPItemRect* mark_ = nullptr;
   QLabel* totals_;
   QLabel* legendB_;
+  QLabel* legendTiers_;  ///< tiers by age: each tier's line in the per-step plot
   int layers_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <qcustomplot.h>
 
+#include <QHBoxLayout>
 #include <QLabel>
 #include <QVBoxLayout>
 #include <algorithm>
@@ -55,6 +56,36 @@ ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent),
   key_->setWordWrap(true);
   key_->setFont(QFont(font().family(), 8));
   l->insertWidget(2, key_);
+  // The block-row formats: the selected layer's histograms, K beside V.
+  blockBox_ = new QWidget(this);
+  auto* bl = new QVBoxLayout(blockBox_);
+  bl->setContentsMargins(0, 0, 0, 0);
+  blockTitle_ = new QLabel(blockBox_);
+  blockTitle_->setObjectName("blockScalesTitle");
+  blockTitle_->setWordWrap(true);
+  bl->addWidget(blockTitle_);
+  auto* row = new QHBoxLayout;
+  blocks_ = new QCustomPlot(blockBox_);
+  codes_ = new QCustomPlot(blockBox_);
+  for (auto [p, x] : {std::pair{blocks_, tr("scale, log2 of its binade")}, std::pair{codes_, tr("code")}}) {
+    p->setMinimumSize(160, 120);
+    p->xAxis->setLabel(x);
+    QSharedPointer<QCPAxisTickerFixed> whole(new QCPAxisTickerFixed);  // binades and codes are whole numbers
+    whole->setTickStep(1.0);
+    whole->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    p->xAxis->setTicker(whole);
+    p->yAxis->setLabel(tr("% of stored"));
+    for (const QColor& c : {QColor(52, 101, 164), QColor(204, 0, 0)}) {
+      auto* bars = new QCPBars(p->xAxis, p->yAxis);
+      bars->setWidth(0.4);
+      bars->setPen(Qt::NoPen);
+      bars->setBrush(c);
+    }
+    row->addWidget(p, 1);
+  }
+  bl->addLayout(row, 1);
+  l->addWidget(blockBox_, 1);
+  blockBox_->setVisible(false);
   mark_ = new QCPItemStraightLine(plot_);
   mark_->setPen(QPen(QColor(204, 0, 0, 120), 1, Qt::DashLine));
   mark_->setVisible(false);
@@ -69,7 +100,60 @@ ScalesDock::ScalesDock(Selection* selection, QWidget* parent) : QWidget(parent),
   });
 }
 
+void ScalesDock::showBlocks() {
+  const int layer = sel_->layer();
+  const cache::LayerStats* st =
+      last_ && layer < static_cast<int>(last_->cache.stats.size()) ? &last_->cache.stats[layer] : nullptr;
+  const bool has = st && (!st->keys.scaleHistogram.empty() || !st->values.scaleHistogram.empty());
+  blockBox_->setVisible(has);
+  if (!has) return;
+  // Shares in percent; x: the binade's log2 (scales) or the code, K left of V.
+  int lo = 255, hi = 0, top = 0;
+  for (const cache::TensorStats* t : {&st->keys, &st->values}) {
+    for (int e = 0; e < static_cast<int>(t->scaleHistogram.size()); ++e)
+      if (t->scaleHistogram[static_cast<std::size_t>(e)] > 0) lo = std::min(lo, e), hi = std::max(hi, e);
+    for (int c = 0; c < static_cast<int>(t->codeHistogram.size()); ++c)
+      if (t->codeHistogram[static_cast<std::size_t>(c)] > 0) top = std::max(top, c);
+  }
+  const int codes = top < 8 ? 8 : 16;
+  bool anyCodes = false;
+  for (int side = 0; side < 2; ++side) {
+    const cache::TensorStats& t = side == 0 ? st->keys : st->values;
+    const double offset = side == 0 ? -0.2 : 0.2;
+    QVector<double> x, y, cx, cy;
+    std::int64_t total = 0, codeTotal = 0;
+    for (std::int64_t n : t.scaleHistogram) total += n;
+    for (std::int64_t n : t.codeHistogram) codeTotal += n;
+    for (int e = lo; e <= hi && total > 0; ++e) {
+      x << (e == 0 ? -127.0 : e - 127.0) + offset;
+      y << 100.0 * static_cast<double>(t.scaleHistogram[static_cast<std::size_t>(e)]) / static_cast<double>(total);
+    }
+    for (int c = 0; c < codes && codeTotal > 0; ++c) {
+      cx << c + offset;
+      cy << 100.0 * static_cast<double>(t.codeHistogram[static_cast<std::size_t>(c)]) / static_cast<double>(codeTotal);
+    }
+    anyCodes = anyCodes || codeTotal > 0;
+    qobject_cast<QCPBars*>(blocks_->plottable(side))->setData(x, y);
+    qobject_cast<QCPBars*>(codes_->plottable(side))->setData(cx, cy);
+  }
+  codes_->setVisible(anyCodes);
+  const QString kind = QString::fromStdString(st->keys.scaleKind.empty() ? st->values.scaleKind : st->keys.scaleKind);
+  const QString vkind = QString::fromStdString(st->values.scaleKind);
+  blockTitle_->setText(
+      tr("layer %1 — <span style='color:#3465a4'>K</span> / <span style='color:#cc0000'>V</span> %2 by binade%3")
+          .arg(layer)
+          .arg(vkind.isEmpty() || vkind == kind ? kind : kind + " / " + vkind)
+          .arg(anyCodes ? tr("; codes by value (TurboQuant: centroid occupancy)") : QString()));
+  for (QCustomPlot* p : {blocks_, codes_}) {
+    p->rescaleAxes();
+    p->xAxis->setRange(p->xAxis->range().lower - 0.6, p->xAxis->range().upper + 0.6);
+    p->yAxis->setRangeLower(0.0);
+    p->replot(QCustomPlot::rpQueuedReplot);
+  }
+}
+
 void ScalesDock::markLayer() {
+  showBlocks();
   const int layer = sel_->layer();
   const bool has =
       last_ && layer < static_cast<int>(last_->cache.stats.size()) && !last_->cache.stats[layer].keys.scales.empty();
@@ -190,8 +274,16 @@ void ScalesDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) 
   wholeDecades(plot_->yAxis);
   markLayer();
   plot_->replot(QCustomPlot::rpQueuedReplot);
+  bool blocks = false;
+  for (const auto& st : run->cache.stats) blocks = blocks || !st.keys.scaleHistogram.empty();
+  // A run of block scales alone: its histograms take the room of the empty FP8 plot.
+  plot_->setVisible(!x.isEmpty() || !bx.isEmpty() || !blocks);
+  key_->setVisible(plot_->isVisible());
   QString text = x.isEmpty()
-                     ? tr("%1 has no FP8 scales.").arg(run->spec)
+                     ? (blocks ? tr("%1 stores block scales: the selected layer's below (click a layer in another "
+                                    "view to select it).")
+                                     .arg(run->spec)
+                               : tr("%1 has no FP8 scales.").arg(run->spec))
                      : tr("overflows %1, NaN/inf stored %2, recalibrations %3").arg(overflow).arg(nan).arg(recal);
   if (pair) {
     text = tr("A (run #%1): %2 · B (run #%3): ").arg(run->runId).arg(text).arg(against->runId) +

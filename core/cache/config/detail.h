@@ -57,6 +57,16 @@ json hfDict(const CacheConfig& cfg);
 std::vector<std::string> optionNotes(const CacheConfig& cfg, std::string_view OptionField::*why, bool hfWording,
                                      std::string_view skip = {});
 
+// Tiers by age (`tiers=...`, tiers.cpp).
+inline constexpr std::string_view kTiersPrefix = "tiers=";
+void validateTiers(const CacheConfig& cfg);
+CacheConfig parseTiersSpec(const std::string& spec);
+CacheConfig tiersFromJson(const json& doc, std::string_view origin);
+std::string tiersToKvscopeJson(const CacheConfig& cfg);
+std::string tiersToSpec(const CacheConfig& cfg);
+/// What an export to `target` says of a tiered config: the oldest tier's format stands for every token.
+std::string tiersNote(const CacheConfig& cfg, std::string_view target);
+
 // Per-layer configs (`layers=...`, layers.cpp).
 inline constexpr std::string_view kLayersPrefix = "layers=";
 void validateLayers(const CacheConfig& cfg);

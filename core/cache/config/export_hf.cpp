@@ -40,6 +40,10 @@ HfExport layersToHf(const CacheConfig& cfg) {
 HfExport toHfCacheConfig(const CacheConfig& cfg) {
   validate(cfg);
   if (cfg.mixed()) return layersToHf(cfg);
+  if (cfg.tiered())
+    throw ConfigError("tiers", fmt::format("transformers' QuantizedCache has no tiers by age: `{}` has no "
+                                           "cache_config (export it with --format kvscope)",
+                                           toSpec(cfg)));
   if (cfg.backend == Backend::Dynamic)
     throw ConfigError("backend",
                       "the `dynamic` backend is transformers' default cache: it has no cache_config to export");

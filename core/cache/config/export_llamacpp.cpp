@@ -98,6 +98,13 @@ FlagExport flags(LlamaCppType kt, LlamaCppType vt, std::string env, std::vector<
 
 FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
   validate(cfg);
+  if (cfg.tiered()) {
+    CacheConfig oldest = cfg;
+    oldest.tiers.clear();
+    FlagExport e = toLlamaCppFlags(oldest);
+    e.notes.insert(e.notes.begin(), detail::tiersNote(cfg, "llama.cpp"));
+    return e;
+  }
   std::vector<std::string> notes;
   const auto addUnique = [&](std::vector<std::string> more) {
     for (auto& n : more)

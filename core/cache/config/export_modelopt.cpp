@@ -41,6 +41,13 @@ std::string kvAlgo(const CacheConfig& cfg, std::vector<std::string>& notes) {
 
 ModelOptExport toModelOptConfig(const CacheConfig& cfg) {
   validate(cfg);
+  if (cfg.tiered()) {
+    CacheConfig oldest = cfg;
+    oldest.tiers.clear();
+    ModelOptExport e = toModelOptConfig(oldest);
+    e.notes.insert(e.notes.begin(), detail::tiersNote(cfg, "Model-Optimizer 0.47.0"));
+    return e;
+  }
   ModelOptExport out;
   std::string algo;
   if (!cfg.mixed()) {

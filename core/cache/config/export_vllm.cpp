@@ -40,6 +40,13 @@ FlagExport layersToVllm(const CacheConfig& cfg) {
 FlagExport toVllmFlags(const CacheConfig& cfg) {
   validate(cfg);
   if (cfg.mixed()) return layersToVllm(cfg);
+  if (cfg.tiered()) {
+    CacheConfig oldest = cfg;
+    oldest.tiers.clear();
+    FlagExport e = toVllmFlags(oldest);
+    e.notes.insert(e.notes.begin(), detail::tiersNote(cfg, "vLLM 0.33"));
+    return e;
+  }
   FlagExport e;
   switch (cfg.backend) {
     case Backend::Dynamic:

@@ -64,6 +64,7 @@ CacheConfig configFromJson(std::string_view text, std::string_view origin) {
   json doc = std::move(parsed.value);
   if (!doc.is_object()) throw ConfigError("", fmt::format("{}: expected a JSON object", origin));
   if (doc.contains("layers")) return detail::layersFromJson(doc, origin);
+  if (doc.contains("tiers")) return detail::tiersFromJson(doc, origin);
   const bool kvscopeFile = doc.contains("cache_config");
   const json dict = kvscopeFile ? doc["cache_config"] : doc;
   if (!dict.is_object()) throw ConfigError("cache_config", fmt::format("{}: `cache_config` must be an object", origin));
@@ -131,6 +132,7 @@ CacheConfig loadConfigFile(const std::string& path) {
 std::string toKvscopeJson(const CacheConfig& cfg) {
   validate(cfg);
   if (cfg.mixed()) return detail::layersToKvscopeJson(cfg);
+  if (cfg.tiered()) return detail::tiersToKvscopeJson(cfg);
   detail::json doc = detail::json::object();
   doc["format"] = "kvscope-cache-config";
   doc["version"] = 1;

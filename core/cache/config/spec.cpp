@@ -26,6 +26,7 @@ CacheConfig parseSpec(std::string_view specIn) {
   const std::string spec = trim(specIn);
   if (spec.empty()) throw ConfigError("backend", "empty cache spec (try `fp8`, `quanto:nbits=2` or a JSON file)");
   if (spec.rfind(detail::kLayersPrefix, 0) == 0) return detail::parseLayersSpec(spec);
+  if (spec.rfind(detail::kTiersPrefix, 0) == 0) return detail::parseTiersSpec(spec);
   if (looksLikePath(spec)) return loadConfigFile(spec);
   const auto colon = spec.find(':');
   CacheConfig cfg;
@@ -54,6 +55,7 @@ CacheConfig parseSpec(std::string_view specIn) {
 
 std::string toSpec(const CacheConfig& cfg) {
   if (cfg.mixed()) return detail::layersToSpec(cfg);
+  if (cfg.tiered()) return detail::tiersToSpec(cfg);
   std::vector<std::string> parts;
   // transformers' keys first, whichever backend (an unvalidated config's label shows them all), then the
   // backend's own options in display order.
@@ -75,6 +77,8 @@ std::vector<std::string> expandGrid(std::string_view gridIn) {
   using detail::trim;
   constexpr std::size_t kMaxGridConfigs = 4096;  // a sweep of more is a typo, not a plan
   const std::string grid = trim(gridIn);
+  // A per-layer or tiered SPEC is one config (its `:` and `,` are its own).
+  if (grid.rfind(detail::kLayersPrefix, 0) == 0 || grid.rfind(detail::kTiersPrefix, 0) == 0) return {grid};
   const auto colon = grid.find(':');
   std::vector<std::string> specs{trim(grid.substr(0, colon))};
   if (specs.front().empty()) throw ConfigError("backend", fmt::format("grid `{}` names no backend", grid));

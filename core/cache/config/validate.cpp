@@ -59,6 +59,7 @@ void checkIntChoice(const CacheConfig& cfg, std::string_view key, int value, std
 
 void validate(const CacheConfig& cfg) {
   if (cfg.mixed()) return detail::validateLayers(cfg);
+  if (cfg.tiered()) return detail::validateTiers(cfg);
   const std::optional<int>* groupWise[] = {&cfg.nbits, &cfg.axisKey, &cfg.axisValue, &cfg.qGroupSize,
                                            &cfg.residualLength};
   if (cfg.sink < 0) throw ConfigError("sink", fmt::format("`sink` must be 0 or more tokens, got {}", cfg.sink));

@@ -17,6 +17,9 @@ std::unique_ptr<CacheLayer> makeHqqLayer(const CacheConfig& cfg, const StatsOpti
 std::unique_ptr<CacheLayer> makeKiviLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path);
 /// Block-quantized rows along the head dimension: llama.cpp's cache types (`llamacpp`), vLLM's NVFP4 (`vllm`) and
 /// MXFP4 (`mxfp4`).
+/// Tiers by age (`tiers=`): a row layer per tier, pages moved down as they age (kv_row_layer.cpp).
+std::unique_ptr<CacheLayer> makeTieredLayer(const CacheConfig& cfg, const StatsOptions& stats,
+                                            kernels::KernelPath path);
 std::unique_ptr<CacheLayer> makeKvRowLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path);
 /// The first `sinks` tokens in full precision, the rest through `inner`.
 std::unique_ptr<CacheLayer> makeSinkLayer(std::int64_t sinks, std::unique_ptr<CacheLayer> inner,

@@ -23,6 +23,9 @@ inline constexpr std::uint32_t kTypeNvfp4 = 1000, kTypeNvfp4FourOverSix = 1001, 
 /// vLLM's per-token-head caches: each row's int8 or e4m3 codes, then its float32 scale; int4 codes after vLLM's
 /// randomized Hadamard transform, then the float32 scale carrying the zero point in its low 4 bits.
 inline constexpr std::uint32_t kTypeInt8PerTokenHead = 1010, kTypeFp8PerTokenHead = 1011, kTypeInt4PerTokenHead = 1012;
+/// The same int4 rows for an fp16 or bf16 model: the transform rounded to the model's dtype before the codes, as
+/// vLLM's writer casts it.
+inline constexpr std::uint32_t kTypeInt4PerTokenHeadF16 = 1013, kTypeInt4PerTokenHeadBf16 = 1014;
 /// vLLM's TurboQuant rows: keys as 3- or 4-bit Lloyd-Max codes of the Hadamard-rotated unit vector and an fp16 norm,
 /// or e4m3 without a scale (turboquant_k8v4); values as 3- or 4-bit uniform codes with an fp16 scale and zero.
 inline constexpr std::uint32_t kTypeTqKey3 = 1020, kTypeTqKey4 = 1021, kTypeTqKeyFp8 = 1022, kTypeTqValue3 = 1023,
@@ -42,6 +45,13 @@ void quantizeKvRow(std::uint32_t ggmlType, const float* src, std::int64_t n, std
 /// The inverse: n values (whole blocks) of `ggmlType` into float32, as ggml (or the FP4 format's engine) dequantizes
 /// them.
 void dequantizeKvRow(std::uint32_t ggmlType, const std::uint8_t* src, std::int64_t n, float* dst, float scale = 1.0f);
+
+/// Adds one stored row of n values of `type` to histograms: scaleBins[256] counts its scales (block scales, per-row
+/// scales, TurboQuant's key norm) by the float32 exponent field of their value; codeBins[16] counts its 3- or 4-bit
+/// codes (FP4's E2M1 codes, TurboQuant's centroid and value codes, int4's), where the format has such codes. Returns
+/// what the scales are ("E4M3 block scales", "fp16 norms", ...; empty for a 16-bit type, which has none).
+const char* kvRowHistogram(std::uint32_t type, const std::uint8_t* row, std::int64_t n, std::int64_t* scaleBins,
+                           std::int64_t* codeBins);
 
 /// The index of IQ4_NL's level (kvcodec::iq4NlLevel: ggml's kvalues_iq4nl) nearest to x (ggml's best_index_int8: ties
 /// between two levels go to the upper one; below the first or above the last level, the end level).
