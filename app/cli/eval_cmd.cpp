@@ -133,17 +133,21 @@ int printEval(const nlohmann::json& run, const std::vector<nlohmann::json>& rows
       run.at("model").get<std::string>(), run.at("windows").get<std::size_t>(),
       run.at("window_tokens").get<std::size_t>(), run.at("text").get<std::string>(), run.at("prompt").get<int>(),
       run.at("step").get<int>(), ref.at("scored_tokens").get<std::int64_t>());
-  std::cout << fmt::format("{:<58} {:>8} {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", "config", "KV ratio", "ppl",
-                           "delta ppl", "mean KL", "max KL", "top-1", "NaN pos");
+  // Bits per value as stored, scales and unquantized layers included: the model dtype's bits over the KV ratio.
+  const std::string dtype = run.contains("run_as") ? run["run_as"].value("dtype", std::string()) : std::string();
+  const double dtypeBits = dtype == "fp32" ? 32.0 : (dtype == "bf16" || dtype == "fp16") ? 16.0 : 0.0;
+  std::cout << fmt::format("{:<58} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", "config", "KV ratio",
+                           "bits/val", "ppl", "delta ppl", "mean KL", "max KL", "top-1", "NaN pos");
   auto g = [](double x, const char* f) { return std::isnan(x) ? std::string("nan") : fmt::format(fmt::runtime(f), x); };
   const double refPpl = numOf(ref, "perplexity");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const nlohmann::json& r = rows[i];
+    const double ratio = numOf(r, "compression_ratio");
     std::cout << fmt::format(
-        "{:<58} {:>7.2f}x {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", r.at("config").get<std::string>(),
-        numOf(r, "compression_ratio"), g(numOf(r, "perplexity"), "{:.3f}"),
-        i == 0 ? "-" : g(numOf(r, "perplexity") - refPpl, "{:+.3f}"), i == 0 ? "-" : g(numOf(r, "mean_kl"), "{:.4g}"),
-        i == 0 ? "-" : g(numOf(r, "max_kl"), "{:.4g}"),
+        "{:<58} {:>7.2f}x {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", r.at("config").get<std::string>(), ratio,
+        dtypeBits > 0 && ratio > 0 ? fmt::format("{:.2f}", dtypeBits / ratio) : std::string("-"),
+        g(numOf(r, "perplexity"), "{:.3f}"), i == 0 ? "-" : g(numOf(r, "perplexity") - refPpl, "{:+.3f}"),
+        i == 0 ? "-" : g(numOf(r, "mean_kl"), "{:.4g}"), i == 0 ? "-" : g(numOf(r, "max_kl"), "{:.4g}"),
         i == 0 ? "-" : fmt::format("{:.1f}%", 100.0 * numOf(r, "top1_agreement")),
         i == 0 ? "-" : std::to_string(r.at("non_finite_positions").get<std::int64_t>()));
   }

@@ -41,7 +41,9 @@ inline std::size_t jsonNestingDepth(std::string_view text, std::size_t limit = k
 }
 
 /// A JSON text parsed, or why it could not be: "JSON nested deeper than 128 levels" or "not valid JSON (...)".
-struct JsonParse {
+// (nlohmann::json's default constructor is not noexcept, though it allocates nothing for a null value: the implicit
+// constructor cannot throw.)
+struct JsonParse {  // NOLINT(bugprone-exception-escape)
   nlohmann::json value;
   std::string problem;  ///< empty: `value` holds the document
 };

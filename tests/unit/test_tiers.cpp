@@ -68,12 +68,12 @@ TEST(Tiers, PagesMoveDownOnceTheyPassTheirTiersAgeAndAreStoredAgainThere) {
   const at::Tensor x = randn(1, 2, 60, 64);
   auto layer = makeLayer(parseSpec("tiers=32:bf16,*:q8_0"));
   layer->update(x.narrow(2, 0, 20), x.narrow(2, 0, 20));  // 20 tokens: all in bf16
-  EXPECT_EQ(layer->memory().keys.tiers, (std::vector<std::int64_t>{20 * 2 * 128, 0}));
+  EXPECT_EQ(layer->memory().keys.tiers, (std::vector<std::int64_t>{std::int64_t{20} * 2 * 128, 0}));
   for (std::int64_t t = 20; t < 50; ++t) layer->update(x.narrow(2, t, 1), x.narrow(2, t, 1));
   // 50 tokens: 18 beyond bf16's 32 -> one page of 16 moved to q8_0 (34 bytes per 32 values), 34 stay in bf16.
   const LayerMemory m = layer->memory();
-  EXPECT_EQ(m.keys.tiers, (std::vector<std::int64_t>{34 * 2 * 128, 16 * 2 * 2 * 34}));
-  EXPECT_EQ(m.keys.stored(), 34 * 2 * 128 + 16 * 2 * 2 * 34);
+  EXPECT_EQ(m.keys.tiers, (std::vector<std::int64_t>{std::int64_t{34} * 2 * 128, std::int64_t{16} * 2 * 2 * 34}));
+  EXPECT_EQ(m.keys.stored(), std::int64_t{34} * 2 * 128 + std::int64_t{16} * 2 * 2 * 34);
   EXPECT_EQ(layer->seqLength(), 50);
   // What attention reads: the moved page as q8_0 made it from its bf16 rows, then the bf16 tokens, in token order.
   const auto [k, v] = layer->update(x.narrow(2, 50, 1), x.narrow(2, 50, 1));
@@ -85,7 +85,7 @@ TEST(Tiers, PagesMoveDownOnceTheyPassTheirTiersAgeAndAreStoredAgainThere) {
   // Crop drops the newest tokens first: the bf16 tier, then the older one.
   layer->crop(10);
   EXPECT_EQ(layer->seqLength(), 10);
-  EXPECT_EQ(layer->memory().keys.tiers, (std::vector<std::int64_t>{0, 10 * 2 * 2 * 34}));
+  EXPECT_EQ(layer->memory().keys.tiers, (std::vector<std::int64_t>{0, std::int64_t{10} * 2 * 2 * 34}));
   layer->reset();
   EXPECT_EQ(layer->seqLength(), 0);
 }

@@ -102,8 +102,14 @@ std::vector<std::string> expandGrid(std::string_view gridIn) {
       throw ConfigError(key, fmt::format("grid `{}` expands to more than {} configs", grid, kMaxGridConfigs));
     std::vector<std::string> next;
     for (const auto& s : specs)
-      for (const auto& val : values)
-        next.push_back(s + (s.find(':') == std::string::npos ? ":" : ",") + key + "=" + val);
+      for (const auto& val : values) {
+        std::string one = s;
+        one += s.find(':') == std::string::npos ? ":" : ",";
+        one += key;
+        one += "=";
+        one += val;
+        next.push_back(std::move(one));
+      }
     specs = std::move(next);
   }
   return specs;
