@@ -34,6 +34,8 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
+from engine_import import empty_packages, from_file  # noqa: E402  (this script's folder)
+
 
 class _Anything:
     """A stand-in whose every attribute and call is itself (Triton's tl / triton in annotations and decorators)."""
@@ -47,21 +49,11 @@ class _Anything:
         return self
 
 
-def from_file(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def load_vllm_ultraquant(engines):
     """vLLM's UltraQuant reference: format.py (no imports of vLLM) under its package name, then reference.py."""
     root = os.path.join(engines, "vllm", "v1", "attention", "ops", "ultraquant")
-    for pkg in ("vllm.v1", "vllm.v1.attention", "vllm.v1.attention.ops", "vllm.v1.attention.ops.ultraquant"):
-        m = types.ModuleType(pkg)
-        m.__path__ = []
-        sys.modules.setdefault(pkg, m)
+    empty_packages(("vllm.v1", "vllm.v1.attention", "vllm.v1.attention.ops", "vllm.v1.attention.ops.ultraquant"),
+                   replace=False)
     from_file("vllm.v1.attention.ops.ultraquant.format", os.path.join(root, "format.py"))
     return from_file("vllm_ultraquant_reference", os.path.join(root, "reference.py"))
 
@@ -69,10 +61,7 @@ def load_vllm_ultraquant(engines):
 def load_vllm_nvfp4(engines):
     root = os.path.join(engines, "vllm")
 
-    for pkg in ("vllm", "vllm.utils"):
-        m = types.ModuleType(pkg)
-        m.__path__ = []
-        sys.modules[pkg] = m
+    empty_packages(("vllm", "vllm.utils"))
     platforms = types.ModuleType("vllm.platforms")
     platforms.current_platform = types.SimpleNamespace(is_cuda_alike=lambda: False)
     sys.modules["vllm.platforms"] = platforms

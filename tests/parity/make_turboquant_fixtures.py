@@ -36,7 +36,6 @@ build uses div.full.f32 for `/`, sqrt.approx for tl.sqrt and may contract a*b+c 
 import argparse
 import ast
 import functools
-import importlib.util
 import math
 import os
 import sys
@@ -52,6 +51,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 import triton.runtime.interpreter as interp  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+
+from engine_import import empty_packages, from_file  # noqa: E402  (this script's folder)
 
 PRESETS = ("k8v4", "4bit_nc", "k3v4_nc", "3bit_nc")
 TQ_DIMS = (64, 128)
@@ -82,22 +83,11 @@ def patch_interpreter():
     return use_fp8_cast
 
 
-def from_file(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def load_vllm(engines):
     root = os.path.join(engines, "vllm")
-    for pkg in ("vllm", "vllm.utils", "vllm.v1", "vllm.v1.attention", "vllm.v1.attention.ops", "vllm.model_executor",
-                "vllm.model_executor.layers", "vllm.model_executor.layers.quantization",
-                "vllm.model_executor.layers.quantization.turboquant"):
-        m = types.ModuleType(pkg)
-        m.__path__ = []
-        sys.modules[pkg] = m
+    empty_packages(("vllm", "vllm.utils", "vllm.v1", "vllm.v1.attention", "vllm.v1.attention.ops",
+                    "vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.quantization",
+                    "vllm.model_executor.layers.quantization.turboquant"))
     platforms = types.ModuleType("vllm.platforms")
     no = lambda *a, **k: False  # noqa: E731
     platforms.current_platform = types.SimpleNamespace(

@@ -17,6 +17,7 @@
 #include "kernels/cpu/kv_blocks.h"
 #include "kernels/fp4_codec.h"
 #include "tensor_helpers.h"
+#include "test_helpers.h"
 
 using namespace kvscope;
 using namespace kvscope::cache;
@@ -44,12 +45,7 @@ at::Tensor throughRows(const at::Tensor& x, std::uint32_t type, float scale, int
 }
 
 std::string errorOf(const std::string& spec) {
-  try {
-    parseSpec(spec);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return testutil::errorOf<ConfigError>([&] { parseSpec(spec); });
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
 #include "tensor_helpers.h"
+#include "test_helpers.h"
 
 using namespace kvscope;
 using namespace kvscope::cache;
@@ -18,12 +19,7 @@ using kvscope::testutil::randn;
 namespace {
 
 std::string errorOf(const std::string& spec) {
-  try {
-    parseSpec(spec);
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
+  return testutil::errorOf<ConfigError>([&] { parseSpec(spec); });
 }
 
 // What a tier format makes of x (its own layer, alone): x as that tier's rows read it back.

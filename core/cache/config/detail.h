@@ -66,6 +66,15 @@ std::string tiersToKvscopeJson(const CacheConfig& cfg);
 std::string tiersToSpec(const CacheConfig& cfg);
 /// What an export to `target` says of a tiered config: the oldest tier's format stands for every token.
 std::string tiersNote(const CacheConfig& cfg, std::string_view target);
+/// A tiered config exported to a target without tiers: `exportOf` of its oldest tier's config, tiersNote first.
+template <class Export, class Fn>
+Export exportOldestTier(const CacheConfig& cfg, std::string_view target, Fn exportOf) {
+  CacheConfig oldest = cfg;
+  oldest.tiers.clear();
+  Export e = exportOf(oldest);
+  e.notes.insert(e.notes.begin(), tiersNote(cfg, target));
+  return e;
+}
 
 // Per-layer configs (`layers=...`, layers.cpp).
 inline constexpr std::string_view kLayersPrefix = "layers=";

@@ -98,13 +98,7 @@ FlagExport flags(LlamaCppType kt, LlamaCppType vt, std::string env, std::vector<
 
 FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
   validate(cfg);
-  if (cfg.tiered()) {
-    CacheConfig oldest = cfg;
-    oldest.tiers.clear();
-    FlagExport e = toLlamaCppFlags(oldest);
-    e.notes.insert(e.notes.begin(), detail::tiersNote(cfg, "llama.cpp"));
-    return e;
-  }
+  if (cfg.tiered()) return detail::exportOldestTier<FlagExport>(cfg, "llama.cpp", toLlamaCppFlags);
   std::vector<std::string> notes;
   const auto addUnique = [&](std::vector<std::string> more) {
     for (auto& n : more)

@@ -41,13 +41,7 @@ std::string kvAlgo(const CacheConfig& cfg, std::vector<std::string>& notes) {
 
 ModelOptExport toModelOptConfig(const CacheConfig& cfg) {
   validate(cfg);
-  if (cfg.tiered()) {
-    CacheConfig oldest = cfg;
-    oldest.tiers.clear();
-    ModelOptExport e = toModelOptConfig(oldest);
-    e.notes.insert(e.notes.begin(), detail::tiersNote(cfg, "Model-Optimizer 0.47.0"));
-    return e;
-  }
+  if (cfg.tiered()) return detail::exportOldestTier<ModelOptExport>(cfg, "Model-Optimizer 0.47.0", toModelOptConfig);
   ModelOptExport out;
   std::string algo;
   if (!cfg.mixed()) {

@@ -40,13 +40,7 @@ FlagExport layersToVllm(const CacheConfig& cfg) {
 FlagExport toVllmFlags(const CacheConfig& cfg) {
   validate(cfg);
   if (cfg.mixed()) return layersToVllm(cfg);
-  if (cfg.tiered()) {
-    CacheConfig oldest = cfg;
-    oldest.tiers.clear();
-    FlagExport e = toVllmFlags(oldest);
-    e.notes.insert(e.notes.begin(), detail::tiersNote(cfg, "vLLM 0.33"));
-    return e;
-  }
+  if (cfg.tiered()) return detail::exportOldestTier<FlagExport>(cfg, "vLLM 0.33", toVllmFlags);
   FlagExport e;
   switch (cfg.backend) {
     case Backend::Dynamic:
