@@ -114,8 +114,8 @@ QString nothingQuantizedReason(const RunSnapshot& run) {
         .arg(held);
   if (c.backend == cache::Backend::Vllm && cache::vllmBoundarySkip(c.vllmKv))
     return QObject::tr(
-               "%1 (%2; %3): under %4 vLLM keeps the first and last two layers unquantized; select a layer "
-               "between them")
+               "%1 (%2; %3): under %4 vLLM keeps the first and last two layers unquantized; the token map is "
+               "of the layer selected while a run goes: select one between them, then run")
         .arg(head, backend, held, QString::fromStdString(std::string(cache::vllmKvName(c.vllmKv))));
   return QObject::tr("%1 (%2; %3)").arg(head, backend, held);
 }
