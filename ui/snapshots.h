@@ -98,6 +98,7 @@ struct TuneRequest {
 struct TuneResultView {
   QString textPath, modelPath;
   int windows = 0, ctx = 0, prompt = 0, step = 0;
+  QString dtype;      ///< the model's dtype (fp32, bf16, fp16): the reference cache's bits per value
   qint64 scored = 0;  ///< tokens scored per run
   cache::Scan scan;   ///< plain numbers: the fronts and picks are computed from it on the GUI thread
   /// A scan still going (its points so far, at most twice a second) or stopped: the fronts are those of the

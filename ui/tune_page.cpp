@@ -348,17 +348,20 @@ void TunePage::redraw() {
     ring->setSize(14);
     ring->setPen(QPen(Qt::black, 1.5));
     const cache::CacheConfig cfg = cache::assignmentConfig(solved_, *pick);
-    pick_->setText(
-        tr("Pick for %1 (predicted mean KL ≤ %2): %3 MiB (%4x), predicted %5 — %6")
-            .arg(target_->currentText())
-            .arg(budget_->value())
-            .arg(mib(pick->storedBytes), 0, 'f', 2)
-            .arg(static_cast<double>(scan.referenceBytes) / static_cast<double>(pick->storedBytes), 0, 'f', 2)
-            .arg(pick->predictedKl, 0, 'g', 4)
-            .arg(QString::fromStdString(cache::exportFor(chosen, cfg).text)
-                     .simplified()
-                     .replace(";", QString(";") + QChar(0x200B))
-                     .replace(",", QString(",") + QChar(0x200B))));  // long SPECs wrap at their separators
+    // Effective bits per value: the model dtype's bits times the pick's share of the unquantized bytes.
+    const double refBits = result_->dtype == "fp32" ? 32.0 : (result_->dtype.isEmpty() ? 0.0 : 16.0);
+    const double share = static_cast<double>(pick->storedBytes) / static_cast<double>(scan.referenceBytes);
+    pick_->setText(tr("Pick for %1 (predicted mean KL ≤ %2): %3 MiB (%4x%5), predicted %6 — %7")
+                       .arg(target_->currentText())
+                       .arg(budget_->value())
+                       .arg(mib(pick->storedBytes), 0, 'f', 2)
+                       .arg(1.0 / share, 0, 'f', 2)
+                       .arg(refBits > 0 ? tr(", %1 bits/value").arg(refBits * share, 0, 'f', 2) : QString())
+                       .arg(pick->predictedKl, 0, 'g', 4)
+                       .arg(QString::fromStdString(cache::exportFor(chosen, cfg).text)
+                                .simplified()
+                                .replace(";", QString(";") + QChar(0x200B))
+                                .replace(",", QString(",") + QChar(0x200B))));  // long SPECs wrap at their separators
   } else {
     pick_->setText(tr("No %1 assignment meets the budget.").arg(target_->currentText()));
   }
@@ -381,9 +384,9 @@ void TunePage::saveScan() {
   if (path.isEmpty()) return;
   QSaveFile f(path);
   // What `kvscope-cli tune --scan-in` reads back to check a pick with a full run.
-  const QJsonObject o{{"model", result_->modelPath},     {"text", result_->textPath}, {"ctx", result_->ctx},
-                      {"windows", result_->windows},     {"prompt", result_->prompt}, {"step", result_->step},
-                      {"scored_tokens", result_->scored}};
+  const QJsonObject o{{"model", result_->modelPath},      {"text", result_->textPath}, {"ctx", result_->ctx},
+                      {"windows", result_->windows},      {"prompt", result_->prompt}, {"step", result_->step},
+                      {"scored_tokens", result_->scored}, {"dtype", result_->dtype}};
   const std::string settings = QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString();
   // A partial scan saves the candidates it has whole (what --scan-in can solve).
   const std::string text = cache::scanToJson(solved_, settings) + "\n";

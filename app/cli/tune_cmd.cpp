@@ -171,8 +171,13 @@ Runner addTune(CLI::App& app) {
       scan.referenceBytes = figs[0].memory.stored();
       for (std::size_t i = 0; i < mine.size(); ++i)
         scan.points.push_back({scan.plan.items[mine[i]], figs[i + 1].meanKl(), figs[i + 1].memory.stored()});
-      settings = {{"model", m->path()},    {"text", o->text},     {"ctx", o->ctx},
-                  {"windows", o->windows}, {"prompt", o->prompt}, {"step", o->step}};
+      settings = {{"model", m->path()},
+                  {"text", o->text},
+                  {"ctx", o->ctx},
+                  {"windows", o->windows},
+                  {"prompt", o->prompt},
+                  {"step", o->step},
+                  {"dtype", m->runAs().at("dtype")}};
       std::cerr << fmt::format("tune: scan of {} runs done in {:.0f} s\n", cfgs.size(), elapsed());
       if (shard) {
         // The run every shard shares: the settings and the candidates as the scan file writes them.
@@ -243,6 +248,14 @@ Runner addTune(CLI::App& app) {
         }
 
     const double ref = static_cast<double>(scan.referenceBytes);
+    // Effective bits per value of an assignment: the reference cache's (the model dtype's) times its share of the
+    // reference's bytes; unknown ("-", null) for a scan file that does not say its dtype.
+    const std::string dtype = settings.value("dtype", std::string());
+    const double refBits = dtype == "fp32" ? 32.0 : (dtype == "bf16" || dtype == "fp16") ? 16.0 : 0.0;
+    const auto bitsOf = [&](std::int64_t bytes) { return refBits * static_cast<double>(bytes) / ref; };
+    const auto bitsText = [&](std::int64_t bytes) {
+      return refBits > 0 && ref > 0 ? fmt::format("{:.2f}", bitsOf(bytes)) : std::string("-");
+    };
     if (o->json) {
       json doc = {{"settings", settings}, {"reference_bytes", scan.referenceBytes}};
       json cj = json::array();
@@ -263,6 +276,7 @@ Runner addTune(CLI::App& app) {
         json front = json::array();
         for (const Assignment& a : r.front)
           front.push_back({{"stored_bytes", a.storedBytes},
+                           {"bits_per_value", refBits > 0 && ref > 0 ? json(bitsOf(a.storedBytes)) : json(nullptr)},
                            {"predicted_kl", num(a.predictedKl)},
                            {"keys", a.keys},
                            {"values", a.values}});
@@ -316,11 +330,13 @@ Runner addTune(CLI::App& app) {
                                cache::targetName(r.target), r.front.size());
       // A long front is shown at up to 12 points, evenly spaced, the ends kept.
       const std::size_t n = r.front.size(), shown = std::min<std::size_t>(n, 12);
-      std::cout << fmt::format("  {:>12} {:>8} {:>12}  {}\n", "KV bytes", "ratio", "pred. KL", "assignment");
+      std::cout << fmt::format("  {:>12} {:>8} {:>8} {:>12}  {}\n", "KV bytes", "ratio", "bits/val", "pred. KL",
+                               "assignment");
       for (std::size_t i = 0; i < shown; ++i) {
         const Assignment& a = r.front[shown == 1 ? 0 : i * (n - 1) / (shown - 1)];
-        std::cout << fmt::format("  {:>12} {:>7.2f}x {:>12.4g}  {}\n", a.storedBytes,
-                                 ref / static_cast<double>(a.storedBytes), a.predictedKl, assignmentSummary(scan, a));
+        std::cout << fmt::format("  {:>12} {:>7.2f}x {:>8} {:>12.4g}  {}\n", a.storedBytes,
+                                 ref / static_cast<double>(a.storedBytes), bitsText(a.storedBytes), a.predictedKl,
+                                 assignmentSummary(scan, a));
       }
       if (!budget) continue;
       if (!r.pick) {
@@ -328,9 +344,9 @@ Runner addTune(CLI::App& app) {
         continue;
       }
       const cache::TargetExport e = cache::exportFor(r.target, r.config);
-      std::cout << fmt::format("  pick: {} bytes ({:.2f}x), predicted mean KL {:.4g}: {}\n", r.pick->storedBytes,
-                               ref / static_cast<double>(r.pick->storedBytes), r.pick->predictedKl,
-                               assignmentSummary(scan, *r.pick));
+      std::cout << fmt::format("  pick: {} bytes ({:.2f}x, {} bits/value), predicted mean KL {:.4g}: {}\n",
+                               r.pick->storedBytes, ref / static_cast<double>(r.pick->storedBytes),
+                               bitsText(r.pick->storedBytes), r.pick->predictedKl, assignmentSummary(scan, *r.pick));
       if (r.measured) {
         std::cout << fmt::format("  full run: {} bytes ({:.2f}x), mean KL {:.4g}, top-1 {:.1f}%\n",
                                  r.measured->memory.stored(), r.measured->ratio(), r.measured->meanKl(),
@@ -355,8 +371,8 @@ Runner addTune(CLI::App& app) {
     std::cout << fmt::format(
         "\nPicks under {} (predicted: the scan's KLs summed; measured: the full run):\n",
         o->maxKl ? fmt::format("mean KL <= {:g}", *o->maxKl) : fmt::format("{} KV bytes", *o->maxBytes));
-    std::cout << fmt::format("  {:<13} {:>12} {:>8} {:>12} {:>12} {:>18}\n", "target", "KV bytes", "ratio", "pred. KL",
-                             "measured KL", "vs best uniform");
+    std::cout << fmt::format("  {:<13} {:>12} {:>8} {:>8} {:>12} {:>12} {:>18}\n", "target", "KV bytes", "ratio",
+                             "bits/val", "pred. KL", "measured KL", "vs best uniform");
     for (const Result& r : results) {
       if (!r.pick) {
         std::cout << fmt::format("  {:<13} none meets the budget\n", cache::targetName(r.target));
@@ -367,8 +383,9 @@ Runner addTune(CLI::App& app) {
                                                                static_cast<double>(uniform->storedBytes) -
                                                            1.0))
                   : std::string("-");
-      std::cout << fmt::format("  {:<13} {:>12} {:>7.2f}x {:>12.4g} {:>12} {:>18}\n", cache::targetName(r.target),
-                               r.pick->storedBytes, ref / static_cast<double>(r.pick->storedBytes), r.pick->predictedKl,
+      std::cout << fmt::format("  {:<13} {:>12} {:>7.2f}x {:>8} {:>12.4g} {:>12} {:>18}\n", cache::targetName(r.target),
+                               r.pick->storedBytes, ref / static_cast<double>(r.pick->storedBytes),
+                               bitsText(r.pick->storedBytes), r.pick->predictedKl,
                                r.measured ? fmt::format("{:.4g}", r.measured->meanKl())
                                           : std::string(r.config == cache::CacheConfig{} ? "0" : "-"),
                                vs);

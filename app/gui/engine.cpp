@@ -311,6 +311,7 @@ void Engine::tune(const ui::TuneRequest& r) {
     out.complete = false;
     cache::Scan& scan = out.scan;
     scan.plan = cache::planScan(r.candidates, d_->session->model().config().layers);
+    out.dtype = QString::fromStdString(d_->session->options().dtype);
     const auto windows = textWindows(r.textPath, r.ctx, r.windows);
     generate::EvalOptions o;
     o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);

@@ -32,6 +32,9 @@ for name, x in targets.items():
     assert front[-1]["stored_bytes"] == t["reference_bytes"] and front[-1]["predicted_kl"] == 0, (name, front[-1])
     for a, b in zip(front, front[1:]):
         assert a["stored_bytes"] < b["stored_bytes"] and a["predicted_kl"] > b["predicted_kl"], (name, a, b)
+    for a in front:  # effective bits per value: fp32's 32 times the share of the unquantized bytes
+        assert abs(a["bits_per_value"] - 32 * a["stored_bytes"] / t["reference_bytes"]) < 1e-9, (name, a)
+    assert front[-1]["bits_per_value"] == 32, (name, front[-1])
     p = x["pick"]
     assert p is not None and p["predicted_kl"] <= 0.01, (name, p)
     for a in front:  # the pick is the front's cheapest point within the budget

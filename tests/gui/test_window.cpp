@@ -1,5 +1,7 @@
 // The window alone (no engine, no model): its size on a small screen, the View menu, the message bar, and the advice
 // for a run that stored NaN, fed synthetic snapshots.
+#include <QRegularExpression>
+
 #include "gui_tests.h"
 #include "kernels/cpu/kv_blocks.h"
 
@@ -855,6 +857,7 @@ class WindowTest : public QObject {
     v.ctx = 64;
     v.windows = 1;
     v.scored = 32;
+    v.dtype = "fp32";
     v.scan.plan = cache::planScan({cache::parseSpec("quanto:nbits=4"), cache::parseSpec("quanto:nbits=2")}, 4);
     v.scan.referenceBytes = 8000;
     for (const auto& it : v.scan.plan.items) {
@@ -881,6 +884,11 @@ class WindowTest : public QObject {
     auto* pick = page.findChild<QLabel*>("tunePick");
     QVERIFY2(pick->text().startsWith("Pick for kvscope"), qPrintable(pick->text()));
     QVERIFY2(pick->text().contains("2:K=dynamic"), qPrintable(pick->text()));
+    // Effective bits per value: fp32's 32 times the pick's share of the 8000 unquantized bytes.
+    const QRegularExpressionMatch bits =
+        QRegularExpression(R"(\(([0-9.]+)x, ([0-9.]+) bits/value\))").match(pick->text());
+    QVERIFY2(bits.hasMatch(), qPrintable(pick->text()));
+    QVERIFY(std::abs(bits.captured(2).toDouble() - 32.0 / bits.captured(1).toDouble()) < 0.02);
     page.findChild<QComboBox*>("tuneTarget")->setCurrentText("llamacpp");
     QVERIFY2(pick->text().contains("-ctk"), qPrintable(pick->text()));
     budget->setValue(0.0);
