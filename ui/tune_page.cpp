@@ -25,6 +25,7 @@
 #include "docks/plot_style.h"
 #include "eval_page.h"
 #include "runs_model.h"
+#include "runtime/load_options.h"
 
 namespace kvscope::ui {
 
@@ -349,7 +350,7 @@ void TunePage::redraw() {
     ring->setPen(QPen(Qt::black, 1.5));
     const cache::CacheConfig cfg = cache::assignmentConfig(solved_, *pick);
     // Effective bits per value: the model dtype's bits times the pick's share of the unquantized bytes.
-    const double refBits = result_->dtype == "fp32" ? 32.0 : (result_->dtype.isEmpty() ? 0.0 : 16.0);
+    const double refBits = runtime::dtypeBits(result_->dtype.toStdString());
     const double share = static_cast<double>(pick->storedBytes) / static_cast<double>(scan.referenceBytes);
     pick_->setText(tr("Pick for %1 (predicted mean KL ≤ %2): %3 MiB (%4x%5), predicted %6 — %7")
                        .arg(target_->currentText())

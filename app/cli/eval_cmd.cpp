@@ -135,7 +135,7 @@ int printEval(const nlohmann::json& run, const std::vector<nlohmann::json>& rows
       run.at("step").get<int>(), ref.at("scored_tokens").get<std::int64_t>());
   // Bits per value as stored, scales and unquantized layers included: the model dtype's bits over the KV ratio.
   const std::string dtype = run.contains("run_as") ? run["run_as"].value("dtype", std::string()) : std::string();
-  const double dtypeBits = dtype == "fp32" ? 32.0 : (dtype == "bf16" || dtype == "fp16") ? 16.0 : 0.0;
+  const double dtypeBits = runtime::dtypeBits(dtype);
   std::cout << fmt::format("{:<58} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", "config", "KV ratio",
                            "bits/val", "ppl", "delta ppl", "mean KL", "max KL", "top-1", "NaN pos");
   auto g = [](double x, const char* f) { return std::isnan(x) ? std::string("nan") : fmt::format(fmt::runtime(f), x); };

@@ -251,7 +251,7 @@ Runner addTune(CLI::App& app) {
     // Effective bits per value of an assignment: the reference cache's (the model dtype's) times its share of the
     // reference's bytes; unknown ("-", null) for a scan file that does not say its dtype.
     const std::string dtype = settings.value("dtype", std::string());
-    const double refBits = dtype == "fp32" ? 32.0 : (dtype == "bf16" || dtype == "fp16") ? 16.0 : 0.0;
+    const double refBits = runtime::dtypeBits(dtype);
     const auto bitsOf = [&](std::int64_t bytes) { return refBits * static_cast<double>(bytes) / ref; };
     const auto bitsText = [&](std::int64_t bytes) {
       return refBits > 0 && ref > 0 ? fmt::format("{:.2f}", bitsOf(bytes)) : std::string("-");

@@ -128,25 +128,12 @@ std::uint32_t rowType(const CacheConfig& cfg, bool keys) {
 
 // A config's keys' or values' format as its engine names it (error messages).
 std::string rowTypeName(const CacheConfig& cfg, bool keys) {
-  switch (rowType(cfg, keys)) {
-    case kernels::kTypeNvfp4:
-    case kernels::kTypeNvfp4FourOverSix:
-      return "NVFP4";
-    case kernels::kTypeMxfp4:
+  switch (cfg.backend) {
+    case Backend::Mxfp4:
       return "MXFP4";
-    case kernels::kTypeUltraquant:
-      return "UltraQuant";
-    case kernels::kTypeInt8PerTokenHead:
-    case kernels::kTypeFp8PerTokenHead:
-    case kernels::kTypeInt4PerTokenHead:
-    case kernels::kTypeInt4PerTokenHeadF16:
-    case kernels::kTypeInt4PerTokenHeadBf16:
-    case kernels::kTypeTqKey3:
-    case kernels::kTypeTqKey4:
-    case kernels::kTypeTqKeyFp8:
-    case kernels::kTypeTqValue3:
-    case kernels::kTypeTqValue4:
-      return std::string(vllmKvName(cfg.vllmKv));
+    case Backend::Vllm:
+      if (vllmNvfp4(cfg.vllmKv)) return "NVFP4";
+      return cfg.vllmKv == VllmKv::Ultraquant4Bit ? "UltraQuant" : std::string(vllmKvName(cfg.vllmKv));
     default:
       return std::string(llamaCppTypeName(keys ? cfg.typeK : cfg.typeV));
   }
@@ -195,8 +182,7 @@ class KvRowLayer final : public CacheLayer {
     for (Side* s : {&k_, &v_}) {
       s->rows.clear();
       s->mirror.clear();
-      s->scaleHist.clear();
-      s->codeHist.clear();
+      s->counts = {};
     }
     layout_ = at::Tensor();
     clearStats();
@@ -209,6 +195,7 @@ class KvRowLayer final : public CacheLayer {
     for (Side* s : {&k_, &v_}) {
       s->rows.setLength(keep);
       if (s->mirror.defined()) s->mirror.setLength(keep);
+      s->counts.rows = std::min(s->counts.rows, keep);
     }
   }
 
@@ -248,6 +235,7 @@ class KvRowLayer final : public CacheLayer {
     for (Side* s : {&k_, &v_}) {
       s->rows.dropFront(n);
       if (s->mirror.defined()) s->mirror.dropFront(n);
+      s->counts.rows = std::max<std::int64_t>(s->counts.rows - n, 0);
     }
   }
   std::pair<SourcePtr, SourcePtr> sources() const { return {source(k_), source(v_)}; }
@@ -278,24 +266,44 @@ class KvRowLayer final : public CacheLayer {
     SeqBuffer mirror;          // reference mode: the dequantized rows, input dtype
     std::int64_t elementsPerToken = 0;  // B * H * D
     std::int64_t inputElementSize = 0;
-    // Statistics: the stored scales by binade and the codes by value, over the rows stored since the last reset.
-    std::vector<std::int64_t> scaleHist, codeHist;
-    std::string scaleKind;
+    // Statistics: the stored scales by binade and the codes by value of the rows counted so far (countRows, when
+    // the statistics are read: nothing of it on an update).
+    struct Counts {
+      std::int64_t rows = 0;  // tokens of the sequence counted
+      std::vector<std::int64_t> scale, code;
+      std::string kind;
+    };
+    mutable Counts counts;
   };
 
-  // Adds the newest `T` tokens' rows of a side to its histograms (one host copy of those rows on a device).
-  static void countRows(Side& s, std::int64_t T) {
-    if (s.scaleHist.empty()) {
-      s.scaleHist.assign(256, 0);
-      s.codeHist.assign(16, 0);
-    }
+  // Adds the tokens a side stored since it was last counted to its histograms (on a device: one host copy of those
+  // rows, when the statistics are read).
+  void countRows(const Side& s) const {
+    Side::Counts& c = s.counts;
     const at::Tensor all = s.rows.view();
-    const at::Tensor rows = all.narrow(2, all.size(2) - T, T).to(at::kCPU).contiguous();
-    const std::int64_t rowBytes = rows.size(3), n = rows.numel() / std::max<std::int64_t>(rowBytes, 1);
-    const std::int64_t D = s.elementsPerToken / std::max<std::int64_t>(all.size(0) * all.size(1), 1);
+    const std::int64_t T = all.size(2) - c.rows;
+    if (T <= 0) return;
+    if (c.scale.empty()) {
+      c.scale.assign(256, 0);
+      c.code.assign(16, 0);
+    }
+    const at::Tensor rows = all.narrow(2, c.rows, T).to(at::kCPU).contiguous();
+    const std::int64_t rowBytes = rows.size(3), n = rows.numel() / rowBytes, D = layout_.size(3);
     const std::uint8_t* p = rows.const_data_ptr<std::uint8_t>();
     for (std::int64_t r = 0; r < n; ++r)
-      s.scaleKind = kernels::kvRowHistogram(s.type, p + r * rowBytes, D, s.scaleHist.data(), s.codeHist.data());
+      c.kind = kernels::kvRowHistogram(s.type, p + r * rowBytes, D, c.scale.data(), c.code.data());
+    c.rows = all.size(2);
+  }
+
+  void refreshStats() const override {
+    if (!statsOptions_.enabled || !k_.rows.defined()) return;
+    for (auto [side, st] : {std::pair{&k_, &stats_.keys}, std::pair{&v_, &stats_.values}}) {
+      countRows(*side);
+      if (side->counts.kind.empty()) continue;  // a 16-bit side or FP8 keys without a scale have nothing to count
+      st->scaleHistogram = side->counts.scale;
+      st->codeHistogram = side->counts.code;
+      st->scaleKind = side->counts.kind;
+    }
   }
 
   SourcePtr source(const Side& s) const {
@@ -392,12 +400,6 @@ class KvRowLayer final : public CacheLayer {
       if (statsOptions_.enabled) {
         recordAmax(*st, *x);
         recordError(*st, *x, deq.to(x->scalar_type()), start);
-        countRows(*side, x->size(2));
-        if (!side->scaleKind.empty()) {  // a 16-bit side or FP8 keys without a scale have nothing to count
-          st->scaleHistogram = side->scaleHist;
-          st->codeHistogram = side->codeHist;
-          st->scaleKind = side->scaleKind;
-        }
       }
       if (!fused()) side->mirror.append(deq.to(x->scalar_type()));
     }

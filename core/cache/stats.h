@@ -76,11 +76,12 @@ struct TensorStats {
   /// quanto/hqq flush: what re-quantizing the history changed in the tokens quantized before (new minus old
   /// dequantized values), in at most StatsOptions::driftRanges ranges: its size does not grow with the context.
   ErrorMap drift;
-  /// The block-row formats (llamacpp, vllm, mxfp4), over every row stored since the last reset (kernels/cpu/
-  /// kv_blocks.h, kvRowHistogram): scaleHistogram[e] counts the stored scales whose float32 exponent field is e (the
-  /// binade [2^(e-127), 2^(e-126)); 0: zero or subnormal), what `scaleKind` names (NVFP4's E4M3 block scales, MXFP4's
-  /// E8M0, TurboQuant's key norms, ...); codeHistogram[c] counts the stored 3- or 4-bit codes c (TurboQuant's
-  /// centroid occupancy, E2M1 codes, int4). Empty for the other layers.
+  /// The block-row formats (llamacpp, vllm, mxfp4), over the rows stored since the last reset, counted when the
+  /// statistics are read (kernels/cpu/kv_blocks.h, kvRowHistogram; a row moved out of a tier before that is not):
+  /// scaleHistogram[e] counts the stored scales whose float32 exponent field is e (the binade [2^(e-127), 2^(e-126));
+  /// 0: zero or subnormal), what `scaleKind` names (NVFP4's E4M3 block scales, MXFP4's E8M0, TurboQuant's key norms,
+  /// ...); codeHistogram[c] counts the stored 3- or 4-bit codes c (TurboQuant's centroid occupancy, E2M1 codes, int4).
+  /// Empty for the other layers.
   std::vector<std::int64_t> scaleHistogram, codeHistogram;
   std::string scaleKind;
 };

@@ -539,10 +539,11 @@ KVS_HD void encodeTqKeyRotated(int b, const float* y, float norm, std::int64_t n
 }
 /// A stored key row in the rotated basis, as vLLM's decode reads it: renormalised centroids times the fp16 norm.
 KVS_HD void decodeTqKeyRotated(int b, const std::uint8_t* in, std::int64_t n, float* y) {
-  const int m = static_cast<int>(n);
+  float c[16];  // the row's table once: attention reads every stored row at every step
+  for (int i = 0; i < (1 << b); ++i) c[i] = tqCentroid(static_cast<int>(n), b, i);
   float ss = 0.0f;
   for (std::int64_t i = 0; i < n; ++i) {
-    y[i] = tqCentroid(m, b, unpackBits(in, i, b));
+    y[i] = c[unpackBits(in, i, b)];
     ss = addRn(ss, mulRn(y[i], y[i]));
   }
   const float inv = divRn(1.0f, sqrtRn(addRn(ss, 1e-16f))), norm = halfValue(load16(in + n * b / 8));

@@ -14,6 +14,10 @@ const std::vector<std::string>& dtypeNames() {
   return names;
 }
 
+int dtypeBits(std::string_view name) {
+  return name == "fp32" ? 32 : (name == "bf16" || name == "fp16") ? 16 : 0;
+}
+
 const std::vector<std::string>& activationsNames() {
   static const std::vector<std::string> names{"auto", "f32", "q8"};
   return names;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvscope::runtime {
@@ -16,7 +17,9 @@ struct LoadOptions {
 };
 
 /// The choices of each option, in the order forms and help list them; the first is the default.
-const std::vector<std::string>& dtypeNames();        ///< fp32, bf16, fp16
+const std::vector<std::string>& dtypeNames();  ///< fp32, bf16, fp16
+/// Bits per value of a dtype name: 32 for fp32, 16 for bf16 and fp16, 0 for another name (a record that says none).
+int dtypeBits(std::string_view name);
 const std::vector<std::string>& activationsNames();  ///< auto, f32, q8
 const std::vector<std::string>& weightsNames();      ///< stored, q8_0, q5_1, q5_0, q4_1, q4_0
 

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -320,4 +321,35 @@ TEST(TurboQuantLayer, Int4PerTokenHeadStoresTransformedRows) {
       at::equal(throughRows(kh, kernels::kTypeInt4PerTokenHeadF16), throughRows(kh, kernels::kTypeInt4PerTokenHead)));
   KvCache cache(parseSpec("vllm:kv=int4_per_token_head"), 6);  // no boundary skip
   EXPECT_EQ(cache.layer(0).backend(), Backend::Vllm);
+}
+
+TEST(TurboQuantLayer, StatisticsCountTheStoredScalesAndCodesWhenRead) {
+  at::manual_seed(36);
+  const auto total = [](const std::vector<std::int64_t>& h) { return std::accumulate(h.begin(), h.end(), 0LL); };
+  auto layer = makeLayer(parseSpec("vllm:kv=turboquant_4bit_nc"));
+  layer->update(randn(1, 2, 7, 64), randn(1, 2, 7, 64));
+  layer->update(randn(1, 2, 1, 64), randn(1, 2, 1, 64));
+  const LayerStats& st = layer->stats();
+  EXPECT_EQ(st.keys.scaleKind, "fp16 key norms");
+  EXPECT_EQ(st.values.scaleKind, "fp16 value scales");
+  EXPECT_EQ(total(st.keys.scaleHistogram), 8 * 2);  // one norm per token and head
+  EXPECT_EQ(total(st.keys.codeHistogram), 8 * 2 * 64);
+  EXPECT_EQ(total(st.values.codeHistogram), 8 * 2 * 64);
+  EXPECT_EQ(total(layer->stats().keys.scaleHistogram), 8 * 2);  // a second read counts nothing again
+  // Since the last reset: a crop keeps what was counted, the next tokens add theirs.
+  layer->crop(3);
+  layer->update(randn(1, 2, 1, 64), randn(1, 2, 1, 64));
+  EXPECT_EQ(total(layer->stats().keys.scaleHistogram), 9 * 2);
+  layer->reset();
+  layer->update(randn(1, 2, 1, 64), randn(1, 2, 1, 64));
+  EXPECT_EQ(total(layer->stats().keys.scaleHistogram), 2);
+  // Statistics off, or a 16-bit side: nothing counted.
+  auto quiet = makeLayer(parseSpec("vllm:kv=turboquant_4bit_nc"), StatsOptions{.enabled = false});
+  quiet->update(randn(1, 2, 3, 64), randn(1, 2, 3, 64));
+  EXPECT_TRUE(quiet->stats().keys.scaleHistogram.empty());
+  auto half = makeLayer(parseSpec("llamacpp:type_k=f16,type_v=q8_0"));
+  half->update(randn(1, 2, 3, 64), randn(1, 2, 3, 64));
+  EXPECT_TRUE(half->stats().keys.scaleHistogram.empty());
+  EXPECT_EQ(half->stats().values.scaleKind, "fp16 block scales");
+  EXPECT_EQ(total(half->stats().values.scaleHistogram), 3 * 2 * 2);  // two blocks of 32 per row
 }
