@@ -460,8 +460,12 @@ KVS_HD float sqrtRn(float x) {
 /// x[i * n .. i * n + n) = H_n x[i * n .. i * n + n) for each chunk of n values (n a power of two dividing count),
 /// in place: the fast Walsh-Hadamard transform (Sylvester's order), then one multiplication by 1/sqrt(n)
 /// (ggml_gen_hadamard's float32 scale). H_n is symmetric and its own inverse.
+/// The normalisation of H_n: 1/sqrt(n) as ggml_gen_hadamard's float32.
+KVS_HD float hadamardScale(int n) {
+  return static_cast<float>(1.0 / static_cast<double>(sqrtRn(static_cast<float>(n))));
+}
 KVS_HD void hadamardChunks(float* x, std::int64_t count, int n) {
-  const float scale = static_cast<float>(1.0 / static_cast<double>(sqrtRn(static_cast<float>(n))));
+  const float scale = hadamardScale(n);
   for (float* c = x; c < x + count; c += n) {
     fwht(c, n);
     for (int i = 0; i < n; ++i) c[i] = mulRn(c[i], scale);
@@ -537,15 +541,21 @@ KVS_HD void encodeTqKeyRotated(int b, const float* y, float norm, std::int64_t n
   packBits(q, n, b, out);
   store16(halfBits(norm), out + n * b / 8);
 }
-/// A stored key row in the rotated basis, as vLLM's decode reads it: renormalised centroids times the fp16 norm.
+/// A stored key row in the rotated basis, as vLLM's decode reads it: renormalised centroids times the fp16 norm. The
+/// sum of squares runs as a vector unit adds (vLLM's kernel sums in its own order, within an fp16 step of this): 16
+/// running sums, coordinate i into sum i % 16, then sums l and l + w added for w = 8, 4, 2, 1 (the CPU's AVX-512
+/// read, kernels/cpu/kv_rows_simd.h, gives the same bits).
 KVS_HD void decodeTqKeyRotated(int b, const std::uint8_t* in, std::int64_t n, float* y) {
   float c[16];  // the row's table once: attention reads every stored row at every step
   for (int i = 0; i < (1 << b); ++i) c[i] = tqCentroid(static_cast<int>(n), b, i);
-  float ss = 0.0f;
+  float part[16] = {};
   for (std::int64_t i = 0; i < n; ++i) {
     y[i] = c[unpackBits(in, i, b)];
-    ss = addRn(ss, mulRn(y[i], y[i]));
+    part[i & 15] = addRn(part[i & 15], mulRn(y[i], y[i]));
   }
+  for (int w = 8; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) part[l] = addRn(part[l], part[l + w]);
+  const float ss = part[0];
   const float inv = divRn(1.0f, sqrtRn(addRn(ss, 1e-16f))), norm = halfValue(load16(in + n * b / 8));
   for (std::int64_t i = 0; i < n; ++i) y[i] = mulRn(norm, mulRn(y[i], inv));
 }
@@ -666,14 +676,19 @@ KVS_HD void encodeInt4PerTokenHead(std::uint32_t t, const float* x, std::int64_t
     for (std::int64_t i = 0; i < n; ++i) y[i] = bf16Value(bf16Bits(y[i]));
   encodeInt4Transformed(y, n, out);
 }
-KVS_HD void decodeInt4PerTokenHead(const std::uint8_t* in, std::int64_t n, float* y) {
+/// A row's values in the transformed basis: (q - zp) · scale.
+KVS_HD void decodeInt4Transformed(const std::uint8_t* in, std::int64_t n, float* y) {
   const std::uint32_t u = load32(in + n / 2);
   const float scale = bitsFloat(u & ~0xFu);
-  const int zp = static_cast<int>(u & 0xFu), blk = rhtBlock(n);
+  const int zp = static_cast<int>(u & 0xFu);
   for (std::int64_t i = 0; i < n; ++i) {
     const int q = (in[i / 2] >> (4 * (i & 1))) & 0xF;
     y[i] = mulRn(static_cast<float>(q - zp), scale);
   }
+}
+KVS_HD void decodeInt4PerTokenHead(const std::uint8_t* in, std::int64_t n, float* y) {
+  const int blk = rhtBlock(n);
+  decodeInt4Transformed(in, n, y);
   for (std::int64_t c = 0; c < n; c += blk) fwht(y + c, blk);
   for (std::int64_t i = 0; i < n; ++i)
     y[i] = divRn(mulRn(y[i], rhtSign(static_cast<int>(i % blk))), static_cast<float>(blk));
@@ -709,6 +724,14 @@ KVS_HD void decodeRow(std::uint32_t t, const std::uint8_t* in, std::int64_t n, f
   }
   const int bytes = blockBytes(t);
   for (std::int64_t i = 0; i < n / 32; ++i) decodeBlock(t, in + bytes * i, y + 32 * i);
+}
+
+/// A row of type t as it is stored, before the transform its format's read applies: TurboQuant's MSE keys in the
+/// rotated basis (decodeTqKeyRotated), int4 per token and head before the inverse RHT; the other types as decodeRow.
+KVS_HD void decodeStored(std::uint32_t t, const std::uint8_t* in, std::int64_t n, float* y, float scale = 1.0f) {
+  if (t == TQ_KEY3 || t == TQ_KEY4) return decodeTqKeyRotated(tqBits(t), in, n, y);
+  if (isInt4PerTokenHead(t)) return decodeInt4Transformed(in, n, y);
+  decodeRow(t, in, n, y, scale);
 }
 
 /// One cache row as llama.cpp stores it: x (n values) rotated in chunks of `rotation` (0: not rotated) in the

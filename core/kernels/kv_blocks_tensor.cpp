@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/kv_blocks.h"
+#include "kernels/cpu/kv_rows_simd.h"
 #include "kernels/kv_block_codec.h"
 #include "util/error.h"
 #if defined(KVSCOPE_WITH_CUDA)
@@ -86,8 +87,11 @@ at::Tensor readKvRows(const at::Tensor& rows, std::uint32_t type, std::int64_t D
   const std::int64_t sb = rows.stride(0), sh = rows.stride(1), st = rows.stride(2);
   if (rows.is_cpu()) {
     at::parallel_for(0, B * H * T, 64, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t r = begin; r < end; ++r)
-        kvcodec::readRow(type, src + r / (H * T) * sb + r / T % H * sh + r % T * st, D, rotation, dst + r * D, scale);
+      for (std::int64_t r = begin; r < end; ++r) {
+        const std::uint8_t* row = src + r / (H * T) * sb + r / T % H * sh + r % T * st;
+        if (!readKvRowsSimd(type, row, st, 1, D, rotation, false, scale, dst + r * D))
+          kvcodec::readRow(type, row, D, rotation, dst + r * D, scale);
+      }
     });
     return out;
   }

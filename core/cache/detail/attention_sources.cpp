@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/bitpack.h"
 #include "kernels/cpu/kv_blocks.h"
+#include "kernels/cpu/kv_rows_simd.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/kv_block_codec.h"
 #include "kernels/kv_blocks_tensor.h"
@@ -414,6 +415,22 @@ class KvRowSource final : public StoredSource {
       throw Error(ErrorCode::Internal, "attention source: cache rows must be uint8 [B, H, S, row bytes]");
     if (D > kernels::kvcodec::kMaxRow)  // read()'s scratch row; the rows' writer (storeKvRows) refuses such rows too
       throw Error(ErrorCode::Internal, "attention source: cache rows above the row codecs' head size");
+    namespace kvc = kernels::kvcodec;
+    // The basis the rows are stored in (kernels::RowBasis): the transform each row goes through when it is read.
+    const bool tqKey = type_ == kvc::TQ_KEY3 || type_ == kvc::TQ_KEY4, int4 = kvc::isInt4PerTokenHead(type_);
+    if ((tqKey || int4) && rotation_ > 0) return;  // two transforms: read in the model's basis
+    if (tqKey) {
+      basis_.chunk = static_cast<int>(D);
+      basis_.scale = kvc::hadamardScale(basis_.chunk);
+    } else if (int4) {
+      basis_.chunk = kvc::rhtBlock(D);
+      for (int i = 0; i < basis_.chunk; ++i) basis_.signs.push_back(kvc::rhtSign(i));
+      basis_.scale = 1.0f / static_cast<float>(basis_.chunk);
+    } else if (rotation_ > 0) {
+      basis_.chunk = rotation_;
+      basis_.scale = kvc::hadamardScale(rotation_);
+    }
+    basis_.interleaved = interleaved_;
   }
   std::int64_t length() const override { return rows_.size(2); }
   std::int64_t dim() const override { return D_; }
@@ -426,6 +443,7 @@ class KvRowSource final : public StoredSource {
     checkHost(rows_);
     const std::uint8_t* row =
         rows_.const_data_ptr<std::uint8_t>() + b * rows_.stride(0) + h * rows_.stride(1) + t0 * rows_.stride(2);
+    if (kernels::readKvRowsSimd(type_, row, rows_.stride(2), n, D_, rotation_, interleaved_, scale_, out)) return;
     float row0[kernels::kvcodec::kMaxRow];
     for (std::int64_t t = 0; t < n; ++t, row += rows_.stride(2)) {
       float* y = out + t * D_;
@@ -434,8 +452,19 @@ class KvRowSource final : public StoredSource {
         for (std::int64_t i = 0; i < D_ / 2; ++i) y[i] = row0[2 * i], y[D_ / 2 + i] = row0[2 * i + 1];
     }
   }
+  kernels::RowBasis basis() const override { return basis_; }
+  void readInBasis(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    if (basis_.identity()) return read(b, h, t0, n, out);
+    checkHost(rows_);
+    const std::uint8_t* row =
+        rows_.const_data_ptr<std::uint8_t>() + b * rows_.stride(0) + h * rows_.stride(1) + t0 * rows_.stride(2);
+    if (kernels::readKvRowsSimd(type_, row, rows_.stride(2), n, D_, 0, false, scale_, out, /*stored=*/true)) return;
+    for (std::int64_t t = 0; t < n; ++t, row += rows_.stride(2))
+      kernels::kvcodec::decodeStored(type_, row, D_, out + t * D_, scale_);
+  }
 
  private:
+  kernels::RowBasis basis_;
   at::Tensor rows_;
   std::uint32_t type_;
   std::int64_t D_;
@@ -485,6 +514,10 @@ class Concat final : public StoredSource {
   std::int64_t dim() const override { return cat_.dim(); }
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
     cat_.read(b, h, t0, n, out);
+  }
+  kernels::RowBasis basis() const override { return cat_.basis(); }
+  void readInBasis(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    cat_.readInBasis(b, h, t0, n, out);
   }
   at::Tensor dense(std::int64_t B, std::int64_t H, at::ScalarType dtype) const override {
     std::vector<at::Tensor> xs;

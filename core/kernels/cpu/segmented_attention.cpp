@@ -22,21 +22,78 @@ void ConcatSource::add(std::shared_ptr<const TokenSource> part) {
                                          " and " + std::to_string(part->dim()));
   starts_.push_back(length_);
   length_ += part->length();
+  if (parts_.empty())
+    basis_ = part->basis();
+  else
+    mixed_ = mixed_ || !(part->basis() == basis_);
   parts_.push_back(std::move(part));
 }
 
 void ConcatSource::read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const {
+  readParts(b, h, t0, n, out, false);
+}
+
+void ConcatSource::readInBasis(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const {
+  readParts(b, h, t0, n, out, !mixed_ && !basis_.identity());
+}
+
+void ConcatSource::readParts(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out,
+                             bool inBasis) const {
   // The part holding t0, then the following ones until n tokens are written.
   auto it = std::upper_bound(starts_.begin(), starts_.end(), t0);
   std::size_t i = static_cast<std::size_t>(it - starts_.begin()) - 1;
   while (n > 0 && i < parts_.size()) {
     const std::int64_t local = t0 - starts_[i];
     const std::int64_t take = std::min(n, parts_[i]->length() - local);
-    parts_[i]->read(b, h, local, take, out);
+    if (inBasis)
+      parts_[i]->readInBasis(b, h, local, take, out);
+    else
+      parts_[i]->read(b, h, local, take, out);
     out += take * dim_;
     t0 += take;
     n -= take;
     ++i;
+  }
+}
+
+namespace {
+
+// The unnormalised transform of each chunk of c values (Sylvester's order: strides 1, 2, 4, ...).
+void fwhtChunks(float* v, std::int64_t dim, int c) {
+  for (float* x = v; x < v + dim; x += c)
+    for (int h = 1; h < c; h *= 2)
+      for (int i = 0; i < c; i += 2 * h)
+        for (int j = i; j < i + h; ++j) {
+          const float a = x[j], b = x[j + h];
+          x[j] = a + b;
+          x[j + h] = a - b;
+        }
+}
+
+}  // namespace
+
+void intoBasis(const RowBasis& basis, float* v, std::int64_t dim) {
+  if (basis.interleaved) {  // P^T: the model's halves into even and odd channels
+    std::vector<float> t(v, v + dim);
+    for (std::int64_t i = 0; i < dim / 2; ++i) v[2 * i] = t[static_cast<std::size_t>(i)], v[2 * i + 1] = t[dim / 2 + i];
+  }
+  if (basis.chunk <= 0) return;
+  if (!basis.signs.empty())
+    for (std::int64_t i = 0; i < dim; ++i) v[i] *= basis.signs[static_cast<std::size_t>(i % basis.chunk)];
+  fwhtChunks(v, dim, basis.chunk);
+  for (std::int64_t i = 0; i < dim; ++i) v[i] *= basis.scale;
+}
+
+void fromBasis(const RowBasis& basis, float* v, std::int64_t dim) {
+  if (basis.chunk > 0) {
+    fwhtChunks(v, dim, basis.chunk);
+    if (!basis.signs.empty())
+      for (std::int64_t i = 0; i < dim; ++i) v[i] *= basis.signs[static_cast<std::size_t>(i % basis.chunk)];
+    for (std::int64_t i = 0; i < dim; ++i) v[i] *= basis.scale;
+  }
+  if (basis.interleaved) {
+    std::vector<float> t(v, v + dim);
+    for (std::int64_t i = 0; i < dim / 2; ++i) v[i] = t[static_cast<std::size_t>(2 * i)], v[dim / 2 + i] = t[2 * i + 1];
   }
 }
 
@@ -288,6 +345,11 @@ void segmentedAttention(const SegmentedAttentionArgs& a, const TokenSource& keys
   // Queries pre-scaled by the softmax scale, per (b, KV head) as [G * T, D].
   std::vector<float> qs(static_cast<std::size_t>(B * a.Hq * T * D));
   for (std::int64_t i = 0; i < B * a.Hq * T * D; ++i) qs[i] = a.q[i] * a.smScale;
+  // Rows read in the bases the sources store them in: the queries into the keys' basis, the output out of the
+  // values' basis below.
+  const RowBasis kb = keys.basis(), vb = values.basis();
+  if (!kb.identity())
+    for (std::int64_t r = 0; r < B * a.Hq * T; ++r) intoBasis(kb, qs.data() + r * D, D);
 
   const TileFn tileFn = tileFunction(D);
   parallel(tasks, [&](std::int64_t begin, std::int64_t end) {
@@ -304,8 +366,8 @@ void segmentedAttention(const SegmentedAttentionArgs& a, const TokenSource& keys
       const std::int64_t from = s * per, to = std::min(L, from + per);
       for (std::int64_t t0 = from; t0 < to; t0 += tile) {
         const std::int64_t n = std::min(tile, to - t0);
-        keys.read(b, hk, t0, n, kt.data());
-        values.read(b, hk, t0, n, vt.data());
+        keys.readInBasis(b, hk, t0, n, kt.data());
+        values.readInBasis(b, hk, t0, n, vt.data());
         tileFn(q, rows, T, D, kt.data(), vt.data(), n, t0, L, a.causal, m, l, acc, scores.data());
       }
     }
@@ -334,6 +396,7 @@ void segmentedAttention(const SegmentedAttentionArgs& a, const TokenSource& keys
       }
       const float inv = 1.0f / lSum;
       for (std::int64_t d = 0; d < D; ++d) o[d] *= inv;
+      if (!vb.identity()) fromBasis(vb, o, D);
     }
   }
 }

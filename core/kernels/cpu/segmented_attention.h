@@ -12,6 +12,26 @@
 
 namespace kvscope::kernels {
 
+/// The linear map B from the rows a source stores to the model's rows: x = B r, with B r = P (S (H_c r) · scale) for
+/// each chunk of c values (H_c the unnormalised Walsh-Hadamard transform in Sylvester's order, S the diagonal of
+/// `signs` where given, P the deinterleave x[i] = y[2i], x[D/2 + i] = y[2i + 1] where `interleaved`). A cache that
+/// stores rotated rows (llama.cpp's, TurboQuant's keys, vLLM's int4 per token and head) lets attention read them
+/// unrotated: the queries go through B's transpose once, the output through B once, instead of every row through B
+/// at every step (vLLM rotates its queries too). chunk 0 and no interleave: the identity.
+struct RowBasis {
+  int chunk = 0;
+  std::vector<float> signs;  ///< c signs (±1), or empty
+  float scale = 1.0f;
+  bool interleaved = false;
+  bool identity() const { return chunk == 0 && !interleaved; }
+  bool operator==(const RowBasis& o) const {
+    return chunk == o.chunk && signs == o.signs && scale == o.scale && interleaved == o.interleaved;
+  }
+};
+/// v (dim values) := B^T v, and := B v.
+void intoBasis(const RowBasis& basis, float* v, std::int64_t dim);
+void fromBasis(const RowBasis& basis, float* v, std::int64_t dim);
+
 /// One side (keys or values) of a layer's cache as attention reads it: tokens [0, length()) of every (batch row,
 /// KV head), produced as float32 rows of `dim` values.
 class TokenSource {
@@ -21,6 +41,12 @@ class TokenSource {
   virtual std::int64_t dim() const = 0;
   /// Writes tokens [t0, t0 + n) of (b, h) into out (n rows of dim floats, dense). t0 + n <= length().
   virtual void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const = 0;
+  /// The basis readInBasis() writes rows in (identity: read()'s rows).
+  virtual RowBasis basis() const { return {}; }
+  /// The tokens read() writes, r rather than B r (basis()).
+  virtual void readInBasis(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const {
+    read(b, h, t0, n, out);
+  }
 };
 
 /// Several sources one after the other along the sequence (quantized history, full-precision window, new tokens).
@@ -30,10 +56,16 @@ class ConcatSource final : public TokenSource {
   std::int64_t length() const override { return length_; }
   std::int64_t dim() const override { return dim_; }
   void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override;
+  /// The parts' basis where they all have the same one, else the identity (every part read in the model's basis).
+  RowBasis basis() const override { return mixed_ ? RowBasis{} : basis_; }
+  void readInBasis(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override;
   bool empty() const { return parts_.empty(); }
 
  private:
+  void readParts(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out, bool inBasis) const;
   std::vector<std::shared_ptr<const TokenSource>> parts_;
+  RowBasis basis_;
+  bool mixed_ = false;
   std::vector<std::int64_t> starts_;
   std::int64_t length_ = 0;
   std::int64_t dim_ = 0;
