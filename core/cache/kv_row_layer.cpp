@@ -50,6 +50,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -223,10 +224,12 @@ class KvRowLayer final : public CacheLayer {
   // Tiers by age (TieredLayer): stores states as update() does, without returning them; the first n tokens decoded
   // (float32, the model's channel order); those tokens dropped; what attention reads.
   void append(const at::Tensor& k, const at::Tensor& v) { store(k, v); }
-  std::pair<at::Tensor, at::Tensor> oldest(std::int64_t n) const {
+  std::pair<at::Tensor, at::Tensor> oldest(std::int64_t n) const { return span(0, n); }
+  /// Tokens [from, from + n) as attention reads them (float32).
+  std::pair<at::Tensor, at::Tensor> span(std::int64_t from, std::int64_t n) const {
     const auto read = [&](const Side& s) {
       const at::Tensor d =
-          kernels::readKvRows(s.rows.view().narrow(2, 0, n), s.type, layout_.size(3), s.rotation, s.scale);
+          kernels::readKvRows(s.rows.view().narrow(2, from, n), s.type, layout_.size(3), s.rotation, s.scale);
       return permuted(s) ? kernels::deinterleaveHalves(d).contiguous() : d;
     };
     return {read(k_), read(v_)};
@@ -448,7 +451,10 @@ class KvRowLayer final : public CacheLayer {
 // block) or more beyond its share, its oldest whole pages move down one tier: decoded from the rows they were stored
 // in, cast to the model's dtype and stored again in the next tier's format (engines re-quantize a cold page from its
 // stored form), once per tier. Attention reads every tier's rows in token order, oldest first. The newest tier keeps
-// the statistics (each token's error when it arrived); memory reports each tier's bytes (TensorMemory::tiers).
+// the statistics (each token's error when it arrived); an update that moved pages adds their drift (what the move
+// changed: the new tier's values minus the old tier's, in ranges of a page, over the tokens from the oldest moved page
+// to the newest; 0 between), which the error history adds to the tokens' errors. Memory reports each tier's bytes
+// (TensorMemory::tiers).
 class TieredLayer final : public CacheLayer {
  public:
   TieredLayer(const CacheConfig& cfg, const StatsOptions& s, kernels::KernelPath path)
@@ -500,6 +506,7 @@ class TieredLayer final : public CacheLayer {
     for (Tier& t : tiers_) t.layer->reset();
     clearStats();
     updates_ = 0;
+    driftK_ = driftV_ = {};
   }
   void crop(std::int64_t n) override {
     const std::int64_t len = seqLength();
@@ -543,19 +550,73 @@ class TieredLayer final : public CacheLayer {
   };
   static constexpr std::int64_t kPage = 16;
 
+  // A page move of this update: tokens [start, start + n) as the older tier reads them now and as they were before.
+  struct Move {
+    std::int64_t start = 0;
+    at::Tensor k, v, oldK, oldV;
+  };
+
   void store(const at::Tensor& k, const at::Tensor& v) {
     ++updates_;
     offset_ = seqLength() - tiers_.front().layer->seqLength();  // tokens older than the newest tier's first
     tiers_.front().layer->append(k, v);
+    std::vector<Move> moves;
     for (std::size_t i = 0; i + 1 < tiers_.size(); ++i) {
       KvRowLayer& from = *tiers_[i].layer;
       const std::int64_t excess = from.seqLength() - tiers_[i].capacity;
       if (excess < kPage) continue;
       const std::int64_t n = excess / kPage * kPage;
       auto [ok, ov] = from.oldest(n);
-      tiers_[i + 1].layer->append(ok.to(k.scalar_type()), ov.to(v.scalar_type()));
+      KvRowLayer& to = *tiers_[i + 1].layer;
+      Move m;
+      for (std::size_t j = i + 1; j < tiers_.size(); ++j) m.start += tiers_[j].layer->seqLength();
+      to.append(ok.to(k.scalar_type()), ov.to(v.scalar_type()));
       from.dropOldest(n);
+      if (!statsOptions_.enabled) continue;
+      std::tie(m.k, m.v) = to.span(to.seqLength() - n, n);
+      m.oldK = std::move(ok);
+      m.oldV = std::move(ov);
+      moves.push_back(std::move(m));
     }
+    recordMoves(moves);
+  }
+
+  // The drift of this update's moves (driftK_, driftV_; none without one): one map from the oldest moved token to the
+  // newest, the tokens between as they are now on both sides.
+  void recordMoves(std::vector<Move>& moves) {
+    driftK_ = driftV_ = {};
+    if (moves.empty()) return;
+    std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.start < b.start; });
+    std::vector<at::Tensor> nk, nv, ok, ov;
+    std::int64_t at = moves.front().start;
+    for (const Move& m : moves) {
+      if (m.start > at) {
+        auto [a, b] = tokens(at, m.start - at);
+        nk.push_back(a), ok.push_back(a), nv.push_back(b), ov.push_back(b);
+      }
+      nk.push_back(m.k), nv.push_back(m.v), ok.push_back(m.oldK), ov.push_back(m.oldV);
+      at = m.start + m.k.size(2);
+    }
+    const std::int64_t start = moves.front().start;
+    detail::errorMap(at::cat(ok, 2), at::cat(nk, 2), start, kPage, kernelPath(), driftK_, deferred_);
+    detail::errorMap(at::cat(ov, 2), at::cat(nv, 2), start, kPage, kernelPath(), driftV_, deferred_);
+  }
+
+  // Tokens [from, from + n) of every tier, oldest tier first, as attention reads them.
+  std::pair<at::Tensor, at::Tensor> tokens(std::int64_t from, std::int64_t n) const {
+    std::vector<at::Tensor> ks, vs;
+    std::int64_t pos = 0;
+    for (auto it = tiers_.rbegin(); it != tiers_.rend() && n > 0; ++it) {
+      const std::int64_t len = it->layer->seqLength();
+      if (from < pos + len) {
+        const std::int64_t take = std::min(n, pos + len - from);
+        auto [a, b] = it->layer->span(from - pos, take);
+        ks.push_back(a), vs.push_back(b);
+        from += take, n -= take;
+      }
+      pos += len;
+    }
+    return {at::cat(ks, 2), at::cat(vs, 2)};
   }
 
   // The newest tier's statistics, with positions counted from the start of the sequence.
@@ -565,11 +626,17 @@ class TieredLayer final : public CacheLayer {
     for (TensorStats* t : {&stats_.keys, &stats_.values})
       for (ErrorMap* m : {&t->error, &t->drift})
         if (!m->empty()) m->tokenStart += offset_;
+    for (auto [t, drift] : {std::pair{&stats_.keys, &driftK_}, std::pair{&stats_.values, &driftV_}}) {
+      if (drift->empty()) continue;
+      t->drift = *drift;  // positions from the start of the sequence already
+      t->quantized = true;
+    }
   }
 
   std::vector<Tier> tiers_;  // newest first
   std::int64_t updates_ = 0;
-  std::int64_t offset_ = 0;  // at the latest update: the tokens in the older tiers before it
+  std::int64_t offset_ = 0;   // at the latest update: the tokens in the older tiers before it
+  ErrorMap driftK_, driftV_;  // the latest update's page moves (recordMoves)
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cache/config.h"
+#include "cache/error_history.h"
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
 #include "tensor_helpers.h"
@@ -84,6 +85,51 @@ TEST(Tiers, PagesMoveDownOnceTheyPassTheirTiersAgeAndAreStoredAgainThere) {
   EXPECT_EQ(layer->memory().keys.tiers, (std::vector<std::int64_t>{0, std::int64_t{10} * 2 * 2 * 34}));
   layer->reset();
   EXPECT_EQ(layer->seqLength(), 0);
+}
+
+// A page move re-quantizes tokens from their stored form: the update that moves pages reports what each move changed
+// (the drift map, in ranges of a page, 0 for the tokens between two moves), and the error history adds it to those
+// tokens' errors.
+TEST(Tiers, AnUpdateThatMovesPagesReportsWhatTheMoveChanged) {
+  at::manual_seed(43);
+  const at::Tensor x = randn(1, 2, 120, 64) * 4;
+  auto layer = makeLayer(parseSpec("tiers=16:q8_0,48:fp8,*:q4_0"));
+  ErrorHistory history;
+  std::int64_t moves = 0, twoMoves = 0;
+  at::Tensor before, k;  // the keys attention read at the previous update, and at this one
+  for (std::int64_t t = 0; t < 120; ++t, before = k) {
+    k = layer->update(x.narrow(2, t, 1), x.narrow(2, t, 1)).first;
+    const LayerStats& st = layer->stats();
+    history.add(st.keys);
+    const ErrorMap& d = st.keys.drift;
+    if (d.empty()) continue;
+    ++moves;
+    ASSERT_EQ(d.tokenBin, 16);
+    ASSERT_EQ(d.heads, 2);
+    ASSERT_EQ(d.channels, 64);
+    // Where the keys changed between the two reads, the map's range has that change as its max |new - old|.
+    const at::Tensor change = (k.narrow(2, 0, t) - before).abs();
+    const std::int64_t first = d.tokenStart, end = d.tokenStart + d.tokens;
+    if (first > 0) EXPECT_EQ(change.narrow(2, 0, first).max().item<float>(), 0.0f);
+    if (end < t) EXPECT_EQ(change.narrow(2, end, t - end).max().item<float>(), 0.0f);
+    int moved = 0;
+    for (std::int64_t r = 0; r < d.ranges; ++r) {
+      const at::Tensor c = change.narrow(2, first + r * 16, 16);  // [1, 2, 16, 64]
+      for (std::int64_t h = 0; h < 2; ++h)
+        for (std::int64_t ch = 0; ch < 64; ch += 9)
+          EXPECT_EQ(d.max(h, r, ch), c[0][h].select(1, ch).max().item<float>()) << t << " " << r;
+      moved += c.max().item<float>() > 0;
+    }
+    twoMoves += moved == 2;
+  }
+  EXPECT_GE(moves, 5);
+  EXPECT_GE(twoMoves, 1);  // a page into fp8 and one into q4_0 in the same update: one map over both
+  // The history: each key's error is its q8_0 error plus what its moves added, at least its q4_0 error alone.
+  const at::Tensor err = (k - x).abs();
+  for (std::int64_t t : {0, 20, 40, 60}) {
+    const float stored = err[0][1][t][5].item<float>();
+    EXPECT_GE(history.at(t, 1, 5) * (1 + 1e-5f) + 1e-6f, stored) << t;
+  }
 }
 
 TEST(Tiers, FusedAttentionReadsEveryTierAndBeamsReorderThemAll) {
