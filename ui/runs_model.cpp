@@ -135,6 +135,12 @@ QStringList specNames(const QStringList& specs, QString* common) {
   return configNames(runs, common);
 }
 
+std::optional<double> storedBitsPerValue(const RunSnapshot& run) {
+  const double ratio = run.cache.total().compressionRatio();
+  if (run.dtypeBits <= 0 || !(ratio > 0)) return std::nullopt;
+  return run.dtypeBits / ratio;
+}
+
 bool brokenRun(const RunSnapshot& run) {
   if (run.cache.overflowTotals().nonFinite > 0) return true;
   if (run.shadow && (!std::isfinite(run.meanKl) || !std::isfinite(run.maxKl))) return true;
@@ -155,6 +161,8 @@ void RunsModel::sort(int column, Qt::SortOrder order) {
         return static_cast<double>(t.stored());
       case Ratio:
         return t.compressionRatio();
+      case BitsPerValue:
+        return storedBitsPerValue(r);
       case DecodeTokS:
         return r.decodeTokS;
       case MeanKl:
@@ -243,6 +251,10 @@ QString RunsModel::cell(int row, int column, bool fullLabel) const {
       return QString::number(t.stored() / 1048576.0, 'f', 3);
     case Ratio:
       return QString::number(t.compressionRatio(), 'f', 2);
+    case BitsPerValue: {
+      const auto bits = storedBitsPerValue(r);
+      return bits ? QString::number(*bits, 'f', 2) : QString("-");
+    }
     case DecodeTokS:
       return QString::number(r.decodeTokS, 'f', 1);
     case MeanKl:
@@ -289,7 +301,7 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
   // Short headers, so that every figure fits beside the config without scrolling; the tooltips say them in full.
   // Two lines where a header is wider than its figures: the config column keeps the width its names need (at 1366 px
   // one-line headers left it ~40 px).
-  static const char* kNames[] = {"run",      "config", "KV\nMiB",   "ratio",   "tok/s",
+  static const char* kNames[] = {"run",      "config", "KV\nMiB",   "ratio",   "bits/\nvalue", "tok/s",
                                  "mean\nKL", "top-1",  "1st\ndiv.", "max\nKL", "ppl\n(ref)"};
   static const char* const kPerplexityTip =
       "perplexity on the reference tokens: the unquantized cache's greedy answer to the same prompt, teacher-forced "
@@ -299,6 +311,8 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
       nullptr,
       "stored KV bytes (payload, scales/zeros and residual), MiB",
       "compression: the same tokens unquantized ÷ stored",
+      "bits stored per cached value, scales, residual window and unquantized layers included: the model dtype's bits "
+      "÷ the compression ratio (as eval and tune report them)",
       "decode tokens per second",
       "mean KL divergence of each step's next-token distribution from the unquantized reference (nats)",
       "share of steps whose top-1 token is the reference's",
@@ -315,7 +329,7 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
 QString RunsModel::csv() const {
   auto quoted = [](QString s) { return QString("\"%1\"").arg(s.replace('"', "\"\"")); };
   QString out;
-  static const char* kCsvNames[] = {"run",     "config", "kv_mib",           "ratio",  "decode_tok_s",
+  static const char* kCsvNames[] = {"run",     "config", "kv_mib",           "ratio",  "bits_per_value", "decode_tok_s",
                                     "mean_kl", "top1",   "first_divergence", "max_kl", "ref_perplexity"};
   for (int c = 0; c < ColumnCount; ++c) out += QString(c ? "," : "") + kCsvNames[c];
   out += "\n";

@@ -6,6 +6,7 @@
 #include <QAbstractTableModel>
 #include <QStringList>
 #include <QVector>
+#include <optional>
 
 #include "snapshots.h"
 
@@ -24,6 +25,10 @@ QStringList specNames(const QStringList& specs, QString* common = nullptr);
 /// full precision; 40 prompt + 12 generated tokens so far"), for views that must not show another run's data instead.
 QString nothingQuantizedReason(const RunSnapshot& run);
 
+/// Bits a run's cache stores per cached value, scales, residual window and unquantized layers included: the model
+/// dtype's bits ÷ the compression ratio (eval's and tune's bits per value). nullopt where either is unknown.
+std::optional<double> storedBitsPerValue(const RunSnapshot& run);
+
 /// Whether a run's figures cannot be trusted: its cache stored NaN/inf codes, or its KL or reference perplexity is not
 /// finite. Such a run never ranks best (the table's sort, the sweep's best).
 bool brokenRun(const RunSnapshot& run);
@@ -31,7 +36,20 @@ bool brokenRun(const RunSnapshot& run);
 class RunsModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { Run, Config, KvMiB, Ratio, DecodeTokS, MeanKl, Top1, FirstDivergence, MaxKl, Perplexity, ColumnCount };
+  enum Column {
+    Run,
+    Config,
+    KvMiB,
+    Ratio,
+    BitsPerValue,
+    DecodeTokS,
+    MeanKl,
+    Top1,
+    FirstDivergence,
+    MaxKl,
+    Perplexity,
+    ColumnCount
+  };
 
   explicit RunsModel(QObject* parent = nullptr);
 

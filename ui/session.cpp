@@ -241,6 +241,7 @@ QByteArray sessionJson(const Session& s) {
                     {"config", r->spec},
                     {"shadow", r->shadow},
                     {"prompt_tokens", r->promptTokens},
+                    {"dtype_bits", r->dtypeBits},
                     {"tokens", tokens},
                     {"memory", memory},
                     {"prefill_tok_s", numberJson(r->prefillTokS)},
@@ -330,6 +331,7 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
     r->spec = rd.string(o, "config", true);
     r->shadow = rd.boolean(o, "shadow", false);
     r->promptTokens = static_cast<int>(rd.integer(o, "prompt_tokens", 0, std::numeric_limits<int>::max(), 0));
+    r->dtypeBits = static_cast<int>(rd.integer(o, "dtype_bits", 0, 64, 0));
     const QJsonArray tokens = rd.array(o, "tokens", true);
     r->tokens.reserve(tokens.size());
     for (qsizetype j = 0; j < tokens.size(); ++j) {

@@ -154,6 +154,9 @@ struct RunSnapshot {
   std::optional<cache::CacheConfig> config;
   bool shadow = false;
   int promptTokens = 0;
+  /// Bits per value of the model's dtype (the unquantized cache's: 32 for fp32, 16 for bf16 / fp16); 0: unknown (a
+  /// run reopened from a session that did not record it).
+  int dtypeBits = 0;
   QVector<TokenView> tokens;      ///< all generated so far
   cache::CacheSnapshot cache;     ///< per-layer memory and statistics after the latest step
   TokenErrorViewPtr tokenErrors;  ///< the inspected layer's token x channel error (see Selection)

@@ -455,6 +455,7 @@ void Engine::run(const ui::RunRequest& r) {
     snap->config = cfg;
     snap->shadow = r.shadow;
     snap->promptTokens = static_cast<int>(prompt.size());
+    snap->dtypeBits = runtime::dtypeBits(d_->session->options().dtype);
     QElapsedTimer sinceEmit, sinceInspection;
     sinceEmit.start();
     double decodeSeconds = 0;

@@ -510,6 +510,7 @@ class WindowTest : public QObject {
       r->cache.memory.resize(1);
       r->cache.memory[0].keys.payload = bytes;
       r->cache.memory[0].keys.unquantized = 4000;
+      r->dtypeBits = id == 3 ? 0 : 32;  // #3 reopened from a session that did not record its dtype
       r->cache.stats.resize(1);
       r->cache.stats[0].values.nonFiniteTotal = nan;
       for (int i = 0; i < 4; ++i) {
@@ -536,6 +537,11 @@ class WindowTest : public QObject {
     QVERIFY(model->data(model->index(1, ui::RunsModel::Perplexity), Qt::ToolTipRole)
                 .toString()
                 .contains("on 32 reference tokens"));
+    // Bits per value: 32 bits ÷ the ratio 4000 / 500 for #2; "-" without the dtype, sorted after the known ones.
+    QCOMPARE(model->data(model->index(1, ui::RunsModel::BitsPerValue)).toString(), QString("4.00"));
+    QCOMPARE(model->data(model->index(2, ui::RunsModel::BitsPerValue)).toString(), QString("-"));
+    w_->runsTable()->sortByColumn(ui::RunsModel::BitsPerValue, Qt::AscendingOrder);
+    QCOMPARE(order(), (QList<int>{2, 3, 1}));
     w_->runsTable()->sortByColumn(ui::RunsModel::KvMiB, Qt::AscendingOrder);
     QCOMPARE(order(), (QList<int>{2, 3, 1}));  // the smallest KV, but broken: last
     w_->runsTable()->sortByColumn(ui::RunsModel::KvMiB, Qt::DescendingOrder);

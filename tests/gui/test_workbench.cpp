@@ -147,10 +147,23 @@ class GuiTest : public QObject {
     w_->runsTable()->clearSelection();
     // The table's own figures: max KL and perplexity on the reference tokens, the same tokens for every run on a
     // prompt (the unquantized cache's greedy answer, teacher-forced).
-    QCOMPARE(w_->runsModel()->headerData(9, Qt::Horizontal).toString(), QString("ppl\n(ref)"));
-    QVERIFY(w_->runsModel()->headerData(9, Qt::Horizontal, Qt::ToolTipRole).toString().contains("perplexity"));
-    QVERIFY(runsCell(1, 9).toDouble() >= 1.0);
+    using ui::RunsModel;
+    QCOMPARE(w_->runsModel()->headerData(RunsModel::Perplexity, Qt::Horizontal).toString(), QString("ppl\n(ref)"));
+    QVERIFY(w_->runsModel()
+                ->headerData(RunsModel::Perplexity, Qt::Horizontal, Qt::ToolTipRole)
+                .toString()
+                .contains("perplexity"));
+    QVERIFY(runsCell(1, RunsModel::Perplexity).toDouble() >= 1.0);
     const auto& runs = w_->runsModel()->runs();
+    // Bits per value: the model dtype's (fp32 here) ÷ the compression ratio, as eval and tune give them.
+    QCOMPARE(w_->runsModel()->headerData(RunsModel::BitsPerValue, Qt::Horizontal).toString(), QString("bits/\nvalue"));
+    for (int row = 0; row < 2; ++row) {
+      QCOMPARE(w_->runsModel()->run(row)->dtypeBits, 32);
+      const double bits = runsCell(row, RunsModel::BitsPerValue).toDouble(),
+                   ratio = runsCell(row, RunsModel::Ratio).toDouble();
+      QVERIFY2(bits > 1.0 && bits < 32.0, qPrintable(runsCell(row, RunsModel::BitsPerValue)));
+      QVERIFY2(std::abs(bits * ratio - 32.0) < 0.2, qPrintable(QString("%1 x %2").arg(bits).arg(ratio)));
+    }
     QVERIFY(runs[0]->refTokens > 0);
     QCOMPARE(runs[1]->refTokens, runs[0]->refTokens);
     QVERIFY(std::isfinite(runs[1]->refPerplexity));
