@@ -360,6 +360,13 @@ std::uint64_t LlamaModel::weightBytes() const {
   return n;
 }
 
+at::Tensor LlamaModel::projectionBias(int layer, char proj) const {
+  if (layer < 0 || layer >= static_cast<int>(layers_.size()) || (proj != 'q' && proj != 'k' && proj != 'v'))
+    throw Error(ErrorCode::Internal, fmt::format("projectionBias: no layer {} projection '{}'", layer, proj));
+  const Layer& L = layers_[static_cast<std::size_t>(layer)];
+  return proj == 'q' ? L.bq : proj == 'k' ? L.bk : L.bv;
+}
+
 std::unique_ptr<cache::KvCache> LlamaModel::makeCache(const cache::CacheConfig& cfg,
                                                       const cache::StatsOptions& stats) const {
   auto kv = std::make_unique<cache::KvCache>(cfg, cfg_.layers, stats, ctx_.kernelPath());

@@ -92,6 +92,10 @@ class LlamaModel {
   /// The same with chunking and last-position logits ([batch, 1, vocab] with lastLogitsOnly).
   at::Tensor forward(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& options) const;
 
+  /// Layer l's bias of the q, k or v projection (`proj`: 'q', 'k', 'v'), [heads * head_dim] in the model's dtype on
+  /// its device; undefined where the model has none. Throws Error (Internal) for another layer or projection.
+  at::Tensor projectionBias(int layer, char proj) const;
+
   /// A cache for this model with `cfg`, for the model's context (its states live on the model's device).
   std::unique_ptr<cache::KvCache> makeCache(const cache::CacheConfig& cfg, const cache::StatsOptions& stats = {}) const;
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kvscope-cli calibrate on the embedded model and the shipped text: a config file with per-layer scales that the fp8
-# cache then uses, and the seed's overflow on the same states. Exit 77 (skipped) without the model.
+# cache then uses, and the seed's overflow on the same states; the model doctor on the same model and text. Exit 77
+# (skipped) without the model.
 set -u
 source "$(dirname "$0")/model_test_setup.sh"
 "$cli" calibrate --model "$model" --text "$text" --cache fp8:granularity=head --ctx 96 --windows 2 --prompt 32 \
@@ -55,4 +56,18 @@ out=$("$cli" calibrate --model "$model" --text "$text" --cache quanto 2>&1); rc=
 out=$("$cli" calibrate --model "$model" --text /nonexistent.txt 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "cannot read text file" <<<"$out" || { echo "FAIL missing text: $rc $out"; fail=1; }
 [ $fail -eq 0 ] && echo "ok   calibrate errors"
+
+# doctor: the shipped text by default; a row per layer and a verdict; --json for scripts; bad options in one line.
+out=$("$cli" doctor --model "$model" --ctx 128 2>/dev/null); rc=$?
+[ $rc -eq 0 ] && grep -q "GQA 3:1" <<<"$out" && grep -q "^verdict: " <<<"$out" \
+  && [ "$(grep -cE '^ +[0-9]+ ' <<<"$out")" -eq 30 ] || { echo "FAIL doctor: $rc $out"; fail=1; }
+"$cli" doctor --model "$model" --text "$text" --ctx 128 --json 2>/dev/null > "$tmp/d.json" \
+  && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['model']['head_dim']==64 and len(d['layers'])==30 and d['tokens']==128" "$tmp/d.json" \
+  || { echo "FAIL doctor --json"; fail=1; }
+out=$("$cli" doctor --model "$model" --base fp8 2>&1); rc=$?
+[ $rc -eq 2 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && grep -q "base config must be one llamacpp config" <<<"$out" \
+  || { echo "FAIL doctor --base: $rc $out"; fail=1; }
+out=$("$cli" doctor --model "$model" --outlier-ratio 0.5 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "ratios must be above 1" <<<"$out" || { echo "FAIL doctor ratio: $rc $out"; fail=1; }
+[ $fail -eq 0 ] && echo "ok   doctor"
 exit $fail

@@ -1,0 +1,250 @@
+#include "generate/doctor.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "cache/config.h"
+#include "cache/kv_cache.h"
+#include "model/llama.h"
+#include "util/error.h"
+
+namespace kvscope::generate {
+namespace {
+
+constexpr float kE4m3Max = 448.0f;
+constexpr std::array<const char*, 2> kSideNames = {"keys", "values"};
+
+float median(std::vector<float> v) {
+  if (v.empty()) return 0.0f;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+std::string layerList(const std::vector<int>& layers) {
+  std::string s;
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == layers.size() ? " and " : ", ") + std::to_string(layers[i]);
+  return s;
+}
+
+// `base` with 8-bit keys (or values) at `layers`: one llamacpp rule per layer, then `*`.
+std::string eightBitAt(const std::vector<int>& layers, bool keys, const cache::CacheConfig& base) {
+  cache::CacheConfig wide = base;
+  (keys ? wide.typeK : wide.typeV) = cache::LlamaCppType::Q8_0;
+  std::string spec = "layers=";
+  for (int l : layers) spec += fmt::format("{}:{};", l, cache::toSpec(wide));
+  return spec + "*:" + cache::toSpec(base);
+}
+
+}  // namespace
+
+void checkDoctorOptions(const DoctorOptions& o) {
+  if (!(o.outlierRatio > 1.0) || !(o.biasRatio > 1.0) || !(o.biasFloor >= 0.0))
+    throw Error(ErrorCode::BadInput, "doctor: the outlier and bias ratios must be above 1, the bias floor at least 0");
+  const cache::CacheConfig base = cache::parseSpec(o.base);
+  if (base.backend != cache::Backend::LlamaCpp || base.mixed() || base.tiered())
+    throw Error(ErrorCode::BadInput,
+                fmt::format("doctor: the base config must be one llamacpp config, got `{}`", o.base));
+}
+
+DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<std::int64_t>>& windows,
+                      const DoctorOptions& o) {
+  checkDoctorOptions(o);
+  if (windows.empty() || windows.front().empty())
+    throw Error(ErrorCode::BadInput, "doctor: no calibration tokens (the text is empty)");
+  const cache::CacheConfig base = cache::parseSpec(o.base);
+
+  const model::ModelConfig& c = m.config();
+  DoctorReport r;
+  r.arch = c.arch;
+  r.layers = c.layers;
+  r.heads = c.heads;
+  r.kvHeads = c.kvHeads;
+  r.headDim = c.headDim;
+  r.llamaCppRotation = c.headDim % 64 == 0;
+  r.powerOfTwoHead = c.headDim >= 32 && (c.headDim & (c.headDim - 1)) == 0;
+  for (int l : {0, 1, c.layers - 2, c.layers - 1})
+    if (l >= 0 && l < c.layers &&
+        std::find(r.boundaryLayers.begin(), r.boundaryLayers.end(), l) == r.boundaryLayers.end())
+      r.boundaryLayers.push_back(l);
+  r.sides.resize(static_cast<std::size_t>(c.layers));
+
+  // Each channel's max |x| over every window, per layer and side: [kvHeads * headDim].
+  std::vector<std::array<at::Tensor, 2>> channelMax(static_cast<std::size_t>(c.layers));
+  for (const auto& w : windows) {
+    auto kv = m.makeCache(cache::parseSpec("dynamic"));
+    m.forward(model::idsTensor(w, 0, w.size()), *kv, [&](int l, const char* name, const at::Tensor& t) {
+      const std::string_view n(name);
+      if (n != "k" && n != "v") return;
+      const int side = n == "k" ? 0 : 1;
+      const at::Tensor x = t.detach().to(at::kCPU, at::kFloat).abs();  // [B, H, T, D]
+      DoctorSide& s = r.sides[static_cast<std::size_t>(l)][static_cast<std::size_t>(side)];
+      s.values += x.numel();
+      s.overUnitScale += (x > kE4m3Max).sum().item<std::int64_t>();
+      const at::Tensor cm = x.amax({0, 2}).reshape({-1});  // [H * D]
+      at::Tensor& acc = channelMax[static_cast<std::size_t>(l)][static_cast<std::size_t>(side)];
+      acc = acc.defined() ? at::maximum(acc, cm) : cm;
+    });
+    r.tokens += static_cast<std::int64_t>(w.size());
+  }
+
+  for (int l = 0; l < c.layers; ++l)
+    for (int side = 0; side < 2; ++side) {
+      DoctorSide& s = r.sides[static_cast<std::size_t>(l)][static_cast<std::size_t>(side)];
+      const at::Tensor& cm = channelMax[static_cast<std::size_t>(l)][static_cast<std::size_t>(side)];
+      if (!cm.defined()) continue;
+      const at::Tensor cc = cm.contiguous();
+      const std::vector<float> v(cc.const_data_ptr<float>(), cc.const_data_ptr<float>() + cc.numel());
+      const auto top = std::max_element(v.begin(), v.end());
+      s.amax = *top;
+      s.outlierHead = static_cast<int>((top - v.begin()) / c.headDim);
+      s.outlierChannel = static_cast<int>((top - v.begin()) % c.headDim);
+      s.medianChannel = median(v);
+      s.outlierRatio = s.medianChannel > 0.0f ? double(s.amax) / s.medianChannel : 0.0;
+      const at::Tensor b = m.projectionBias(l, side == 0 ? 'k' : 'v');
+      if (b.defined()) {
+        const at::Tensor ab = b.detach().to(at::kCPU, at::kFloat).abs().reshape({-1});
+        s.hasBias = true;
+        s.biasMax = ab.max().item<float>();
+        s.biasChannel = static_cast<int>(ab.argmax().item<std::int64_t>());
+      }
+    }
+
+  // Verdicts, keys first.
+  for (int side = 0; side < 2; ++side) {
+    const bool keys = side == 0;
+    const char* name = kSideNames[static_cast<std::size_t>(side)];
+    auto sideOf = [&](int l) -> const DoctorSide& {
+      return r.sides[static_cast<std::size_t>(l)][static_cast<std::size_t>(side)];
+    };
+    std::vector<int> outliers, spikes, overflow;
+    std::vector<float> biases;
+    for (int l = 0; l < c.layers; ++l) {
+      if (sideOf(l).outlierRatio >= o.outlierRatio) outliers.push_back(l);
+      if (sideOf(l).overUnitScale > 0) overflow.push_back(l);
+      if (sideOf(l).hasBias) biases.push_back(sideOf(l).biasMax);
+    }
+    const float biasMedian = median(biases);
+    for (int l = 0; l < c.layers; ++l)
+      if (sideOf(l).hasBias && sideOf(l).biasMax >= o.biasFloor && sideOf(l).biasMax >= o.biasRatio * biasMedian)
+        spikes.push_back(l);
+    auto worst = [&](const std::vector<int>& ls, auto key) {
+      return *std::max_element(ls.begin(), ls.end(), [&](int a, int b) { return key(sideOf(a)) < key(sideOf(b)); });
+    };
+    if (!outliers.empty()) {
+      const int w = worst(outliers, [](const DoctorSide& s) { return s.outlierRatio; });
+      const DoctorSide& s = sideOf(w);
+      r.verdicts.push_back(
+          {"outlier_channels", name, outliers,
+           fmt::format("{} of layer{} {} have channels up to {:.0f}x the median channel (layer {}: head {} channel {}, "
+                       "|x| {:.4g} against a median of {:.3g}): keep them in 8 bits{}",
+                       name, outliers.size() > 1 ? "s" : "", layerList(outliers), s.outlierRatio, w, s.outlierHead,
+                       s.outlierChannel, s.amax, s.medianChannel,
+                       r.llamaCppRotation ? " or rotate (llama.cpp's rotation applies to this head size)" : ""),
+           eightBitAt(outliers, keys, base)});
+    }
+    if (!spikes.empty()) {
+      const int w = worst(spikes, [](const DoctorSide& s) { return s.biasMax; });
+      r.verdicts.push_back(
+          {"bias_spikes", name, spikes,
+           fmt::format(
+               "the {} projection's bias reaches {:.4g} at layer{} {} (layer {}, channel {}; the median layer's "
+               "largest is {:.3g}): a bias that large dominates its channel, which 4-bit {} cannot hold; keep "
+               "those layers in 8 bits",
+               keys ? "k" : "v", sideOf(w).biasMax, spikes.size() > 1 ? "s" : "", layerList(spikes), w,
+               sideOf(w).biasChannel, biasMedian, name),
+           eightBitAt(spikes, keys, base)});
+    }
+    if (!overflow.empty()) {
+      std::int64_t over = 0, values = 0;
+      for (int l : overflow) over += sideOf(l).overUnitScale;
+      for (int l = 0; l < c.layers; ++l) values += sideOf(l).values;
+      const int w = worst(overflow, [](const DoctorSide& s) { return double(s.overUnitScale) / double(s.values); });
+      r.verdicts.push_back(
+          {"fp8_overflow", name, overflow,
+           fmt::format("fp8 with scale 1.0 (vLLM without calibrated scales) overflows on {:.3g}% of the {} at layer{} "
+                       "{} ({:.3g}% at layer {}, |x| up to {:.4g} > 448): calibrate the scales",
+                       100.0 * double(over) / double(std::max<std::int64_t>(values, 1)), name,
+                       overflow.size() > 1 ? "s" : "", layerList(overflow),
+                       100.0 * double(sideOf(w).overUnitScale) / double(sideOf(w).values), w, sideOf(w).amax),
+           "kvscope-cli calibrate --cache fp8 --text TEXT -o fp8-calibrated.json"});
+    }
+  }
+  return r;
+}
+
+std::string doctorJson(const DoctorReport& r) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (std::size_t l = 0; l < r.sides.size(); ++l) {
+    nlohmann::json row = {{"layer", l}};
+    for (int side = 0; side < 2; ++side) {
+      const DoctorSide& s = r.sides[l][static_cast<std::size_t>(side)];
+      row[kSideNames[static_cast<std::size_t>(side)]] = {
+          {"amax", s.amax},
+          {"median_channel_amax", s.medianChannel},
+          {"outlier_ratio", s.outlierRatio},
+          {"outlier_head", s.outlierHead},
+          {"outlier_channel", s.outlierChannel},
+          {"values", s.values},
+          {"over_448", s.overUnitScale},
+          {"bias_max", s.hasBias ? nlohmann::json(s.biasMax) : nlohmann::json(nullptr)},
+          {"bias_channel", s.hasBias ? nlohmann::json(s.biasChannel) : nlohmann::json(nullptr)}};
+    }
+    layers.push_back(row);
+  }
+  nlohmann::json verdicts = nlohmann::json::array();
+  for (const auto& v : r.verdicts)
+    verdicts.push_back(
+        {{"kind", v.kind}, {"side", v.side}, {"layers", v.layers}, {"text", v.text}, {"config", v.config}});
+  const nlohmann::json doc = {{"model",
+                               {{"arch", r.arch},
+                                {"layers", r.layers},
+                                {"heads", r.heads},
+                                {"kv_heads", r.kvHeads},
+                                {"gqa_ratio", r.kvHeads > 0 ? r.heads / r.kvHeads : 0},
+                                {"head_dim", r.headDim}}},
+                              {"tokens", r.tokens},
+                              {"llamacpp_rotation", r.llamaCppRotation},
+                              {"power_of_two_head", r.powerOfTwoHead},
+                              {"boundary_layers", r.boundaryLayers},
+                              {"layers", layers},
+                              {"verdicts", verdicts}};
+  return doc.dump(2) + "\n";
+}
+
+std::string doctorText(const DoctorReport& r) {
+  std::string out = fmt::format(
+      "model: {} · {} layers · {} query heads, {} KV heads (GQA {}:1) · head size {} · {} calibration tokens\n", r.arch,
+      r.layers, r.heads, r.kvHeads, r.kvHeads > 0 ? r.heads / r.kvHeads : 0, r.headDim, r.tokens);
+  out += fmt::format(
+      "rotation: llama.cpp's K/V rotation {} (quantized types q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; head size {} {} "
+      "a multiple of 64); TurboQuant, UltraQuant and mxfp4:rot=on {}\n",
+      r.llamaCppRotation ? "applies" : "does not apply", r.headDim, r.llamaCppRotation ? "is" : "is not",
+      r.powerOfTwoHead ? "apply (a power-of-two head size)" : "do not (the head size is not a power of two)");
+  out +=
+      fmt::format("boundary layers: {} (vLLM leaves them unquantized for TurboQuant)\n\n", layerList(r.boundaryLayers));
+  out += fmt::format("{:>5}  {:>10} {:>8} {:>9} {:>9}   {:>10} {:>8} {:>9} {:>9}\n", "layer", "|k| max", "x median",
+                     "k > 448", "k bias", "|v| max", "x median", "v > 448", "v bias");
+  for (std::size_t l = 0; l < r.sides.size(); ++l) {
+    const auto& k = r.sides[l][0];
+    const auto& v = r.sides[l][1];
+    auto bias = [](const DoctorSide& s) { return s.hasBias ? fmt::format("{:.3g}", s.biasMax) : std::string("-"); };
+    auto pct = [](const DoctorSide& s) {
+      return s.overUnitScale ? fmt::format("{:.3g}%", 100.0 * double(s.overUnitScale) / double(s.values))
+                             : std::string("0");
+    };
+    out += fmt::format("{:>5}  {:>10.4g} {:>7.1f}x {:>9} {:>9}   {:>10.4g} {:>7.1f}x {:>9} {:>9}\n", l, k.amax,
+                       k.outlierRatio, pct(k), bias(k), v.amax, v.outlierRatio, pct(v), bias(v));
+  }
+  out += "\n";
+  if (r.verdicts.empty()) out += "verdict: nothing alarming: no outlier channels, bias spikes or fp8 overflow\n";
+  for (const auto& v : r.verdicts) out += fmt::format("verdict: {}\n  try: {}\n", v.text, v.config);
+  return out;
+}
+
+}  // namespace kvscope::generate

@@ -1,0 +1,167 @@
+// The model doctor (generate/doctor.h) on random Qwen2-shaped GGUFs written here: one without anything planted (no
+// verdict), one with k_proj bias spikes at its first and last layer as Qwen2.5-7B has them (bias spikes and outlier
+// channels there, 8-bit keys suggested at exactly those layers), one whose keys pass 448 (fp8 overflow at vLLM's
+// default scale); the model facts; bad options.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cache/config.h"
+#include "generate/doctor.h"
+#include "gguf_writer.h"
+#include "model/llama.h"
+#include "test_helpers.h"
+
+using namespace kvscope;
+
+namespace {
+
+constexpr int kLayers = 6, kHidden = 64, kHeads = 4, kKvHeads = 2, kHeadDim = 16, kFfn = 96, kVocab = 96;
+
+// A random Qwen2 (q/k/v biases) in F32; `kBias[l]` plants that value on channel 5 of layer l's k_proj bias.
+std::string qwen2Model(const std::string& name, const std::map<int, float>& kBias) {
+  at::manual_seed(17);
+  std::vector<std::pair<std::string, std::vector<std::uint64_t>>> plan = {{"token_embd.weight", {kHidden, kVocab}},
+                                                                          {"output_norm.weight", {kHidden}}};
+  const std::uint64_t kvDim = kKvHeads * kHeadDim;
+  for (int l = 0; l < kLayers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (auto& t :
+         std::vector<std::pair<std::string, std::vector<std::uint64_t>>>{{b + "attn_norm.weight", {kHidden}},
+                                                                         {b + "attn_q.weight", {kHidden, kHidden}},
+                                                                         {b + "attn_q.bias", {kHidden}},
+                                                                         {b + "attn_k.weight", {kHidden, kvDim}},
+                                                                         {b + "attn_k.bias", {kvDim}},
+                                                                         {b + "attn_v.weight", {kHidden, kvDim}},
+                                                                         {b + "attn_v.bias", {kvDim}},
+                                                                         {b + "attn_output.weight", {kHidden, kHidden}},
+                                                                         {b + "ffn_norm.weight", {kHidden}},
+                                                                         {b + "ffn_gate.weight", {kHidden, kFfn}},
+                                                                         {b + "ffn_up.weight", {kHidden, kFfn}},
+                                                                         {b + "ffn_down.weight", {kFfn, kHidden}}})
+      plan.push_back(t);
+  }
+  const std::vector<std::pair<std::string, std::uint32_t>> ints = {
+      {"block_count", kLayers},         {"embedding_length", kHidden},
+      {"attention.head_count", kHeads}, {"attention.head_count_kv", kKvHeads},
+      {"feed_forward_length", kFfn},    {"context_length", 512}};
+  testutil::GgufWriter g;
+  g.header(plan.size(), 1 + ints.size());
+  g.kvStr("general.architecture", "qwen2");
+  for (const auto& [k, v] : ints) g.kvU32("qwen2." + k, v);
+  std::uint64_t off = 0;
+  for (const auto& [n, dims] : plan) {
+    g.tensorInfo(n, dims, 0, off);
+    std::uint64_t count = 1;
+    for (auto d : dims) count *= d;
+    off += (count * 4 + 31) / 32 * 32;
+  }
+  g.align();
+  for (const auto& [n, dims] : plan) {
+    std::int64_t count = 1;
+    for (auto d : dims) count *= static_cast<std::int64_t>(d);
+    const bool bias = n.find(".bias") != std::string::npos;
+    at::Tensor v = n.find("norm") != std::string::npos ? 1 + 0.1 * at::randn({count})
+                   : bias                              ? 0.1 * at::randn({count})
+                                                       : 0.25 * at::randn({count});
+    if (n.find("attn_k.bias") != std::string::npos) {
+      const int l = std::stoi(n.substr(4));
+      if (auto it = kBias.find(l); it != kBias.end()) v[5] = it->second;
+    }
+    for (std::int64_t i = 0; i < count; ++i) g.put(v[i].item<float>());
+    g.align();
+  }
+  return g.write("kvscope_doctor_" + name + "_" + std::to_string(::getpid()) + ".gguf");
+}
+
+std::vector<std::vector<std::int64_t>> windows() {
+  std::vector<std::int64_t> ids;
+  for (int i = 0; i < 96; ++i) ids.push_back((i * 37 + 11) % kVocab);
+  return {ids};
+}
+
+const generate::DoctorVerdict* find(const generate::DoctorReport& r, const std::string& kind, const std::string& side) {
+  for (const auto& v : r.verdicts)
+    if (v.kind == kind && v.side == side) return &v;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(Doctor, SaysNothingAlarmingAboutAModelWithoutSpikes) {
+  const auto m = model::LlamaModel::load(qwen2Model("clean", {}));
+  const generate::DoctorReport r = generate::diagnose(*m, windows());
+  EXPECT_TRUE(r.verdicts.empty()) << generate::doctorText(r);
+  EXPECT_EQ(r.arch, "qwen2");
+  EXPECT_EQ(r.tokens, 96);
+  EXPECT_EQ(r.heads / r.kvHeads, 2);
+  EXPECT_FALSE(r.llamaCppRotation);  // head size 16
+  EXPECT_FALSE(r.powerOfTwoHead);    // a power of two, but below MXFP4's block
+  EXPECT_EQ(r.boundaryLayers, (std::vector<int>{0, 1, 4, 5}));
+  ASSERT_EQ(r.sides.size(), std::size_t{kLayers});
+  for (const auto& layer : r.sides)
+    for (const auto& s : layer) {
+      EXPECT_EQ(s.values, 96 * kKvHeads * kHeadDim);
+      EXPECT_GT(s.amax, 0.0f);
+      EXPECT_LT(s.outlierRatio, 10.0);
+      EXPECT_TRUE(s.hasBias);
+      EXPECT_EQ(s.overUnitScale, 0);
+    }
+  EXPECT_NE(generate::doctorText(r).find("nothing alarming"), std::string::npos);
+}
+
+TEST(Doctor, FlagsQwenLikeBiasSpikesAtTheFirstAndLastLayer) {
+  const auto m = model::LlamaModel::load(qwen2Model("spiky", {{0, 300.0f}, {kLayers - 1, -250.0f}}));
+  const generate::DoctorReport r = generate::diagnose(*m, windows());
+  const auto* spikes = find(r, "bias_spikes", "keys");
+  ASSERT_NE(spikes, nullptr) << generate::doctorText(r);
+  EXPECT_EQ(spikes->layers, (std::vector<int>{0, kLayers - 1}));
+  EXPECT_NE(spikes->text.find("reaches 300 at layers 0 and 5"), std::string::npos) << spikes->text;
+  EXPECT_EQ(r.sides[kLayers - 1][0].biasChannel, 5);
+  const auto* outliers = find(r, "outlier_channels", "keys");
+  ASSERT_NE(outliers, nullptr);
+  EXPECT_EQ(outliers->layers, (std::vector<int>{0, kLayers - 1}));
+  EXPECT_GT(r.sides[0][0].outlierRatio, 30.0);
+  // The config to try first keeps 8-bit keys (llamacpp's default type) at exactly those layers, and parses.
+  EXPECT_EQ(spikes->config, "layers=0:llamacpp:type_v=q4_0;5:llamacpp:type_v=q4_0;*:llamacpp:type_k=q4_0,type_v=q4_0");
+  EXPECT_NO_THROW(cache::parseSpec(spikes->config));
+  EXPECT_EQ(find(r, "fp8_overflow", "keys"), nullptr);  // |k| stays under 448
+  EXPECT_EQ(find(r, "bias_spikes", "values"), nullptr);
+  // --json carries the same.
+  const auto j = nlohmann::json::parse(generate::doctorJson(r));
+  EXPECT_EQ(j["model"]["gqa_ratio"], 2);
+  EXPECT_EQ(j["layers"].size(), std::size_t{kLayers});
+  EXPECT_GT(j["layers"][0]["keys"]["bias_max"].get<double>(), 299.0);
+  EXPECT_EQ(j["verdicts"][0]["kind"], "outlier_channels");
+}
+
+TEST(Doctor, FlagsFp8OverflowWhereKeysPass448) {
+  const auto m = model::LlamaModel::load(qwen2Model("overflow", {{2, 900.0f}}));
+  const generate::DoctorReport r = generate::diagnose(*m, windows());
+  const auto* over = find(r, "fp8_overflow", "keys");
+  ASSERT_NE(over, nullptr) << generate::doctorText(r);
+  EXPECT_EQ(over->layers, (std::vector<int>{2}));
+  EXPECT_GT(r.sides[2][0].amax, 448.0f);
+  EXPECT_GT(r.sides[2][0].overUnitScale, 0);
+  EXPECT_LT(r.sides[2][0].overUnitScale, r.sides[2][0].values / 8);
+  EXPECT_NE(over->text.find("calibrate"), std::string::npos);
+  EXPECT_EQ(find(r, "fp8_overflow", "values"), nullptr);
+}
+
+TEST(Doctor, BadOptionsAreOneLine) {
+  const auto m = model::LlamaModel::load(qwen2Model("clean", {}));
+  generate::DoctorOptions o;
+  o.base = "fp8";
+  EXPECT_TRUE(testutil::mentions(testutil::errorOf<Error>([&] { generate::diagnose(*m, windows(), o); }),
+                                 {"base config", "llamacpp", "fp8"}));
+  o = {};
+  o.outlierRatio = 0.5;
+  EXPECT_TRUE(testutil::mentions(testutil::errorOf<Error>([&] { generate::diagnose(*m, windows(), o); }), {"ratio"}));
+  EXPECT_TRUE(
+      testutil::mentions(testutil::errorOf<Error>([&] { generate::diagnose(*m, {}); }), {"no calibration tokens"}));
+}
