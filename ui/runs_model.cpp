@@ -306,13 +306,15 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
   static const char* const kPerplexityTip =
       "perplexity on the reference tokens: the unquantized cache's greedy answer to the same prompt, teacher-forced "
       "through each run's cache, so that every run is scored on the same tokens";
+  static const char* const kBitsTip =
+      "bits stored per cached value, scales, residual window and unquantized layers included: the model dtype's bits "
+      "÷ the compression ratio (as eval and tune report them)";
   static const char* kTips[] = {
       "the run's number (the overlay's legend and the session use it)",
       nullptr,
       "stored KV bytes (payload, scales/zeros and residual), MiB",
       "compression: the same tokens unquantized ÷ stored",
-      "bits stored per cached value, scales, residual window and unquantized layers included: the model dtype's bits "
-      "÷ the compression ratio (as eval and tune report them)",
+      kBitsTip,
       "decode tokens per second",
       "mean KL divergence of each step's next-token distribution from the unquantized reference (nats)",
       "share of steps whose top-1 token is the reference's",

@@ -1,5 +1,6 @@
 // kvscope-cli: the headless face of kvscope. Bad input gives one clear line on stderr and exit code 2.
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <iostream>
 #include <stdexcept>
 #include <vector>
@@ -8,7 +9,9 @@
 #include "runtime/errors.h"
 #include "util/process_memory.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   kvscope::util::setAllocatorPolicy();  // resident memory follows what the cache holds (util/process_memory.h)
   kvscope::runtime::installOutOfMemoryType();
   CLI::App app{"kvscope-cli: quantized KV-cache workbench, headless", "kvscope-cli"};
@@ -40,4 +43,15 @@ int main(int argc, char** argv) {
     return rc;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (...) {  // only setting up the command line can get here: the commands' own errors are caught in run()
+    std::fputs("kvscope-cli: internal error while setting up the command line\n", stderr);
+    return 1;
+  }
 }

@@ -28,7 +28,7 @@ std::string qwen2Model(const std::string& name, const std::map<int, float>& kBia
   at::manual_seed(17);
   std::vector<std::pair<std::string, std::vector<std::uint64_t>>> plan = {{"token_embd.weight", {kHidden, kVocab}},
                                                                           {"output_norm.weight", {kHidden}}};
-  const std::uint64_t kvDim = kKvHeads * kHeadDim;
+  const std::uint64_t kvDim = std::uint64_t{kKvHeads} * kHeadDim;
   for (int l = 0; l < kLayers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     for (auto& t :
@@ -81,6 +81,7 @@ std::string qwen2Model(const std::string& name, const std::map<int, float>& kBia
 
 std::vector<std::vector<std::int64_t>> windows() {
   std::vector<std::int64_t> ids;
+  ids.reserve(96);
   for (int i = 0; i < 96; ++i) ids.push_back((i * 37 + 11) % kVocab);
   return {ids};
 }

@@ -12,6 +12,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#include <cstddef>
+
 #include "kernels/cpu/simd.h"
 #include "kernels/fp8.h"
 #include "kernels/kv_block_codec.h"
@@ -90,9 +92,9 @@ KVS_AVX512 inline __m512 fwht16(__m512 x) {
 template <int N>
 KVS_AVX512 void fwhtChunks(float* y, std::int64_t count, const float* signs, float s) {
   const __m512 sv = _mm512_set1_ps(s);
-  for (float* c = y; c < y + count; c += 16 * N) {
+  for (float* c = y; c < y + count; c += std::ptrdiff_t{16} * N) {
     __m512 x[N];
-    for (int k = 0; k < N; ++k) x[k] = fwht16(_mm512_loadu_ps(c + 16 * k));
+    for (int k = 0; k < N; ++k) x[k] = fwht16(_mm512_loadu_ps(c + std::ptrdiff_t{16} * k));
     for (int h = 1; h < N; h *= 2)
       for (int i = 0; i < N; i += 2 * h)
         for (int j = i; j < i + h; ++j) {
@@ -101,8 +103,8 @@ KVS_AVX512 void fwhtChunks(float* y, std::int64_t count, const float* signs, flo
           x[j + h] = _mm512_sub_ps(a, b);
         }
     for (int k = 0; k < N; ++k) {
-      if (signs) x[k] = _mm512_mul_ps(x[k], _mm512_loadu_ps(signs + 16 * k));
-      _mm512_storeu_ps(c + 16 * k, _mm512_mul_ps(x[k], sv));
+      if (signs) x[k] = _mm512_mul_ps(x[k], _mm512_loadu_ps(signs + std::ptrdiff_t{16} * k));
+      _mm512_storeu_ps(c + std::ptrdiff_t{16} * k, _mm512_mul_ps(x[k], sv));
     }
   }
 }
@@ -216,7 +218,7 @@ KVS_AVX512 void decodeHalf(bool bf16, const std::uint8_t* in, std::int64_t D, fl
 KVS_AVX512 void decodeE4m3(const std::uint8_t* in, std::int64_t D, const float* scale, float* y) {
   const float* table = tables().e4m3;
   __m512 t[8];
-  for (int k = 0; k < 8; ++k) t[k] = _mm512_load_ps(table + 16 * k);
+  for (int k = 0; k < 8; ++k) t[k] = _mm512_load_ps(table + std::ptrdiff_t{16} * k);
   const __m512i b5 = _mm512_set1_epi32(32), b6 = _mm512_set1_epi32(64), sign = _mm512_set1_epi32(0x80);
   for (std::int64_t i = 0; i < D; i += 16) {
     const __m512i c = bytes16(in + i);

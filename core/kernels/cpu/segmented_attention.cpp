@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -211,13 +212,13 @@ KVS_AVX2 inline __m256 exp8(__m256 x) {
 template <int NC>
 KVS_AVX2 inline void weightedValues(const float* p, std::int64_t nn, const float* v, std::int64_t D, float* ar) {
   __m256 a[NC];
-  for (int i = 0; i < NC; ++i) a[i] = _mm256_loadu_ps(ar + 8 * i);
+  for (int i = 0; i < NC; ++i) a[i] = _mm256_loadu_ps(ar + std::ptrdiff_t{8} * i);
   for (std::int64_t j = 0; j < nn; ++j) {
     const __m256 pj = _mm256_broadcast_ss(p + j);
     const float* vr = v + j * D;
-    for (int i = 0; i < NC; ++i) a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * i), a[i]);
+    for (int i = 0; i < NC; ++i) a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + std::ptrdiff_t{8} * i), a[i]);
   }
-  for (int i = 0; i < NC; ++i) _mm256_storeu_ps(ar + 8 * i, a[i]);
+  for (int i = 0; i < NC; ++i) _mm256_storeu_ps(ar + std::ptrdiff_t{8} * i, a[i]);
 }
 
 KVS_AVX2 void attendTileAvx2(const float* q, std::int64_t rows, std::int64_t T, std::int64_t D, const float* kt,
