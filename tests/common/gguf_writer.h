@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_helpers.h"
@@ -77,6 +79,29 @@ struct GgufWriter {
   void align(std::size_t a = 32) {
     while (bytes.size() % a) bytes.push_back('\0');
     mark();
+  }
+  /// A model's F32 tensors (GGUF's dims, innermost first): their infos one after the other, each padded to 32 bytes,
+  /// then the alignment before the data.
+  using Plan = std::vector<std::pair<std::string, std::vector<std::uint64_t>>>;
+  void f32Infos(const Plan& plan) {
+    std::uint64_t off = 0;
+    for (const auto& [name, dims] : plan) {
+      tensorInfo(name, dims, 0, off);
+      off += (count(dims) * 4 + 31) / 32 * 32;
+    }
+    align();
+  }
+  /// Their data, in the plan's order: values(name, count) gives each tensor's floats.
+  void f32Data(const Plan& plan, const std::function<std::vector<float>(const std::string&, std::int64_t)>& values) {
+    for (const auto& [name, dims] : plan) {
+      for (float v : values(name, static_cast<std::int64_t>(count(dims)))) put(v);
+      align();
+    }
+  }
+  static std::uint64_t count(const std::vector<std::uint64_t>& dims) {
+    std::uint64_t n = 1;
+    for (auto d : dims) n *= d;
+    return n;
   }
   /// Writes the bytes as `name` in the temporary folder; returns its path.
   std::string write(const std::string& name) const { return writeFile(tempPath(name), bytes); }

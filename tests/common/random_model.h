@@ -38,22 +38,13 @@ inline std::string randomModel() {
     g.header(plan.size(), 1 + ints.size());
     g.kvStr("general.architecture", "llama");
     for (const auto& [k, v] : ints) g.kvU32("llama." + k, v);
-    std::uint64_t off = 0;
-    for (const auto& [name, dims] : plan) {
-      g.tensorInfo(name, dims, 0, off);
-      std::uint64_t n = 1;
-      for (auto d : dims) n *= d;
-      off += (n * 4 + 31) / 32 * 32;
-    }
-    g.align();
-    for (const auto& [name, dims] : plan) {
-      std::int64_t n = 1;
-      for (auto d : dims) n *= static_cast<std::int64_t>(d);
+    g.f32Infos(plan);
+    g.f32Data(plan, [](const std::string& name, std::int64_t n) {
       // Norms around 1, matrices with std 0.25: logits spread widely enough that greedy picks are not near-ties.
-      const at::Tensor v = dims.size() == 1 ? 1 + 0.1 * at::randn({n}) : 0.25 * at::randn({n});
-      for (std::int64_t i = 0; i < n; ++i) g.put(v[i].item<float>());
-      g.align();
-    }
+      const bool norm = name.find("norm") != std::string::npos;
+      const at::Tensor v = (norm ? 1 + 0.1 * at::randn({n}) : 0.25 * at::randn({n})).contiguous();
+      return std::vector<float>(v.data_ptr<float>(), v.data_ptr<float>() + n);
+    });
     // One file per process: ctest runs the tests of a binary as processes side by side.
     return g.write("kvscope_random_model_" + std::to_string(::getpid()) + ".gguf");
   }();

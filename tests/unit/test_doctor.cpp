@@ -54,17 +54,8 @@ std::string qwen2Model(const std::string& name, const std::map<int, float>& kBia
   g.header(plan.size(), 1 + ints.size());
   g.kvStr("general.architecture", "qwen2");
   for (const auto& [k, v] : ints) g.kvU32("qwen2." + k, v);
-  std::uint64_t off = 0;
-  for (const auto& [n, dims] : plan) {
-    g.tensorInfo(n, dims, 0, off);
-    std::uint64_t count = 1;
-    for (auto d : dims) count *= d;
-    off += (count * 4 + 31) / 32 * 32;
-  }
-  g.align();
-  for (const auto& [n, dims] : plan) {
-    std::int64_t count = 1;
-    for (auto d : dims) count *= static_cast<std::int64_t>(d);
+  g.f32Infos(plan);
+  g.f32Data(plan, [&](const std::string& n, std::int64_t count) {
     const bool bias = n.find(".bias") != std::string::npos;
     at::Tensor v = n.find("norm") != std::string::npos ? 1 + 0.1 * at::randn({count})
                    : bias                              ? 0.1 * at::randn({count})
@@ -73,9 +64,9 @@ std::string qwen2Model(const std::string& name, const std::map<int, float>& kBia
       const int l = std::stoi(n.substr(4));
       if (auto it = kBias.find(l); it != kBias.end()) v[5] = it->second;
     }
-    for (std::int64_t i = 0; i < count; ++i) g.put(v[i].item<float>());
-    g.align();
-  }
+    v = v.contiguous();
+    return std::vector<float>(v.data_ptr<float>(), v.data_ptr<float>() + count);
+  });
   return g.write("kvscope_doctor_" + name + "_" + std::to_string(::getpid()) + ".gguf");
 }
 
