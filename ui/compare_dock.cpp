@@ -18,6 +18,7 @@
 
 #include "cache/sweep.h"
 #include "docks/overlay_plot.h"
+#include "doctor_page.h"
 #include "eval_page.h"
 #include "runs_model.h"
 #include "tune_page.h"
@@ -94,6 +95,8 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   tabs_->addTab(eval_, tr("Text evaluation"));
   tune_ = new TunePage(this);
   tabs_->addTab(tune_, tr("Tuner"));
+  doctor_ = new DoctorPage(this);
+  tabs_->addTab(doctor_, tr("Doctor"));
   cl->addWidget(tabs_, 1);
   arrange();
 
@@ -118,6 +121,8 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   connect(tune_, &TunePage::layerClicked, this, &CompareDock::layerChosen);
   connect(tune_, &TunePage::configChosen, this, &CompareDock::configChosen);
   connect(tune_, &TunePage::failed, this, &CompareDock::failed);
+  connect(doctor_, &DoctorPage::diagnoseClicked, this, &CompareDock::doctorRequested);
+  connect(doctor_, &DoctorPage::configChosen, this, &CompareDock::configChosen);
   connect(model_, &QAbstractItemModel::modelReset, this, &CompareDock::updateOverlay);
   connect(model_, &QAbstractItemModel::headerDataChanged, this, [this] {
     const QString c = model_->commonConfig();
@@ -248,6 +253,7 @@ void CompareDock::setStartEnabled(bool on) {
   sweep_->setEnabled(on && !sweeping_);
   eval_->setStartEnabled(on);
   tune_->setStartEnabled(on);
+  doctor_->setStartEnabled(on);
 }
 
 void CompareDock::showProgress(int done, int total) {

@@ -23,6 +23,7 @@ namespace kvscope::ui {
 
 class EvalPage;
 class TunePage;
+class DoctorPage;
 class OverlayPlot;
 class RunsModel;
 
@@ -36,6 +37,7 @@ class CompareDock : public QWidget {
   OverlayPlot* overlay() const { return overlay_; }
   EvalPage* evalPage() const { return eval_; }
   TunePage* tunePage() const { return tune_; }
+  DoctorPage* doctorPage() const { return doctor_; }
   bool sweeping() const { return sweeping_; }
 
   /// A finished run joins the table (and, during a sweep, the sweep's results; the next config follows).
@@ -62,6 +64,8 @@ class CompareDock : public QWidget {
   void evaluateRequested();
   /// The tuner's Scan was clicked.
   void tuneRequested();
+  /// The doctor's Diagnose was clicked.
+  void doctorRequested();
   /// A layer was clicked on the tuner's bars: select it everywhere.
   void layerChosen(int layer);
   void failed(const QString& message);
@@ -83,6 +87,7 @@ class CompareDock : public QWidget {
   OverlayPlot* overlay_;
   EvalPage* eval_;
   TunePage* tune_;
+  DoctorPage* doctor_;
   QSplitter* split_;
   QTabWidget* tabs_;
   QLabel* common_;

@@ -26,6 +26,7 @@
 #include "docks/scales_dock.h"
 #include "docks/text_view.h"
 #include "docks/token_error_dock.h"
+#include "doctor_page.h"
 #include "eval_page.h"
 #include "menus.h"
 #include "message_bar.h"
@@ -63,6 +64,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
           [this](const cache::CacheConfig& c) { configPanel()->setConfig(c); });
   connect(compare_, &CompareDock::failed, this, &MainWindow::showError);  // a bad grid, the tuner page's pick or save
   connect(compare_, &CompareDock::tuneRequested, this, &MainWindow::startTune);
+  connect(compare_, &CompareDock::doctorRequested, this, &MainWindow::startDoctor);
   connect(compare_, &CompareDock::layerChosen, this, [this](int layer) { selection_->setLayer(layer); });
   connect(selection_, &Selection::changed, this,
           [this] { compare_->tunePage()->setSelectedLayer(selection_->layer()); });
@@ -374,6 +376,25 @@ void MainWindow::onTuneFinished(const TuneResultView& result) {
   Q_EMIT tuneDone();
 }
 
+void MainWindow::startDoctor() {
+  if (busy_ != Busy::Idle || !hasModel()) return;
+  DoctorRequest r = compare_->doctorPage()->request();
+  if (!QFileInfo(r.textPath).isFile()) {
+    showError(tr("doctor: calibration text `%1` not found").arg(r.textPath));
+    return;
+  }
+  r.serial = ++runSerial_;
+  setBusy(Busy::Diagnosing);
+  compare_->doctorPage()->showStarted(r);
+  Q_EMIT doctorRequested(r);
+}
+
+void MainWindow::onDoctorFinished(const DoctorResultView& result) {
+  if (busy_ == Busy::Diagnosing) setBusy(Busy::Idle);
+  compare_->doctorPage()->showResult(result);
+  Q_EMIT doctorDone();
+}
+
 void MainWindow::updateStatus() {
   status_->setText(statusLine(model_.device.isEmpty() ? runPanel_->device() : model_.device, last_, model_.memory));
 }
@@ -388,6 +409,7 @@ void MainWindow::onFailed(const QString& message) {
   if (busy_ == Busy::Running) compare_->stopSweep();
   if (busy_ == Busy::Evaluating) compare_->evalPage()->showFailed(message);
   if (busy_ == Busy::Tuning) compare_->tunePage()->showFailed(message);
+  if (busy_ == Busy::Diagnosing) compare_->doctorPage()->showFailed(message);
   runPanel_->showLoadProgress(0, 0);
   setBusy(Busy::Idle);
   showError(message);

@@ -36,7 +36,7 @@ class MainWindow : public QMainWindow {
   using ExportTarget = ui::ExportTarget;
   /// What the engine is doing for the window: one request at a time. Run, Stop, Sweep, Evaluate and Scan follow it
   /// (updateActions()).
-  enum class Busy { Idle, Loading, Running, Evaluating, Tuning };
+  enum class Busy { Idle, Loading, Running, Evaluating, Tuning, Diagnosing };
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
@@ -116,6 +116,9 @@ class MainWindow : public QMainWindow {
   void onTuneFinished(const kvscope::ui::TuneResultView& result);
   /// A scan's points so far: the Tuner tab draws them as they come.
   void onTuneProgress(const kvscope::ui::TuneResultView& partial);
+  /// Diagnoses the loaded model on the Doctor tab's text (generate::diagnose); the report goes to that tab.
+  void startDoctor();
+  void onDoctorFinished(const kvscope::ui::DoctorResultView& result);
   /// Where every finished run is saved as it finishes (a session file).
   static QString autosavePath();
   /// When an earlier session left an autosave, offers it in the message bar (Reopen). The app calls it at start.
@@ -125,6 +128,7 @@ class MainWindow : public QMainWindow {
   void loadRequested(const kvscope::ui::LoadRequest& request);
   void evalRequested(const kvscope::ui::EvalRequest& request);
   void tuneRequested(const kvscope::ui::TuneRequest& request);
+  void doctorRequested(const kvscope::ui::DoctorRequest& request);
   /// The selected layer changed while no run is going: the engine answers with onInspection().
   void inspectionRequested();
   void runRequested(const kvscope::ui::RunRequest& request);
@@ -134,6 +138,8 @@ class MainWindow : public QMainWindow {
   void evalDone();
   /// A tuner scan finished (its plots are drawn).
   void tuneDone();
+  /// A diagnosis finished (the Doctor tab shows it).
+  void doctorDone();
 
  protected:
   void closeEvent(QCloseEvent* e) override;

@@ -16,6 +16,7 @@
 #include "cache/config.h"
 #include "cache/stats.h"
 #include "cache/tune.h"
+#include "generate/doctor.h"
 #include "runtime/load_options.h"
 
 namespace kvscope::ui {
@@ -93,6 +94,17 @@ struct TuneRequest {
   std::vector<cache::CacheConfig> candidates;
   int ctx = 128, windows = 1, prompt = 64, step = 16;
   quint64 serial = 0;  ///< shares the runs' numbering: Stop names it
+};
+
+/// Diagnose the loaded model on a text's windows (generate::diagnose: `kvscope-cli doctor`).
+struct DoctorRequest {
+  QString textPath;
+  int ctx = 512, windows = 1;
+  quint64 serial = 0;  ///< shares the runs' numbering: Stop names it
+};
+struct DoctorResultView {
+  QString textPath;
+  generate::DoctorReport report;
 };
 
 struct TuneResultView {
@@ -246,3 +258,5 @@ Q_DECLARE_METATYPE(kvscope::ui::EvalRequest)
 Q_DECLARE_METATYPE(kvscope::ui::EvalResultView)
 Q_DECLARE_METATYPE(kvscope::ui::TuneRequest)
 Q_DECLARE_METATYPE(kvscope::ui::TuneResultView)
+Q_DECLARE_METATYPE(kvscope::ui::DoctorRequest)
+Q_DECLARE_METATYPE(kvscope::ui::DoctorResultView)

@@ -13,6 +13,7 @@
 #include "cache/config.h"
 #include "cache/recorder.h"
 #include "device/context.h"
+#include "generate/doctor.h"
 #include "generate/eval.h"
 #include "generate/generate.h"
 #include "model/gguf.h"
@@ -220,6 +221,8 @@ void registerMetaTypes() {
   qRegisterMetaType<kvscope::ui::EvalResultView>();
   qRegisterMetaType<kvscope::ui::TuneRequest>();
   qRegisterMetaType<kvscope::ui::TuneResultView>();
+  qRegisterMetaType<kvscope::ui::DoctorRequest>();
+  qRegisterMetaType<kvscope::ui::DoctorResultView>();
 }
 
 Engine::Engine() : d_(std::make_unique<Impl>()) {
@@ -417,6 +420,23 @@ void Engine::evaluate(const ui::EvalRequest& r) {
     Q_EMIT evalFinished(out);
   } catch (...) {
     Q_EMIT failed(r.serial, describeCurrent("the evaluation", false));
+  }
+}
+
+void Engine::doctor(const ui::DoctorRequest& r) {
+  beginRun(r.serial);
+  try {
+    if (!d_->session) throw Error(ErrorCode::BadInput, "no model is loaded");
+    const auto windows = textWindows(r.textPath, r.ctx, r.windows);
+    ui::DoctorResultView out;
+    out.textPath = r.textPath;
+    out.report = generate::diagnose(d_->session->model(), windows);
+    for (auto& v : out.report.verdicts)
+      if (v.kind == "fp8_overflow")
+        v.config = "kvscope-cli calibrate --cache fp8 --text " + r.textPath.toStdString() + " -o fp8.json";
+    Q_EMIT doctorFinished(out);
+  } catch (...) {
+    Q_EMIT failed(r.serial, describeCurrent("the diagnosis", false));
   }
 }
 

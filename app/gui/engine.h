@@ -48,6 +48,8 @@ class Engine : public QObject {
   /// tuneFinished, also when stopped with points scanned, or failed);
   /// Stop cancels it like a run.
   void tune(const kvscope::ui::TuneRequest& request);
+  /// Diagnoses the loaded model on a text (generate::diagnose; doctorFinished or failed).
+  void doctor(const kvscope::ui::DoctorRequest& request);
   /// Emits inspectionUpdated for the inspected layer of the latest run (after it, or between runs).
   void publishInspection();
 
@@ -61,6 +63,7 @@ class Engine : public QObject {
   /// A scan's points so far (TuneResultView::complete false): its first point at once, then at most twice a second.
   void tuneProgress(const kvscope::ui::TuneResultView& partial);
   void tuneFinished(const kvscope::ui::TuneResultView& result);
+  void doctorFinished(const kvscope::ui::DoctorResultView& result);
   /// Request `serial` (a load, a run or an evaluation) failed or was cancelled: one line for the user.
   void failed(quint64 serial, const QString& message);
 

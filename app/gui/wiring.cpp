@@ -19,6 +19,7 @@ void wire(Engine* engine, ui::MainWindow* w) {
   link(w, &ui::MainWindow::inspectionRequested, engine, &Engine::publishInspection);
   link(w, &ui::MainWindow::evalRequested, engine, &Engine::evaluate);
   link(w, &ui::MainWindow::tuneRequested, engine, &Engine::tune);
+  link(w, &ui::MainWindow::doctorRequested, engine, &Engine::doctor);
   link(engine, &Engine::loadProgress, w, &ui::MainWindow::onLoadProgress);
   link(engine, &Engine::modelLoaded, w, &ui::MainWindow::onModelLoaded);
   link(engine, &Engine::runUpdated, w, &ui::MainWindow::onRunUpdated);
@@ -27,6 +28,7 @@ void wire(Engine* engine, ui::MainWindow* w) {
   link(engine, &Engine::evalFinished, w, &ui::MainWindow::onEvalFinished);
   link(engine, &Engine::tuneFinished, w, &ui::MainWindow::onTuneFinished);
   link(engine, &Engine::tuneProgress, w, &ui::MainWindow::onTuneProgress);
+  link(engine, &Engine::doctorFinished, w, &ui::MainWindow::onDoctorFinished);
   link(engine, &Engine::failed, w, &ui::MainWindow::onRequestFailed);
 }
 

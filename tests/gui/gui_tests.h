@@ -46,6 +46,7 @@
 #include "docks/scales_dock.h"
 #include "docks/text_view.h"
 #include "docks/token_error_dock.h"
+#include "doctor_page.h"
 #include "engine.h"
 #include "eval_page.h"
 #include "main_window.h"

@@ -842,17 +842,62 @@ class WindowTest : public QObject {
     dock.resize(1300, 400);
     dock.show();
     QVERIFY(QTest::qWaitForWindowExposed(&dock));
-    QCOMPARE(tabs->count(), 3);  // Runs (with the overlay beside the table), Text evaluation, Tuner
+    QCOMPARE(tabs->count(), 4);  // Runs (with the overlay beside the table), Text evaluation, Tuner, Doctor
     QVERIFY(dock.overlay()->isVisible());
     dock.resize(640, 400);
-    QTRY_COMPARE(tabs->count(), 4);
+    QTRY_COMPARE(tabs->count(), 5);
     QCOMPARE(tabs->tabText(1), QString("Overlay"));
     QVERIFY(!dock.overlay()->isVisible());  // a tab page, not over the table
     tabs->setCurrentIndex(1);
     QVERIFY(dock.overlay()->isVisible());
     dock.resize(1300, 400);
-    QTRY_COMPARE(tabs->count(), 3);
+    QTRY_COMPARE(tabs->count(), 4);
     QVERIFY(dock.overlay()->isVisible());
+  }
+
+  void doctorVerdictsOfferTheirConfig() {
+    // A report with a bias spike (its config a SPEC: Use loads it) and an fp8 overflow (a command: no Use).
+    ui::DoctorPage page;
+    ui::DoctorResultView v;
+    v.textPath = "t.txt";
+    v.report.arch = "qwen2";
+    v.report.layers = 2;
+    v.report.heads = 28;
+    v.report.kvHeads = 4;
+    v.report.headDim = 128;
+    v.report.tokens = 512;
+    v.report.llamaCppRotation = true;
+    v.report.boundaryLayers = {0, 1};
+    v.report.sides.resize(2);
+    v.report.sides[0][0].hasBias = true;
+    v.report.sides[0][0].biasMax = 312.0f;
+    v.report.verdicts.push_back({"bias_spikes",
+                                 "keys",
+                                 {0},
+                                 "the k projection's bias reaches 312 at layer 0",
+                                 "layers=0:llamacpp:type_v=q4_0;*:llamacpp:type_k=q4_0,type_v=q4_0"});
+    v.report.verdicts.push_back({"fp8_overflow",
+                                 "keys",
+                                 {1},
+                                 "fp8 with scale 1.0 overflows",
+                                 "kvscope-cli calibrate --cache fp8 --text t.txt -o fp8.json"});
+    page.showResult(v);
+    QVERIFY(page.findChild<QLabel*>("doctorFacts")->text().contains("GQA 7:1"));
+    QCOMPARE(page.findChild<QTableWidget*>("doctorTable")->item(0, 4)->text(), QString("312"));
+    QCOMPARE(page.findChild<QTableWidget*>("doctorTable")->item(1, 4)->text(), QString("-"));
+    QCOMPARE(page.findChildren<QLabel*>("doctorVerdict").size(), 2);
+    const auto uses = page.findChildren<QPushButton*>("doctorUse");
+    QCOMPARE(uses.size(), 1);
+    QSignalSpy chosen(&page, &ui::DoctorPage::configChosen);
+    QTest::mouseClick(uses[0], Qt::LeftButton);
+    QCOMPARE(chosen.size(), 1);
+    QCOMPARE(cache::toSpec(chosen[0][0].value<cache::CacheConfig>()),
+             std::string("layers=0:llamacpp:type_v=q4_0;*:llamacpp:type_k=q4_0,type_v=q4_0"));
+    // A second report replaces the verdicts.
+    v.report.verdicts.clear();
+    page.showResult(v);
+    QCOMPARE(page.findChildren<QPushButton*>("doctorUse").size(), 0);
+    QVERIFY(page.findChildren<QLabel*>("doctorVerdict")[0]->text().startsWith("Nothing alarming"));
   }
 
   void tunerDrawsTheScanAndPicksIntoTheForm() {

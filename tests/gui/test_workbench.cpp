@@ -377,6 +377,27 @@ class GuiTest : public QObject {
     QVERIFY(r->tokens.back().kvStored > r->tokens.front().kvStored);
   }
 
+  void diagnosesTheModelOnTheShippedText() {
+    // The Doctor tab: the shipped text by default, a row per layer, the model's facts and its verdicts.
+    QSignalSpy done(w_, &ui::MainWindow::doctorDone);
+    QVERIFY(w_->findChild<QLineEdit*>("doctorText")->text().endsWith("resources/eval/coriolanus.txt"));
+    w_->findChild<QSpinBox*>("doctorCtx")->setValue(128);
+    QTest::mouseClick(w_->findChild<QPushButton*>("doctorButton"), Qt::LeftButton);
+    QVERIFY(w_->busy() == ui::MainWindow::Busy::Diagnosing);
+    QVERIFY(!w_->findChild<QPushButton*>("runButton")->isEnabled());
+    QVERIFY(done.wait(60000));
+    QVERIFY(w_->busy() == ui::MainWindow::Busy::Idle);
+    auto* table = w_->findChild<QTableWidget*>("doctorTable");
+    QCOMPARE(table->rowCount(), 30);
+    QVERIFY(table->item(0, 1)->text().toDouble() > 0.0);
+    QCOMPARE(table->item(0, 4)->text(), QString("-"));  // SmolLM2 has no k_proj bias
+    const QString facts = w_->findChild<QLabel*>("doctorFacts")->text();
+    QVERIFY2(facts.contains("GQA 3:1") && facts.contains("128 tokens"), qPrintable(facts));
+    const auto verdicts = w_->findChildren<QLabel*>("doctorVerdict");
+    QCOMPARE(verdicts.size(), 1);
+    QVERIFY2(verdicts[0]->text().startsWith("Nothing alarming"), qPrintable(verdicts[0]->text()));
+  }
+
   void evaluatesConfigsOnTheShippedText() {
     // The shipped text, one window of 96 tokens: the reference first, then each config with its figures.
     QSignalSpy done(w_, &ui::MainWindow::evalDone);
