@@ -3,7 +3,6 @@
 // overflow at vLLM's default scale; the GQA ratio, the rotations that apply, the boundary layers; verdicts with their
 // evidence and the config to try first.
 #include <ATen/Parallel.h>
-#include <fmt/format.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -60,13 +59,11 @@ Runner addDoctor(CLI::App& app) {
     if (!*cmd) return -1;
     generate::checkDoctorOptions(o->doctor);
     if (o->text.empty()) o->text = shippedText();
+    o->doctor.text = o->text;
     if (o->threads > 0) at::set_num_threads(o->threads);
     const runtime::Session m = openSession(o->model, o->how);
     const auto windows = windowsOf(m, *o);
-    generate::DoctorReport r = generate::diagnose(m.model(), windows, o->doctor);
-    for (auto& v : r.verdicts)
-      if (v.kind == "fp8_overflow")
-        v.config = fmt::format("kvscope-cli calibrate --cache fp8 --text {} -o fp8.json", o->text);
+    const generate::DoctorReport r = generate::diagnose(m.model(), windows, o->doctor);
     std::cout << (o->json ? generate::doctorJson(r) : generate::doctorText(r));
     return 0;
   };

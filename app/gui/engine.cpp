@@ -430,10 +430,9 @@ void Engine::doctor(const ui::DoctorRequest& r) {
     const auto windows = textWindows(r.textPath, r.ctx, r.windows);
     ui::DoctorResultView out;
     out.textPath = r.textPath;
-    out.report = generate::diagnose(d_->session->model(), windows);
-    for (auto& v : out.report.verdicts)
-      if (v.kind == "fp8_overflow")
-        v.config = "kvscope-cli calibrate --cache fp8 --text " + r.textPath.toStdString() + " -o fp8.json";
+    generate::DoctorOptions o;
+    o.text = r.textPath.toStdString();
+    out.report = generate::diagnose(d_->session->model(), windows, o);
     Q_EMIT doctorFinished(out);
   } catch (...) {
     Q_EMIT failed(r.serial, describeCurrent("the diagnosis", false));

@@ -507,6 +507,7 @@ class TieredLayer final : public CacheLayer {
     clearStats();
     updates_ = 0;
     driftK_ = driftV_ = {};
+    moved_.clear();
   }
   void crop(std::int64_t n) override {
     const std::int64_t len = seqLength();
@@ -558,6 +559,7 @@ class TieredLayer final : public CacheLayer {
 
   void store(const at::Tensor& k, const at::Tensor& v) {
     ++updates_;
+    deferred_.clear();  // only this update's statistics wait (CacheLayer::beginUpdate)
     offset_ = seqLength() - tiers_.front().layer->seqLength();  // tokens older than the newest tier's first
     tiers_.front().layer->append(k, v);
     std::vector<Move> moves;
@@ -581,42 +583,43 @@ class TieredLayer final : public CacheLayer {
     recordMoves(moves);
   }
 
-  // The drift of this update's moves (driftK_, driftV_; none without one): one map from the oldest moved token to the
-  // newest, the tokens between as they are now on both sides.
+  // The drift of this update's moves: one map per side over the moved pages only, packed one after the other in token
+  // order (driftK_, driftV_), and where each run of pages starts (moved_); refreshStats spreads it over the sequence.
   void recordMoves(std::vector<Move>& moves) {
     driftK_ = driftV_ = {};
+    moved_.clear();
     if (moves.empty()) return;
     std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.start < b.start; });
     std::vector<at::Tensor> nk, nv, ok, ov;
-    std::int64_t at = moves.front().start;
     for (const Move& m : moves) {
-      if (m.start > at) {
-        auto [a, b] = tokens(at, m.start - at);
-        nk.push_back(a), ok.push_back(a), nv.push_back(b), ov.push_back(b);
-      }
       nk.push_back(m.k), nv.push_back(m.v), ok.push_back(m.oldK), ov.push_back(m.oldV);
-      at = m.start + m.k.size(2);
+      moved_.push_back({m.start, m.k.size(2)});
     }
-    const std::int64_t start = moves.front().start;
-    detail::errorMap(at::cat(ok, 2), at::cat(nk, 2), start, kPage, kernelPath(), driftK_, deferred_);
-    detail::errorMap(at::cat(ov, 2), at::cat(nv, 2), start, kPage, kernelPath(), driftV_, deferred_);
+    detail::errorMap(at::cat(ok, 2), at::cat(nk, 2), 0, kPage, kernelPath(), driftK_, deferred_);
+    detail::errorMap(at::cat(ov, 2), at::cat(nv, 2), 0, kPage, kernelPath(), driftV_, deferred_);
   }
 
-  // Tokens [from, from + n) of every tier, oldest tier first, as attention reads them.
-  std::pair<at::Tensor, at::Tensor> tokens(std::int64_t from, std::int64_t n) const {
-    std::vector<at::Tensor> ks, vs;
-    std::int64_t pos = 0;
-    for (auto it = tiers_.rbegin(); it != tiers_.rend() && n > 0; ++it) {
-      const std::int64_t len = it->layer->seqLength();
-      if (from < pos + len) {
-        const std::int64_t take = std::min(n, pos + len - from);
-        auto [a, b] = it->layer->span(from - pos, take);
-        ks.push_back(a), vs.push_back(b);
-        from += take, n -= take;
-      }
-      pos += len;
-    }
-    return {at::cat(ks, 2), at::cat(vs, 2)};
+  // A packed drift map (recordMoves) over the sequence: from the oldest moved page to the newest, each page's range
+  // where its tokens are, 0 between (no change there).
+  ErrorMap spread(const ErrorMap& packed) const {
+    const std::int64_t start = moved_.front().first, end = moved_.back().first + moved_.back().second;
+    const std::int64_t H = packed.heads, D = packed.channels, R = (end - start) / kPage, P = packed.ranges;
+    ErrorMap m = packed;
+    m.tokenStart = start;
+    m.tokens = end - start;
+    m.ranges = R;
+    m.relL2.assign(static_cast<std::size_t>(H * R * D), 0.0f);
+    m.maxAbs.assign(m.relL2.size(), 0.0f);
+    std::int64_t src = 0;  // the packed range
+    for (const auto& [first, n] : moved_)
+      for (std::int64_t r = (first - start) / kPage; r < (first - start + n) / kPage; ++r, ++src)
+        for (std::int64_t h = 0; h < H; ++h) {
+          const auto from = static_cast<std::ptrdiff_t>((h * P + src) * D),
+                     to = static_cast<std::ptrdiff_t>((h * R + r) * D);
+          std::copy_n(packed.relL2.begin() + from, D, m.relL2.begin() + to);
+          std::copy_n(packed.maxAbs.begin() + from, D, m.maxAbs.begin() + to);
+        }
+    return m;
   }
 
   // The newest tier's statistics, with positions counted from the start of the sequence.
@@ -628,7 +631,7 @@ class TieredLayer final : public CacheLayer {
         if (!m->empty()) m->tokenStart += offset_;
     for (auto [t, drift] : {std::pair{&stats_.keys, &driftK_}, std::pair{&stats_.values, &driftV_}}) {
       if (drift->empty()) continue;
-      t->drift = *drift;  // positions from the start of the sequence already
+      t->drift = spread(*drift);
       t->quantized = true;
     }
   }
@@ -636,7 +639,8 @@ class TieredLayer final : public CacheLayer {
   std::vector<Tier> tiers_;  // newest first
   std::int64_t updates_ = 0;
   std::int64_t offset_ = 0;   // at the latest update: the tokens in the older tiers before it
-  ErrorMap driftK_, driftV_;  // the latest update's page moves (recordMoves)
+  ErrorMap driftK_, driftV_;  // the latest update's page moves, packed (recordMoves)
+  std::vector<std::pair<std::int64_t, std::int64_t>> moved_;  // their runs of pages: first token, tokens
 };
 
 }  // namespace

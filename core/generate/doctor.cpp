@@ -172,7 +172,7 @@ DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<
                        100.0 * double(over) / double(std::max<std::int64_t>(values, 1)), name,
                        overflow.size() > 1 ? "s" : "", layerList(overflow),
                        100.0 * double(sideOf(w).overUnitScale) / double(sideOf(w).values), w, sideOf(w).amax),
-           "kvscope-cli calibrate --cache fp8 --text TEXT -o fp8-calibrated.json"});
+           fmt::format("kvscope-cli calibrate --cache fp8 --text {} -o fp8.json", o.text)});
     }
   }
   return r;

@@ -24,6 +24,8 @@ struct DoctorOptions {
   double biasFloor = 1.0;
   /// The 4-bit config the verdicts' configs keep for the layers they do not name (a `llamacpp` SPEC).
   std::string base = "llamacpp:type_k=q4_0,type_v=q4_0";
+  /// The calibration text's path, for the calibrate command an fp8 overflow suggests.
+  std::string text = "TEXT";
 };
 
 /// One layer's keys (after RoPE, as the cache stores them) or values over the calibration text.

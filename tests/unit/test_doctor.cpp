@@ -134,7 +134,9 @@ TEST(Doctor, FlagsQwenLikeBiasSpikesAtTheFirstAndLastLayer) {
 
 TEST(Doctor, FlagsFp8OverflowWhereKeysPass448) {
   const auto m = model::LlamaModel::load(qwen2Model("overflow", {{2, 900.0f}}));
-  const generate::DoctorReport r = generate::diagnose(*m, windows());
+  generate::DoctorOptions o;
+  o.text = "cal.txt";
+  const generate::DoctorReport r = generate::diagnose(*m, windows(), o);
   const auto* over = find(r, "fp8_overflow", "keys");
   ASSERT_NE(over, nullptr) << generate::doctorText(r);
   EXPECT_EQ(over->layers, (std::vector<int>{2}));
@@ -142,6 +144,7 @@ TEST(Doctor, FlagsFp8OverflowWhereKeysPass448) {
   EXPECT_GT(r.sides[2][0].overUnitScale, 0);
   EXPECT_LT(r.sides[2][0].overUnitScale, r.sides[2][0].values / 8);
   EXPECT_NE(over->text.find("calibrate"), std::string::npos);
+  EXPECT_EQ(over->config, "kvscope-cli calibrate --cache fp8 --text cal.txt -o fp8.json");
   EXPECT_EQ(find(r, "fp8_overflow", "values"), nullptr);
 }
 
