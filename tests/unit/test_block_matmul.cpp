@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "kernels/cpu/block_matmul.h"
@@ -171,6 +172,33 @@ at::Tensor codesTimesScales(const at::Tensor& x) {
 }
 
 }  // namespace
+
+TEST(BlockMatmul, EightBitActivationsQuantizeAlikeOnBothPaths) {
+  // Random rows, rows of exact halves (ties: std::round carries them away from zero), a zero group, and NaN and
+  // infinite values: codes, scales and sums equal with AVX-512 on and off.
+  at::manual_seed(3);
+  const std::int64_t m = 7, cols = 96;
+  at::Tensor x = at::randn({m, cols}) * 3;
+  x[1] = at::arange(cols).to(at::kFloat) / 2 - 24;  // halves: with amax 127 the scale is 1, the products the values
+  x[1][0] = 127;
+  x[1][32] = -127;
+  x[1][64] = 127;
+  x[2].narrow(0, 0, 32).zero_();
+  x[3][5] = std::numeric_limits<float>::quiet_NaN();
+  x[4][40] = std::numeric_limits<float>::infinity();
+  x[5][70] = -std::numeric_limits<float>::infinity();
+  x[6] = at::randn({cols}) * 1e-30;
+  x = x.contiguous();
+  kernels::Q8Rows a, b;
+  kernels::setAvx512Paths(false);
+  kernels::quantizeRowsQ8(x.data_ptr<float>(), m, cols, cols, a);
+  kernels::setAvx512Paths(true);
+  kernels::quantizeRowsQ8(x.data_ptr<float>(), m, cols, cols, b);
+  EXPECT_EQ(a.codes, b.codes);
+  EXPECT_EQ(0, std::memcmp(a.scales.data(), b.scales.data(), a.scales.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(a.sums.data(), b.sums.data(), a.sums.size() * sizeof(float)));
+  EXPECT_NE(a.codes[32 + 1], 0);  // the halves row holds codes
+}
 
 TEST(BlockFormats, TheAffineViewIsTheDequantization) {
   for (const Case& c : kCases) {

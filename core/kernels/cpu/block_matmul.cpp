@@ -513,6 +513,50 @@ bool simdMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t 
 
 }  // namespace
 
+#if KVS_HAVE_AVX2_PATHS
+namespace {
+
+// quantizeRowsQ8's groups with AVX-512, value for value: the same amax (the maximum skips NaNs as std::max does),
+// scale and products, std::round's half away from zero as truncation plus the carry of a remainder of at least 0.5
+// (exact below 2^23), and a NaN or out-of-range product as the scalar cast gives it (INT_MIN, clamped to -127).
+KVS_AVX512 inline __m512i roundedCodes(__m512 v) {
+  const __m512 absMask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(v, t);
+  const __mmask16 up = _mm512_cmp_ps_mask(_mm512_and_ps(f, absMask), _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one = _mm512_or_ps(_mm512_set1_ps(1.0f), _mm512_andnot_ps(absMask, v));  // copysign(1, v)
+  const __m512 r = _mm512_mask_add_ps(t, up, t, one);
+  return _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(r), _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+}
+
+KVS_AVX512 void quantizeRowsQ8Avx512(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols,
+                                     Q8Rows& out) {
+  const std::int64_t groups = cols / 32;
+  const __m512 absMask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const float* p = x + i * ldx + 32 * g;
+      const __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
+      // max_ps(x, y) returns y where x is NaN: the NaN lanes drop out, as in the scalar loop.
+      const __m512 mx = _mm512_max_ps(_mm512_and_ps(b, absMask), _mm512_max_ps(_mm512_and_ps(a, absMask),
+                                                                                _mm512_setzero_ps()));
+      const float amax = _mm512_reduce_max_ps(mx);
+      const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+      const __m512 idv = _mm512_set1_ps(id);
+      const __m512i ca = roundedCodes(_mm512_mul_ps(a, idv)), cb = roundedCodes(_mm512_mul_ps(b, idv));
+      std::int8_t* c = out.codes.data() + i * cols + 32 * g;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(c), _mm512_cvtsepi32_epi8(ca));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(c + 16), _mm512_cvtsepi32_epi8(cb));
+      const std::size_t at = static_cast<std::size_t>(i * groups + g);
+      out.scales[at] = d;
+      out.sums[2 * at] = d * static_cast<float>(_mm512_reduce_add_epi32(ca));
+      out.sums[2 * at + 1] = d * static_cast<float>(_mm512_reduce_add_epi32(cb));
+    }
+}
+
+}  // namespace
+#endif
+
 void quantizeRowsQ8(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols, Q8Rows& out) {
   const std::int64_t groups = cols / 32;
   out.m = m;
@@ -520,6 +564,12 @@ void quantizeRowsQ8(const float* x, std::int64_t m, std::int64_t ldx, std::int64
   out.codes.resize(static_cast<std::size_t>(m * cols));
   out.scales.resize(static_cast<std::size_t>(m * groups));
   out.sums.resize(static_cast<std::size_t>(m * groups * 2));
+#if KVS_HAVE_AVX2_PATHS
+  if (avx512Paths()) {
+    quantizeRowsQ8Avx512(x, m, ldx, cols, out);
+    return;
+  }
+#endif
   for (std::int64_t i = 0; i < m; ++i)
     for (std::int64_t g = 0; g < groups; ++g) {
       const float* p = x + i * ldx + 32 * g;
