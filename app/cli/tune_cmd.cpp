@@ -62,6 +62,7 @@ Runner addTune(CLI::App& app) {
     std::optional<std::int64_t> maxBytes;
     std::string scanOut, scanIn, save, shard;
     bool noVerify = false, json = false;
+    std::string method = "resume";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -86,6 +87,10 @@ Runner addTune(CLI::App& app) {
       ->excludes(out);
   addShardOption(cmd, o->shard, "--scan-out");
   cmd->add_flag("--no-verify", o->noVerify, "skip the full run of each pick");
+  cmd->add_option("--scan-method", o->method,
+                  "resume (the default): each scan run starts at its layer from the unquantized run; full: each from "
+                  "the first layer, as eval runs a config (slower, the same figures: to check resume)")
+      ->check(CLI::IsMember({"resume", "full"}));
   cmd->add_option("--save", o->save, "write the kvscope target's pick as a kvscope config file");
   cmd->add_flag("--json", o->json, "one JSON object: the scan's per-layer KLs, each target's front and pick");
   return [o, cmd]() {
@@ -154,20 +159,22 @@ Runner addTune(CLI::App& app) {
       scan.plan = cache::planScan(cands, m->model().config().layers);
       // Sharded: item 0 is the unquantized run (every shard runs it: the KLs are against it), item k+1 point k.
       if (shard) shard->check(scan.plan.items.size(), "scan runs");
-      std::vector<cache::CacheConfig> cfgs;
+      std::vector<generate::LayerRun> runs;
       std::vector<std::size_t> mine;
       for (std::size_t k = 0; k < scan.plan.items.size(); ++k)
         if (!shard || shard->owns(k + 1)) {
-          cfgs.push_back(scan.plan.config(scan.plan.items[k]));
+          runs.push_back({scan.plan.items[k].layer, scan.plan.config(scan.plan.items[k])});
           mine.push_back(k);
         }
-      const auto figs = generate::evaluate(
-          m->model(), windows, cfgs, eo, [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
+      const auto figs = generate::evaluateLayerRuns(
+          m->model(), windows, runs, eo,
+          [&](std::size_t wi, std::size_t nw, std::size_t ci, std::size_t nc) {
             if (ci == 0 || ci % 10 == 0 || ci + 1 == nc)
               std::cerr << fmt::format("tune: scan window {}/{}, run {}/{} ({:.0f} s)\n", wi + 1, nw, ci + 1, nc,
                                        elapsed());
             return true;
-          });
+          },
+          {}, o->method == "full" ? generate::ScanMethod::Full : generate::ScanMethod::Resume);
       scan.referenceBytes = figs[0].memory.stored();
       for (std::size_t i = 0; i < mine.size(); ++i)
         scan.points.push_back({scan.plan.items[mine[i]], figs[i + 1].meanKl(), figs[i + 1].memory.stored()});
@@ -178,7 +185,7 @@ Runner addTune(CLI::App& app) {
                   {"prompt", o->prompt},
                   {"step", o->step},
                   {"dtype", m->runAs().at("dtype")}};
-      std::cerr << fmt::format("tune: scan of {} runs done in {:.0f} s\n", cfgs.size(), elapsed());
+      std::cerr << fmt::format("tune: scan of {} runs done in {:.0f} s\n", runs.size(), elapsed());
       if (shard) {
         // The run every shard shares: the settings and the candidates as the scan file writes them.
         const json whole = json::parse(cache::scanToJson(scan, settings.dump()));

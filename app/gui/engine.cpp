@@ -323,24 +323,29 @@ void Engine::tune(const ui::TuneRequest& r) {
     out.ctx = static_cast<int>(windows[0].size());
     out.prompt = o.prompt;
     out.step = o.step;
-    std::vector<cache::CacheConfig> cfgs;
-    for (const auto& it : scan.plan.items) cfgs.push_back(scan.plan.config(it));
-    const int total = static_cast<int>(windows.size() * (cfgs.size() + 1));
+    std::vector<generate::LayerRun> runs;
+    for (const auto& it : scan.plan.items) runs.push_back({it.layer, scan.plan.config(it)});
+    const int total = static_cast<int>(windows.size() * (runs.size() + 1));
     // A config's figures are whole after the last window that has tokens to score (evaluate skips a short one).
     std::size_t lastWindow = 0;
     for (std::size_t w = 0; w < windows.size(); ++w)  // (evaluate scores after at least one token)
       if (windows[w].size() > static_cast<std::size_t>(std::max(o.prompt, 1))) lastWindow = w;
     QElapsedTimer clock, sinceEmit;  // sinceEmit starts invalid: the first point is sent at once
     clock.start();
-    int passes = 0;  // (window, config) pairs done: the pace of the time estimate
-    generate::evaluate(
-        d_->session->model(), windows, cfgs, o,
+    // The time estimate's pace: a run resumes at its layer, so it costs the layers from there up (the reference:
+    // every layer); the work done so far in those units against the work left.
+    const int layers = d_->session->model().config().layers;
+    double work = 0, worked = 0;
+    for (const auto& run : runs) work += layers - run.layer;
+    work = static_cast<double>(windows.size()) * (work + layers);
+    generate::evaluateLayerRuns(
+        d_->session->model(), windows, runs, o,
         [&](std::size_t wi, std::size_t, std::size_t ci, std::size_t nc) {
           Q_EMIT evalProgress(static_cast<int>(wi * nc + ci), total);
           return !cancel_.requested();
         },
         [&](std::size_t wi, std::size_t ci, const generate::EvalFigures& f) {
-          ++passes;
+          worked += ci == 0 ? layers : layers - runs[ci - 1].layer;
           if (wi != lastWindow) return;
           if (ci == 0) {
             scan.referenceBytes = f.memory.stored();
@@ -348,8 +353,8 @@ void Engine::tune(const ui::TuneRequest& r) {
             return;
           }
           scan.points.push_back({scan.plan.items[ci - 1], f.meanKl(), f.memory.stored()});
-          if ((sinceEmit.isValid() && sinceEmit.elapsed() < kInspectionMs) || ci == cfgs.size()) return;
-          out.secondsLeft = clock.elapsed() / 1000.0 / passes * (total - passes);
+          if ((sinceEmit.isValid() && sinceEmit.elapsed() < kInspectionMs) || ci == runs.size()) return;
+          out.secondsLeft = clock.elapsed() / 1000.0 / worked * (work - worked);
           Q_EMIT tuneProgress(out);
           sinceEmit.start();
         });

@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "cache/kv_cache.h"
+#include "generate/detail/eval_window.h"
 #include "generate/generate.h"
 #include "model/llama.h"
 #include "util/error.h"
@@ -93,13 +94,55 @@ std::vector<std::vector<std::int64_t>> textWindows(const std::vector<std::int64_
   return w;
 }
 
+namespace detail {
+
+std::size_t evalPrompt(const std::vector<std::vector<std::int64_t>>& windows, const EvalOptions& o) {
+  if (windows.empty() || windows[0].size() < 2) throw Error(ErrorCode::BadInput, "the text has fewer than 2 tokens");
+  if (o.step < 1) throw Error(ErrorCode::BadInput, fmt::format("step must be >= 1, got {}", o.step));
+  return std::min<std::size_t>(static_cast<std::size_t>(std::max(o.prompt, 1)), windows[0].size() - 1);
+}
+
+at::Tensor windowTargets(const model::LlamaModel& model, const std::vector<std::int64_t>& w, std::size_t prompt) {
+  return model.context().place(
+      at::tensor(std::vector<std::int64_t>(w.begin() + static_cast<std::ptrdiff_t>(prompt), w.end()), at::kLong));
+}
+
+void addWindow(EvalFigures& f, const at::Tensor& lp, const at::Tensor& ref, const at::Tensor& targets,
+               std::size_t prompt) {
+  const at::Tensor nll = -lp.gather(1, targets.view({-1, 1})).view({-1});
+  f.nll += nll.sum().item<double>();
+  f.scored += targets.size(0);
+  append(f.tokenNll, nll);
+  if (!ref.defined()) return;
+  // KL(reference || config) per position, in nats; positions whose logits are not finite are counted apart.
+  const at::Tensor kl = (ref.exp() * (ref - lp)).sum(-1);
+  const at::Tensor finite = kl.isfinite();
+  f.nonFinitePositions += (~finite).sum().item<std::int64_t>();
+  f.klSum += kl.sum().item<double>();  // NaN when any position is: the mean says so
+  if (finite.any().item<bool>()) f.klMax = std::max(f.klMax, kl.masked_select(finite).max().item<double>());
+  if ((~finite).any().item<bool>()) f.klMax = std::numeric_limits<double>::quiet_NaN();
+  f.agree += (lp.argmax(-1) == ref.argmax(-1)).sum().item<std::int64_t>();
+  const std::size_t first = f.tokenKl.size();
+  append(f.tokenKl, kl);
+  // Scored token i of the window has prompt + i tokens before it.
+  const std::size_t n = f.tokenKl.size() - first;
+  if (f.klAtPosition.size() < prompt + n) {
+    f.klAtPosition.resize(prompt + n, 0.0);
+    f.tokensAtPosition.resize(prompt + n, 0);
+  }
+  for (std::size_t i = 0; i < n; ++i)
+    if (std::isfinite(f.tokenKl[first + i])) {
+      f.klAtPosition[prompt + i] += f.tokenKl[first + i];
+      ++f.tokensAtPosition[prompt + i];
+    }
+}
+
+}  // namespace detail
+
 std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vector<std::vector<std::int64_t>>& windows,
                                   const std::vector<cache::CacheConfig>& configs, const EvalOptions& o,
                                   const EvalProgress& progress, const EvalFiguresFn& figures) {
-  if (windows.empty() || windows[0].size() < 2) throw Error(ErrorCode::BadInput, "the text has fewer than 2 tokens");
-  if (o.step < 1) throw Error(ErrorCode::BadInput, fmt::format("step must be >= 1, got {}", o.step));
-  const std::size_t prompt =
-      std::min<std::size_t>(static_cast<std::size_t>(std::max(o.prompt, 1)), windows[0].size() - 1);
+  const std::size_t prompt = detail::evalPrompt(windows, o);
   for (const auto& c : configs) (void)model.makeCache(c);  // per-layer rules against this model, before any work
   cache::StatsOptions quiet;
   quiet.enabled = false;
@@ -109,8 +152,7 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
   for (std::size_t wi = 0; wi < windows.size(); ++wi) {
     const auto& w = windows[wi];
     if (w.size() <= prompt) continue;  // a short last window: nothing to score after the prompt
-    const at::Tensor targets = model.context().place(
-        at::tensor(std::vector<std::int64_t>(w.begin() + static_cast<std::ptrdiff_t>(prompt), w.end()), at::kLong));
+    const at::Tensor targets = detail::windowTargets(model, w, prompt);
     at::Tensor ref;
     for (std::size_t ci = 0; ci <= configs.size(); ++ci) {
       if (progress && !progress(wi, windows.size(), ci, configs.size() + 1)) throw EvalCancelled();
@@ -119,40 +161,12 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
       const at::Tensor lp = windowLogProbs(model, *kv, w, prompt, static_cast<std::size_t>(o.step));
       EvalFigures& f = figs[ci];
       f.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-      const at::Tensor nll = -lp.gather(1, targets.view({-1, 1})).view({-1});
-      f.nll += nll.sum().item<double>();
-      f.scored += targets.size(0);
-      append(f.tokenNll, nll);
+      detail::addWindow(f, lp, ci == 0 ? at::Tensor() : ref, targets, prompt);
       if (wi == 0) f.memory = kv->totalMemory();
       const cache::OverflowTotals o = kv->overflowTotals();
       f.overflow += o.overflow;
       f.nonFinite += o.nonFinite;
-      if (ci == 0) {
-        ref = lp;
-        if (figures) figures(wi, ci, f);
-        continue;
-      }
-      // KL(reference || config) per position, in nats; positions whose logits are not finite are counted apart.
-      const at::Tensor kl = (ref.exp() * (ref - lp)).sum(-1);
-      const at::Tensor finite = kl.isfinite();
-      f.nonFinitePositions += (~finite).sum().item<std::int64_t>();
-      f.klSum += kl.sum().item<double>();  // NaN when any position is: the mean says so
-      if (finite.any().item<bool>()) f.klMax = std::max(f.klMax, kl.masked_select(finite).max().item<double>());
-      if ((~finite).any().item<bool>()) f.klMax = std::numeric_limits<double>::quiet_NaN();
-      f.agree += (lp.argmax(-1) == ref.argmax(-1)).sum().item<std::int64_t>();
-      const std::size_t first = f.tokenKl.size();
-      append(f.tokenKl, kl);
-      // Scored token i of the window has prompt + i tokens before it.
-      const std::size_t n = f.tokenKl.size() - first;
-      if (f.klAtPosition.size() < prompt + n) {
-        f.klAtPosition.resize(prompt + n, 0.0);
-        f.tokensAtPosition.resize(prompt + n, 0);
-      }
-      for (std::size_t i = 0; i < n; ++i)
-        if (std::isfinite(f.tokenKl[first + i])) {
-          f.klAtPosition[prompt + i] += f.tokenKl[first + i];
-          ++f.tokensAtPosition[prompt + i];
-        }
+      if (ci == 0) ref = lp;
       if (figures) figures(wi, ci, f);
     }
   }

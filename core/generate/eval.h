@@ -82,4 +82,30 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
                                   const std::vector<cache::CacheConfig>& configs, const EvalOptions& o = {},
                                   const EvalProgress& progress = {}, const EvalFiguresFn& figures = {});
 
+/// One run of the tuner's scan: `config` quantizes layer `layer` and leaves every other layer unquantized
+/// (cache::ScanPlan::config).
+struct LayerRun {
+  int layer = 0;
+  cache::CacheConfig config;
+};
+
+/// How evaluateLayerRuns computes a run's figures.
+enum class ScanMethod {
+  /// From the unquantized run: a run starts at its layer from the reference's residual stream there (the layers below
+  /// are the reference's), and a forward whose stream after that layer equals the reference's bit for bit (a prompt
+  /// that attends over its own unquantized states, as transformers' caches do) takes the reference's logits, its
+  /// states reaching the later layers only when a forward first differs. The same figures as Full.
+  Resume,
+  /// Each run from the first layer, as evaluate() runs a config: the slow way, kept to check Resume against.
+  Full,
+};
+
+/// What evaluate(model, windows, the runs' configs, ...) gives (the reference first, then each run, with the same
+/// callbacks), computed by `method`. Throws ConfigError for a layer outside the model.
+std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
+                                           const std::vector<std::vector<std::int64_t>>& windows,
+                                           const std::vector<LayerRun>& runs, const EvalOptions& o = {},
+                                           const EvalProgress& progress = {}, const EvalFiguresFn& figures = {},
+                                           ScanMethod method = ScanMethod::Resume);
+
 }  // namespace kvscope::generate

@@ -423,10 +423,24 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
 }
 
 at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& fo) const {
-  const TapFn& tap = fo.tap;
-  const std::int64_t B = ids.size(0), T = ids.size(1), past = cache.seqLength();
+  return logits(runLayers(embed(ids), cache, 0, cfg_.layers, cache.seqLength(), fo.tap, fo.cancel),
+                fo.lastLogitsOnly);
+}
+
+at::Tensor LlamaModel::embed(const at::Tensor& ids) const {
+  return embed_.gather(ids).to(ctx_.dtype());
+}
+
+at::Tensor LlamaModel::runLayers(at::Tensor h, cache::KvCache& cache, int from, int to, std::int64_t past,
+                                 const TapFn& tap, const CancelToken* cancel) const {
+  if (from < 0 || to > cfg_.layers || from > to || h.dim() != 3 || h.size(2) != cfg_.hidden)
+    throw Error(ErrorCode::Internal, fmt::format("runLayers: layers [{}, {}) of {} on a stream of shape {}", from, to,
+                                                 cfg_.layers, fmt::join(h.sizes(), "x")));
+  if (cache.numLayers() != cfg_.layers)
+    throw Error(ErrorCode::Internal,
+                fmt::format("runLayers: cache has {} layers, model {}", cache.numLayers(), cfg_.layers));
+  const std::int64_t B = h.size(0), T = h.size(1);
   const std::int64_t Dh = cfg_.headDim;
-  at::Tensor h = embed_.gather(ids).to(ctx_.dtype());
   at::Tensor cos, sin;  // not a structured binding: clang 14 (the fuzz preset) cannot capture one in a lambda
   std::tie(cos, sin) = rope(past, T);
   cos = cos.view({1, 1, T, Dh});
@@ -435,8 +449,8 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
     const at::Tensor x1 = x.narrow(-1, 0, Dh / 2), x2 = x.narrow(-1, Dh / 2, Dh / 2);
     return x * cos + at::cat({-x2, x1}, -1) * sin;
   };
-  for (int l = 0; l < cfg_.layers; ++l) {
-    if (fo.cancel) fo.cancel->check("the forward pass");
+  for (int l = from; l < to; ++l) {
+    if (cancel) cancel->check("the forward pass");
     const Layer& L = layers_[static_cast<std::size_t>(l)];
     const at::Tensor x = rmsNorm(h, L.attnNorm);
     if (tap) tap(l, "attn_in", x);
@@ -467,7 +481,11 @@ at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache
     if (tap) tap(l, "mlp_out", mlp);
     h = h + mlp;
   }
-  if (fo.lastLogitsOnly) h = h.narrow(1, T - 1, 1);
+  return h;
+}
+
+at::Tensor LlamaModel::logits(at::Tensor h, bool lastOnly) const {
+  if (lastOnly) h = h.narrow(1, h.size(1) - 1, 1);
   h = rmsNorm(h, finalNorm_);
   return lmHead_.linear(h, {}, activations_).to(at::kFloat);
 }

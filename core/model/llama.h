@@ -92,6 +92,17 @@ class LlamaModel {
   /// The same with chunking and last-position logits ([batch, 1, vocab] with lastLogitsOnly).
   at::Tensor forward(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& options) const;
 
+  /// The same pass in pieces, for a caller that resumes it at a layer (the tuner's scan starts each run at the layer
+  /// it quantizes, from the unquantized run's residual stream there). embed: the residual stream entering layer 0,
+  /// [batch, T, hidden] in the context's dtype. runLayers: layers [from, to) over the stream h of the tokens at
+  /// positions past .. past + T - 1, K/V through those layers of `cache` (each holding `past` tokens); returns the
+  /// stream after layer to - 1. logits: the final norm and the output matrix on the stream after the last layer,
+  /// [batch, T, vocab] (lastOnly: [batch, 1, vocab]) in float32. forward() is exactly these three.
+  at::Tensor embed(const at::Tensor& ids) const;
+  at::Tensor runLayers(at::Tensor h, cache::KvCache& cache, int from, int to, std::int64_t past, const TapFn& tap = {},
+                       const CancelToken* cancel = nullptr) const;
+  at::Tensor logits(at::Tensor h, bool lastOnly) const;
+
   /// Layer l's bias of the q, k or v projection (`proj`: 'q', 'k', 'v'), [heads * head_dim] in the model's dtype on
   /// its device; undefined where the model has none. Throws Error (Internal) for another layer or projection.
   at::Tensor projectionBias(int layer, char proj) const;

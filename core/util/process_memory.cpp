@@ -41,6 +41,17 @@ void setAllocatorPolicy() {
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
 }
 
+HeapReuse::HeapReuse() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
+HeapReuse::~HeapReuse() {
+  mallopt(M_TRIM_THRESHOLD, 128 << 10);  // glibc's default
+  setAllocatorPolicy();
+  malloc_trim(0);
+}
+
 bool resetPeakResident() {
   malloc_trim(0);
   std::ofstream out("/proc/self/clear_refs");

@@ -13,6 +13,17 @@ std::int64_t residentBytes();
 /// Resident memory then follows what the model and the cache hold: without it a long chunked prefill of a quanto
 /// cache peaked 1.6x higher on fragments. Call once at start-up.
 void setAllocatorPolicy();
+/// While it lives, freed buffers up to 32 MiB stay in the heap for the next allocation (glibc's mmap and trim
+/// thresholds raised): for work that allocates the same large buffers over and over (the tuner's scan: logits,
+/// activations, a cache per run), where mapping each afresh costs a page fault per 4 KiB. Its end restores
+/// setAllocatorPolicy() and returns what is free to the kernel.
+class HeapReuse {
+ public:
+  HeapReuse();
+  ~HeapReuse();
+  HeapReuse(const HeapReuse&) = delete;
+  HeapReuse& operator=(const HeapReuse&) = delete;
+};
 /// Returns freed heap pages to the kernel (malloc_trim): between prefill chunks, so that the many short-lived
 /// buffers of a long prompt do not leave the resident size above what the cache holds.
 void releaseFreeMemory();
