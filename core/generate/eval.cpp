@@ -13,6 +13,7 @@
 #include "generate/generate.h"
 #include "model/llama.h"
 #include "util/error.h"
+#include "util/process_memory.h"
 
 namespace kvscope::generate {
 
@@ -24,13 +25,15 @@ namespace {
 at::Tensor windowLogProbs(const model::LlamaModel& model, cache::KvCache& kv, const std::vector<std::int64_t>& w,
                           std::size_t prompt, std::size_t step) {
   std::vector<at::Tensor> out;
-  model::ForwardOptions first;
-  first.lastLogitsOnly = true;  // only the prompt's last position is scored
-  first.chunk = prefillChunkFor(kv);
-  out.push_back(model.forward(model::idsTensor(w, 0, prompt), kv, first)[0]);
-  for (std::size_t s = prompt; s + 1 < w.size(); s += step) {
-    const std::size_t n = std::min(step, w.size() - 1 - s);
-    out.push_back(model.forward(model::idsTensor(w, s, n), kv)[0]);
+  model::ForwardOptions promptPart;
+  promptPart.lastLogitsOnly = true;  // only the prompt's last position is scored
+  const auto plan = detail::windowForwards(w.size(), prompt, prefillChunkFor(kv), step);
+  for (const detail::WindowForward& f : plan) {
+    const at::Tensor ids = model::idsTensor(w, static_cast<std::size_t>(f.from), static_cast<std::size_t>(f.n));
+    const at::Tensor logits = model.forward(ids, kv, f.prompt ? promptPart : model::ForwardOptions{})[0];
+    if (f.scored) out.push_back(logits);
+    // A chunked prompt gives its buffers' pages back between chunks, as forward() does.
+    if (f.prompt && plan.size() > 1 && plan[1].prompt) util::releaseFreeMemory();
   }
   return at::cat(out, 0).log_softmax(-1);
 }
@@ -95,6 +98,16 @@ std::vector<std::vector<std::int64_t>> textWindows(const std::vector<std::int64_
 }
 
 namespace detail {
+
+std::vector<WindowForward> windowForwards(std::size_t size, std::size_t prompt, std::int64_t chunk, std::size_t step) {
+  std::vector<WindowForward> f;
+  const auto p = static_cast<std::int64_t>(prompt);
+  const std::int64_t c = chunk > 0 ? chunk : p;
+  for (std::int64_t s = 0; s < p; s += c) f.push_back({s, std::min(c, p - s), true, s + c >= p});
+  for (std::size_t s = prompt; s + 1 < size; s += step)
+    f.push_back({static_cast<std::int64_t>(s), static_cast<std::int64_t>(std::min(step, size - 1 - s)), false, true});
+  return f;
+}
 
 std::size_t evalPrompt(const std::vector<std::vector<std::int64_t>>& windows, const EvalOptions& o) {
   if (windows.empty() || windows[0].size() < 2) throw Error(ErrorCode::BadInput, "the text has fewer than 2 tokens");

@@ -14,7 +14,6 @@
 
 #include <chrono>
 #include <map>
-#include <utility>
 
 #include "cache/kv_cache.h"
 #include "generate/detail/eval_window.h"
@@ -37,20 +36,6 @@ struct RecordedForward {
   at::Tensor logits;  ///< [rows, vocab]: the prompt's last position, or every position of a step
 };
 
-/// The forwards of a window: the prompt in chunks of `chunk` (0: one), then steps of `step` tokens.
-std::vector<std::pair<std::int64_t, std::int64_t>> windowForwards(std::size_t size, std::size_t prompt,
-                                                                  std::int64_t chunk, std::size_t step) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> f;
-  const auto p = static_cast<std::int64_t>(prompt);
-  if (chunk == 0 || p <= chunk)
-    f.emplace_back(0, p);
-  else
-    for (std::int64_t s = 0; s < p; s += chunk) f.emplace_back(s, std::min(chunk, p - s));
-  for (std::size_t s = prompt; s + 1 < size; s += step)
-    f.emplace_back(static_cast<std::int64_t>(s), static_cast<std::int64_t>(std::min(step, size - 1 - s)));
-  return f;
-}
-
 /// The unquantized run of a window with its forwards recorded, layer by layer (the same arithmetic as forward()).
 struct Reference {
   std::vector<RecordedForward> forwards;
@@ -65,12 +50,11 @@ Reference recordReference(const model::LlamaModel& model, const std::vector<std:
   Reference r;
   const int layers = model.config().layers;
   auto kv = model.makeCache(cache::parseSpec("dynamic"), quiet);
-  const auto plan = windowForwards(w.size(), prompt, chunk, step);
+  const auto plan = detail::windowForwards(w.size(), prompt, chunk, step);
   std::vector<at::Tensor> rows;
-  for (std::size_t i = 0; i < plan.size(); ++i) {
-    const auto [from, n] = plan[i];
-    const bool inPrompt = from < static_cast<std::int64_t>(prompt);
-    r.promptForwards += inPrompt ? 1 : 0;
+  for (const detail::WindowForward& p : plan) {
+    const std::int64_t from = p.from, n = p.n;
+    r.promptForwards += p.prompt ? 1 : 0;
     RecordedForward f;
     f.from = from, f.n = n;
     f.stream.reserve(static_cast<std::size_t>(layers) + 1);
@@ -79,18 +63,17 @@ Reference recordReference(const model::LlamaModel& model, const std::vector<std:
     f.stream.push_back(model.embed(model::idsTensor(w, static_cast<std::size_t>(from), static_cast<std::size_t>(n))));
     for (int l = 0; l < layers; ++l) {
       const auto li = static_cast<std::size_t>(l);
-      f.stream.push_back(model.runLayers(f.stream.back(), *kv, l, l + 1, from, [&](int, const char* name,
-                                                                                   const at::Tensor& t) {
-        if (name[0] == 'k' && name[1] == '\0') f.keys[li] = t.contiguous();
-        if (name[0] == 'v' && name[1] == '\0') f.values[li] = t.contiguous();
-      }));
+      f.stream.push_back(
+          model.runLayers(f.stream.back(), *kv, l, l + 1, from, [&](int, const char* name, const at::Tensor& t) {
+            if (name[0] == 'k' && name[1] == '\0') f.keys[li] = t.contiguous();
+            if (name[0] == 'v' && name[1] == '\0') f.values[li] = t.contiguous();
+          }));
     }
-    const bool lastOfPrompt = inPrompt && (i + 1 == plan.size() || plan[i + 1].first >= static_cast<std::int64_t>(prompt));
-    if (!inPrompt || lastOfPrompt) {
-      f.logits = model.logits(f.stream.back(), inPrompt)[0];
+    if (p.scored) {
+      f.logits = model.logits(f.stream.back(), p.prompt)[0];
       rows.push_back(f.logits);
     }
-    if (inPrompt && !lastOfPrompt) util::releaseFreeMemory();  // as forward() does between a prompt's chunks
+    if (p.prompt && plan.size() > 1 && plan[1].prompt) util::releaseFreeMemory();  // as evaluate() does
     r.forwards.push_back(std::move(f));
   }
   r.memory = kv->memory();
@@ -125,7 +108,7 @@ at::Tensor resumeRun(const model::LlamaModel& model, cache::KvCache& kv, int lay
     h = model.runLayers(h, kv, layer + 1, layers, f.from);
     const bool inPrompt = i < ref.promptForwards;
     if (f.logits.defined()) rows.push_back(model.logits(h, inPrompt)[0]);
-    if (inPrompt && !f.logits.defined()) util::releaseFreeMemory();
+    if (inPrompt && ref.promptForwards > 1) util::releaseFreeMemory();
   }
   return at::cat(rows, 0).log_softmax(-1);
 }
@@ -139,8 +122,8 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
                                            ScanMethod method) {
   for (const LayerRun& r : runs)
     if (r.layer < 0 || r.layer >= model.config().layers)
-      throw cache::ConfigError("layers", fmt::format("scan run of layer {}: the model has layers 0-{}", r.layer,
-                                                     model.config().layers - 1));
+      throw cache::ConfigError(
+          "layers", fmt::format("scan run of layer {}: the model has layers 0-{}", r.layer, model.config().layers - 1));
   if (method == ScanMethod::Full) {
     std::vector<cache::CacheConfig> cfgs;
     cfgs.reserve(runs.size());
@@ -148,7 +131,7 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
     return evaluate(model, windows, cfgs, o, progress, figures);
   }
   const std::size_t prompt = detail::evalPrompt(windows, o);
-  const util::HeapReuse reuse;  // every run allocates the same buffers again
+  const util::HeapReuse reuse;   // every run allocates the same buffers again
   for (const auto& w : windows)  // forward() checks its ids; the resumed runs embed them themselves
     for (const std::int64_t id : w)
       if (id < 0 || id >= model.config().vocab)
@@ -161,6 +144,7 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
   const auto dynamicKv = model.makeCache(cache::parseSpec("dynamic"), quiet);
   const std::int64_t refChunk = prefillChunkFor(*dynamicKv);
   std::vector<std::int64_t> chunkOf;
+  chunkOf.reserve(runs.size());
   for (const LayerRun& r : runs) chunkOf.push_back(prefillChunkFor(*model.makeCache(r.config, quiet)));
   std::vector<EvalFigures> figs(runs.size() + 1);
   figs[0].spec = "dynamic (reference)";
@@ -172,7 +156,8 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
     if (progress && !progress(wi, windows.size(), 0, runs.size() + 1)) throw EvalCancelled();
     std::map<std::int64_t, Reference> refs;
     const auto c0 = std::chrono::steady_clock::now();
-    const Reference& ref = refs.emplace(refChunk, recordReference(model, w, prompt, refChunk, step, quiet)).first->second;
+    const Reference& ref =
+        refs.emplace(refChunk, recordReference(model, w, prompt, refChunk, step, quiet)).first->second;
     EvalFigures& f0 = figs[0];
     f0.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
     detail::addWindow(f0, ref.logProbs, at::Tensor(), targets, prompt);

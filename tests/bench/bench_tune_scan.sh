@@ -3,8 +3,10 @@
 # (`--scan-method full`, the scan as it ran before), in one window: the same command both ways, alternating, and the
 # two scan files compared point by point.
 #
-#   tests/bench/bench_tune_scan.sh [--rounds R] [--threads N] [--model M] [-- TUNE ARGS...]
+#   tests/bench/bench_tune_scan.sh [--rounds R] [--threads N] [--model M] [--before CLI] [-- TUNE ARGS...]
 #
+# --before CLI: also time the scan of another kvscope-cli build (one from before `--scan-method`, e.g. a checkout of
+# an earlier commit), as "before", in the same rounds, and compare its scan file too.
 # Default: docs/cache-configs.md's documented scan (the shipped text, 2 windows of 256, prompt 128, steps of 32,
 # llama.cpp's q8_0 and q4_0 as the candidates) on the embedded model, 1 round, LibTorch's default threads. TUNE
 # ARGS replace the text, windows and candidates (e.g. `-- --text FILE --ctx 512 --windows 1 --cache quanto:nbits=4`).
@@ -17,7 +19,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 CACHE=${KVSCOPE_CACHE:-$HOME/.cache/kvscope}
 CLI=${KVSCOPE_CLI:-$REPO/build/app/kvscope-cli}
-ROUNDS=1 THREADS=0 MODEL=$CACHE/model/SmolLM2-135M-Instruct.Q4_1.gguf
+ROUNDS=1 THREADS=0 BEFORE= MODEL=$CACHE/model/SmolLM2-135M-Instruct.Q4_1.gguf
 ARGS=(--text "$REPO/resources/eval/coriolanus.txt" --ctx 256 --windows 2 --prompt 128 --step 32
       --cache llamacpp:type_k=q8_0,type_v=q8_0 --cache llamacpp:type_k=q4_0,type_v=q4_0)
 while (($#)); do
@@ -25,20 +27,24 @@ while (($#)); do
         --rounds) ROUNDS=$2; shift 2 ;;
         --threads) THREADS=$2; shift 2 ;;
         --model) MODEL=$2; shift 2 ;;
+        --before) BEFORE=$2; shift 2 ;;
         --) shift; ARGS=("$@"); break ;;
-        -h|--help) sed -n '2,14s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
         *) echo "unknown option $1 (tune's own arguments go after --)" >&2; exit 2 ;;
     esac
 done
 [[ -x $CLI ]] || { echo "no kvscope-cli at $CLI (build the project, or set KVSCOPE_CLI)" >&2; exit 1; }
 OUT=$(mktemp -d /tmp/bench_tune_scan.XXXXXX)
 
+METHODS=(full resume)
+[[ -z $BEFORE ]] || { [[ -x $BEFORE ]] || { echo "no kvscope-cli at $BEFORE" >&2; exit 1; }; METHODS=(before "${METHODS[@]}"); }
 for r in $(seq 1 "$ROUNDS"); do
-    for method in full resume; do
+    for method in "${METHODS[@]}"; do
         s=$(date +%s.%N)
-        "$CLI" tune --model "$MODEL" --threads "$THREADS" "${ARGS[@]}" --no-verify --scan-method "$method" \
+        if [[ $method == before ]]; then cmd=("$BEFORE" tune); else cmd=("$CLI" tune --scan-method "$method"); fi
+        "${cmd[@]}" --model "$MODEL" --threads "$THREADS" "${ARGS[@]}" --no-verify \
             --scan-out "$OUT/$method-$r.json" >"$OUT/$method-$r.out" 2>"$OUT/$method-$r.err" ||
-            { echo "tune --scan-method $method failed: $(tail -n 1 "$OUT/$method-$r.err")" >&2; exit 1; }
+            { echo "tune ($method) failed: $(tail -n 1 "$OUT/$method-$r.err")" >&2; exit 1; }
         e=$(date +%s.%N)
         echo "$method $(echo "$e - $s" | bc)" >>"$OUT/times"
         echo "round $r: $method $(echo "$e - $s" | bc | xargs printf '%.1f') s" >&2
@@ -48,18 +54,22 @@ done
 python3 - "$OUT" "$ROUNDS" <<'EOF'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
-t = {"full": [], "resume": []}
+t = {}
 for line in open(f"{out}/times"):
     m, s = line.split()
-    t[m].append(float(s))
-full, resume = statistics.median(t["full"]), statistics.median(t["resume"])
-print(f"scan, each run from the first layer (--scan-method full): {full:7.1f} s (median of {rounds})")
-print(f"scan, each run resumed at its layer (the default):        {resume:7.1f} s")
-print(f"speed-up: {full / resume:.2f}x")
+    t.setdefault(m, []).append(float(s))
+med = {m: statistics.median(v) for m, v in t.items()}
+if "before" in med:
+    print(f"scan of the --before build:                               {med['before']:7.1f} s (median of {rounds})")
+print(f"scan, each run from the first layer (--scan-method full): {med['full']:7.1f} s (median of {rounds})")
+print(f"scan, each run resumed at its layer (the default):        {med['resume']:7.1f} s")
+print(f"speed-up against full: {med['full'] / med['resume']:.2f}x", end="")
+print(f"; against the --before build: {med['before'] / med['resume']:.2f}x" if "before" in med else "")
 worst, bytes_equal, n = 0.0, True, 0
-for r in range(1, rounds + 1):
-    a = json.load(open(f"{out}/full-{r}.json"))
-    b = json.load(open(f"{out}/resume-{r}.json"))
+pairs = [(f"{m}-{r}", f"resume-{r}") for r in range(1, rounds + 1) for m in t if m != "resume"]
+for ra, rb in pairs:
+    a = json.load(open(f"{out}/{ra}.json"))
+    b = json.load(open(f"{out}/{rb}.json"))
     key = lambda p: (p["candidate"], p["layer"], p["side"])
     pa, pb = {key(p): p for p in a["points"]}, {key(p): p for p in b["points"]}
     assert pa.keys() == pb.keys(), "the scans hold different points"
@@ -71,8 +81,8 @@ for r in range(1, rounds + 1):
         if x != y:
             worst = max(worst, abs(x - y) / max(abs(x), abs(y)))
         n += 1
-print(f"{n} points: largest relative difference of a mean KL {worst:.3g}; stored bytes "
-      f"{'equal' if bytes_equal else 'DIFFER'}")
+print(f"{n} points compared with the resumed scan's: largest relative difference of a mean KL {worst:.3g}; "
+      f"stored bytes {'equal' if bytes_equal else 'DIFFER'}")
 sys.exit(0 if worst <= 1e-6 and bytes_equal else 1)
 EOF
 echo "raw outputs: $OUT" >&2

@@ -2,20 +2,21 @@
 // bit, those of the run from the first layer (ScanMethod::Full, evaluate()), for layers whose prompt stays the
 // reference's (quanto, fp8: the first update attends over its inputs) and for those whose prompt already differs
 // (llama.cpp's types, read from the cache), with the prompt in one forward and in chunks.
-#include <gtest/gtest.h>
-
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstring>
+#include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "cache/config.h"
 #include "cache/tune.h"
 #include "generate/eval.h"
-#include "model/llama.h"
 #include "gguf_writer.h"
+#include "model/llama.h"
 
 namespace kvscope {
 namespace {
@@ -30,22 +31,21 @@ std::string scanModel() {
                                                                             {"output_norm.weight", {64}}};
     for (int l = 0; l < kLayers; ++l) {
       const std::string b = "blk." + std::to_string(l) + ".";
-      for (auto& t : std::vector<std::pair<std::string, std::vector<std::uint64_t>>>{
-               {b + "attn_norm.weight", {64}},
-               {b + "attn_q.weight", {64, 64}},
-               {b + "attn_k.weight", {64, 32}},
-               {b + "attn_v.weight", {64, 32}},
-               {b + "attn_output.weight", {64, 64}},
-               {b + "ffn_norm.weight", {64}},
-               {b + "ffn_gate.weight", {64, 96}},
-               {b + "ffn_up.weight", {64, 96}},
-               {b + "ffn_down.weight", {96, 64}}})
+      for (auto& t :
+           std::vector<std::pair<std::string, std::vector<std::uint64_t>>>{{b + "attn_norm.weight", {64}},
+                                                                           {b + "attn_q.weight", {64, 64}},
+                                                                           {b + "attn_k.weight", {64, 32}},
+                                                                           {b + "attn_v.weight", {64, 32}},
+                                                                           {b + "attn_output.weight", {64, 64}},
+                                                                           {b + "ffn_norm.weight", {64}},
+                                                                           {b + "ffn_gate.weight", {64, 96}},
+                                                                           {b + "ffn_up.weight", {64, 96}},
+                                                                           {b + "ffn_down.weight", {96, 64}}})
         plan.push_back(t);
     }
     const std::vector<std::pair<std::string, std::uint32_t>> ints = {
-        {"block_count", kLayers},    {"embedding_length", 64},
-        {"attention.head_count", 2}, {"attention.head_count_kv", 1},
-        {"feed_forward_length", 96}, {"context_length", 512}};
+        {"block_count", kLayers},       {"embedding_length", 64},    {"attention.head_count", 2},
+        {"attention.head_count_kv", 1}, {"feed_forward_length", 96}, {"context_length", 512}};
     testutil::GgufWriter g;
     g.header(plan.size(), 1 + ints.size());
     g.kvStr("general.architecture", "llama");
@@ -72,11 +72,12 @@ std::vector<std::vector<std::int64_t>> randomWindows(int n, int ctx, std::int64_
 }
 
 // Bit for bit (NaNs too).
-bool same(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
 bool same(double a, double b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
+  return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
+}
+bool same(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](double x, double y) { return same(x, y); });
 }
 
 void expectSameFigures(const generate::EvalFigures& a, const generate::EvalFigures& b) {
@@ -98,10 +99,9 @@ void expectSameFigures(const generate::EvalFigures& a, const generate::EvalFigur
 
 TEST(Scan, ARunResumedAtItsLayerHasTheFiguresOfTheRunFromTheFirstLayer) {
   const auto m = model::LlamaModel::load(scanModel());
-  const auto plan =
-      cache::planScan({cache::parseSpec("quanto:nbits=2"), cache::parseSpec("fp8:overflow=saturate"),
-                       cache::parseSpec("llamacpp:type_k=q4_0,type_v=q4_0")},
-                      m->config().layers);
+  const auto plan = cache::planScan({cache::parseSpec("quanto:nbits=2"), cache::parseSpec("fp8:overflow=saturate"),
+                                     cache::parseSpec("llamacpp:type_k=q4_0,type_v=q4_0")},
+                                    m->config().layers);
   std::vector<generate::LayerRun> runs;
   for (const auto& it : plan.items) runs.push_back({it.layer, plan.config(it)});
   const auto windows = randomWindows(2, 48, m->config().vocab, 11);
@@ -112,10 +112,9 @@ TEST(Scan, ARunResumedAtItsLayerHasTheFiguresOfTheRunFromTheFirstLayer) {
     SCOPED_TRACE(step);
     const auto full = generate::evaluateLayerRuns(*m, windows, runs, o, {}, {}, generate::ScanMethod::Full);
     std::vector<std::size_t> seen;
-    const auto resumed = generate::evaluateLayerRuns(*m, windows, runs, o, {}, [&](std::size_t, std::size_t ci,
-                                                                                   const generate::EvalFigures&) {
-      seen.push_back(ci);
-    });
+    const auto resumed = generate::evaluateLayerRuns(
+        *m, windows, runs, o, {},
+        [&](std::size_t, std::size_t ci, const generate::EvalFigures&) { seen.push_back(ci); });
     ASSERT_EQ(full.size(), runs.size() + 1);
     ASSERT_EQ(resumed.size(), full.size());
     for (std::size_t i = 0; i < full.size(); ++i) expectSameFigures(resumed[i], full[i]);
@@ -163,8 +162,7 @@ TEST(Scan, ARunOfOneShardHasTheFiguresItHasInTheWholeScan) {
 TEST(Scan, ALayerOutsideTheModelIsAConfigError) {
   const auto m = model::LlamaModel::load(scanModel());
   const std::vector<std::vector<std::int64_t>> w = {{1, 2, 3, 4}};
-  EXPECT_THROW(generate::evaluateLayerRuns(*m, w, {{m->config().layers, cache::parseSpec("fp8")}}),
-               cache::ConfigError);
+  EXPECT_THROW(generate::evaluateLayerRuns(*m, w, {{m->config().layers, cache::parseSpec("fp8")}}), cache::ConfigError);
   EXPECT_THROW(generate::evaluateLayerRuns(*m, w, {{0, cache::parseSpec("fp8")}}, {}, [](auto...) { return false; }),
                generate::EvalCancelled);
 }

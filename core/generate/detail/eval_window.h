@@ -19,6 +19,16 @@ namespace kvscope::generate::detail {
 /// of fewer than 2 tokens or a step below 1.
 std::size_t evalPrompt(const std::vector<std::vector<std::int64_t>>& windows, const EvalOptions& o);
 
+/// One forward of a window: its positions [from, from + n), and whether they are the prompt's (a prompt forward scores
+/// only its last position, and only the prompt's last forward is scored).
+struct WindowForward {
+  std::int64_t from = 0, n = 0;
+  bool prompt = false, scored = true;
+};
+/// How a window of `size` tokens goes through the model: the prompt in chunks of `chunk` (0: one forward; a model's
+/// prefill chunking, generate::prefillChunkFor), then steps of `step` tokens up to the window's last token.
+std::vector<WindowForward> windowForwards(std::size_t size, std::size_t prompt, std::int64_t chunk, std::size_t step);
+
 /// The window's tokens after the prompt (the ones scored), on the model's device.
 at::Tensor windowTargets(const model::LlamaModel& model, const std::vector<std::int64_t>& w, std::size_t prompt);
 
