@@ -9,6 +9,7 @@
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QVBoxLayout>
+#include <cmath>
 
 #include "eval_page.h"  // TextPicker
 
@@ -80,6 +81,26 @@ void DoctorPage::setStartEnabled(bool on) {
   diagnose_->setEnabled(on);
 }
 
+namespace {
+
+// fp8 on every layer, unit scale against calibrated scales (generate::DoctorFp8), as a sentence after the facts.
+QString fp8Line(const generate::DoctorFp8& f) {
+  if (!f.measured()) return {};
+  const auto kl = [](double v, qint64 nonFinite) {
+    return nonFinite > 0 ? QObject::tr("not finite (%1 positions)").arg(nonFinite) : QString::number(v, 'g', 4);
+  };
+  QString s = QObject::tr(" fp8 on every layer: mean KL %1 with scale 1.0 (vLLM's default), %2 with calibrated scales")
+                  .arg(kl(f.unitKl, f.unitNonFinite), kl(f.calibratedKl, f.calibratedNonFinite));
+  if (std::isfinite(f.recovered()))
+    s +=
+        f.recovered() >= 0
+            ? QObject::tr(" (calibration recovers %1% of the unit-scale KL)").arg(100.0 * f.recovered(), 0, 'f', 0)
+            : QObject::tr(" (calibrated scales do no better here: %1% more KL)").arg(-100.0 * f.recovered(), 0, 'f', 0);
+  return s + ".";
+}
+
+}  // namespace
+
 void DoctorPage::showResult(const DoctorResultView& result) {
   const generate::DoctorReport& r = result.report;
   facts_->setText(
@@ -94,11 +115,13 @@ void DoctorPage::showResult(const DoctorResultView& result) {
           .arg(r.headDim)
           .arg(r.tokens)
           .arg(result.textPath, r.llamaCppRotation ? tr("applies") : tr("does not apply (not a multiple of 64)"),
-               r.powerOfTwoHead ? tr("take the head size") : tr("need a power-of-two head size"), [&] {
+               r.powerOfTwoHead ? tr("take the head size") : tr("need a power-of-two head size"),
+               [&] {
                  QStringList s;
                  for (int b : r.boundaryLayers) s << QString::number(b);
                  return s.join(", ");
-               }()));
+               }()) +
+      fp8Line(r.fp8));
   // The verdicts: a line each, with Use for its config where it is a SPEC.
   while (QLayoutItem* item = verdictLayout_->takeAt(0)) {
     delete item->widget();

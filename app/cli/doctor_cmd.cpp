@@ -55,6 +55,9 @@ Runner addDoctor(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--base", o->doctor.base, "the llamacpp config the suggested configs keep for the other layers")
       ->capture_default_str();
+  cmd->add_flag(
+      "--no-fp8-kl", [o](std::int64_t) { o->doctor.fp8Kl = false; },
+      "skip the fp8 runs (unit scale against calibrated scales: about three more forwards over the text)");
   return [o, cmd]() {
     if (!*cmd) return -1;
     generate::checkDoctorOptions(o->doctor);

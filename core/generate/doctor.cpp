@@ -4,11 +4,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
 #include <string_view>
 
+#include "cache/calibration.h"
 #include "cache/config.h"
 #include "cache/kv_cache.h"
+#include "generate/eval.h"
 #include "model/llama.h"
 #include "util/error.h"
 
@@ -39,6 +44,23 @@ std::string eightBitAt(const std::vector<int>& layers, bool keys, const cache::C
   std::string spec = "layers=";
   for (int l : layers) spec += fmt::format("{}:{};", l, cache::toSpec(wide));
   return spec + "*:" + cache::toSpec(base);
+}
+
+// A JSON number, null where not finite.
+nlohmann::json num(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
+
+// How much of the unit scale's KL calibration removes, as a parenthesis ("" where not known).
+std::string recoveryText(const DoctorFp8& f) {
+  const double x = f.recovered();
+  if (!std::isfinite(x)) return {};
+  return x >= 0 ? fmt::format(" (calibration recovers {:.0f}% of the unit-scale KL)", 100 * x)
+                : fmt::format(" (calibrated scales do no better here: {:.0f}% more KL)", -100 * x);
+}
+
+std::string klText(double kl, std::int64_t nonFinite) {
+  return nonFinite > 0 ? fmt::format("not finite ({} positions)", nonFinite) : fmt::format("{:.4g}", kl);
 }
 
 }  // namespace
@@ -76,12 +98,14 @@ DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<
 
   // Each channel's max |x| over every window, per layer and side: [kvHeads * headDim].
   std::vector<std::array<at::Tensor, 2>> channelMax(static_cast<std::size_t>(c.layers));
+  cache::Fp8Calibrator calibrator(c.layers, {});  // per tensor, amax, e4m3: vLLM's calibrated k_scale / v_scale
   for (const auto& w : windows) {
     auto kv = m.makeCache(cache::parseSpec("dynamic"));
     m.forward(model::idsTensor(w, 0, w.size()), *kv, [&](int l, const char* name, const at::Tensor& t) {
       const std::string_view n(name);
       if (n != "k" && n != "v") return;
       const int side = n == "k" ? 0 : 1;
+      if (o.fp8Kl) calibrator.add(l, side == 0, t);
       const at::Tensor x = t.detach().to(at::kCPU, at::kFloat).abs();  // [B, H, T, D]
       DoctorSide& s = r.sides[static_cast<std::size_t>(l)][static_cast<std::size_t>(side)];
       s.values += x.numel();
@@ -114,6 +138,23 @@ DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<
         s.biasChannel = static_cast<int>(ab.argmax().item<std::int64_t>());
       }
     }
+
+  if (o.fp8Kl && windows.front().size() >= 2) {
+    // Both saturate, as vLLM's cast into its fp8 cache does (a value past 448 becomes 448).
+    cache::CacheConfig unit = cache::parseSpec("fp8:scale=unit,overflow=saturate"),
+                       calibrated = cache::parseSpec("fp8:overflow=saturate");
+    calibrated.keyScales = calibrator.scales(true);
+    calibrated.valueScales = calibrator.scales(false);
+    EvalOptions eo;
+    eo.prompt = std::max<int>(1, static_cast<int>(windows.front().size() / 4));
+    eo.step = 32;
+    const auto figs = evaluate(m, windows, {unit, calibrated}, eo);
+    r.fp8.unitKl = figs[1].meanKl();
+    r.fp8.calibratedKl = figs[2].meanKl();
+    r.fp8.positions = figs[1].scored;
+    r.fp8.unitNonFinite = figs[1].nonFinitePositions;
+    r.fp8.calibratedNonFinite = figs[2].nonFinitePositions;
+  }
 
   // Verdicts, keys first.
   for (int side = 0; side < 2; ++side) {
@@ -175,7 +216,30 @@ DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<
            fmt::format("kvscope-cli calibrate --cache fp8 --text {} -o fp8.json", o.text)});
     }
   }
+  if (auto v = fp8CalibrationVerdict(r.fp8, c.layers, o.text)) r.verdicts.push_back(std::move(*v));
   return r;
+}
+
+std::optional<DoctorVerdict> fp8CalibrationVerdict(const DoctorFp8& f, int layers, const std::string& text) {
+  if (!f.measured()) return std::nullopt;
+  std::vector<int> all(static_cast<std::size_t>(std::max(layers, 0)));
+  std::iota(all.begin(), all.end(), 0);
+  const std::string calibrate = fmt::format("kvscope-cli calibrate --cache fp8 --text {} -o fp8.json", text);
+  if (f.unitNonFinite > 0 && f.calibratedNonFinite < f.unitNonFinite)
+    return DoctorVerdict{"fp8_calibration", "keys and values", all,
+                         fmt::format("fp8 with scale 1.0 gives non-finite logits at {} of the text's {} scored "
+                                     "positions; with scales calibrated on it, at {} (mean KL {:.4g}): calibrate the "
+                                     "scales",
+                                     f.unitNonFinite, f.positions, f.calibratedNonFinite, f.calibratedKl),
+                         calibrate};
+  if (f.unitKl >= 1e-3 && f.recovered() >= 0.5)
+    return DoctorVerdict{"fp8_calibration", "keys and values", all,
+                         fmt::format("fp8 with scale 1.0 costs a mean KL of {:.4g} on this text, with calibrated "
+                                     "scales {:.4g}: calibration recovers {:.0f}% of the unit-scale KL; calibrate the "
+                                     "scales",
+                                     f.unitKl, f.calibratedKl, 100.0 * f.recovered()),
+                         calibrate};
+  return std::nullopt;
 }
 
 std::string doctorJson(const DoctorReport& r) {
@@ -201,19 +265,27 @@ std::string doctorJson(const DoctorReport& r) {
   for (const auto& v : r.verdicts)
     verdicts.push_back(
         {{"kind", v.kind}, {"side", v.side}, {"layers", v.layers}, {"text", v.text}, {"config", v.config}});
-  const nlohmann::json doc = {{"model",
-                               {{"arch", r.arch},
-                                {"layers", r.layers},
-                                {"heads", r.heads},
-                                {"kv_heads", r.kvHeads},
-                                {"gqa_ratio", r.kvHeads > 0 ? r.heads / r.kvHeads : 0},
-                                {"head_dim", r.headDim}}},
-                              {"tokens", r.tokens},
-                              {"llamacpp_rotation", r.llamaCppRotation},
-                              {"power_of_two_head", r.powerOfTwoHead},
-                              {"boundary_layers", r.boundaryLayers},
-                              {"layers", layers},
-                              {"verdicts", verdicts}};
+  const nlohmann::json doc = {
+      {"model",
+       {{"arch", r.arch},
+        {"layers", r.layers},
+        {"heads", r.heads},
+        {"kv_heads", r.kvHeads},
+        {"gqa_ratio", r.kvHeads > 0 ? r.heads / r.kvHeads : 0},
+        {"head_dim", r.headDim}}},
+      {"tokens", r.tokens},
+      {"llamacpp_rotation", r.llamaCppRotation},
+      {"power_of_two_head", r.powerOfTwoHead},
+      {"boundary_layers", r.boundaryLayers},
+      {"fp8", !r.fp8.measured() ? nlohmann::json(nullptr)
+                                : nlohmann::json{{"positions", r.fp8.positions},
+                                                 {"unit_scale_mean_kl", num(r.fp8.unitKl)},
+                                                 {"calibrated_mean_kl", num(r.fp8.calibratedKl)},
+                                                 {"unit_scale_non_finite", r.fp8.unitNonFinite},
+                                                 {"calibrated_non_finite", r.fp8.calibratedNonFinite},
+                                                 {"recovered", num(r.fp8.recovered())}}},
+      {"layers", layers},
+      {"verdicts", verdicts}};
   return doc.dump(2) + "\n";
 }
 
@@ -242,6 +314,12 @@ std::string doctorText(const DoctorReport& r) {
                        k.outlierRatio, pct(k), bias(k), v.amax, v.outlierRatio, pct(v), bias(v));
   }
   out += "\n";
+  if (r.fp8.measured())
+    out += fmt::format(
+        "fp8 (e4m3) on every layer, {} scored positions: mean KL {} with scale 1.0 (vLLM's default), {} "
+        "with calibrated scales{}\n",
+        r.fp8.positions, klText(r.fp8.unitKl, r.fp8.unitNonFinite),
+        klText(r.fp8.calibratedKl, r.fp8.calibratedNonFinite), recoveryText(r.fp8));
   if (r.verdicts.empty()) out += "verdict: nothing alarming: no outlier channels, bias spikes or fp8 overflow\n";
   for (const auto& v : r.verdicts) out += fmt::format("verdict: {}\n  try: {}\n", v.text, v.config);
   return out;

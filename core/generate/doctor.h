@@ -6,7 +6,9 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,25 @@ struct DoctorOptions {
   std::string base = "llamacpp:type_k=q4_0,type_v=q4_0";
   /// The calibration text's path, for the calibrate command an fp8 overflow suggests.
   std::string text = "TEXT";
+  /// Also measure fp8 on every layer with vLLM's unit scale and with scales calibrated on the text (DoctorReport::
+  /// fp8): two teacher-forced runs and the reference's over the text, about three more forwards.
+  bool fp8Kl = true;
+};
+
+/// fp8 (e4m3) on every layer over the calibration text, teacher-forced as `eval` scores it (a quarter of each window
+/// as the prompt, then steps of 32): the mean KL against the unquantized run with vLLM's default scale of 1.0 and
+/// with per-tensor scales calibrated on the same text (amax / 448, what `calibrate` writes), and how many of the
+/// scored positions' logits were not finite. Both saturate past 448, as vLLM's cast into its cache does. NaN KLs where
+/// it was not measured.
+struct DoctorFp8 {
+  double unitKl = std::nan(""), calibratedKl = std::nan("");
+  std::int64_t positions = 0, unitNonFinite = 0, calibratedNonFinite = 0;
+  bool measured() const { return positions > 0; }
+  /// The share of the unit scale's KL that calibration removes: 1 - calibrated / unit (NaN without a finite one).
+  double recovered() const {
+    return std::isfinite(unitKl) && std::isfinite(calibratedKl) && unitKl > 0 ? 1.0 - calibratedKl / unitKl
+                                                                              : std::nan("");
+  }
 };
 
 /// One layer's keys (after RoPE, as the cache stores them) or values over the calibration text.
@@ -42,8 +63,8 @@ struct DoctorSide {
 };
 
 struct DoctorVerdict {
-  std::string kind;         ///< "outlier_channels", "bias_spikes", "fp8_overflow"
-  std::string side;         ///< "keys" or "values"
+  std::string kind;         ///< "outlier_channels", "bias_spikes", "fp8_overflow", "fp8_calibration"
+  std::string side;         ///< "keys" or "values" ("keys and values": fp8_calibration)
   std::vector<int> layers;  ///< the layers it is about
   std::string text;         ///< the verdict with its evidence, one sentence
   std::string config;       ///< what to try first: a SPEC, or the command that makes it
@@ -59,7 +80,8 @@ struct DoctorReport {
   bool llamaCppRotation = false;
   /// vLLM's TurboQuant and UltraQuant, and `mxfp4:rot=on`, need a power-of-two head size (at least 32 for MXFP4).
   bool powerOfTwoHead = false;
-  std::vector<int> boundaryLayers;      ///< the first and last two (vLLM leaves them unquantized for TurboQuant)
+  std::vector<int> boundaryLayers;  ///< the first and last two (vLLM leaves them unquantized for TurboQuant)
+  DoctorFp8 fp8;
   std::vector<DoctorVerdict> verdicts;  ///< empty: nothing alarming
 };
 
@@ -70,6 +92,11 @@ void checkDoctorOptions(const DoctorOptions& options);
 /// Throws Error (BadInput) without a window or with a bad option.
 DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<std::int64_t>>& windows,
                       const DoctorOptions& options = {});
+
+/// The fp8_calibration verdict of fp8's figures over `layers` layers (calibrate with `text`): where the unit scale
+/// gives non-finite logits that calibrated scales avoid, or calibrated scales remove at least half of a mean KL of
+/// 0.001 or more (vLLM's guidance: calibrate where the uncalibrated cache recovers too little). nullopt otherwise.
+std::optional<DoctorVerdict> fp8CalibrationVerdict(const DoctorFp8& f, int layers, const std::string& text);
 
 /// The report as JSON (what `kvscope-cli doctor --json` prints).
 std::string doctorJson(const DoctorReport& r);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -105,6 +106,16 @@ TEST(Doctor, SaysNothingAlarmingAboutAModelWithoutSpikes) {
       EXPECT_EQ(s.overUnitScale, 0);
     }
   EXPECT_NE(generate::doctorText(r).find("nothing alarming"), std::string::npos);
+  // fp8 runs: scored, finite, and calibration no reason to act (no fp8_calibration verdict above).
+  EXPECT_EQ(r.fp8.positions, 96 - 24);
+  EXPECT_TRUE(std::isfinite(r.fp8.unitKl) && std::isfinite(r.fp8.calibratedKl)) << generate::doctorText(r);
+  EXPECT_EQ(r.fp8.unitNonFinite, 0);
+  EXPECT_NE(generate::doctorText(r).find("with calibrated scales"), std::string::npos);
+  generate::DoctorOptions quick;
+  quick.fp8Kl = false;
+  const generate::DoctorReport q = generate::diagnose(*m, windows(), quick);
+  EXPECT_FALSE(q.fp8.measured());
+  EXPECT_TRUE(nlohmann::json::parse(generate::doctorJson(q))["fp8"].is_null());
 }
 
 TEST(Doctor, FlagsQwenLikeBiasSpikesAtTheFirstAndLastLayer) {
@@ -146,6 +157,33 @@ TEST(Doctor, FlagsFp8OverflowWhereKeysPass448) {
   EXPECT_NE(over->text.find("calibrate"), std::string::npos);
   EXPECT_EQ(over->config, "kvscope-cli calibrate --cache fp8 --text cal.txt -o fp8.json");
   EXPECT_EQ(find(r, "fp8_overflow", "values"), nullptr);
+  // The unit scale against scales calibrated on the text: both measured, and different (the scales were used).
+  EXPECT_TRUE(r.fp8.measured());
+  EXPECT_NE(r.fp8.unitKl, r.fp8.calibratedKl);
+  const auto j = nlohmann::json::parse(generate::doctorJson(r));
+  EXPECT_EQ(j["fp8"]["positions"], r.fp8.positions);
+  EXPECT_EQ(j["fp8"]["unit_scale_non_finite"], r.fp8.unitNonFinite);
+}
+
+TEST(Doctor, CalibrationIsAVerdictWhereItPays) {
+  generate::DoctorFp8 f;
+  EXPECT_FALSE(generate::fp8CalibrationVerdict(f, 4, "t.txt"));  // not measured
+  f.positions = 100;
+  f.unitKl = 0.02, f.calibratedKl = 0.002;
+  const auto v = generate::fp8CalibrationVerdict(f, 4, "t.txt");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->kind, "fp8_calibration");
+  EXPECT_EQ(v->layers, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NE(v->text.find("recovers 90% of the unit-scale KL"), std::string::npos) << v->text;
+  EXPECT_EQ(v->config, "kvscope-cli calibrate --cache fp8 --text t.txt -o fp8.json");
+  f.calibratedKl = 0.0114, f.unitKl = 0.0108;  // SmolLM2's: calibration does no better
+  EXPECT_FALSE(generate::fp8CalibrationVerdict(f, 4, "t.txt"));
+  f.unitKl = 0.0008, f.calibratedKl = 0.0001;  // too little to act on
+  EXPECT_FALSE(generate::fp8CalibrationVerdict(f, 4, "t.txt"));
+  f.unitKl = std::nan(""), f.unitNonFinite = 7, f.calibratedKl = 0.003;  // the unit scale breaks the logits
+  const auto nan = generate::fp8CalibrationVerdict(f, 4, "t.txt");
+  ASSERT_TRUE(nan);
+  EXPECT_NE(nan->text.find("non-finite logits at 7 of the text's 100"), std::string::npos) << nan->text;
 }
 
 TEST(Doctor, BadOptionsAreOneLine) {
