@@ -1,16 +1,29 @@
 #!/usr/bin/env python3
-"""Writes Llama-shaped GGUF models with random weights, for speed benchmarks (tests/bench/bench_vs_llamacpp.sh).
+"""Writes Llama-family GGUF models with random weights, for speed benchmarks (tests/bench/bench_vs_llamacpp.sh).
 
-    make_bench_models.py [--out DIR] [--size 1b|3b ...] [--type Q4_0|Q4_K|Q8_0 ...] [--seed N]
+    make_bench_models.py [--out DIR] [--size 1b|3b|llama3-8b|qwen2.5-7b|mistral-7b ...] [--type Q4_0|Q4_K|Q8_0 ...]
+                         [--seed N]
 
 Shapes: 1b = TinyLlama-1.1B (hidden 2048, 22 layers, 32 heads, 4 KV heads, head dim 64, FFN 5632),
-3b = Llama-3.2-3B (hidden 3072, 28 layers, 24 heads, 8 KV heads, head dim 128, FFN 8192).
+3b = Llama-3.2-3B (hidden 3072, 28 layers, 24 heads, 8 KV heads, head dim 128, FFN 8192), both with rope base 10000
+and RMS eps 1e-5 (the 3b's rope base is not Llama-3.2's); the workstation shapes, with their models' rope base:
+llama3-8b = Llama-3-8B (hidden 4096, 32 layers, 32 heads, 8 KV heads, head dim 128, FFN 14336, rope base 500000),
+mistral-7b = Mistral-7B (v0.2/v0.3: the same shape, rope base 1000000; GGUF architecture llama, as llama.cpp's
+converter writes it, full attention: no sliding window), qwen2.5-7b = Qwen2.5-7B (GGUF architecture qwen2: hidden
+3584, 28 layers, 28 heads, 4 KV heads, head dim 128, FFN 18944, rope base 1000000, RMS eps 1e-6, with F32 q/k/v
+biases). Every file has a context length of 8192 and vocab 49152, not the real models' vocabularies (128256, 152064,
+32768), so the embedding and output matrices hold 0.40 G parameters (Qwen2.5-7B's shape: 0.35 G) where the real
+Llama-3-8B has 1.05 G, Qwen2.5-7B 1.09 G and Mistral-7B 0.27 G; the layers are the real ones.
 The tokenizer (all tokenizer.* keys, vocab 49152) is copied from the embedded SmolLM2 GGUF, so llama.cpp and kvscope
 can both tokenize. Norms are F32 ones; the matrices are Gaussian with std 0.02 (activations stay finite), quantized
 by gguf.quants for Q4_0/Q8_0. The gguf package cannot quantize Q4_K, so Q4_K blocks are written directly: random
 4-bit codes, per-sub-block scale = min (zero-mean blocks), d chosen so the values have std ~0.02. token_embd and
-output (untied) are Q8_0 in every file. Idempotent: a file that exists with the same name, tensor count and a
-complete data section is kept; files are written as NAME.part and renamed when complete.
+output (untied) are Q8_0 in every file. qwen2.5-7b's q/k/v biases are Gaussian with std 0.1, except that its k bias
+spikes where the real model's k_proj bias does (values in the hundreds at the first and last layer): at layers 0 and
+27, 4 channels each of magnitude 250 to 350 with random signs, which `kvscope-cli doctor` flags. Writing is one
+core's work: a 7B/8B file takes ~20 s in Q4_K (random codes), 2 to 3 minutes in Q8_0 (gguf.quants; Q4_0 about half).
+Idempotent: a file that exists with the same name, tensor count and a complete data section is kept; files are
+written as NAME.part and renamed when complete.
 Output: DIR/random-<size>-<type>.gguf, one path per line on stdout.
 """
 import argparse
@@ -30,7 +43,18 @@ TOKENIZER_FROM = CACHE / "model" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 SIZES = {  # hidden, layers, heads, kv heads, head dim, ffn
     "1b": (2048, 22, 32, 4, 64, 5632),
     "3b": (3072, 28, 24, 8, 128, 8192),
+    "llama3-8b": (4096, 32, 32, 8, 128, 14336),
+    "qwen2.5-7b": (3584, 28, 28, 4, 128, 18944),
+    "mistral-7b": (4096, 32, 32, 8, 128, 14336),
 }
+ARCH = {  # GGUF architecture, rope base, RMS norm eps, q/k/v biases; sizes not listed: llama, 10000, 1e-5, none
+    "llama3-8b": ("llama", 500000.0, 1e-5, False),
+    "qwen2.5-7b": ("qwen2", 1000000.0, 1e-6, True),
+    "mistral-7b": ("llama", 1000000.0, 1e-5, False),
+}
+SHAPE_OF = {"llama3-8b": "Llama-3-8B", "qwen2.5-7b": "Qwen2.5-7B", "mistral-7b": "Mistral-7B"}
+BIAS_STD = 0.1
+K_SPIKES = 4, (250.0, 350.0)  # channels per spiked layer (the first and the last), magnitude range
 TYPES = {"Q4_0": QT.Q4_0, "Q4_K": QT.Q4_K, "Q8_0": QT.Q8_0}
 FILE_TYPE = {"Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "Q4_K": gguf.LlamaFileType.MOSTLY_Q4_K_M,
              "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
@@ -82,15 +106,36 @@ def check_q4k(rng):
         (x.std(), x.mean(), np.abs(x).max())
 
 
+def arch_of(size):
+    return ARCH.get(size, ("llama", 10000.0, 1e-5, False))
+
+
+def bias_vector(tensor, shape, layers, rng):
+    """A q/k/v bias: Gaussian with std BIAS_STD; the k bias of the first and last layer with K_SPIKES spikes."""
+    b = rng.standard_normal(shape, dtype=np.float32)
+    b *= BIAS_STD
+    layer = int(tensor.split(".")[1])
+    if tensor.endswith("attn_k.bias") and layer in (0, layers - 1):
+        n, (lo, hi) = K_SPIKES
+        channels = rng.choice(shape[0], size=n, replace=False)
+        b[channels] = rng.uniform(lo, hi, size=n) * rng.choice([-1.0, 1.0], size=n)
+    return b
+
+
 def tensor_plan(size, wtype):
     hidden, layers, heads, kv, hd, ffn = SIZES[size]
+    bias = arch_of(size)[3]
     plan = [("token_embd.weight", (VOCAB, hidden), QT.Q8_0)]
     for i in range(layers):
         p = f"blk.{i}."
+        qkv = [(p + "attn_q.weight", (heads * hd, hidden), wtype),
+               (p + "attn_k.weight", (kv * hd, hidden), wtype),
+               (p + "attn_v.weight", (kv * hd, hidden), wtype)]
+        if bias:  # each bias after its matrix, as llama.cpp's converter orders them
+            qkv = [qkv[0], (p + "attn_q.bias", (heads * hd,), QT.F32), qkv[1], (p + "attn_k.bias", (kv * hd,), QT.F32),
+                   qkv[2], (p + "attn_v.bias", (kv * hd,), QT.F32)]
         plan += [(p + "attn_norm.weight", (hidden,), QT.F32),
-                 (p + "attn_q.weight", (heads * hd, hidden), wtype),
-                 (p + "attn_k.weight", (kv * hd, hidden), wtype),
-                 (p + "attn_v.weight", (kv * hd, hidden), wtype),
+                 *qkv,
                  (p + "attn_output.weight", (hidden, heads * hd), wtype),
                  (p + "ffn_norm.weight", (hidden,), QT.F32),
                  (p + "ffn_gate.weight", (ffn, hidden), wtype),
@@ -119,10 +164,12 @@ def write_model(out_dir, size, tname, tokenizer_from, seed):
         return path
     tok = read_tokenizer(tokenizer_from)
     hidden, layers, heads, kv, hd, ffn = SIZES[size]
+    arch, rope_base, rms_eps, _ = arch_of(size)
     part = path.with_name(path.name + ".part")
-    w = gguf.GGUFWriter(part, "llama")
+    w = gguf.GGUFWriter(part, arch)
     w.add_name(name)
-    w.add_description(f"random weights (std {STD}, seed {seed}) in the shape of a {size} Llama; for benchmarks only")
+    shape_of = SHAPE_OF.get(size, f"a {size} Llama")
+    w.add_description(f"random weights (std {STD}, seed {seed}) in the shape of {shape_of}; for benchmarks only")
     w.add_context_length(8192)
     w.add_embedding_length(hidden)
     w.add_block_count(layers)
@@ -132,8 +179,8 @@ def write_model(out_dir, size, tname, tokenizer_from, seed):
     w.add_key_length(hd)
     w.add_value_length(hd)
     w.add_rope_dimension_count(hd)
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(rope_base)
+    w.add_layer_norm_rms_eps(rms_eps)
     w.add_vocab_size(VOCAB)
     w.add_file_type(FILE_TYPE[tname])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -148,7 +195,10 @@ def write_model(out_dir, size, tname, tokenizer_from, seed):
     rng = np.random.default_rng(seed)
     start, done, total = time.time(), 0, sum(nbytes(s, q) if q != QT.F32 else 4 * int(np.prod(s)) for _, s, q in plan)
     for i, (tensor, shape, qtype) in enumerate(plan):
-        data = np.ones(shape, np.float32) if qtype == QT.F32 else random_matrix(shape, qtype, rng)
+        if tensor.endswith(".bias"):
+            data = bias_vector(tensor, shape, layers, rng)
+        else:
+            data = np.ones(shape, np.float32) if qtype == QT.F32 else random_matrix(shape, qtype, rng)
         w.write_tensor_data(data)
         done += data.nbytes
         if i % 9 == 0 or i == len(plan) - 1:
