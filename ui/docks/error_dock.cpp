@@ -26,7 +26,7 @@ ErrorDock::ErrorDock(Selection* selection, QWidget* parent) : QWidget(parent), s
   const QStringList scales{tr("relative L2 error"), tr("rel. L2 error"), tr("B − A")};
   // Two runs: A and B side by side (one colour range, B's scale stands for both), B − A below them at full width.
   // One run: A alone, the other cells hidden.
-  auto* grid = new QGridLayout();
+  auto* grid = grid_ = new QGridLayout();
   grid->setContentsMargins(0, 0, 0, 0);
   grid->setSpacing(2);
   l->addLayout(grid, 1);
@@ -153,6 +153,10 @@ void ErrorDock::redraw() {
   } else if (!pair && !layoutA->hasElement(0, 1)) {
     layoutA->addElement(0, 1, scaleA);
   }
+  // One run: A takes the whole dock (a hidden pane's row or column would otherwise keep its share of the space).
+  grid_->setColumnStretch(0, 1);
+  grid_->setColumnStretch(1, pair ? 1 : 0);
+  grid_->setRowStretch(3, pair ? 1 : 0);
   for (std::size_t i = 0; i < 2; ++i)  // half a dock's width: fewer labels, none on another
     panes_[i].plot->xAxis->ticker()->setTickCount(pair ? 3 : 5);
   panes_[1].plot->yAxis->setLabel(QString());  // beside A's: the same axis

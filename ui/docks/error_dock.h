@@ -1,5 +1,6 @@
 #pragma once
 
+#include <QGridLayout>
 #include <QWidget>
 #include <array>
 #include <vector>
@@ -50,6 +51,7 @@ class ErrorDock : public QWidget {
   std::array<Pane, 3> panes_;
   QComboBox* which_;
   QLabel* legend_;
+  QGridLayout* grid_;
   RunSnapshotPtr last_, against_;
   /// `run`'s per-(layer, head) error of the side shown (RunSnapshot::headErrorK / V).
   const QVector<QVector<float>>& errors(const RunSnapshotPtr& run) const;
