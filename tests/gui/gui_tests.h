@@ -11,6 +11,8 @@
 #include <QDir>
 #include <QDockWidget>
 #include <QDoubleSpinBox>
+#include <QElapsedTimer>
+#include <QEventLoop>
 #include <QFileInfo>
 #include <QHeaderView>
 #include <QJsonDocument>
@@ -33,6 +35,7 @@
 #include <QTextBlock>
 #include <QTextBrowser>
 #include <QThread>
+#include <QTimer>
 #include <QToolButton>
 #include <algorithm>
 #include <cmath>
