@@ -423,8 +423,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
 }
 
 at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& fo) const {
-  return logits(runLayers(embed(ids), cache, 0, cfg_.layers, cache.seqLength(), fo.tap, fo.cancel),
-                fo.lastLogitsOnly);
+  return logits(runLayers(embed(ids), cache, 0, cfg_.layers, cache.seqLength(), fo.tap, fo.cancel), fo.lastLogitsOnly);
 }
 
 at::Tensor LlamaModel::embed(const at::Tensor& ids) const {

@@ -529,8 +529,7 @@ KVS_AVX512 inline __m512i roundedCodes(__m512 v) {
   return _mm512_min_epi32(_mm512_max_epi32(_mm512_cvttps_epi32(r), _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
 }
 
-KVS_AVX512 void quantizeRowsQ8Avx512(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols,
-                                     Q8Rows& out) {
+KVS_AVX512 void quantizeRowsQ8Avx512(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols, Q8Rows& out) {
   const std::int64_t groups = cols / 32;
   const __m512 absMask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (std::int64_t i = 0; i < m; ++i)
@@ -538,8 +537,8 @@ KVS_AVX512 void quantizeRowsQ8Avx512(const float* x, std::int64_t m, std::int64_
       const float* p = x + i * ldx + 32 * g;
       const __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
       // max_ps(x, y) returns y where x is NaN: the NaN lanes drop out, as in the scalar loop.
-      const __m512 mx = _mm512_max_ps(_mm512_and_ps(b, absMask), _mm512_max_ps(_mm512_and_ps(a, absMask),
-                                                                                _mm512_setzero_ps()));
+      const __m512 mx =
+          _mm512_max_ps(_mm512_and_ps(b, absMask), _mm512_max_ps(_mm512_and_ps(a, absMask), _mm512_setzero_ps()));
       const float amax = _mm512_reduce_max_ps(mx);
       const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
       const __m512 idv = _mm512_set1_ps(id);
