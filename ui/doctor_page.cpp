@@ -83,20 +83,9 @@ void DoctorPage::setStartEnabled(bool on) {
 
 namespace {
 
-// fp8 on every layer, unit scale against calibrated scales (generate::DoctorFp8), as a sentence after the facts.
+// fp8 on every layer, unit scale against calibrated scales, as a sentence after the facts (the doctor's own words).
 QString fp8Line(const generate::DoctorFp8& f) {
-  if (!f.measured()) return {};
-  const auto kl = [](double v, qint64 nonFinite) {
-    return nonFinite > 0 ? QObject::tr("not finite (%1 positions)").arg(nonFinite) : QString::number(v, 'g', 4);
-  };
-  QString s = QObject::tr(" fp8 on every layer: mean KL %1 with scale 1.0 (vLLM's default), %2 with calibrated scales")
-                  .arg(kl(f.unitKl, f.unitNonFinite), kl(f.calibratedKl, f.calibratedNonFinite));
-  if (std::isfinite(f.recovered()))
-    s +=
-        f.recovered() >= 0
-            ? QObject::tr(" (calibration recovers %1% of the unit-scale KL)").arg(100.0 * f.recovered(), 0, 'f', 0)
-            : QObject::tr(" (calibrated scales do no better here: %1% more KL)").arg(-100.0 * f.recovered(), 0, 'f', 0);
-  return s + ".";
+  return f.measured() ? " " + QString::fromStdString(generate::doctorFp8Text(f)) + "." : QString();
 }
 
 }  // namespace

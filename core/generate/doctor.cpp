@@ -51,6 +51,11 @@ nlohmann::json num(double x) {
   return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
 }
 
+// What the fp8 verdicts suggest: calibrating the scales on the doctor's text.
+std::string calibrateCommand(const std::string& text) {
+  return fmt::format("kvscope-cli calibrate --cache fp8 --text {} -o fp8.json", text);
+}
+
 // How much of the unit scale's KL calibration removes, as a parenthesis ("" where not known).
 std::string recoveryText(const DoctorFp8& f) {
   const double x = f.recovered();
@@ -213,7 +218,7 @@ DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<
                        100.0 * double(over) / double(std::max<std::int64_t>(values, 1)), name,
                        overflow.size() > 1 ? "s" : "", layerList(overflow),
                        100.0 * double(sideOf(w).overUnitScale) / double(sideOf(w).values), w, sideOf(w).amax),
-           fmt::format("kvscope-cli calibrate --cache fp8 --text {} -o fp8.json", o.text)});
+           calibrateCommand(o.text)});
     }
   }
   if (auto v = fp8CalibrationVerdict(r.fp8, c.layers, o.text)) r.verdicts.push_back(std::move(*v));
@@ -224,7 +229,7 @@ std::optional<DoctorVerdict> fp8CalibrationVerdict(const DoctorFp8& f, int layer
   if (!f.measured()) return std::nullopt;
   std::vector<int> all(static_cast<std::size_t>(std::max(layers, 0)));
   std::iota(all.begin(), all.end(), 0);
-  const std::string calibrate = fmt::format("kvscope-cli calibrate --cache fp8 --text {} -o fp8.json", text);
+  const std::string calibrate = calibrateCommand(text);
   if (f.unitNonFinite > 0 && f.calibratedNonFinite < f.unitNonFinite)
     return DoctorVerdict{"fp8_calibration", "keys and values", all,
                          fmt::format("fp8 with scale 1.0 gives non-finite logits at {} of the text's {} scored "
@@ -289,6 +294,14 @@ std::string doctorJson(const DoctorReport& r) {
   return doc.dump(2) + "\n";
 }
 
+std::string doctorFp8Text(const DoctorFp8& f) {
+  if (!f.measured()) return {};
+  return fmt::format(
+      "fp8 (e4m3) on every layer, {} scored positions: mean KL {} with scale 1.0 (vLLM's default), {} with calibrated "
+      "scales{}",
+      f.positions, klText(f.unitKl, f.unitNonFinite), klText(f.calibratedKl, f.calibratedNonFinite), recoveryText(f));
+}
+
 std::string doctorText(const DoctorReport& r) {
   std::string out = fmt::format(
       "model: {} · {} layers · {} query heads, {} KV heads (GQA {}:1) · head size {} · {} calibration tokens\n", r.arch,
@@ -314,12 +327,7 @@ std::string doctorText(const DoctorReport& r) {
                        k.outlierRatio, pct(k), bias(k), v.amax, v.outlierRatio, pct(v), bias(v));
   }
   out += "\n";
-  if (r.fp8.measured())
-    out += fmt::format(
-        "fp8 (e4m3) on every layer, {} scored positions: mean KL {} with scale 1.0 (vLLM's default), {} "
-        "with calibrated scales{}\n",
-        r.fp8.positions, klText(r.fp8.unitKl, r.fp8.unitNonFinite),
-        klText(r.fp8.calibratedKl, r.fp8.calibratedNonFinite), recoveryText(r.fp8));
+  if (r.fp8.measured()) out += doctorFp8Text(r.fp8) + "\n";
   if (r.verdicts.empty()) out += "verdict: nothing alarming: no outlier channels, bias spikes or fp8 overflow\n";
   for (const auto& v : r.verdicts) out += fmt::format("verdict: {}\n  try: {}\n", v.text, v.config);
   return out;

@@ -100,6 +100,8 @@ std::optional<DoctorVerdict> fp8CalibrationVerdict(const DoctorFp8& f, int layer
 
 /// The report as JSON (what `kvscope-cli doctor --json` prints).
 std::string doctorJson(const DoctorReport& r);
+/// fp8's figures as one sentence (without a final stop; empty where not measured): what the text and the GUI say.
+std::string doctorFp8Text(const DoctorFp8& f);
 /// The report as text for a terminal: the model, a table per layer, the verdicts.
 std::string doctorText(const DoctorReport& r);
 

@@ -28,12 +28,12 @@ at::Tensor windowLogProbs(const model::LlamaModel& model, cache::KvCache& kv, co
   model::ForwardOptions promptPart;
   promptPart.lastLogitsOnly = true;  // only the prompt's last position is scored
   const auto plan = detail::windowForwards(w.size(), prompt, prefillChunkFor(kv), step);
+  const bool chunked = detail::chunkedPrompt(plan);
   for (const detail::WindowForward& f : plan) {
     const at::Tensor ids = model::idsTensor(w, static_cast<std::size_t>(f.from), static_cast<std::size_t>(f.n));
     const at::Tensor logits = model.forward(ids, kv, f.prompt ? promptPart : model::ForwardOptions{})[0];
     if (f.scored) out.push_back(logits);
-    // A chunked prompt gives its buffers' pages back between chunks, as forward() does.
-    if (f.prompt && plan.size() > 1 && plan[1].prompt) util::releaseFreeMemory();
+    if (f.prompt && chunked) util::releaseFreeMemory();
   }
   return at::cat(out, 0).log_softmax(-1);
 }

@@ -27,19 +27,19 @@ namespace kvscope::generate {
 
 namespace {
 
-/// One forward of a window as the reference ran it: positions [from, from + n), the residual stream entering each
-/// layer and after the last (stream[l], l = 0 .. layers), each layer's keys and values as it stored them, and the
-/// logits the window scores (none for a prompt chunk before the last).
+/// One forward of a window (`part`) as the reference ran it: the residual stream entering each layer and after the
+/// last (stream[l], l = 0 .. layers), each layer's keys and values as it stored them, and the logits the window
+/// scores (where part.scored: the prompt's last position, or every position of a step).
 struct RecordedForward {
-  std::int64_t from = 0, n = 0;
+  detail::WindowForward part;
   std::vector<at::Tensor> stream, keys, values;
-  at::Tensor logits;  ///< [rows, vocab]: the prompt's last position, or every position of a step
+  at::Tensor logits;
 };
 
 /// The unquantized run of a window with its forwards recorded, layer by layer (the same arithmetic as forward()).
 struct Reference {
   std::vector<RecordedForward> forwards;
-  std::size_t promptForwards = 0;  ///< how many of them are the prompt's
+  bool chunkedPrompt = false;
   std::vector<cache::LayerMemory> memory;
   cache::OverflowTotals overflow;
   at::Tensor logProbs;  ///< [scored, vocab]
@@ -51,20 +51,20 @@ Reference recordReference(const model::LlamaModel& model, const std::vector<std:
   const int layers = model.config().layers;
   auto kv = model.makeCache(cache::parseSpec("dynamic"), quiet);
   const auto plan = detail::windowForwards(w.size(), prompt, chunk, step);
+  r.chunkedPrompt = detail::chunkedPrompt(plan);
   std::vector<at::Tensor> rows;
   for (const detail::WindowForward& p : plan) {
-    const std::int64_t from = p.from, n = p.n;
-    r.promptForwards += p.prompt ? 1 : 0;
     RecordedForward f;
-    f.from = from, f.n = n;
+    f.part = p;
     f.stream.reserve(static_cast<std::size_t>(layers) + 1);
     f.keys.resize(static_cast<std::size_t>(layers));
     f.values.resize(static_cast<std::size_t>(layers));
-    f.stream.push_back(model.embed(model::idsTensor(w, static_cast<std::size_t>(from), static_cast<std::size_t>(n))));
+    f.stream.push_back(
+        model.embed(model::idsTensor(w, static_cast<std::size_t>(p.from), static_cast<std::size_t>(p.n))));
     for (int l = 0; l < layers; ++l) {
       const auto li = static_cast<std::size_t>(l);
       f.stream.push_back(
-          model.runLayers(f.stream.back(), *kv, l, l + 1, from, [&](int, const char* name, const at::Tensor& t) {
+          model.runLayers(f.stream.back(), *kv, l, l + 1, p.from, [&](int, const char* name, const at::Tensor& t) {
             if (name[0] == 'k' && name[1] == '\0') f.keys[li] = t.contiguous();
             if (name[0] == 'v' && name[1] == '\0') f.values[li] = t.contiguous();
           }));
@@ -73,7 +73,7 @@ Reference recordReference(const model::LlamaModel& model, const std::vector<std:
       f.logits = model.logits(f.stream.back(), p.prompt)[0];
       rows.push_back(f.logits);
     }
-    if (p.prompt && plan.size() > 1 && plan[1].prompt) util::releaseFreeMemory();  // as evaluate() does
+    if (p.prompt && r.chunkedPrompt) util::releaseFreeMemory();  // as evaluate() does
     r.forwards.push_back(std::move(f));
   }
   r.memory = kv->memory();
@@ -90,10 +90,10 @@ at::Tensor resumeRun(const model::LlamaModel& model, cache::KvCache& kv, int lay
   bool same = true;
   for (std::size_t i = 0; i < ref.forwards.size(); ++i) {
     const RecordedForward& f = ref.forwards[i];
-    at::Tensor h = model.runLayers(f.stream[static_cast<std::size_t>(layer)], kv, layer, layer + 1, f.from);
+    at::Tensor h = model.runLayers(f.stream[static_cast<std::size_t>(layer)], kv, layer, layer + 1, f.part.from);
     if (same && at::equal(h, f.stream[static_cast<std::size_t>(layer) + 1])) {
       kept.push_back(i);
-      if (f.logits.defined()) rows.push_back(f.logits);
+      if (f.part.scored) rows.push_back(f.logits);
       continue;
     }
     if (same) {  // the first forward that differs: the layers above first store what the kept ones stored
@@ -105,10 +105,9 @@ at::Tensor resumeRun(const model::LlamaModel& model, cache::KvCache& kv, int lay
           if (s.finish) s.finish();
         }
     }
-    h = model.runLayers(h, kv, layer + 1, layers, f.from);
-    const bool inPrompt = i < ref.promptForwards;
-    if (f.logits.defined()) rows.push_back(model.logits(h, inPrompt)[0]);
-    if (inPrompt && ref.promptForwards > 1) util::releaseFreeMemory();
+    h = model.runLayers(h, kv, layer + 1, layers, f.part.from);
+    if (f.part.scored) rows.push_back(model.logits(h, f.part.prompt)[0]);
+    if (f.part.prompt && ref.chunkedPrompt) util::releaseFreeMemory();
   }
   return at::cat(rows, 0).log_softmax(-1);
 }
@@ -131,16 +130,13 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
     return evaluate(model, windows, cfgs, o, progress, figures);
   }
   const std::size_t prompt = detail::evalPrompt(windows, o);
-  const util::HeapReuse reuse;   // every run allocates the same buffers again
-  for (const auto& w : windows)  // forward() checks its ids; the resumed runs embed them themselves
-    for (const std::int64_t id : w)
-      if (id < 0 || id >= model.config().vocab)
-        throw Error(ErrorCode::BadFile, fmt::format("forward: token ids must lie in [0, {})", model.config().vocab));
+  const util::HeapReuse reuse;  // every run allocates the same buffers again
+  for (const auto& w : windows) model.checkTokenIds(model::idsTensor(w, 0, w.size()));  // as forward() would
   const auto step = static_cast<std::size_t>(o.step);
   cache::StatsOptions quiet;
   quiet.enabled = false;
-  // Each run's prompt chunk (as evaluate() picks it, from its cache): a run whose chunk is not the reference's
-  // resumes from a reference recorded in its chunks.
+  // Each run's prompt chunk (as evaluate() picks it, from its cache; making the caches checks their rules against
+  // the model before any work): a run whose chunk is not the reference's resumes from a reference in its chunks.
   const auto dynamicKv = model.makeCache(cache::parseSpec("dynamic"), quiet);
   const std::int64_t refChunk = prefillChunkFor(*dynamicKv);
   std::vector<std::int64_t> chunkOf;

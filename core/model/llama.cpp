@@ -401,8 +401,7 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
   if (cache.numLayers() != cfg_.layers)
     throw Error(ErrorCode::Internal,
                 fmt::format("forward: cache has {} layers, model {}", cache.numLayers(), cfg_.layers));
-  if (ids.numel() > 0 && (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= cfg_.vocab))
-    throw Error(ErrorCode::BadFile, fmt::format("forward: token ids must lie in [0, {})", cfg_.vocab));
+  checkTokenIds(ids);
   if (o.chunk < 0) throw Error(ErrorCode::Internal, fmt::format("forward: chunk must be >= 0, got {}", o.chunk));
   const std::int64_t T = ids.size(1);
   if (o.chunk == 0 || T <= o.chunk) return forwardChunk(ids, cache, o);
@@ -424,6 +423,11 @@ at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, con
 
 at::Tensor LlamaModel::forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& fo) const {
   return logits(runLayers(embed(ids), cache, 0, cfg_.layers, cache.seqLength(), fo.tap, fo.cancel), fo.lastLogitsOnly);
+}
+
+void LlamaModel::checkTokenIds(const at::Tensor& ids) const {
+  if (ids.numel() > 0 && (ids.min().item<std::int64_t>() < 0 || ids.max().item<std::int64_t>() >= cfg_.vocab))
+    throw Error(ErrorCode::BadFile, fmt::format("forward: token ids must lie in [0, {})", cfg_.vocab));
 }
 
 at::Tensor LlamaModel::embed(const at::Tensor& ids) const {

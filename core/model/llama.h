@@ -99,6 +99,9 @@ class LlamaModel {
   /// stream after layer to - 1. logits: the final norm and the output matrix on the stream after the last layer,
   /// [batch, T, vocab] (lastOnly: [batch, 1, vocab]) in float32. forward() is exactly these three.
   at::Tensor embed(const at::Tensor& ids) const;
+  /// Throws Error (BadFile) unless every id lies in [0, vocab): what forward() checks before it touches the cache,
+  /// and what a caller of embed() checks once for all its pieces.
+  void checkTokenIds(const at::Tensor& ids) const;
   at::Tensor runLayers(at::Tensor h, cache::KvCache& cache, int from, int to, std::int64_t past, const TapFn& tap = {},
                        const CancelToken* cancel = nullptr) const;
   at::Tensor logits(at::Tensor h, bool lastOnly) const;

@@ -28,6 +28,10 @@ struct WindowForward {
 /// How a window of `size` tokens goes through the model: the prompt in chunks of `chunk` (0: one forward; a model's
 /// prefill chunking, generate::prefillChunkFor), then steps of `step` tokens up to the window's last token.
 std::vector<WindowForward> windowForwards(std::size_t size, std::size_t prompt, std::int64_t chunk, std::size_t step);
+/// Whether the plan cuts the prompt in chunks (which give their buffers' pages back between them, as forward() does).
+inline bool chunkedPrompt(const std::vector<WindowForward>& plan) {
+  return plan.size() > 1 && plan[1].prompt;
+}
 
 /// The window's tokens after the prompt (the ones scored), on the model's device.
 at::Tensor windowTargets(const model::LlamaModel& model, const std::vector<std::int64_t>& w, std::size_t prompt);
