@@ -11,6 +11,8 @@
 #include <limits>
 #include <optional>
 
+#include "cache/error_history.h"
+
 namespace kvscope::ui {
 
 namespace {
@@ -257,12 +259,28 @@ QByteArray sessionJson(const Session& s) {
                     {"beam_steps", beamSteps},
                     {"scales", scales},
                     {"head_error", headError}};
-    // The inspected layer's token x channel error, within reason (the map of a reopened run).
-    if (const auto& te = r->tokenErrors;
-        te && qsizetype(te->keys.size()) <= kMaxSavedTokenMap && qsizetype(te->values.size()) <= kMaxSavedTokenMap)
-      run["token_errors"] =
-          QJsonObject{{"layer", te->layer},       {"tokens", double(te->tokens)}, {"heads", te->heads},
-                      {"channels", te->channels}, {"k", floatsJson(te->keys)},    {"v", floatsJson(te->values)}};
+    // The inspected layer's token x channel error (the map of a reopened run), coarsened to at most
+    // kMaxSavedTokenMap values a side, and every token's own mean error.
+    if (const auto& te = r->tokenErrors; te && te->heads > 0 && te->channels > 0) {
+      const qint64 cells = qint64(te->heads) * te->channels;
+      qint64 perRow = te->tokensPerRow;
+      int times = 0;
+      while (cache::ErrorHistory::rowsFor(te->tokens, perRow) * cells > kMaxSavedTokenMap && perRow < te->tokens)
+        perRow *= 2, ++times;
+      auto side = [&](const std::vector<float>& v) {
+        return floatsJson(v.empty() ? v : cache::ErrorHistory::merged(v, cells, te->rows(), times));
+      };
+      if (cache::ErrorHistory::rowsFor(te->tokens, perRow) * cells <= kMaxSavedTokenMap)
+        run["token_errors"] = QJsonObject{{"layer", te->layer},
+                                          {"tokens", double(te->tokens)},
+                                          {"tokens_per_row", double(perRow)},
+                                          {"heads", te->heads},
+                                          {"channels", te->channels},
+                                          {"k", side(te->keys)},
+                                          {"v", side(te->values)},
+                                          {"token_mean_k", floatsJson(te->tokenMeanK)},
+                                          {"token_mean_v", floatsJson(te->tokenMeanV)}};
+    }
     if (const auto& q = r->request)
       run["request"] = QJsonObject{{"prompt", q->prompt},
                                    {"chat", q->chat},
@@ -414,13 +432,28 @@ Session parseSession(const QByteArray& bytes, const QString& name) {
       te->tokens = rd.integer(t, "tokens", 0, kMaxValues, 0);
       te->heads = static_cast<int>(rd.integer(t, "heads", 0, kMaxValues, 0));
       te->channels = static_cast<int>(rd.integer(t, "channels", 0, kMaxValues, 0));
-      const qint64 cells = te->tokens * te->heads * te->channels;
+      te->tokensPerRow = rd.integer(t, "tokens_per_row", 1, kMaxValues, 1);  // absent before the bounded summary
+      if ((te->tokensPerRow & (te->tokensPerRow - 1)) != 0)
+        rd.fail(QString("`tokens_per_row` must be a power of two (got %1)").arg(te->tokensPerRow));
+      const qint64 cells = te->rows() * te->heads * te->channels;
       for (auto [key, side] : {std::pair{"k", &te->keys}, std::pair{"v", &te->values}}) {
         const QVector<float> v = rd.floats(t, key, kMaxValues);
         if (!v.isEmpty() && v.size() != cells)
-          rd.fail(
-              QString("`%1` holds %2 values, not tokens x heads x channels = %3").arg(key).arg(v.size()).arg(cells));
+          rd.fail(QString("`%1` holds %2 values, not rows x heads x channels = %3 (%4 tokens, %5 per row)")
+                      .arg(key)
+                      .arg(v.size())
+                      .arg(cells)
+                      .arg(te->tokens)
+                      .arg(te->tokensPerRow));
         side->assign(v.begin(), v.end());
+      }
+      for (auto [key, means] :
+           {std::pair{"token_mean_k", &te->tokenMeanK}, std::pair{"token_mean_v", &te->tokenMeanV}}) {
+        if (!t.contains(key)) continue;  // a session from before: tokenMean() reads the one-token rows
+        const QVector<float> v = rd.floats(t, key, kMaxValues);
+        if (!v.isEmpty() && v.size() != te->tokens)
+          rd.fail(QString("`%1` holds %2 values, not one per token (%3)").arg(key).arg(v.size()).arg(te->tokens));
+        means->assign(v.begin(), v.end());
       }
       r->tokenErrors = te;
     }

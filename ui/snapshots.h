@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "cache/config.h"
@@ -134,15 +135,46 @@ struct TokenView {
 };
 
 /// Absolute quantization error |x̂ - x| per (token, head, channel) of one layer's keys and values over the run so far
-/// (cache::ErrorHistory); NaN where nothing quantized the token (a residual window).
+/// (cache::ErrorHistory): a bounded summary, rows of tokensPerRow tokens holding their largest error (one token per
+/// row until the context outgrows the budget); NaN where nothing quantized the token (a residual window).
 struct TokenErrorView {
   int runId = 0;
   int layer = 0;
   qint64 tokens = 0;
+  qint64 tokensPerRow = 1;  ///< a power of two
   int heads = 0, channels = 0;
-  std::vector<float> keys, values;  ///< [tokens][heads][channels] each (empty side: not quantized yet)
+  std::vector<float> keys, values;  ///< [rows][heads][channels] each (empty side: not quantized yet)
+  /// [tokens] each: the token's own mean |error| over heads and channels (NaN: not quantized); empty side as above.
+  std::vector<float> tokenMeanK, tokenMeanV;
+  qint64 rows() const { return tokensPerRow > 0 ? (tokens + tokensPerRow - 1) / tokensPerRow : 0; }
+  float cell(const std::vector<float>& side, qint64 row, int head, int channel) const {
+    return side[static_cast<std::size_t>((row * heads + head) * channels + channel)];
+  }
+  /// The value of the row holding `token`.
   float at(const std::vector<float>& side, qint64 token, int head, int channel) const {
-    return side[static_cast<std::size_t>((token * heads + head) * channels + channel)];
+    return cell(side, token / tokensPerRow, head, channel);
+  }
+  /// Mean |error| of a token's keys and values over heads and channels; NaN when nothing quantized it. A view
+  /// without per-token means (a session saved before them) has one token per row: its row's finite values.
+  double tokenMean(qint64 token) const {
+    double s = 0;
+    int n = 0;
+    for (auto [means, side] : {std::pair{&tokenMeanK, &keys}, std::pair{&tokenMeanV, &values}}) {
+      if (token < 0 || token >= tokens) continue;
+      if (!means->empty()) {
+        if (token < qint64(means->size()))
+          if (const float e = (*means)[static_cast<std::size_t>(token)]; std::isfinite(e)) s += e, ++n;
+        continue;
+      }
+      if (side->empty() || tokensPerRow != 1) continue;
+      double rs = 0;
+      int rn = 0;
+      for (int h = 0; h < heads; ++h)
+        for (int c = 0; c < channels; ++c)
+          if (const float e = cell(*side, token, h, c); std::isfinite(e)) rs += e, ++rn;
+      if (rn) s += rs / rn, ++n;
+    }
+    return n ? s / n : std::nan("");
   }
 };
 using TokenErrorViewPtr = std::shared_ptr<const TokenErrorView>;

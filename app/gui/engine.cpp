@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <tuple>
 
 #include "cache/config.h"
 #include "cache/recorder.h"
@@ -120,11 +121,15 @@ ui::TokenErrorViewPtr Engine::inspection() const {
   view->tokens = std::max(k.tokens(), v.tokens());
   view->heads = static_cast<int>(std::max(k.heads(), v.heads()));
   view->channels = static_cast<int>(std::max(k.channels(), v.channels()));
-  const auto size = static_cast<std::size_t>(view->tokens * view->heads * view->channels);
-  for (auto [src, dst] : {std::pair{&k, &view->keys}, std::pair{&v, &view->values}}) {
+  // Both sides on the coarser side's rows: the view holds the bounded summaries, never a value per token.
+  view->tokensPerRow = std::max(k.tokensPerRow(), v.tokensPerRow());
+  const auto size = static_cast<std::size_t>(view->rows() * view->heads * view->channels);
+  for (auto [src, dst, means] :
+       {std::tuple{&k, &view->keys, &view->tokenMeanK}, std::tuple{&v, &view->values, &view->tokenMeanV}}) {
     if (src->tokens() == 0) continue;
-    *dst = src->values();
+    *dst = src->valuesAt(view->tokensPerRow);
     dst->resize(size, std::nanf(""));
+    *means = src->tokenMeans();
   }
   return view;
 }

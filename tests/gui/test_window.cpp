@@ -2,6 +2,7 @@
 // for a run that stored NaN, fed synthetic snapshots.
 #include <QRegularExpression>
 
+#include "cache/error_history.h"
 #include "gui_tests.h"
 #include "kernels/cpu/kv_blocks.h"
 
@@ -1022,6 +1023,57 @@ class WindowTest : public QObject {
     QVERIFY(p.isValid() && p.config().tiered());
     QVERIFY(p.findChild<QLabel*>("configKept")->text().startsWith("Tiers by age"));
     QCOMPARE(p.findChild<QComboBox*>("opt_kv")->currentText(), QString("nvfp4"));
+  }
+
+  // A long run's token x channel map arrives as the engine's bounded summary: a column per row of tokens, each its
+  // tokens' largest error; the title says how many tokens a column holds; a saved session coarsens it to fit and
+  // keeps every token's own mean.
+  void longRunsTokenMapIsDrawnFromItsSummary() {
+    auto run = std::make_shared<ui::RunSnapshot>();
+    run->runId = 990;
+    run->spec = "quanto:nbits=4";
+    run->config = cache::parseSpec("quanto:nbits=4");
+    run->finished = true;
+    auto te = std::make_shared<ui::TokenErrorView>();
+    te->runId = 990;
+    te->tokens = 40000;
+    te->tokensPerRow = 32;
+    te->heads = 2;
+    te->channels = 64;
+    for (qint64 r = 0; r < te->rows(); ++r)
+      for (int i = 0; i < 128; ++i) te->keys.push_back(float(r % 10) / 100.0f + float(i) * 1e-4f);
+    te->keys[(std::size_t{1000} * 2 + 0) * 64 + 3] = 7.0f;  // row 1000 (tokens 32000-32031), head 0, channel 3
+    for (qint64 t = 0; t < te->tokens; ++t) te->tokenMeanK.push_back(float(t % 3));
+    run->tokenErrors = te;
+    w_->onRunUpdated(run);
+    auto* dock = w_->tokenErrorDock();
+    auto* map = qobject_cast<QCPColorMap*>(dock->plot()->plottable(0));
+    QCOMPARE(dock->shownTokensPerColumn(), qint64{32});
+    QCOMPARE(map->data()->keySize(), 1250);  // 40,000 tokens drawn as 1,250 columns
+    QCOMPARE(dock->shownCell(32017, 3), 7.0f);
+    QCOMPARE(dock->shownCell(31999, 3), float(999 % 10) / 100.0f + 3e-4f);
+    const QString title = dock->findChild<QLabel*>("tokenErrorTitle")->text();
+    QVERIFY2(title.contains("40000 tokens") && title.contains("32 tokens per column") && title.contains("max 7"),
+             qPrintable(title));
+    QCOMPARE(te->tokenMean(5), 2.0);  // the text's colour: the token's own mean, not its row's
+    // Saved: 1,250 rows x 128 exceed what a session keeps; 313 rows of 128 tokens do not.
+    const ui::Session back = ui::parseSession(ui::sessionJson(ui::Session{"m.gguf", {run}}), "s.json");
+    const auto& saved = back.runs.front()->tokenErrors;
+    QVERIFY(saved);
+    QCOMPARE(saved->tokensPerRow, qint64{128});
+    QCOMPARE(saved->keys, cache::ErrorHistory::merged(te->keys, 128, te->rows(), 2));
+    QCOMPARE(saved->at(saved->keys, 32017, 0, 3), 7.0f);
+    QCOMPARE(saved->tokenMeanK, te->tokenMeanK);
+    QVERIFY(saved->values.empty());
+    // A saved map whose width is no power of two is refused, naming the key.
+    QByteArray bad = ui::sessionJson(ui::Session{"m.gguf", {run}});
+    bad.replace("\"tokens_per_row\": 128", "\"tokens_per_row\": 100");
+    try {
+      ui::parseSession(bad, "s.json");
+      QFAIL("a map width of 100 was accepted");
+    } catch (const ui::SessionError& e) {
+      QVERIFY2(QString(e.what()).contains("tokens_per_row"), e.what());
+    }
   }
 
   void sessionKeepsConfigsScalesAndErrorMaps() {

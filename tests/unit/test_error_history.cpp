@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <vector>
@@ -214,6 +215,109 @@ TEST(ErrorMap, HeadRelativeErrorIsOverTheWholeHead) {
       EXPECT_GT(want, 0.0) << spec;
       EXPECT_NEAR(err.headRelL2[hd], want, 1e-5 * (1 + want)) << spec << " head " << hd;
     }
+  }
+}
+
+// One update's statistics: an error map of `tokens` tokens from `start`, one per range, valued f(t, h, c); as a drift
+// map when `drift` (the tokens were quantized before).
+template <typename F>
+TensorStats mapOf(std::int64_t start, std::int64_t tokens, std::int64_t heads, std::int64_t channels, F f,
+                  bool drift = false) {
+  TensorStats s;
+  s.quantized = true;
+  ErrorMap& m = drift ? s.drift : s.error;
+  m.heads = heads;
+  m.channels = channels;
+  m.ranges = m.tokens = tokens;
+  m.tokenStart = start;
+  m.tokenBin = 1;
+  m.maxAbs.resize(static_cast<std::size_t>(heads * tokens * channels));
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t c = 0; c < channels; ++c)
+        m.maxAbs[static_cast<std::size_t>((h * tokens + t) * channels + c)] = f(start + t, h, c);
+  return s;
+}
+
+// A 32k-token run: the map stays within its budget, every cell is the largest error of its row's tokens (checked
+// against every token's own error), and every token keeps its own exact mean.
+TEST(ErrorHistory, LongContextIsABoundedSummaryThatKeepsEveryMax) {
+  constexpr std::int64_t H = 2, C = 8, T = 32768, chunk = 512;
+  ErrorHistory h(4096);  // 256 rows of 2 x 8
+  std::vector<float> truth(static_cast<std::size_t>(T * H * C));
+  std::uint32_t state = 7;
+  auto err = [&](std::int64_t t, std::int64_t hd, std::int64_t c) {
+    state = state * 1664525u + 1013904223u;
+    float e = static_cast<float>(state >> 8) / 16777216.0f;
+    if (t == 20001 && hd == 1 && c == 5) e = 50.0f;  // an outlier token
+    return truth[static_cast<std::size_t>((t * H + hd) * C + c)] = e;
+  };
+  for (std::int64_t t0 = 0; t0 < T; t0 += chunk) {
+    h.add(mapOf(t0, chunk, H, C, err));
+    EXPECT_LE(static_cast<std::int64_t>(h.values().size()), h.maxCells()) << t0;
+  }
+  ASSERT_EQ(h.tokens(), T);
+  ASSERT_EQ(h.tokensPerRow(), 128);
+  ASSERT_EQ(h.rows(), 256);
+  ASSERT_EQ(h.values().size(), 4096u);
+  for (std::int64_t r = 0; r < h.rows(); ++r)
+    for (std::int64_t hd = 0; hd < H; ++hd)
+      for (std::int64_t c = 0; c < C; ++c) {
+        float want = 0;
+        for (std::int64_t t = r * 128; t < (r + 1) * 128; ++t)
+          want = std::max(want, truth[static_cast<std::size_t>((t * H + hd) * C + c)]);
+        ASSERT_EQ(h.at(r * 128 + 3, hd, c), want) << r << " " << hd << " " << c;
+      }
+  EXPECT_EQ(h.at(20001, 1, 5), 50.0f);
+  EXPECT_EQ(h.at(20001 / 128 * 128, 1, 5), 50.0f);  // the outlier's whole row shows it
+  ASSERT_EQ(h.tokenMeans().size(), static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; t += 97) {
+    double sum = 0;
+    for (std::int64_t i = 0; i < H * C; ++i) sum += truth[static_cast<std::size_t>(t * H * C + i)];
+    EXPECT_NEAR(h.tokenMeans()[static_cast<std::size_t>(t)], sum / (H * C), 1e-6) << t;
+  }
+  // Coarser on request (what a view of two sides or a saved session takes): pairs merged by max.
+  const std::vector<float> coarse = h.valuesAt(256);
+  ASSERT_EQ(coarse.size(), 2048u);
+  EXPECT_EQ(coarse[static_cast<std::size_t>((20001 / 256 * H + 1) * C + 5)], 50.0f);
+  h.truncate(0);
+  EXPECT_EQ(h.tokensPerRow(), 1);
+}
+
+// At the default budget a 32k-token map of an 8B model's shape (8 KV heads x 128 channels) holds 1 MiB, not 128 MiB.
+TEST(ErrorHistory, DefaultBudgetHoldsAnEightBModelsLayerAt32k) {
+  ErrorHistory h;
+  for (std::int64_t t0 = 0; t0 < 32768; t0 += 512)
+    h.add(mapOf(t0, 512, 8, 128, [](std::int64_t t, std::int64_t, std::int64_t c) { return float(t % 7 + c); }));
+  EXPECT_EQ(h.tokens(), 32768);
+  EXPECT_EQ(h.values().size(), static_cast<std::size_t>(ErrorHistory::kDefaultMaxCells));
+  EXPECT_EQ(h.tokensPerRow(), 128);
+  EXPECT_EQ(h.at(1000, 7, 127), 6.0f + 127);
+}
+
+// A drift into rows of several tokens: each cell still bounds its tokens' errors plus the drift from above, and the
+// tokens' means take the drift's mean exactly; the tokens not quantized yet stay NaN.
+TEST(ErrorHistory, DriftIntoWideRowsStaysAnUpperBound) {
+  ErrorHistory h(16 * 2);  // 16 rows of 1 x 2
+  auto first = [](std::int64_t t, std::int64_t, std::int64_t c) { return float((t * 7 + c * 3) % 11) / 10.0f; };
+  auto drift = [](std::int64_t t, std::int64_t, std::int64_t c) { return float((t + c) % 5) / 100.0f; };
+  h.add(mapOf(0, 60, 1, 2, first));
+  ASSERT_EQ(h.tokensPerRow(), 4);
+  h.add(mapOf(0, 60, 1, 2, drift, true));
+  h.add(mapOf(61, 3, 1, 2, first));  // token 60 is left out: a residual token, never quantized
+  ASSERT_EQ(h.tokens(), 64);
+  for (std::int64_t t = 0; t < 64; ++t) {
+    if (t == 60) {
+      EXPECT_TRUE(std::isnan(h.tokenMeans()[60]));
+      continue;
+    }
+    double mean = 0;
+    for (std::int64_t c = 0; c < 2; ++c) {
+      const float e = first(t, 0, c) + (t < 60 ? drift(t, 0, c) : 0.0f);
+      EXPECT_GE(h.at(t, 0, c), e - 1e-6f) << t << " " << c;
+      mean += e / 2;
+    }
+    EXPECT_NEAR(h.tokenMeans()[static_cast<std::size_t>(t)], mean, 1e-6) << t;
   }
 }
 

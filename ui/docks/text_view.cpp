@@ -13,19 +13,6 @@
 namespace kvscope::ui {
 
 namespace {
-// Mean |error| of a token's keys and values over heads and channels; NaN when nothing quantized it.
-double meanError(const TokenErrorView& v, qint64 token) {
-  double s = 0;
-  int n = 0;
-  for (const auto* side : {&v.keys, &v.values}) {
-    if (side->empty()) continue;
-    for (int h = 0; h < v.heads; ++h)
-      for (int c = 0; c < v.channels; ++c)
-        if (const float e = v.at(*side, token, h, c); std::isfinite(e)) s += e, ++n;
-  }
-  return n ? s / n : NAN;
-}
-
 QColor klColour(float kl) {
   // 0 -> pale green, 0.05 -> yellow, >= 0.5 -> red; infinite (NaN logits) -> purple.
   if (!std::isfinite(kl)) return QColor(190, 120, 230);
@@ -217,7 +204,7 @@ QColor TextView::colour(const TokenView& t, qint64 pos) const {
       if (last_->shadow) return t.top1Agrees ? QColor(200, 240, 200) : QColor(255, 170, 170);
       break;
     case KvError: {
-      const double e = errors_ && pos < errors_->tokens ? meanError(*errors_, pos) : NAN;
+      const double e = errors_ && pos < errors_->tokens ? errors_->tokenMean(pos) : NAN;
       if (!std::isfinite(e) || errorScale_ <= 0) return QColor(225, 225, 225);  // not quantized (yet)
       // Mean |error| of the token's K and V: 0 -> green, the run's worst token in this layer -> red.
       return QColor::fromHsvF((1.0 - std::clamp(e / errorScale_, 0.0, 1.0)) * 0.33, 0.45, 1.0);
@@ -252,7 +239,7 @@ void TextView::redraw() {
   errorScale_ = 0;
   if (errors_ && metric_->currentIndex() == KvError)
     for (qint64 t = 0; t < errors_->tokens; ++t)
-      if (const double e = meanError(*errors_, t); std::isfinite(e)) errorScale_ = std::max(errorScale_, e);
+      if (const double e = errors_->tokenMean(t); std::isfinite(e)) errorScale_ = std::max(errorScale_, e);
   const auto* bar = browser_->verticalScrollBar();
   const int scroll = bar ? bar->value() : 0;
   QString html;

@@ -84,15 +84,31 @@ void TokenErrorDock::showRun(const RunSnapshotPtr& run, const RunSnapshotPtr& ag
   redraw();
 }
 
+namespace {
+// The largest value of `v`'s rows within tokens [t0, t1) of one head and channel; NaN where none.
+float spanMax(const TokenErrorView& v, const std::vector<float>& side, qint64 t0, qint64 t1, int head, int channel) {
+  if (side.empty() || channel < 0 || channel >= v.channels || t0 >= v.tokens) return std::nanf("");
+  const qint64 r1 = std::min(v.rows(), (std::min(t1, v.tokens) + v.tokensPerRow - 1) / v.tokensPerRow);
+  float best = std::nanf("");
+  for (qint64 r = t0 / v.tokensPerRow; r < r1; ++r)
+    if (const float e = v.cell(side, r, head, channel); !std::isnan(e)) best = std::isnan(best) ? e : std::max(best, e);
+  return best;
+}
+}  // namespace
+
+qint64 TokenErrorDock::shownTokensPerColumn() const {
+  if (!view_) return 1;
+  if (mode_ == 1 && other_) return other_->tokensPerRow;
+  if (mode_ == 2 && other_) return std::max(view_->tokensPerRow, other_->tokensPerRow);
+  return view_->tokensPerRow;
+}
+
 float TokenErrorDock::shownCell(qint64 token, int channel) const {
-  if (!view_ || view_->heads == 0) return std::nanf("");
+  if (!view_ || view_->heads == 0 || token < 0) return std::nanf("");
   const bool keys = which_->currentIndex() == 0;
   const int head = std::min(sel_->head(), view_->heads - 1);
-  auto value = [&](const TokenErrorView& v) {
-    const auto& side = keys ? v.keys : v.values;
-    if (side.empty() || token < 0 || token >= v.tokens || channel < 0 || channel >= v.channels) return std::nanf("");
-    return v.at(side, token, head, channel);
-  };
+  const qint64 w = shownTokensPerColumn(), t0 = token / w * w;
+  auto value = [&](const TokenErrorView& v) { return spanMax(v, keys ? v.keys : v.values, t0, t0 + w, head, channel); };
   const int mode = other_ ? mode_ : 0;
   if (mode == 1) return value(*other_);
   if (mode == 2) return value(*other_) - value(*view_);
@@ -117,14 +133,17 @@ void TokenErrorDock::redraw() {
   const int head = std::min(sel_->head(), view_->heads - 1);
   const int C = view_->channels;
   const qint64 T = mode == 2 ? std::min(view_->tokens, other_->tokens) : shownView.tokens;
-  map_->data()->setSize(static_cast<int>(T), C);
-  map_->data()->setRange(QCPRange(0, double(T - 1)), QCPRange(0, C - 1));
+  // One column per row of the bounded summary (tokensPerRow tokens each), never one per token: a 32k-token run draws
+  // as many cells as a short one.
+  const qint64 w = shownTokensPerColumn(), R = (T + w - 1) / w;
+  map_->data()->setSize(static_cast<int>(R), C);
+  map_->data()->setRange(QCPRange((w - 1) / 2.0, double((R - 1) * w) + (w - 1) / 2.0), QCPRange(0, C - 1));
   double sum = 0, worst = 0;
   qint64 n = 0;
-  for (qint64 t = 0; t < T; ++t)
+  for (qint64 r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
-      const float e = shownCell(t, c);
-      map_->data()->setCell(static_cast<int>(t), c, e);
+      const float e = shownCell(r * w, c);
+      map_->data()->setCell(static_cast<int>(r), c, e);
       if (std::isfinite(e)) sum += e, worst = std::max<double>(worst, std::abs(e)), ++n;
     }
   QCPColorGradient g(mode == 2 ? QCPColorGradient::gpPolar : QCPColorGradient::gpThermal);
@@ -174,6 +193,7 @@ void TokenErrorDock::redraw() {
                        .arg(mode == 2 ? tr("difference") : tr("|error|"))
                        .arg(n ? sum / double(n) : 0.0, 0, 'g', 3)
                        .arg(worst, 0, 'g', 3);
+    if (w > 1) text += tr(" (%1 tokens per column, each its tokens' largest error)").arg(w);
     if (pair && !paired)
       text += tr("; B has no map of this layer to compare (it kept layer %1's)")
                   .arg(other_ ? QString::number(other_->layer) : tr("none"));
@@ -182,8 +202,15 @@ void TokenErrorDock::redraw() {
       int tn = 0;
       for (int c = 0; c < C; ++c)
         if (const float e = shownCell(tok, c); std::isfinite(e)) ts += e, tm = std::max<double>(tm, std::abs(e)), ++tn;
-      text += tn ? tr("; token %1: mean %2, max %3").arg(tok).arg(ts / tn, 0, 'g', 3).arg(tm, 0, 'g', 3)
-                 : tr("; token %1 not quantized").arg(tok);
+      const qint64 t0 = tok / w * w;
+      text += !tn     ? tr("; token %1 not quantized").arg(tok)
+              : w > 1 ? tr("; tokens %1-%2 (holding token %3): mean %4, max %5")
+                            .arg(t0)
+                            .arg(std::min(t0 + w, T) - 1)
+                            .arg(tok)
+                            .arg(ts / tn, 0, 'g', 3)
+                            .arg(tm, 0, 'g', 3)
+                      : tr("; token %1: mean %2, max %3").arg(tok).arg(ts / tn, 0, 'g', 3).arg(tm, 0, 'g', 3);
     }
     title_->setText(text);
   }

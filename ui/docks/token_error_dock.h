@@ -15,7 +15,8 @@ namespace kvscope::ui {
 
 /// Token x channel absolute error |x̂ - x| of the selected layer and head (K or V) over the whole run, against the
 /// states the model produced (a flush of a residual cache adds the drift of its re-quantization: see ErrorHistory). No
-/// interpolation, labelled scale; the selected token is marked; clicking a cell selects its token. Two runs (A and
+/// interpolation, labelled scale; the selected token is marked; clicking a cell selects its token. Drawn from the
+/// engine's bounded summary: past its budget a column holds several tokens' largest error. Two runs (A and
 /// B) whose maps are of the same layer: A, B (one colour range for both) or B - A over the tokens both hold.
 class TokenErrorDock : public QWidget {
   Q_OBJECT
@@ -30,8 +31,10 @@ class TokenErrorDock : public QWidget {
   void setLiveRun(int runId) { liveRun_ = runId; }
   /// What is shown for two runs: 0 A, 1 B, 2 B - A.
   void setPairView(int which);
-  /// The value shown at (token, channel) of the selected head; NaN where none.
+  /// The value shown at (token, channel) of the selected head: that of the column holding the token; NaN where none.
   float shownCell(qint64 token, int channel) const;
+  /// Tokens per drawn column: the summary's row width (the coarser of two runs' for B - A).
+  qint64 shownTokensPerColumn() const;
   QCustomPlot* plot() const { return plot_; }
   TokenErrorViewPtr view() const { return view_; }
 
