@@ -270,7 +270,7 @@ QByteArray sessionJson(const Session& s) {
       auto side = [&](const std::vector<float>& v) {
         return floatsJson(v.empty() ? v : cache::ErrorHistory::merged(v, cells, te->rows(), times));
       };
-      if (cache::ErrorHistory::rowsFor(te->tokens, perRow) * cells <= kMaxSavedTokenMap)
+      if (cache::ErrorHistory::rowsFor(te->tokens, perRow) * cells <= kMaxSavedTokenMap && te->tokens <= kMaxValues)
         run["token_errors"] = QJsonObject{{"layer", te->layer},
                                           {"tokens", double(te->tokens)},
                                           {"tokens_per_row", double(perRow)},

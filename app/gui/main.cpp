@@ -9,6 +9,8 @@
 #include <QApplication>
 #include <QComboBox>
 #include <QCommandLineParser>
+#include <QFile>
+#include <QPlainTextEdit>
 #include <QScreen>
 #include <QSpinBox>
 #include <QThread>
@@ -47,6 +49,8 @@ int main(int argc, char** argv) {
   QCommandLineOption noShadowOpt("no-shadow", "Run without the shadow reference.");
   QCommandLineOption beamsOpt("beams", "Run the autoruns as beam search with this many beams.", "n");
   QCommandLineOption quitOpt("quit", "Quit after the autoruns.");
+  QCommandLineOption promptOpt("prompt-file", "Start with this UTF-8 text file as the prompt (e.g. a long context).",
+                               "path");
   QCommandLineOption compareOpt("compare",
                                 "After the autoruns, show these runs (numbers, as in the table): one run alone, or "
                                 "two side by side (A,B) with their difference.",
@@ -68,7 +72,7 @@ int main(int argc, char** argv) {
                                 "(the run panel's Weights).",
                                 "format");
   cli.addOptions({modelOpt, autorunOpt, shotOpt, newOpt, noShadowOpt, beamsOpt, quitOpt, capOpt, deviceOpt,
-                  activationsOpt, weightsOpt, compareOpt});
+                  activationsOpt, weightsOpt, compareOpt, promptOpt});
   cli.process(app);
   QList<int> compared;
   if (cli.isSet(compareOpt)) {
@@ -163,6 +167,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     box->setCurrentText(cli.value(*opt));
+  }
+  if (cli.isSet(promptOpt)) {
+    QFile f(cli.value(promptOpt));
+    if (!f.open(QIODevice::ReadOnly | QIODevice::Text)) {
+      std::fprintf(stderr, "kvscope: --prompt-file: cannot read `%s`: %s\n", qPrintable(cli.value(promptOpt)),
+                   qPrintable(f.errorString()));
+      kvscope::app::shutdownEngine(engine, &engineThread);
+      return 2;
+    }
+    w.promptEdit()->setPlainText(QString::fromUtf8(f.readAll()));
   }
   w.maxNewBox()->setValue(cli.value(newOpt).toInt());
   if (cli.isSet(deviceOpt)) w.setDevice(cli.value(deviceOpt));
