@@ -476,6 +476,8 @@ void Engine::run(const ui::RunRequest& r) {
     o.prefillChunk = r.prefillChunk;
     o.snapshots = false;  // the cache snapshot is taken only when a GUI update is due (below)
     o.stopIds = d_->session->stopIds();
+    // Every prompt chunk's errors reach the token map, not only the last chunk's.
+    o.onPrefillChunk = [&](int layer) { d_->recorder.recordLayer(*kv, layer); };
 
     auto snap = std::make_shared<ui::RunSnapshot>();
     snap->runId = d_->runId;

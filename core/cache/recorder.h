@@ -19,6 +19,8 @@ class CacheRecorder {
   enum Side { Keys = 0, Values = 1 };
   /// Adds what every layer's latest update quantized.
   void record(const KvCache& kv);
+  /// Adds what layer `layer`'s latest update quantized (a prefill chunk: GenerateOptions::onPrefillChunk).
+  void recordLayer(const KvCache& kv, int layer);
   /// Forgets everything (a new run).
   void reset();
   int layers() const { return static_cast<int>(history_.size()); }

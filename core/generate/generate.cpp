@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "device/host_copy.h"
 #include "util/error.h"
@@ -123,7 +124,18 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
   std::unique_ptr<cache::KvCache> shadow;
   try {
     const std::int64_t chunk = prefillChunkFor(cache, o.prefillChunk);
-    logits = model.forward(ids, cache, forwardOptions(chunk, cancel)).select(0, 0).select(0, -1);
+    model::ForwardOptions fo = forwardOptions(chunk, cancel);
+    std::vector<std::int64_t> stored;  // prompt positions each layer has stored so far
+    if (o.onPrefillChunk && chunk > 0 && ids.size(1) > chunk) {
+      stored.assign(static_cast<std::size_t>(cache.numLayers()), 0);
+      fo.tap = [&](int layer, const char* name, const at::Tensor& t) {
+        if (std::strcmp(name, "attn_out") != 0) return;  // the layer's attend() has stored this chunk
+        std::int64_t& n = stored[static_cast<std::size_t>(layer)];
+        n += t.size(1);
+        if (n < ids.size(1)) o.onPrefillChunk(layer);
+      };
+    }
+    logits = model.forward(ids, cache, fo).select(0, 0).select(0, -1);
     model.context().synchronize();  // a device's work is queued: the time is the work's
     r.prefillSeconds = since(t0);
     if (o.shadow) {

@@ -38,6 +38,11 @@ struct GenerateOptions {
   std::int64_t prefillChunk = -1;
   /// Run past the model's trained context length (speed and memory measurements; the text degrades there).
   bool beyondContext = false;
+  /// Chunked prefill: called with a layer's index once that layer has stored a prompt chunk before the last, while
+  /// its statistics (KvCache::layer(l).stats()) describe that chunk's update; a later chunk's update replaces them.
+  /// The last chunk's are the first step's, as without chunks. A view that records every update's error (the GUI's
+  /// recorder) reads them here, or it would see only the last chunk's.
+  std::function<void(int layer)> onPrefillChunk;
 };
 
 /// The default prefill chunk for a cache: 512 when every layer attends in fused mode, else 0 (one shot, as
