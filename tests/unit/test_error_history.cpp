@@ -306,7 +306,7 @@ TEST(ErrorHistory, LongContextIsABoundedSummaryThatKeepsEveryMax) {
         ASSERT_EQ(h.at(r * 128 + 3, hd, c), want) << r << " " << hd << " " << c;
       }
   EXPECT_EQ(h.at(20001, 1, 5), 50.0f);
-  EXPECT_EQ(h.at(20001 / 128 * 128, 1, 5), 50.0f);  // the outlier's whole row shows it
+  EXPECT_EQ(h.at(std::int64_t{20001} / 128 * 128, 1, 5), 50.0f);  // the outlier's whole row shows it
   ASSERT_EQ(h.tokenMeans().size(), static_cast<std::size_t>(T));
   for (std::int64_t t = 0; t < T; t += 97) {
     double sum = 0;
@@ -335,7 +335,7 @@ TEST(ErrorHistory, DefaultBudgetHoldsAnEightBModelsLayerAt32k) {
 // A drift into rows of several tokens: each cell still bounds its tokens' errors plus the drift from above, and the
 // tokens' means take the drift's mean exactly; the tokens not quantized yet stay NaN.
 TEST(ErrorHistory, DriftIntoWideRowsStaysAnUpperBound) {
-  ErrorHistory h(16 * 2);  // 16 rows of 1 x 2
+  ErrorHistory h(std::int64_t{16} * 2);  // 16 rows of 1 x 2
   auto first = [](std::int64_t t, std::int64_t, std::int64_t c) { return float((t * 7 + c * 3) % 11) / 10.0f; };
   auto drift = [](std::int64_t t, std::int64_t, std::int64_t c) { return float((t + c) % 5) / 100.0f; };
   h.add(mapOf(0, 60, 1, 2, first));
