@@ -45,6 +45,7 @@ void matvec(benchmark::State& st, std::uint32_t type, Form form) {
     benchmark::DoNotOptimize(y.data_ptr<float>());
   }
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(stored.bytes()));
+  st.SetItemsProcessed(static_cast<std::int64_t>(st.iterations()) * m * kRows * kCols);  // multiply-adds
 }
 
 void denseF32(benchmark::State& st) {
@@ -81,11 +82,10 @@ int main(int argc, char** argv) {
       const auto type = static_cast<std::uint32_t>(t);
       if (form != Form::F32 && !kernels::blockLayout(type).quantized()) continue;  // float weights: f32 only
       if (form == Form::Q8Packed && !kernels::packableType(type)) continue;
-      benchmark::RegisterBenchmark((std::string(prefix) + name).c_str(),
-                                   [type, form = form](benchmark::State& st) { matvec(st, type, form); })
-          ->Arg(1)
-          ->Arg(4)
-          ->Unit(benchmark::kMicrosecond);
+      auto* b = benchmark::RegisterBenchmark((std::string(prefix) + name).c_str(),
+                                             [type, form = form](benchmark::State& st) { matvec(st, type, form); });
+      b->Arg(1)->Arg(4)->Unit(benchmark::kMicrosecond);
+      if (form == Form::Q8Packed) b->Arg(32)->Arg(128);  // a prefill chunk's and a scan step's rows
     }
   benchmark::RegisterBenchmark("matvec/f32_dense", denseF32)->Arg(1)->Arg(4)->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("matvec/memcpy", copyBytes)->Unit(benchmark::kMicrosecond);

@@ -50,9 +50,6 @@ Shape shapeOf(std::uint32_t type) {
   return shapeOf(static_cast<GgmlType>(type));
 }
 
-std::uint16_t bitsOf(c10::Half h) {
-  return h.x;
-}
 float fromBits(std::uint16_t b) {
   return static_cast<float>(c10::Half(b, c10::Half::from_bits()));
 }
@@ -132,6 +129,39 @@ void packPrepare(const BlockMatrix& w, PackedMatrix& out) {
   out.data.reset(new std::uint8_t[static_cast<std::size_t>(out.bytes())]);  // not zeroed: see packTiles
 }
 
+namespace {
+
+// Q4_0, Q4_1 and Q8_0 hold one group per block, and the packed code bytes are the block's own: byte i of a 4-bit
+// block is code i | code i + 16 << 4 as stored, an 8-bit code is the stored one XOR 0x80. So a row's group moves as
+// its fp16 d (and m) bits and `chunks` words of 4 bytes, without unpacking the codes (what loading a Q8_0 model
+// spent most of its time on).
+void packWholeBlocks(const BlockMatrix& w, PackedMatrix& out, std::int64_t r0, std::int64_t r1) {
+  const Shape s = shapeOf(w.type);
+  const BlockLayout L = blockLayout(w.type);
+  const auto type = static_cast<GgmlType>(w.type);
+  const std::int64_t groups = w.cols / 32, unitBytes = s.unitBytes();
+  const std::int64_t codesAt = type == GgmlType::Q4_1 ? 4 : 2;  // after d (and m)
+  const std::uint32_t flip = type == GgmlType::Q8_0 ? 0x80808080u : 0u;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* block = w.data + r * w.rowBytes;
+    std::uint8_t* unit = out.data.get() + (r / 16) * out.tileBytes;
+    const auto j = static_cast<int>(r % 16);
+    for (std::int64_t g = 0; g < groups; ++g, block += L.bytes, unit += unitBytes) {
+      std::memcpy(unit + 2 * j, block, 2);
+      if (type == GgmlType::Q4_1) std::memcpy(unit + 32 + 2 * j, block + 2, 2);
+      std::uint8_t* codes = unit + s.headerBytes() + 4 * j;
+      for (int k = 0; k < s.chunks; ++k) {
+        std::uint32_t v;
+        std::memcpy(&v, block + codesAt + 4 * k, 4);
+        v ^= flip;
+        std::memcpy(codes + 64 * k, &v, 4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void packTiles(const BlockMatrix& w, PackedMatrix& out, std::int64_t t0, std::int64_t t1) {
   const Shape s = shapeOf(w.type);
   const BlockLayout L = blockLayout(w.type);
@@ -140,7 +170,11 @@ void packTiles(const BlockMatrix& w, PackedMatrix& out, std::int64_t t0, std::in
   for (std::int64_t t = t0; t < t1; ++t)  // a last tile's padding rows: zero (D = M = 0)
     if (16 * t + 16 > w.rows)
       std::memset(out.data.get() + t * out.tileBytes, 0, static_cast<std::size_t>(out.tileBytes));
-  for (std::int64_t r = t0 * 16; r < std::min(t1 * 16, w.rows); ++r) {
+  if (type != GgmlType::Q4_K) {
+    packWholeBlocks(w, out, t0 * 16, std::min(t1 * 16, w.rows));
+    return;
+  }
+  for (std::int64_t r = t0 * 16; r < std::min(t1 * 16, w.rows); ++r) {  // Q4_K: eight groups a block
     const std::uint8_t* row = w.data + r * w.rowBytes;
     for (std::int64_t g = 0; g < groups; ++g) {
       const std::uint8_t* block = row + (g / perBlock) * L.bytes;
@@ -151,21 +185,15 @@ void packTiles(const BlockMatrix& w, PackedMatrix& out, std::int64_t t0, std::in
       auto* unit = const_cast<std::uint8_t*>(a.unit);
       auto* group = const_cast<std::uint8_t*>(a.group);
       auto* codes = const_cast<std::uint8_t*>(a.codes);
-      if (s.scaled) {  // d and -dmin as stored (the sign bit flipped), the group's scale and min
-        store16(unit + 2 * a.j, load16(block));
-        store16(unit + 32 + 2 * a.j, static_cast<std::uint16_t>(load16(block + 2) ^ 0x8000u));
-        int sc, mn;
-        scaleMinK4(static_cast<int>(g % perBlock), block + 4, sc, mn);
-        group[a.j] = static_cast<std::uint8_t>(sc);
-        group[16 + a.j] = static_cast<std::uint8_t>(mn);
-      } else {  // D and M are the block's fp16 d (and m): exact
-        store16(unit + 2 * a.j, bitsOf(c10::Half(D[0])));
-        if (s.minPerD == 0.0f) store16(unit + 32 + 2 * a.j, bitsOf(c10::Half(M[0])));
-      }
-      for (int i = 0; i < 4 * s.chunks; ++i) {
-        const std::uint8_t b = s.chunks == 8 ? q[i] : static_cast<std::uint8_t>(q[i] | (q[i + 16] << 4));
-        codes[64 * (i / 4) + 4 * a.j + i % 4] = b;
-      }
+      // d and -dmin as stored (the sign bit flipped), the group's scale and min
+      store16(unit + 2 * a.j, load16(block));
+      store16(unit + 32 + 2 * a.j, static_cast<std::uint16_t>(load16(block + 2) ^ 0x8000u));
+      int sc, mn;
+      scaleMinK4(static_cast<int>(g % perBlock), block + 4, sc, mn);
+      group[a.j] = static_cast<std::uint8_t>(sc);
+      group[16 + a.j] = static_cast<std::uint8_t>(mn);
+      for (int i = 0; i < 16; ++i)
+        codes[64 * (i / 4) + 4 * a.j + i % 4] = static_cast<std::uint8_t>(q[i] | (q[i + 16] << 4));
     }
   }
 }
