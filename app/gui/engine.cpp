@@ -155,6 +155,7 @@ void Engine::runBeams(const ui::RunRequest& r, const cache::CacheConfig& cfg, co
   generate::BeamOptions bo;
   bo.numBeams = r.beams;
   bo.prefillChunk = r.prefillChunk;
+  bo.onPrefillChunk = [&](int layer) { d_->recorder.recordLayer(kv, layer); };  // as in a generation
   QElapsedTimer sinceEmit, sinceInspection;
   sinceEmit.start();
   std::vector<cache::TensorMemory> stepMemory;  // the whole cache (every beam) after each step

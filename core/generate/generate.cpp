@@ -49,6 +49,21 @@ model::ForwardOptions forwardOptions(std::int64_t chunk, const CancelToken* canc
   return f;
 }
 
+// GenerateOptions::onPrefillChunk through a tap on `fo`: `layer` has stored a prompt chunk once its attend() returns
+// ("attn_out"), and each chunk but the last is reported (`stored`: the prompt positions each layer has stored so far;
+// it and onChunk outlive the forward).
+void tapPrefillChunks(model::ForwardOptions& fo, std::int64_t promptLength, int layers,
+                      const std::function<void(int)>& onChunk, std::vector<std::int64_t>& stored) {
+  if (!onChunk || fo.chunk <= 0 || promptLength <= fo.chunk) return;
+  stored.assign(static_cast<std::size_t>(layers), 0);
+  fo.tap = [&stored, &onChunk, promptLength](int layer, const char* name, const at::Tensor& t) {
+    if (std::strcmp(name, "attn_out") != 0) return;
+    std::int64_t& n = stored[static_cast<std::size_t>(layer)];
+    n += t.size(1);
+    if (n < promptLength) onChunk(layer);
+  };
+}
+
 }  // namespace
 
 std::int64_t prefillChunkFor(const cache::KvCache& cache, std::int64_t requested) {
@@ -125,16 +140,8 @@ GenerateResult generate(const model::LlamaModel& model, cache::KvCache& cache, c
   try {
     const std::int64_t chunk = prefillChunkFor(cache, o.prefillChunk);
     model::ForwardOptions fo = forwardOptions(chunk, cancel);
-    std::vector<std::int64_t> stored;  // prompt positions each layer has stored so far
-    if (o.onPrefillChunk && chunk > 0 && ids.size(1) > chunk) {
-      stored.assign(static_cast<std::size_t>(cache.numLayers()), 0);
-      fo.tap = [&](int layer, const char* name, const at::Tensor& t) {
-        if (std::strcmp(name, "attn_out") != 0) return;  // the layer's attend() has stored this chunk
-        std::int64_t& n = stored[static_cast<std::size_t>(layer)];
-        n += t.size(1);
-        if (n < ids.size(1)) o.onPrefillChunk(layer);
-      };
-    }
+    std::vector<std::int64_t> stored;
+    tapPrefillChunks(fo, ids.size(1), cache.numLayers(), o.onPrefillChunk, stored);
     logits = model.forward(ids, cache, fo).select(0, 0).select(0, -1);
     model.context().synchronize();  // a device's work is queued: the time is the work's
     r.prefillSeconds = since(t0);
@@ -279,11 +286,11 @@ BeamResult beamSearch(const model::LlamaModel& model, cache::KvCache& cache, con
     at::Tensor logits;
     try {
       // The first step is the prefill: long prompts make it long, so it checks the flag between layers.
-      logits =
-          model
-              .forward(ids, cache,
-                       forwardOptions(t == 0 ? prefillChunkFor(cache, o.prefillChunk) : 0, t == 0 ? cancel : nullptr))
-              .select(1, -1);  // [B, V] f32
+      model::ForwardOptions fo =
+          forwardOptions(t == 0 ? prefillChunkFor(cache, o.prefillChunk) : 0, t == 0 ? cancel : nullptr);
+      std::vector<std::int64_t> stored;
+      if (t == 0) tapPrefillChunks(fo, ids.size(1), cache.numLayers(), o.onPrefillChunk, stored);
+      logits = model.forward(ids, cache, fo).select(1, -1);  // [B, V] f32
     } catch (const kvscope::Cancelled&) {
       r.stopReason = StopReason::Cancelled;
       break;

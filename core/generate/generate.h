@@ -123,9 +123,10 @@ ContinuationScore scoreContinuation(const model::LlamaModel& model, cache::KvCac
 struct BeamOptions {
   int numBeams = 4;
   double lengthPenalty = 1.0;
-  std::string earlyStopping = "false";  ///< "true", "false" or "never", as transformers
-  int numReturn = 0;                    ///< sequences returned (0: numBeams)
-  std::int64_t prefillChunk = -1;       ///< as GenerateOptions::prefillChunk
+  std::string earlyStopping = "false";            ///< "true", "false" or "never", as transformers
+  int numReturn = 0;                              ///< sequences returned (0: numBeams)
+  std::int64_t prefillChunk = -1;                 ///< as GenerateOptions::prefillChunk
+  std::function<void(int layer)> onPrefillChunk;  ///< as GenerateOptions::onPrefillChunk (the prompt, every beam)
 };
 
 /// One beam-search step, for the views that show what the cache did: which old row each beam continues (the

@@ -200,37 +200,52 @@ TEST(ErrorHistory, FlushMapsStayBoundedAsTheHistoryGrows) {
 }
 
 // A chunked prefill: each chunk's update replaces the layer's statistics, so the recorder takes them chunk by chunk
-// (GenerateOptions::onPrefillChunk) and then at each step; every prompt token then has its error, not only the last
-// chunk's, and one that no chunk quantized twice keeps its own (a drift is added only once per update).
+// (GenerateOptions::onPrefillChunk, BeamOptions::onPrefillChunk) and then at each step; every prompt token then has
+// its error, not only the last chunk's, and one that no chunk quantized twice keeps its own (a drift is added only
+// once per update). A generation and a beam search alike.
 TEST(CacheRecorder, RecordsEveryPrefillChunk) {
   const auto m = model::LlamaModel::load(testutil::randomModel());
-  for (const char* spec : {"fp8:overflow=saturate", "quanto:nbits=4,residual_length=4,q_group_size=16",
-                           "kivi:residual_length=8,q_group_size=8"}) {
-    StatsOptions so;
-    so.tokenBin = 1;
-    auto kv = m->makeCache(parseSpec(spec), so);
-    CacheRecorder rec;
-    generate::GenerateOptions o;
-    o.maxNew = 2;
-    o.prefillChunk = 16;
-    int chunks = 0;
-    o.onPrefillChunk = [&](int layer) {
-      chunks += layer == 0;
-      rec.recordLayer(*kv, layer);
-    };
-    generate::generate(*m, *kv, testutil::prompt(40), o, [&](const generate::StepEvent&) {
-      rec.record(*kv);
-      return true;
-    });
-    EXPECT_EQ(chunks, 2) << spec;  // chunks of 16, 16 and 8: the last one is the first step's
-    ASSERT_EQ(rec.layers(), kv->numLayers()) << spec;
-    for (int l = 0; l < rec.layers(); ++l) {
-      const ErrorHistory& h = rec.history(l, CacheRecorder::Keys);
-      ASSERT_GE(h.tokens(), 32) << spec;
-      for (std::int64_t t = 0; t < 32; ++t)  // the newest tokens may still be in a residual window
-        ASSERT_FALSE(std::isnan(h.tokenMeans()[static_cast<std::size_t>(t)])) << spec << " layer " << l << " " << t;
+  for (const bool beams : {false, true})
+    for (const char* spec : {"fp8:overflow=saturate", "quanto:nbits=4,residual_length=4,q_group_size=16",
+                             "kivi:residual_length=8,q_group_size=8"}) {
+      const std::string what = std::string(spec) + (beams ? " (beams)" : "");
+      StatsOptions so;
+      so.tokenBin = 1;
+      auto kv = m->makeCache(parseSpec(spec), so);
+      CacheRecorder rec;
+      int chunks = 0;
+      const auto onChunk = [&](int layer) {
+        chunks += layer == 0;
+        rec.recordLayer(*kv, layer);
+      };
+      if (beams) {
+        generate::BeamOptions o;
+        o.numBeams = 2;
+        o.prefillChunk = 16;
+        o.onPrefillChunk = onChunk;
+        generate::beamSearch(*m, *kv, testutil::prompt(40), 2, o, {}, [&](const generate::BeamStepEvent&) {
+          rec.record(*kv);
+          return true;
+        });
+      } else {
+        generate::GenerateOptions o;
+        o.maxNew = 2;
+        o.prefillChunk = 16;
+        o.onPrefillChunk = onChunk;
+        generate::generate(*m, *kv, testutil::prompt(40), o, [&](const generate::StepEvent&) {
+          rec.record(*kv);
+          return true;
+        });
+      }
+      EXPECT_EQ(chunks, 2) << what;  // chunks of 16, 16 and 8: the last one is the first step's
+      ASSERT_EQ(rec.layers(), kv->numLayers()) << what;
+      for (int l = 0; l < rec.layers(); ++l) {
+        const ErrorHistory& h = rec.history(l, CacheRecorder::Keys);
+        ASSERT_GE(h.tokens(), 32) << what;
+        for (std::int64_t t = 0; t < 32; ++t)  // the newest tokens may still be in a residual window
+          ASSERT_FALSE(std::isnan(h.tokenMeans()[static_cast<std::size_t>(t)])) << what << " layer " << l << " " << t;
+      }
     }
-  }
 }
 
 TEST(ErrorMap, HeadRelativeErrorIsOverTheWholeHead) {
