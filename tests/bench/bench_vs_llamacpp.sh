@@ -14,7 +14,8 @@
 #   decode tok/s at D (2048):         llama-bench tg T at depth D | kvscope-cli bench --context D
 #   prefill tok/s of P (256) tokens:  llama-bench ppP | kvscope-cli bench --context P (prefill_tok_s)
 #   load + 1 token, s: wall time (/usr/bin/time %e) of the memory runs below, process start to exit, the file in the
-#     page cache (the benches above read it): the load, the prompt "hi" and 1 new token
+#     page cache (read whole just before each run: a run after a process that held 8 GB found part of it evicted):
+#     the load, the prompt "hi" and 1 new token
 #   resident MiB / file MiB: max RSS (/usr/bin/time) of a 1-token generation ("hi") minus the max RSS of the same
 #     binary with its runtime loaded but no model (kvscope: `cache-sim` on a 1-layer toy cache, which initializes
 #     LibTorch; llama.cpp: `llama-completion --version`), over the file size. An upper bound of the weights' memory:
@@ -90,8 +91,10 @@ for i in "${!MODELS[@]}"; do
     run "$i.kvscope" "$CLI" bench --model "$m" --cache dynamic --no-baseline "${CONTEXTS[@]}" \
         --new "$NEW" --threads "$THREADS" --repeat "$REPEAT" --activations "$ACTIVATIONS" --json
     run "$i.llama.pp" "$LLAMA/llama-bench" -m "$m" -p "$PROMPT" -n 0 -t "$THREADS" -r "$REPEAT" -o json
+    cat "$m" >/dev/null
     run "$i.kvscope.rss" maxrss "$CLI" generate --model "$m" --prompt hi --max-new 1 --threads "$THREADS" \
         --activations "$ACTIVATIONS"
+    cat "$m" >/dev/null
     run "$i.llama.rss" maxrss "$LLAMA/llama-completion" -m "$m" -p hi -n 1 -t "$THREADS" -c 64 -lm none -no-cnv --no-warmup
 done
 
