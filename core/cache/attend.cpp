@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <functional>
 #include <optional>
 
 #include "cache/detail/attention_sources.h"
@@ -30,6 +31,49 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     mask = at::ones({T, L}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(L - T).view({1, 1, T, L});
   return at::scaled_dot_product_attention(q, k.to(q.scalar_type()), v.to(q.scalar_type()), mask, 0.0, false,
                                           std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
+}
+
+// A prefill chunk after a long history (host path): LibTorch's flash kernel over the history a block of this many
+// keys at a time, each block read from the stored form alone, then over the chunk's own keys with the causal mask; the
+// partial results are merged by their log-sum-exp. So a quantized layer's transient is one block, not its whole
+// dequantized history (64 MiB a layer for a 1B model at 32k tokens), and no [T, L] mask is built. A history of up to
+// one block is one sdpa() call, as before, bit for bit.
+constexpr std::int64_t kAttendKeyBlock = 4096;
+
+// Keys and values [B, Hkv, n, D] of positions [t0, t0 + n).
+using KeyBlock = std::function<std::pair<at::Tensor, at::Tensor>(std::int64_t t0, std::int64_t n)>;
+
+at::Tensor blockwiseSdpa(const at::Tensor& q, std::int64_t L, const KeyBlock& block) {
+  const std::int64_t T = q.size(2);
+  at::Tensor out, lse;  // float32 [B, Hq, T, D] and [B, Hq, T]
+  const auto add = [&](std::int64_t t0, std::int64_t n, bool causal) {
+    const auto [k, v] = block(t0, n);
+    // The kernel sdpa() reaches on the CPU (grouped-query heads read in place), with its log-sum-exp.
+    auto [o, l] =
+        at::_scaled_dot_product_flash_attention_for_cpu(q, k.to(q.scalar_type()), v.to(q.scalar_type()), 0.0, causal);
+    o = o.to(at::kFloat);
+    if (!out.defined()) {
+      out = o, lse = l;
+      return;
+    }
+    const at::Tensor m = at::logaddexp(lse, l);
+    out = out * (lse - m).exp().unsqueeze(-1) + o * (l - m).exp().unsqueeze(-1);
+    lse = m;
+  };
+  for (std::int64_t t0 = 0; t0 < L - T; t0 += kAttendKeyBlock) add(t0, std::min(kAttendKeyBlock, L - T - t0), false);
+  add(L - T, T, true);  // the chunk's queries are its own keys' positions: the square causal mask
+  return out.to(q.scalar_type());
+}
+
+// Tokens [t0, t0 + n) of a stored source, [B, H, n, D] float32 (host path).
+at::Tensor readBlock(const detail::StoredSource& s, std::int64_t B, std::int64_t H, std::int64_t t0, std::int64_t n) {
+  const std::int64_t D = s.dim();
+  at::Tensor out = at::empty({B, H, n, D}, at::kFloat);
+  float* p = out.mutable_data_ptr<float>();
+  at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bh = begin; bh < end; ++bh) s.read(bh / H, bh % H, t0, n, p + bh * n * D);
+  });
+  return out;
 }
 
 kernels::ParallelFor torchParallel() {
@@ -131,6 +175,14 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
     a.threads = at::get_num_threads();
     kernels::segmentedAttention(a, *s.keys, *s.values, torchParallel());
     out = o.to(q.scalar_type());
+  } else if (const std::int64_t L = s.denseKeys.defined() ? s.denseKeys.size(2)
+                                    : s.keys              ? s.keys->length()
+                                                          : 0;
+             hostPath() && L - T > kAttendKeyBlock) {
+    out = blockwiseSdpa(q, L, [&](std::int64_t t0, std::int64_t n) -> std::pair<at::Tensor, at::Tensor> {
+      if (s.denseKeys.defined()) return {s.denseKeys.narrow(2, t0, n), s.denseValues.narrow(2, t0, n)};
+      return {readBlock(*s.keys, B, Hkv, t0, n), readBlock(*s.values, B, Hkv, t0, n)};
+    });
   } else if (s.denseKeys.defined()) {
     out = sdpa(q, s.denseKeys, s.denseValues);
   } else if (const auto [fk, fv] = fp8Decode(); fk) {

@@ -154,6 +154,29 @@ INSTANTIATE_TEST_SUITE_P(
                       "layers=*:K=dynamic,V=fp8:overflow=saturate"),
     [](const auto& info) { return fmt::format("c{}", info.index); });
 
+// Prefill chunks after a history longer than one key block (4,096): fused attention reads the history a block at a
+// time and merges the partial results by their log-sum-exp; reference mode attends over the whole layer at once. Both
+// agree within the tolerance, for unquantized, quantized, per-side and llama.cpp layers.
+TEST(FusedAttention, LongHistoryChunksAttendBlockByBlock) {
+  at::manual_seed(13);
+  for (const char* spec : {"dynamic", "fp8:overflow=saturate", "quanto:nbits=4,q_group_size=32,residual_length=8",
+                           "kivi:q_group_size=8,residual_length=8", "layers=*:K=fp8,V=hqq:nbits=4,q_group_size=32",
+                           "llamacpp:type_k=q4_0,type_v=q8_0"}) {
+    SCOPED_TRACE(spec);
+    KvCache ref(configFor(spec, AttentionMode::Reference), 1), fused(configFor(spec, AttentionMode::Fused), 1);
+    float worst = 0.0f;
+    for (std::int64_t t : {512, 512, 512, 512, 512, 512, 512, 512, 512, 512, 100, 700}) {
+      const at::Tensor q = at::randn({1, Hq, t, D});
+      const at::Tensor k = at::randn({1, Hkv, t, D}) * 2, v = at::randn({1, Hkv, t, D});
+      const at::Tensor r = ref.layer(0).attend(q, k, v), f = fused.layer(0).attend(q, k, v);
+      ASSERT_EQ(r.sizes(), f.sizes());
+      worst = std::max(worst, maxDiff(r, f));
+    }
+    EXPECT_EQ(fused.seqLength(), 5920);
+    EXPECT_LE(worst, kTolerance);
+  }
+}
+
 TEST(FusedAttention, NanInTheStoredCodesReachesTheOutputAsInReference) {
   // fp8 with overflow=nan (the seed's policy): a later value past the frozen scale is stored as NaN; attention over it
   // is NaN in both modes.
