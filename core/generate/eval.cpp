@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "cache/kv_cache.h"
 #include "generate/detail/eval_window.h"
@@ -120,21 +121,23 @@ at::Tensor windowTargets(const model::LlamaModel& model, const std::vector<std::
       at::tensor(std::vector<std::int64_t>(w.begin() + static_cast<std::ptrdiff_t>(prompt), w.end()), at::kLong));
 }
 
-void addWindow(EvalFigures& f, const at::Tensor& lp, const at::Tensor& ref, const at::Tensor& targets,
+WindowReference::WindowReference(const at::Tensor& lp) : logProbs(lp), probs(lp.exp()), top1(lp.argmax(-1)) {}
+
+void addWindow(EvalFigures& f, const at::Tensor& lp, const WindowReference* ref, const at::Tensor& targets,
                std::size_t prompt) {
   const at::Tensor nll = -lp.gather(1, targets.view({-1, 1})).view({-1});
   f.nll += nll.sum().item<double>();
   f.scored += targets.size(0);
   append(f.tokenNll, nll);
-  if (!ref.defined()) return;
+  if (ref == nullptr) return;
   // KL(reference || config) per position, in nats; positions whose logits are not finite are counted apart.
-  const at::Tensor kl = (ref.exp() * (ref - lp)).sum(-1);
+  const at::Tensor kl = (ref->probs * (ref->logProbs - lp)).sum(-1);
   const at::Tensor finite = kl.isfinite();
   f.nonFinitePositions += (~finite).sum().item<std::int64_t>();
   f.klSum += kl.sum().item<double>();  // NaN when any position is: the mean says so
   if (finite.any().item<bool>()) f.klMax = std::max(f.klMax, kl.masked_select(finite).max().item<double>());
   if ((~finite).any().item<bool>()) f.klMax = std::numeric_limits<double>::quiet_NaN();
-  f.agree += (lp.argmax(-1) == ref.argmax(-1)).sum().item<std::int64_t>();
+  f.agree += (lp.argmax(-1) == ref->top1).sum().item<std::int64_t>();
   const std::size_t first = f.tokenKl.size();
   append(f.tokenKl, kl);
   // Scored token i of the window has prompt + i tokens before it.
@@ -166,7 +169,7 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
     const auto& w = windows[wi];
     if (w.size() <= prompt) continue;  // a short last window: nothing to score after the prompt
     const at::Tensor targets = detail::windowTargets(model, w, prompt);
-    at::Tensor ref;
+    std::optional<detail::WindowReference> ref;
     for (std::size_t ci = 0; ci <= configs.size(); ++ci) {
       if (progress && !progress(wi, windows.size(), ci, configs.size() + 1)) throw EvalCancelled();
       const auto c0 = std::chrono::steady_clock::now();
@@ -174,12 +177,12 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
       const at::Tensor lp = windowLogProbs(model, *kv, w, prompt, static_cast<std::size_t>(o.step));
       EvalFigures& f = figs[ci];
       f.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-      detail::addWindow(f, lp, ci == 0 ? at::Tensor() : ref, targets, prompt);
+      detail::addWindow(f, lp, ci == 0 ? nullptr : &*ref, targets, prompt);
       if (wi == 0) f.memory = kv->totalMemory();
       const cache::OverflowTotals o = kv->overflowTotals();
       f.overflow += o.overflow;
       f.nonFinite += o.nonFinite;
-      if (ci == 0) ref = lp;
+      if (ci == 0) ref.emplace(lp);
       if (figures) figures(wi, ci, f);
     }
   }

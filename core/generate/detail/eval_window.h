@@ -36,9 +36,16 @@ inline bool chunkedPrompt(const std::vector<WindowForward>& plan) {
 /// The window's tokens after the prompt (the ones scored), on the model's device.
 at::Tensor windowTargets(const model::LlamaModel& model, const std::vector<std::int64_t>& w, std::size_t prompt);
 
+/// The unquantized run's log-probabilities [scored, vocab] over a window, with what every config's KL and top-1
+/// agreement read of them: computed once a window, not once a config.
+struct WindowReference {
+  at::Tensor logProbs, probs, top1;  ///< probs = logProbs.exp(), top1 = logProbs.argmax(-1)
+  explicit WindowReference(const at::Tensor& lp);
+};
+
 /// Adds a window to `f`: lp, the log-probabilities [scored, vocab] of its scored positions, against the targets; ref,
-/// the reference's (undefined for the reference itself), for the KL and the top-1 agreement.
-void addWindow(EvalFigures& f, const at::Tensor& lp, const at::Tensor& ref, const at::Tensor& targets,
+/// the reference's (null for the reference itself), for the KL and the top-1 agreement.
+void addWindow(EvalFigures& f, const at::Tensor& lp, const WindowReference* ref, const at::Tensor& targets,
                std::size_t prompt);
 
 }  // namespace kvscope::generate::detail
