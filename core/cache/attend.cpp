@@ -65,13 +65,14 @@ at::Tensor blockwiseSdpa(const at::Tensor& q, std::int64_t L, const KeyBlock& bl
   return out.to(q.scalar_type());
 }
 
-// Tokens [t0, t0 + n) of a stored source, [B, H, n, D] float32 (host path).
+// Tokens [t0, t0 + n) of a stored source, [B, H, n, D] float32 (host path): a block, or the whole (materialize).
 at::Tensor readBlock(const detail::StoredSource& s, std::int64_t B, std::int64_t H, std::int64_t t0, std::int64_t n) {
   const std::int64_t D = s.dim();
   at::Tensor out = at::empty({B, H, n, D}, at::kFloat);
   float* p = out.mutable_data_ptr<float>();
   at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t bh = begin; bh < end; ++bh) s.read(bh / H, bh % H, t0, n, p + bh * n * D);
+    for (std::int64_t bh = begin; bh < end; ++bh)
+      if (n > 0) s.read(bh / H, bh % H, t0, n, p + bh * n * D);
   });
   return out;
 }
@@ -86,13 +87,7 @@ kernels::ParallelFor torchParallel() {
 at::Tensor detail::materialize(const StoredSource& s, std::int64_t B, std::int64_t H, at::ScalarType dtype,
                                kernels::KernelPath path) {
   if (path == kernels::KernelPath::Device) return s.dense(B, H, dtype);
-  const std::int64_t L = s.length(), D = s.dim();
-  at::Tensor out = at::empty({B, H, L, D}, at::kFloat);
-  float* p = out.mutable_data_ptr<float>();
-  at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t bh = begin; bh < end; ++bh)
-      if (L > 0) s.read(bh / H, bh % H, 0, L, p + bh * L * D);
-  });
+  const at::Tensor out = readBlock(s, B, H, 0, s.length());
   return dtype == at::kFloat ? out : out.to(dtype);
 }
 

@@ -43,7 +43,7 @@ struct Reference {
   bool chunkedPrompt = false;
   std::vector<cache::LayerMemory> memory;
   cache::OverflowTotals overflow;
-  std::optional<detail::WindowReference> logProbs;  ///< [scored, vocab]
+  std::optional<detail::WindowReference> scored;  ///< its log-probabilities [scored, vocab], probabilities, top-1
 };
 
 Reference recordReference(const model::LlamaModel& model, const std::vector<std::int64_t>& w, std::size_t prompt,
@@ -79,7 +79,7 @@ Reference recordReference(const model::LlamaModel& model, const std::vector<std:
   }
   r.memory = kv->memory();
   r.overflow = kv->overflowTotals();
-  r.logProbs.emplace(at::cat(rows, 0).log_softmax(-1));
+  r.scored.emplace(at::cat(rows, 0).log_softmax(-1));
   return r;
 }
 
@@ -157,7 +157,7 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
         refs.emplace(refChunk, recordReference(model, w, prompt, refChunk, step, quiet)).first->second;
     EvalFigures& f0 = figs[0];
     f0.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-    detail::addWindow(f0, ref.logProbs->logProbs, nullptr, targets, prompt);
+    detail::addWindow(f0, ref.scored->logProbs, nullptr, targets, prompt);
     if (wi == 0)
       for (const auto& m : ref.memory) f0.memory += m.total();
     f0.overflow += ref.overflow.overflow;
@@ -197,7 +197,7 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
         const Reference& from = refs.at(chunkOf[ri]);
         EvalFigures& f = figs[ri + 1];
         f.seconds += done[j].seconds;
-        detail::addWindow(f, done[j].lp, &*ref.logProbs, targets, prompt);
+        detail::addWindow(f, done[j].lp, &*ref.scored, targets, prompt);
         if (wi == 0)  // the reference's layers, but this run's own at its layer
           for (int l = 0; l < model.config().layers; ++l)
             f.memory += l == layer ? kv.layer(l).memory().total() : from.memory[static_cast<std::size_t>(l)].total();
