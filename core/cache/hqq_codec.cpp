@@ -81,7 +81,10 @@ class HqqCodec final : public GroupCodec {
     if (device_) {
       q.packed = kernels::quantizePack(W.contiguous(), axis, scale, zero, kernels::IntScheme::Hqq, bits_);
     } else {
-      q.packed = packCodes(at::round(W * scale + zero).clamp_(0, maxv).to(at::kByte), bits_);
+      // round(W * scale + zero).clamp(0, maxv), in place on one working copy (not a temporary per op).
+      at::Tensor t = W * scale;
+      t.add_(zero).round_().clamp_(0, maxv);
+      q.packed = packCodes(t.to(at::kByte), bits_);
     }
     q.scale = scale.reciprocal().to(x.scalar_type());  // `1.0 / scale`, then cast to the compute dtype
     q.zero = zero.to(x.scalar_type());
@@ -98,8 +101,9 @@ class HqqCodec final : public GroupCodec {
                     .reshape(q.shape));
       return;
     }
-    const at::Tensor wr = unpackCodes(q.packed, q.grouped, bits_).to(q.scale.scalar_type());
-    dst.copy_(((wr - q.zero) * q.scale).reshape(q.shape));
+    at::Tensor wr = unpackCodes(q.packed, q.grouped, bits_).to(q.scale.scalar_type());
+    wr.sub_(q.zero).mul_(q.scale);  // (codes - zero) * scale on the one working copy
+    dst.copy_(wr.reshape(q.shape));
   }
 
  private:

@@ -70,8 +70,12 @@ class QuantoCodec final : public GroupCodec {
     if (device) {
       q.packed = kernels::quantizePack(gc, static_cast<int>(dim), q.scale, q.zero, kernels::IntScheme::Quanto, bits_);
     } else {
-      const at::Tensor codes = at::round((g + q.zero) / q.scale).clamp(0, levels).to(at::kByte);
-      q.packed = packCodes(codes, bits_);
+      // The ops of round((g + zero) / scale).clamp(0, levels), in place on one working copy: a temporary per op,
+      // each the size of the states, had been alive at once until the statement ended (four copies of a flush's
+      // whole history).
+      at::Tensor t = g + q.zero;
+      t.div_(q.scale).round_().clamp_(0, levels);
+      q.packed = packCodes(t.to(at::kByte), bits_);
     }
     q.grouped = g.sizes().vec();
     q.shape = x.sizes().vec();
@@ -87,6 +91,13 @@ class QuantoCodec final : public GroupCodec {
                                      kernels::IntScheme::Quanto, bits_, q.scale.scalar_type());
     } else {
       const at::Tensor codes = unpackCodes(q.packed, q.grouped, bits_);
+      if (q.axis == 0 && dst.is_contiguous() && dst.scalar_type() == q.scale.scalar_type()) {
+        // Straight into dst, without a second copy of the states: the same two ops.
+        at::Tensor out = dst.view(q.grouped);
+        at::mul_out(out, q.scale, codes);
+        out.sub_(q.zero);
+        return;
+      }
       dq = q.scale * codes;
       dq -= q.zero;
     }
