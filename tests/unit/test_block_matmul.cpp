@@ -200,6 +200,22 @@ TEST(BlockMatmul, EightBitActivationsQuantizeAlikeOnBothPaths) {
   EXPECT_NE(a.codes[32 + 1], 0);  // the halves row holds codes
 }
 
+TEST(BlockFormats, DequantizationIsAlikeOnBothPaths) {
+  // Every type, in rows of 512 values and a tail (F16: one not a whole 16), the AVX-512 decode against the scalar
+  // one, bit for bit.
+  for (const Case& c : kCases) {
+    for (const std::int64_t rows : {1, 13}) {
+      const std::int64_t n = rows * c.cols;
+      const auto data = randomMatrix(c.type, rows, c.cols, 9);
+      kernels::setAvx512Paths(false);
+      const auto a = dequantized(c.type, data, n);
+      kernels::setAvx512Paths(true);
+      const auto b = dequantized(c.type, data, n);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << name(c.type) << " " << n;
+    }
+  }
+}
+
 TEST(BlockFormats, TheAffineViewIsTheDequantization) {
   for (const Case& c : kCases) {
     const auto L = kernels::blockLayout(static_cast<std::uint32_t>(c.type));

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu/kv_rows_simd.h"
 #include "kernels/kv_block_codec.h"
 
 namespace kvscope::kernels {
@@ -83,9 +84,37 @@ bool halfFinite(std::uint16_t h) {
   return (h & 0x7C00u) != 0x7C00u;
 }
 
+// The 32-value blocks and the 16-bit types with AVX-512 where its paths run (kernels/cpu/kv_rows_simd.h decodes them
+// as the scalar codec does, bit for bit; ggml numbers these types as the codec does), in rows of kvcodec::kMaxRow
+// values. False, writing nothing, where the type has no such path or the AVX-512 paths do not run.
+bool dequantizeSimd(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q4_0:
+    case GgmlType::Q4_1:
+    case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
+    case GgmlType::Q8_0:
+      break;
+    default:
+      return false;
+  }
+  const std::int64_t row = kvcodec::kMaxRow;
+  const std::int64_t rowBytes = kvcodec::rowBytes(type, row), rows = n / row;
+  if (rows > 0 && !readKvRowsSimd(type, src, rowBytes, rows, row, 0, false, 1.0f, dst)) return false;
+  const std::int64_t done = rows * row, rest = n - done;
+  if (rest > 0 && !readKvRowsSimd(type, src + rows * rowBytes, 0, 1, rest, 0, false, 1.0f, dst + done)) {
+    if (rows == 0) return false;
+    dequantize(type, src + rows * rowBytes, rest, dst + done);  // a tail the rows cannot take (not 16 values)
+  }
+  return true;
+}
+
 }  // namespace
 
 void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
+  if (n >= 32 && dequantizeSimd(type, src, n, dst)) return;
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::F32:
       std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
