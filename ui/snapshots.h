@@ -119,6 +119,8 @@ struct TuneResultView {
   bool complete = true;
   bool stopped = false;       ///< Stop ended it: what was scanned is kept
   double secondsLeft = -1.0;  ///< while it goes: the time left at the pace so far (-1: not known yet)
+  /// The model computes in 8-bit activations and the scan ran in float32 (generate::ScanArithmetic says why).
+  bool floatScanOfQ8 = false;
 };
 
 struct TokenView {

@@ -259,8 +259,15 @@ void TunePage::showResult(const TuneResultView& result) {
                                 .arg(result.ctx)
                                 .arg(result.scored)
                                 .arg(result.scan.points.size() + 1)
-                                .arg(mib(result.scan.referenceBytes), 0, 'f', 2));
-  summary_->setToolTip(result.textPath);
+                                .arg(mib(result.scan.referenceBytes), 0, 'f', 2) +
+                    (result.floatScanOfQ8 ? tr("; f32 activations") : QString()));
+  summary_->setToolTip(
+      result.floatScanOfQ8
+          ? tr("%1\nThe scan computes in float32 activations, not the model's 8-bit ones: on 8-bit activations any "
+               "change to one layer's cache re-rounds every layer above it, a KL of its own that would hide the "
+               "layer's cost. Evaluate a pick to see its KL on 8-bit activations.")
+                .arg(result.textPath)
+          : result.textPath);
   redraw();
 }
 
@@ -387,7 +394,8 @@ void TunePage::saveScan() {
   // What `kvscope-cli tune --scan-in` reads back to check a pick with a full run.
   const QJsonObject o{{"model", result_->modelPath},      {"text", result_->textPath}, {"ctx", result_->ctx},
                       {"windows", result_->windows},      {"prompt", result_->prompt}, {"step", result_->step},
-                      {"scored_tokens", result_->scored}, {"dtype", result_->dtype}};
+                      {"scored_tokens", result_->scored}, {"dtype", result_->dtype},
+                      {"activations", "f32"}};
   const std::string settings = QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString();
   // A partial scan saves the candidates it has whole (what --scan-in can solve).
   const std::string text = cache::scanToJson(solved_, settings) + "\n";

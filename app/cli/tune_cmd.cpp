@@ -143,10 +143,17 @@ Runner addTune(CLI::App& app) {
     if (o->threads > 0) at::set_num_threads(o->threads);
 
     std::optional<runtime::Session> m;
+    std::optional<generate::ScanArithmetic> arithmetic;  // the scan and its checks in float32 (after m: ends first)
     std::vector<std::vector<std::int64_t>> windows;
     generate::EvalOptions eo;
     auto load = [&] {
       m.emplace(openSession(o->model, o->how));
+      arithmetic.emplace(m->model());
+      if (arithmetic->switched())
+        std::cerr << "tune: the scan and the picks' full runs compute in float32 activations (transformers' "
+                     "arithmetic), not this model's 8-bit ones: on 8-bit activations any change to one layer's "
+                     "cache re-rounds every layer above it, a KL of its own that would hide the layer's cost "
+                     "(`kvscope-cli eval` measures a pick on them)\n";
       windows = windowsOf(*m, *o);
       eo.prompt = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(o->prompt), windows[0].size() - 1));
       eo.step = o->step;
@@ -184,7 +191,8 @@ Runner addTune(CLI::App& app) {
                   {"windows", o->windows},
                   {"prompt", o->prompt},
                   {"step", o->step},
-                  {"dtype", m->runAs().at("dtype")}};
+                  {"dtype", m->runAs().at("dtype")},
+                  {"activations", m->runAs().at("activations")}};
       std::cerr << fmt::format("tune: scan of {} runs done in {:.0f} s\n", runs.size(), elapsed());
       if (shard) {
         // The run every shard shares: the settings and the candidates as the scan file writes them.
@@ -317,6 +325,8 @@ Runner addTune(CLI::App& app) {
                                      : std::string("every window"),
         settings.value("text", std::string("?")), settings.value("ctx", 0), settings.value("prompt", 0),
         settings.value("step", 0), scan.referenceBytes);
+    if (settings.contains("activations"))
+      std::cout << fmt::format("activations: {} (the scan's arithmetic)\n", settings.value("activations", ""));
     std::cout << "\nMean KL with one layer side quantized (the rest unquantized):\n";
     std::string head = fmt::format("{:>5}", "layer");
     for (std::size_t c = 0; c < scan.plan.candidates.size(); ++c)

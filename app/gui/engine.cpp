@@ -315,6 +315,9 @@ void Engine::tune(const ui::TuneRequest& r) {
   ui::TuneResultView out;  // outside the try: a stopped scan keeps its points
   try {
     if (!d_->session) throw Error(ErrorCode::BadInput, "no model is loaded");
+    // The scan measures in float32 activations, and the model computes as it did once the scan ends.
+    const generate::ScanArithmetic arithmetic(d_->session->model());
+    out.floatScanOfQ8 = arithmetic.switched();
     out.textPath = r.textPath;
     out.modelPath = r.modelPath;
     out.complete = false;

@@ -108,4 +108,25 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
                                            const EvalProgress& progress = {}, const EvalFiguresFn& figures = {},
                                            ScanMethod method = ScanMethod::Resume);
 
+/// The arithmetic a tuner scan measures in: float32 activations, whatever the model computes in otherwise. A scan run
+/// changes one layer side of the cache. On 8-bit activations (llama.cpp's arithmetic), any change to the stream, even
+/// that layer's states stored in f16, re-rounds the activations of every layer above it: a mean KL of its own, about
+/// 0.004 on the embedded model from layer 0, that hides the layer's own cost (q8_0 keys on one layer: about 1e-6 in
+/// float32) and that the scan's sum would count once per layer side. In float32 the per-layer KLs are the cache's
+/// and add up (docs/cache-configs.md). Holds `model` in float32 activations for its scope (the scan, and the full
+/// runs that check its picks), then gives it back its own arithmetic.
+class ScanArithmetic {
+ public:
+  explicit ScanArithmetic(model::LlamaModel& model);
+  ~ScanArithmetic();
+  ScanArithmetic(const ScanArithmetic&) = delete;
+  ScanArithmetic& operator=(const ScanArithmetic&) = delete;
+  /// Whether the model computes in 8-bit activations outside the scope (the scope switched it).
+  bool switched() const { return switched_; }
+
+ private:
+  model::LlamaModel& model_;
+  bool switched_ = false;
+};
+
 }  // namespace kvscope::generate

@@ -211,4 +211,17 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
   return figs;
 }
 
+ScanArithmetic::ScanArithmetic(model::LlamaModel& model) : model_(model) {
+  switched_ = model.activations() != model::Activations::F32;
+  if (switched_) model.setActivations(model::Activations::F32);
+}
+
+ScanArithmetic::~ScanArithmetic() {
+  if (!switched_) return;
+  try {
+    model_.setActivations(model::Activations::Q8);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): out of memory repacking; the model still computes, in float32
+  }
+}
+
 }  // namespace kvscope::generate

@@ -33,6 +33,8 @@ class Session {
   /// The options as asked for (`activations` may be "auto").
   const LoadOptions& options() const { return options_; }
   const model::LlamaModel& model() const { return *model_; }
+  /// The model to change how it computes for a scope (generate::ScanArithmetic: the tuner's scan in float32).
+  model::LlamaModel& model() { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
 
   /// The arithmetic that runs: "q8" or "f32" (auto resolved: q8 where the model has block-format weights on the
