@@ -254,12 +254,13 @@ void TunePage::showResult(const TuneResultView& result) {
                  .arg(result.scan.plan.candidates.size());
   }
   // Short, above the plots (at 768 px every line is taken from them); the text's path is the tooltip.
-  summary_->setText(state + tr("%1 × %2 tokens, %3 scored per run, %4 runs; unquantized KV %5 MiB")
-                                .arg(result.windows)
-                                .arg(result.ctx)
-                                .arg(result.scored)
-                                .arg(result.scan.points.size() + 1)
-                                .arg(mib(result.scan.referenceBytes), 0, 'f', 2) +
+  summary_->setText(state +
+                    tr("%1 × %2 tokens, %3 scored per run, %4 runs; unquantized KV %5 MiB")
+                        .arg(result.windows)
+                        .arg(result.ctx)
+                        .arg(result.scored)
+                        .arg(result.scan.points.size() + 1)
+                        .arg(mib(result.scan.referenceBytes), 0, 'f', 2) +
                     (result.floatScanOfQ8 ? tr("; f32 activations") : QString()));
   summary_->setToolTip(
       result.floatScanOfQ8
@@ -394,8 +395,7 @@ void TunePage::saveScan() {
   // What `kvscope-cli tune --scan-in` reads back to check a pick with a full run.
   const QJsonObject o{{"model", result_->modelPath},      {"text", result_->textPath}, {"ctx", result_->ctx},
                       {"windows", result_->windows},      {"prompt", result_->prompt}, {"step", result_->step},
-                      {"scored_tokens", result_->scored}, {"dtype", result_->dtype},
-                      {"activations", "f32"}};
+                      {"scored_tokens", result_->scored}, {"dtype", result_->dtype},   {"activations", "f32"}};
   const std::string settings = QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString();
   // A partial scan saves the candidates it has whole (what --scan-in can solve).
   const std::string text = cache::scanToJson(solved_, settings) + "\n";

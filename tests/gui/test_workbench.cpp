@@ -474,6 +474,10 @@ class GuiTest : public QObject {
     QCOMPARE(qobject_cast<QCPBars*>(w_->findChild<QCustomPlot*>("tuneLayerPlot")->plottable(0))->data()->size(), 30);
     QVERIFY(w_->findChild<QCustomPlot*>("tuneFrontPlot")->graph(0)->dataCount() > 2);
     QVERIFY(w_->findChild<QLabel*>("tuneSummary")->text().contains("61 runs"));
+    // The embedded model computes in 8-bit activations (auto); the scan measured in float32, and says so.
+    QVERIFY(page->result()->floatScanOfQ8);
+    QVERIFY(w_->findChild<QLabel*>("tuneSummary")->text().endsWith("; f32 activations"));
+    QVERIFY(w_->findChild<QLabel*>("tuneSummary")->toolTip().contains("8-bit activations"));
     // The points came as the scan went (at most twice a second), each a part of the whole.
     QVERIFY(progress.count() > 0);
     const auto first = progress.at(0).at(0).value<ui::TuneResultView>();
