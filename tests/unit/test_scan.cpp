@@ -72,6 +72,14 @@ std::vector<std::vector<std::int64_t>> randomWindows(int n, int ctx, std::int64_
   return w;
 }
 
+// The scan's runs of `candidates` on a model of `layers` layers (each candidate on each layer side alone).
+std::vector<generate::LayerRun> scanRuns(const std::vector<cache::CacheConfig>& candidates, int layers) {
+  const auto plan = cache::planScan(candidates, layers);
+  std::vector<generate::LayerRun> runs;
+  for (const auto& it : plan.items) runs.push_back({it.layer, plan.config(it)});
+  return runs;
+}
+
 // Bit for bit (NaNs too).
 bool same(double a, double b) {
   return std::bit_cast<std::uint64_t>(a) == std::bit_cast<std::uint64_t>(b);
@@ -100,11 +108,9 @@ void expectSameFigures(const generate::EvalFigures& a, const generate::EvalFigur
 
 TEST(Scan, ARunResumedAtItsLayerHasTheFiguresOfTheRunFromTheFirstLayer) {
   const auto m = model::LlamaModel::load(scanModel());
-  const auto plan = cache::planScan({cache::parseSpec("quanto:nbits=2"), cache::parseSpec("fp8:overflow=saturate"),
-                                     cache::parseSpec("llamacpp:type_k=q4_0,type_v=q4_0")},
-                                    m->config().layers);
-  std::vector<generate::LayerRun> runs;
-  for (const auto& it : plan.items) runs.push_back({it.layer, plan.config(it)});
+  const auto runs = scanRuns({cache::parseSpec("quanto:nbits=2"), cache::parseSpec("fp8:overflow=saturate"),
+                              cache::parseSpec("llamacpp:type_k=q4_0,type_v=q4_0")},
+                             m->config().layers);
   const auto windows = randomWindows(2, 48, m->config().vocab, 11);
   for (const int step : {1, 5}) {
     generate::EvalOptions o;
@@ -132,9 +138,7 @@ TEST(Scan, APromptLongerThanAPrefillChunkResumesChunkByChunk) {
   // reference records them chunk by chunk, and a run resumes each (a quanto layer's second chunk already reads the
   // codes the first stored, so the layers above take the first chunk's states then).
   const auto m = model::LlamaModel::load(scanModel());
-  const auto plan = cache::planScan({cache::parseSpec("quanto:nbits=2")}, m->config().layers);
-  std::vector<generate::LayerRun> runs;
-  for (const auto& it : plan.items) runs.push_back({it.layer, plan.config(it)});
+  const auto runs = scanRuns({cache::parseSpec("quanto:nbits=2")}, m->config().layers);
   const auto windows = randomWindows(1, 560, m->config().vocab, 3);
   generate::EvalOptions o;
   o.prompt = 530;
@@ -147,9 +151,7 @@ TEST(Scan, APromptLongerThanAPrefillChunkResumesChunkByChunk) {
 TEST(Scan, ARunOfOneShardHasTheFiguresItHasInTheWholeScan) {
   // Runs are computed one thread each whatever runs beside them: a shard's subset gives the same figures.
   const auto m = model::LlamaModel::load(scanModel());
-  const auto plan = cache::planScan({cache::parseSpec("llamacpp:type_k=q8_0,type_v=q4_0")}, m->config().layers);
-  std::vector<generate::LayerRun> runs;
-  for (const auto& it : plan.items) runs.push_back({it.layer, plan.config(it)});
+  const auto runs = scanRuns({cache::parseSpec("llamacpp:type_k=q8_0,type_v=q4_0")}, m->config().layers);
   const auto windows = randomWindows(1, 40, m->config().vocab, 5);
   generate::EvalOptions o;
   o.prompt = 16;
@@ -168,9 +170,7 @@ TEST(Scan, AModelOnEightBitActivationsIsScannedInFloat32) {
   auto m = model::LlamaModel::load(scanModel(), device::ExecutionContext(), {},
                                    static_cast<std::uint32_t>(kernels::GgmlType::Q8_0));
   ASSERT_TRUE(m->blockWeights());
-  const auto plan = cache::planScan({cache::parseSpec("llamacpp:type_k=q8_0,type_v=q8_0")}, m->config().layers);
-  std::vector<generate::LayerRun> runs;
-  for (const auto& it : plan.items) runs.push_back({it.layer, plan.config(it)});
+  const auto runs = scanRuns({cache::parseSpec("llamacpp:type_k=q8_0,type_v=q8_0")}, m->config().layers);
   const auto windows = randomWindows(2, 48, m->config().vocab, 17);
   generate::EvalOptions o;
   o.prompt = 20;

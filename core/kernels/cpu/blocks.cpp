@@ -88,18 +88,8 @@ bool halfFinite(std::uint16_t h) {
 // as the scalar codec does, bit for bit; ggml numbers these types as the codec does), in rows of kvcodec::kMaxRow
 // values. False, writing nothing, where the type has no such path or the AVX-512 paths do not run.
 bool dequantizeSimd(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::F16:
-    case GgmlType::BF16:
-    case GgmlType::Q4_0:
-    case GgmlType::Q4_1:
-    case GgmlType::Q5_0:
-    case GgmlType::Q5_1:
-    case GgmlType::Q8_0:
-      break;
-    default:
-      return false;
-  }
+  const std::int64_t values = blockLayout(type).values;  // 1 (F16, BF16; F32 is a copy), 32, or 256 (the K types)
+  if (static_cast<GgmlType>(type) == GgmlType::F32 || (values != 1 && values != 32)) return false;
   const std::int64_t row = kvcodec::kMaxRow;
   const std::int64_t rowBytes = kvcodec::rowBytes(type, row), rows = n / row;
   if (rows > 0 && !readKvRowsSimd(type, src, rowBytes, rows, row, 0, false, 1.0f, dst)) return false;
