@@ -254,14 +254,14 @@ void TunePage::showResult(const TuneResultView& result) {
                  .arg(result.scan.plan.candidates.size());
   }
   // Short, above the plots (at 768 px every line is taken from them); the text's path is the tooltip.
-  summary_->setText(state +
-                    tr("%1 × %2 tokens, %3 scored per run, %4 runs; unquantized KV %5 MiB")
-                        .arg(result.windows)
-                        .arg(result.ctx)
-                        .arg(result.scored)
-                        .arg(result.scan.points.size() + 1)
-                        .arg(mib(result.scan.referenceBytes), 0, 'f', 2) +
-                    (result.floatScanOfQ8 ? tr("; f32 activations") : QString()));
+  // "(f32)": the model computes in 8-bit activations, the scan in float32 (the tooltip says why).
+  summary_->setText(state + tr("%1 × %2 tokens (%3 scored), %4 runs%5; unquantized KV %6 MiB")
+                                .arg(result.windows)
+                                .arg(result.ctx)
+                                .arg(result.scored)
+                                .arg(result.scan.points.size() + 1)
+                                .arg(result.floatScanOfQ8 ? tr(" (f32)") : QString())
+                                .arg(mib(result.scan.referenceBytes), 0, 'f', 2));
   summary_->setToolTip(
       result.floatScanOfQ8
           ? tr("%1\nThe scan computes in float32 activations, not the model's 8-bit ones: on 8-bit activations any "
