@@ -69,10 +69,10 @@ at::Tensor blockwiseSdpa(const at::Tensor& q, std::int64_t L, const KeyBlock& bl
 at::Tensor readBlock(const detail::StoredSource& s, std::int64_t B, std::int64_t H, std::int64_t t0, std::int64_t n) {
   const std::int64_t D = s.dim();
   at::Tensor out = at::empty({B, H, n, D}, at::kFloat);
+  if (n == 0) return out;
   float* p = out.mutable_data_ptr<float>();
   at::parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t bh = begin; bh < end; ++bh)
-      if (n > 0) s.read(bh / H, bh % H, t0, n, p + bh * n * D);
+    for (std::int64_t bh = begin; bh < end; ++bh) s.read(bh / H, bh % H, t0, n, p + bh * n * D);
   });
   return out;
 }

@@ -86,25 +86,28 @@ bool halfFinite(std::uint16_t h) {
 
 // The 32-value blocks and the 16-bit types with AVX-512 where its paths run (kernels/cpu/kv_rows_simd.h decodes them
 // as the scalar codec does, bit for bit; ggml numbers these types as the codec does), in rows of kvcodec::kMaxRow
-// values. False, writing nothing, where the type has no such path or the AVX-512 paths do not run.
-bool dequantizeSimd(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
+// values and then a shorter row where it takes one (a whole number of 16 values). Returns how many of the n values it
+// wrote (the first ones): 0 where the type has no such path or the AVX-512 paths do not run.
+std::int64_t dequantizeSimd(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
   const std::int64_t values = blockLayout(type).values;  // 1 (F16, BF16; F32 is a copy), 32, or 256 (the K types)
-  if (static_cast<GgmlType>(type) == GgmlType::F32 || (values != 1 && values != 32)) return false;
-  const std::int64_t row = kvcodec::kMaxRow;
-  const std::int64_t rowBytes = kvcodec::rowBytes(type, row), rows = n / row;
-  if (rows > 0 && !readKvRowsSimd(type, src, rowBytes, rows, row, 0, false, 1.0f, dst)) return false;
+  if (static_cast<GgmlType>(type) == GgmlType::F32 || (values != 1 && values != 32)) return 0;
+  const std::int64_t row = kvcodec::kMaxRow, rows = n / row;
+  if (rows > 0 && !readKvRowsSimd(type, src, kvcodec::rowBytes(type, row), rows, row, 0, false, 1.0f, dst)) return 0;
   const std::int64_t done = rows * row, rest = n - done;
-  if (rest > 0 && !readKvRowsSimd(type, src + rows * rowBytes, 0, 1, rest, 0, false, 1.0f, dst + done)) {
-    if (rows == 0) return false;
-    dequantize(type, src + rows * rowBytes, rest, dst + done);  // a tail the rows cannot take (not 16 values)
-  }
-  return true;
+  if (rest > 0 && readKvRowsSimd(type, src + kvcodec::rowBytes(type, done), 0, 1, rest, 0, false, 1.0f, dst + done))
+    return n;
+  return done;
 }
 
 }  // namespace
 
 void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
-  if (n >= 32 && dequantizeSimd(type, src, n, dst)) return;
+  if (const std::int64_t done = n >= 32 ? dequantizeSimd(type, src, n, dst) : 0; done > 0) {
+    if (done == n) return;
+    src += kvcodec::rowBytes(type, done);  // the tail on the scalar loops below
+    dst += done;
+    n -= done;
+  }
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::F32:
       std::memcpy(dst, src, static_cast<std::size_t>(n) * 4);
