@@ -154,6 +154,11 @@ Runner addTune(CLI::App& app) {
                      "arithmetic), not this model's 8-bit ones: on 8-bit activations any change to one layer's "
                      "cache re-rounds every layer above it, a KL of its own that would hide the layer's cost "
                      "(`kvscope-cli eval` measures a pick on them)\n";
+      if (arithmetic->floatCopyBytes() > 0)
+        std::cerr << fmt::format(
+            "tune: the scan holds a float32 copy of the weights, {:.0f} MiB while it runs (the "
+            "same values, without dequantizing them for every product)\n",
+            static_cast<double>(arithmetic->floatCopyBytes()) / (1 << 20));
       windows = windowsOf(*m, *o);
       eo.prompt = static_cast<int>(std::min<std::size_t>(static_cast<std::size_t>(o->prompt), windows[0].size() - 1));
       eo.step = o->step;

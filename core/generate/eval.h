@@ -115,6 +115,10 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
 /// float32) and that the scan's sum would count once per layer side. In float32 the per-layer KLs are the cache's
 /// and add up (docs/cache-configs.md). Holds `model` in float32 activations for its scope (the scan, and the full
 /// runs that check its picks), then gives it back its own arithmetic.
+///
+/// For the scope it also gives the weights float32 copies (LlamaModel::setFloatCopies), where they take at most half
+/// the machine's available memory: the scan multiplies every weight thousands of times, and its products then skip
+/// dequantizing the weights, with the same values bit for bit.
 class ScanArithmetic {
  public:
   explicit ScanArithmetic(model::LlamaModel& model);
@@ -123,10 +127,13 @@ class ScanArithmetic {
   ScanArithmetic& operator=(const ScanArithmetic&) = delete;
   /// Whether the model computes in 8-bit activations outside the scope (the scope switched it).
   bool switched() const { return switched_; }
+  /// Bytes of the float32 weight copies the scope holds (0: none, for want of memory, or dense weights).
+  std::uint64_t floatCopyBytes() const { return floatCopyBytes_; }
 
  private:
   model::LlamaModel& model_;
   bool switched_ = false;
+  std::uint64_t floatCopyBytes_ = 0;
 };
 
 }  // namespace kvscope::generate

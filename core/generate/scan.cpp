@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -27,6 +28,11 @@
 namespace kvscope::generate {
 
 namespace {
+
+/// Scan runs resumed side by side on one thread (resumeRuns) at most: in groups of 8 (four layers' keys and
+/// values), the documented scan's 120 runs read each weight about a quarter as often as one layer's two runs would,
+/// for the activations of 8 runs at once.
+constexpr std::size_t kGroup = 8;
 
 /// One forward of a window (`part`) as the reference ran it: the residual stream entering each layer and after the
 /// last (stream[l], l = 0 .. layers), each layer's keys and values as it stored them, and the logits the window
@@ -83,34 +89,75 @@ Reference recordReference(const model::LlamaModel& model, const std::vector<std:
   return r;
 }
 
-/// A run's log-probabilities over a window, resumed at its layer from the reference (the file's comment).
-at::Tensor resumeRun(const model::LlamaModel& model, cache::KvCache& kv, int layer, const Reference& ref) {
+/// Runs' log-probabilities over a window, each resumed at its layer from the reference (the file's comment), side by
+/// side: at each layer the runs at or above theirs go through it together (LlamaModel::runLayer: each gets what it
+/// gets alone, bit for bit), so the weights are read once for the group.
+std::vector<at::Tensor> resumeRuns(const model::LlamaModel& model, const std::vector<cache::KvCache*>& kvs,
+                                   const std::vector<int>& layerOf, const Reference& ref) {
   const int layers = model.config().layers;
-  std::vector<at::Tensor> rows;
-  std::vector<std::size_t> kept;  // forwards whose stream after `layer` was the reference's
-  bool same = true;
+  const std::size_t n = kvs.size();
+  const int lowest = *std::min_element(layerOf.begin(), layerOf.end());
+  std::vector<std::vector<at::Tensor>> rows(n);
+  std::vector<std::vector<std::size_t>> kept(n);  // forwards whose stream after the run's layer was the reference's
+  std::vector<char> same(n, 1);
   for (std::size_t i = 0; i < ref.forwards.size(); ++i) {
     const RecordedForward& f = ref.forwards[i];
-    at::Tensor h = model.runLayers(f.stream[static_cast<std::size_t>(layer)], kv, layer, layer + 1, f.part.from);
-    if (same && at::equal(h, f.stream[static_cast<std::size_t>(layer) + 1])) {
-      kept.push_back(i);
-      if (f.part.scored) rows.push_back(f.logits);
-      continue;
-    }
-    if (same) {  // the first forward that differs: the layers above first store what the kept ones stored
-      same = false;
-      for (int l = layer + 1; l < layers; ++l)
-        for (std::size_t k : kept) {
-          const auto li = static_cast<std::size_t>(l);
-          cache::Staged s = kv.layer(l).stage(ref.forwards[k].keys[li], ref.forwards[k].values[li]);
-          if (s.finish) s.finish();
+    std::vector<at::Tensor> h(n);  // each run's stream in this forward, while it goes on
+    std::vector<char> going(n, 0);
+    for (int l = lowest; l < layers; ++l) {
+      std::vector<std::size_t> at;  // the runs through layer l: those starting here and those going on
+      for (std::size_t r = 0; r < n; ++r) {
+        if (layerOf[r] == l) {
+          h[r] = f.stream[static_cast<std::size_t>(l)];
+          going[r] = 1;
         }
+        if (going[r]) at.push_back(r);
+      }
+      if (at.empty()) continue;
+      std::vector<at::Tensor> hs;
+      std::vector<cache::KvCache*> caches;
+      for (std::size_t r : at) {
+        hs.push_back(h[r]);
+        caches.push_back(kvs[r]);
+      }
+      hs = model.runLayer(std::move(hs), caches, l, f.part.from);
+      for (std::size_t j = 0; j < at.size(); ++j) {
+        const std::size_t r = at[j];
+        h[r] = std::move(hs[j]);
+        if (layerOf[r] != l || !same[r]) continue;
+        if (at::equal(h[r], f.stream[static_cast<std::size_t>(l) + 1])) {  // the reference's from here on
+          kept[r].push_back(i);
+          if (f.part.scored) rows[r].push_back(f.logits);
+          going[r] = 0;
+          continue;
+        }
+        // The first forward that differs: the layers above first store what the kept ones stored.
+        same[r] = 0;
+        for (int a = l + 1; a < layers; ++a)
+          for (std::size_t k : kept[r]) {
+            const auto ai = static_cast<std::size_t>(a);
+            cache::Staged s = kvs[r]->layer(a).stage(ref.forwards[k].keys[ai], ref.forwards[k].values[ai]);
+            if (s.finish) s.finish();
+          }
+      }
     }
-    h = model.runLayers(h, kv, layer + 1, layers, f.part.from);
-    if (f.part.scored) rows.push_back(model.logits(h, f.part.prompt)[0]);
+    std::vector<at::Tensor> last;
+    std::vector<std::size_t> who;
+    for (std::size_t r = 0; r < n; ++r)
+      if (going[r]) {
+        last.push_back(std::move(h[r]));
+        who.push_back(r);
+      }
+    if (f.part.scored && !last.empty()) {
+      auto lg = model.logits(std::move(last), f.part.prompt);
+      for (std::size_t j = 0; j < who.size(); ++j) rows[who[j]].push_back(lg[j][0]);
+    }
     if (f.part.prompt && ref.chunkedPrompt) util::releaseFreeMemory();
   }
-  return at::cat(rows, 0).log_softmax(-1);
+  std::vector<at::Tensor> out;
+  out.reserve(n);
+  for (auto& r : rows) out.push_back(at::cat(r, 0).log_softmax(-1));
+  return out;
 }
 
 }  // namespace
@@ -166,38 +213,74 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
     for (std::size_t ri = 0; ri < runs.size(); ++ri)  // what the runs resume from, before they share the cores
       if (refs.find(chunkOf[ri]) == refs.end())
         refs.emplace(chunkOf[ri], recordReference(model, w, prompt, chunkOf[ri], step, quiet));
-    // The runs go `lanes` at a time, each on one thread (its own cache and tensors; the model is only read): on a
-    // few cores that beats one run on all of them, which waits at every operation for the slowest thread. Every run
-    // takes one thread whatever its group, so a run's figures do not depend on the runs beside it (a shard's equal
-    // the unsharded scan's). The callbacks come on the calling thread, in order.
+    // The runs go in rounds of `lanes` groups (resumeRuns: runs side by side, up to kGroup of them, so each weight
+    // is read once for the group), each group on one thread (its own caches and tensors; the model is only read): on
+    // a few cores that beats one group on all of them, which waits at every operation for the slowest thread. A
+    // round is consecutive runs that resume from the same reference; its groups take equal shares of its work (the
+    // layers from each run's up), so no thread waits long for another. A run's figures do not depend on the runs
+    // beside it (a shard's equal the unsharded scan's). The callbacks come on the calling thread, in the runs' order.
     const std::size_t lanes = static_cast<std::size_t>(std::max(1, at::get_num_threads()));
-    for (std::size_t g = 0; g < runs.size(); g += lanes) {
-      const std::size_t n = std::min(lanes, runs.size() - g);
-      for (std::size_t ri = g; ri < g + n; ++ri)
+    const int layers = model.config().layers;
+    for (std::size_t first = 0; first < runs.size();) {
+      std::size_t end = first + 1;
+      while (end < runs.size() && end - first < lanes * kGroup && chunkOf[end] == chunkOf[first]) ++end;
+      for (std::size_t ri = first; ri < end; ++ri)
         if (progress && !progress(wi, windows.size(), ri + 1, runs.size() + 1)) throw EvalCancelled();
+      // The round's runs in units of one layer (its keys and values run together), the costliest first, each to
+      // the group with the least work so far.
+      std::vector<std::pair<std::size_t, std::size_t>> units;  // [from, to) of runs at one layer
+      for (std::size_t ri = first; ri < end; ++ri)
+        if (units.empty() || runs[ri].layer != runs[units.back().first].layer)
+          units.push_back({ri, ri + 1});
+        else
+          units.back().second = ri + 1;
+      auto cost = [&](const std::pair<std::size_t, std::size_t>& u) {
+        return static_cast<double>(u.second - u.first) * (layers - runs[u.first].layer);
+      };
+      std::stable_sort(units.begin(), units.end(), [&](const auto& a, const auto& b) { return cost(a) > cost(b); });
+      const std::size_t ng = std::min(lanes, units.size());
+      std::vector<std::vector<std::size_t>> group(ng);
+      std::vector<double> load(ng, 0);
+      for (const auto& u : units) {
+        const auto j = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        for (std::size_t ri = u.first; ri < u.second; ++ri) group[j].push_back(ri);
+        load[j] += cost(u);
+      }
+      for (auto& gr : group) std::sort(gr.begin(), gr.end());
       struct Done {
         std::unique_ptr<cache::KvCache> kv;
         at::Tensor lp;
         double seconds = 0;
       };
-      std::vector<Done> done(n);
+      std::vector<Done> done(end - first);
       at::parallel_for(0, static_cast<std::int64_t>(lanes), 1, [&](std::int64_t b, std::int64_t e) {
-        for (auto j = static_cast<std::size_t>(b); j < static_cast<std::size_t>(e) && j < n; ++j) {
+        for (auto j = static_cast<std::size_t>(b); j < static_cast<std::size_t>(e) && j < ng; ++j) {
           const auto t0 = std::chrono::steady_clock::now();
-          const LayerRun& r = runs[g + j];
-          done[j].kv = model.makeCache(r.config, quiet);
-          done[j].lp = resumeRun(model, *done[j].kv, r.layer, refs.at(chunkOf[g + j]));
-          done[j].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          std::vector<cache::KvCache*> kvs;
+          std::vector<int> layerOf;
+          for (std::size_t ri : group[j]) {
+            done[ri - first].kv = model.makeCache(runs[ri].config, quiet);
+            kvs.push_back(done[ri - first].kv.get());
+            layerOf.push_back(runs[ri].layer);
+          }
+          auto lps = resumeRuns(model, kvs, layerOf, refs.at(chunkOf[first]));
+          // A run's time: its share of the group's, weighed by the layers it ran.
+          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          for (std::size_t k = 0; k < group[j].size(); ++k) {
+            const std::size_t ri = group[j][k];
+            done[ri - first].lp = std::move(lps[k]);
+            done[ri - first].seconds = seconds * (layers - runs[ri].layer) / load[j];
+          }
         }
       });
-      for (std::size_t j = 0; j < n; ++j) {
-        const std::size_t ri = g + j;
+      for (std::size_t ri = first; ri < end; ++ri) {
+        const Done& d = done[ri - first];
         const int layer = runs[ri].layer;
-        const cache::KvCache& kv = *done[j].kv;
+        const cache::KvCache& kv = *d.kv;
         const Reference& from = refs.at(chunkOf[ri]);
         EvalFigures& f = figs[ri + 1];
-        f.seconds += done[j].seconds;
-        detail::addWindow(f, done[j].lp, &*ref.scored, targets, prompt);
+        f.seconds += d.seconds;
+        detail::addWindow(f, d.lp, &*ref.scored, targets, prompt);
         if (wi == 0)  // the reference's layers, but this run's own at its layer
           for (int l = 0; l < model.config().layers; ++l)
             f.memory += l == layer ? kv.layer(l).memory().total() : from.memory[static_cast<std::size_t>(l)].total();
@@ -206,6 +289,7 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
         f.nonFinite += ov.nonFinite;
         if (figures) figures(wi, ri + 1, f);
       }
+      first = end;
     }
   }
   return figs;
@@ -214,9 +298,19 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
 ScanArithmetic::ScanArithmetic(model::LlamaModel& model) : model_(model) {
   switched_ = model.activations() != model::Activations::F32;
   if (switched_) model.setActivations(model::Activations::F32);
+  const std::uint64_t bytes = model.floatCopyBytes();
+  if (bytes > 0 && bytes <= static_cast<std::uint64_t>(util::availableMemoryBytes()) / 2) {
+    try {
+      model.setFloatCopies(true);
+      floatCopyBytes_ = bytes;
+    } catch (const std::bad_alloc&) {  // the scan runs on the stored weights
+      model.setFloatCopies(false);
+    }
+  }
 }
 
 ScanArithmetic::~ScanArithmetic() {
+  if (floatCopyBytes_ > 0) model_.setFloatCopies(false);
   if (!switched_) return;
   try {
     model_.setActivations(model::Activations::Q8);

@@ -339,6 +339,20 @@ void LlamaModel::setActivations(Activations a) {
   form(lmHead_);
 }
 
+void LlamaModel::setFloatCopies(bool on) {
+  auto form = [on](Weight& w) { w = on ? w.withFloatCopy() : w.withoutFloatCopy(); };
+  for (Layer& L : layers_)
+    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) form(*w);
+  form(lmHead_);
+}
+
+std::uint64_t LlamaModel::floatCopyBytes() const {
+  std::uint64_t n = lmHead_.floatCopyBytes();
+  for (const Layer& L : layers_)
+    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) n += w->floatCopyBytes();
+  return n;
+}
+
 bool LlamaModel::blockWeights() const {
   for (const Layer& L : layers_)
     for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown})
@@ -434,32 +448,65 @@ at::Tensor LlamaModel::embed(const at::Tensor& ids) const {
   return embed_.gather(ids).to(ctx_.dtype());
 }
 
-at::Tensor LlamaModel::runLayers(at::Tensor h, cache::KvCache& cache, int from, int to, std::int64_t past,
-                                 const TapFn& tap, const CancelToken* cancel) const {
-  if (from < 0 || to > cfg_.layers || from > to || h.dim() != 3 || h.size(2) != cfg_.hidden)
-    throw Error(ErrorCode::Internal, fmt::format("runLayers: layers [{}, {}) of {} on a stream of shape {}", from, to,
-                                                 cfg_.layers, fmt::join(h.sizes(), "x")));
-  if (cache.numLayers() != cfg_.layers)
-    throw Error(ErrorCode::Internal,
-                fmt::format("runLayers: cache has {} layers, model {}", cache.numLayers(), cfg_.layers));
-  const std::int64_t B = h.size(0), T = h.size(1);
+namespace {
+
+/// x W^T (+ bias) through several weights for several streams, out[stream][weight]. The streams' rows go as one
+/// batch where the product is LibTorch's float32 GEMM over host weights for each stream alone (float32 activations,
+/// more than Weight::kKernelRows rows a stream): MKL's GEMM gives a row the same values whatever rows are beside it
+/// (docs/cache-configs.md). Else stream by stream (the block kernels, 8-bit activations, a device's GEMM).
+std::vector<std::vector<at::Tensor>> linearStreams(const std::vector<const Weight*>& ws,
+                                                   const std::vector<at::Tensor>& xs,
+                                                   const std::vector<at::Tensor>& biases, Activations act) {
+  std::vector<std::vector<at::Tensor>> out;
+  out.reserve(xs.size());
+  bool batch = xs.size() > 1 && act == Activations::F32 && !ws.front()->isDense();
+  for (const at::Tensor& x : xs) batch = batch && x.numel() / x.size(-1) > Weight::kKernelRows;
+  if (!batch) {
+    for (const at::Tensor& x : xs) out.push_back(Weight::linear(ws, x, biases, act));
+    return out;
+  }
+  std::vector<at::Tensor> flat;
+  flat.reserve(xs.size());
+  for (const at::Tensor& x : xs) flat.push_back(x.reshape({-1, x.size(-1)}));
+  const auto ys = Weight::linear(ws, at::cat(flat, 0), biases, act);
+  std::int64_t r0 = 0;
+  for (const at::Tensor& x : xs) {
+    const std::int64_t n = x.numel() / x.size(-1);
+    std::vector<at::Tensor> mine;
+    mine.reserve(ys.size());
+    for (const at::Tensor& y : ys) {
+      std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
+      shape.back() = y.size(-1);
+      mine.push_back(y.narrow(0, r0, n).view(shape));
+    }
+    out.push_back(std::move(mine));
+    r0 += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache::KvCache*>& caches, int l,
+                           const at::Tensor& cos, const at::Tensor& sin, const TapFn& tap) const {
   const std::int64_t Dh = cfg_.headDim;
-  at::Tensor cos, sin;  // not a structured binding: clang 14 (the fuzz preset) cannot capture one in a lambda
-  std::tie(cos, sin) = rope(past, T);
-  cos = cos.view({1, 1, T, Dh});
-  sin = sin.view({1, 1, T, Dh});
   auto rotate = [&](const at::Tensor& x) {
     const at::Tensor x1 = x.narrow(-1, 0, Dh / 2), x2 = x.narrow(-1, Dh / 2, Dh / 2);
     return x * cos + at::cat({-x2, x1}, -1) * sin;
   };
-  for (int l = from; l < to; ++l) {
-    if (cancel) cancel->check("the forward pass");
-    const Layer& L = layers_[static_cast<std::size_t>(l)];
-    const at::Tensor x = rmsNorm(h, L.attnNorm);
-    if (tap) tap(l, "attn_in", x);
-    const Activations act = activations_;
-    auto qkv = Weight::linear({&L.wq, &L.wk, &L.wv}, x, {L.bq, L.bk, L.bv}, act);
-    at::Tensor q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
+  const Layer& L = layers_[static_cast<std::size_t>(l)];
+  const Activations act = activations_;
+  const std::size_t n = hs.size();
+  std::vector<at::Tensor> xs(n);
+  for (std::size_t p = 0; p < n; ++p) {
+    xs[p] = rmsNorm(hs[p], L.attnNorm);
+    if (tap) tap(l, "attn_in", xs[p]);
+  }
+  auto qkv = linearStreams({&L.wq, &L.wk, &L.wv}, xs, {L.bq, L.bk, L.bv}, act);
+  std::vector<at::Tensor> os(n);
+  for (std::size_t p = 0; p < n; ++p) {
+    const std::int64_t B = hs[p].size(0), T = hs[p].size(1);
+    at::Tensor q = std::move(qkv[p][0]), k = std::move(qkv[p][1]), v = std::move(qkv[p][2]);
     q = q.view({B, T, cfg_.heads, Dh}).transpose(1, 2);
     k = k.view({B, T, cfg_.kvHeads, Dh}).transpose(1, 2);
     v = v.view({B, T, cfg_.kvHeads, Dh}).transpose(1, 2);
@@ -473,24 +520,78 @@ at::Tensor LlamaModel::runLayers(at::Tensor h, cache::KvCache& cache, int from, 
       tap(l, "v", v);
     }
     // The layer stores K/V and answers attention from what it holds (cache/layer.h: reference or fused mode).
-    at::Tensor o = cache.layer(l).attend(q, k.contiguous(), v.contiguous());
-    o = o.transpose(1, 2).reshape({B, T, cfg_.heads * Dh});
-    o = L.wo.linear(o, {}, act);
-    if (tap) tap(l, "attn_out", o);
-    h = h + o;
-    const at::Tensor y = rmsNorm(h, L.mlpNorm);
-    const auto gateUp = Weight::linear({&L.wGate, &L.wUp}, y, {}, act);
-    const at::Tensor mlp = L.wDown.linear(at::silu(gateUp[0]) * gateUp[1], {}, act);
-    if (tap) tap(l, "mlp_out", mlp);
-    h = h + mlp;
+    const at::Tensor o = caches[p]->layer(l).attend(q, k.contiguous(), v.contiguous());
+    os[p] = o.transpose(1, 2).reshape({B, T, cfg_.heads * Dh});
   }
-  return h;
+  auto wo = linearStreams({&L.wo}, os, {}, act);
+  std::vector<at::Tensor> ys(n);
+  for (std::size_t p = 0; p < n; ++p) {
+    if (tap) tap(l, "attn_out", wo[p][0]);
+    hs[p] = hs[p] + wo[p][0];
+    ys[p] = rmsNorm(hs[p], L.mlpNorm);
+  }
+  auto gateUp = linearStreams({&L.wGate, &L.wUp}, ys, {}, act);
+  for (std::size_t p = 0; p < n; ++p) ys[p] = at::silu(gateUp[p][0]) * gateUp[p][1];
+  auto down = linearStreams({&L.wDown}, ys, {}, act);
+  for (std::size_t p = 0; p < n; ++p) {
+    if (tap) tap(l, "mlp_out", down[p][0]);
+    hs[p] = hs[p] + down[p][0];
+  }
+}
+
+void LlamaModel::checkStream(const at::Tensor& h, const cache::KvCache& cache, int from, int to) const {
+  if (from < 0 || to > cfg_.layers || from > to || h.dim() != 3 || h.size(2) != cfg_.hidden)
+    throw Error(ErrorCode::Internal, fmt::format("runLayers: layers [{}, {}) of {} on a stream of shape {}", from, to,
+                                                 cfg_.layers, fmt::join(h.sizes(), "x")));
+  if (cache.numLayers() != cfg_.layers)
+    throw Error(ErrorCode::Internal,
+                fmt::format("runLayers: cache has {} layers, model {}", cache.numLayers(), cfg_.layers));
+}
+
+at::Tensor LlamaModel::runLayers(at::Tensor h, cache::KvCache& cache, int from, int to, std::int64_t past,
+                                 const TapFn& tap, const CancelToken* cancel) const {
+  checkStream(h, cache, from, to);
+  const std::int64_t T = h.size(1), Dh = cfg_.headDim;
+  auto [cos, sin] = rope(past, T);
+  cos = cos.view({1, 1, T, Dh});
+  sin = sin.view({1, 1, T, Dh});
+  std::vector<at::Tensor> hs{std::move(h)};
+  const std::vector<cache::KvCache*> caches{&cache};
+  for (int l = from; l < to; ++l) {
+    if (cancel) cancel->check("the forward pass");
+    layerStep(hs, caches, l, cos, sin, tap);
+  }
+  return hs[0];
+}
+
+std::vector<at::Tensor> LlamaModel::runLayer(std::vector<at::Tensor> hs, const std::vector<cache::KvCache*>& caches,
+                                             int layer, std::int64_t past) const {
+  if (hs.size() != caches.size() || hs.empty())
+    throw Error(ErrorCode::Internal, fmt::format("runLayer: {} streams for {} caches", hs.size(), caches.size()));
+  for (std::size_t p = 0; p < hs.size(); ++p) {
+    checkStream(hs[p], *caches[p], layer, layer + 1);
+    if (hs[p].size(1) != hs[0].size(1)) throw Error(ErrorCode::Internal, "runLayer: streams of different lengths");
+  }
+  const std::int64_t T = hs[0].size(1), Dh = cfg_.headDim;
+  auto [cos, sin] = rope(past, T);
+  layerStep(hs, caches, layer, cos.view({1, 1, T, Dh}), sin.view({1, 1, T, Dh}), {});
+  return hs;
 }
 
 at::Tensor LlamaModel::logits(at::Tensor h, bool lastOnly) const {
-  if (lastOnly) h = h.narrow(1, h.size(1) - 1, 1);
-  h = rmsNorm(h, finalNorm_);
-  return lmHead_.linear(h, {}, activations_).to(at::kFloat);
+  return std::move(logits(std::vector<at::Tensor>{std::move(h)}, lastOnly)[0]);
+}
+
+std::vector<at::Tensor> LlamaModel::logits(std::vector<at::Tensor> hs, bool lastOnly) const {
+  for (at::Tensor& h : hs) {
+    if (lastOnly) h = h.narrow(1, h.size(1) - 1, 1);
+    h = rmsNorm(h, finalNorm_);
+  }
+  auto ys = linearStreams({&lmHead_}, hs, {}, activations_);
+  std::vector<at::Tensor> out;
+  out.reserve(ys.size());
+  for (auto& y : ys) out.push_back(y[0].to(at::kFloat));
+  return out;
 }
 
 at::Tensor idsTensor(const std::vector<std::int64_t>& ids, std::size_t from, std::size_t n) {

@@ -84,6 +84,13 @@ class LlamaModel {
   /// True when a layer's matrices are llama.cpp block formats (a GGUF's, or float matrices quantized at load) that
   /// this context multiplies with its own kernels: where 8-bit activations compute as llama.cpp does.
   bool blockWeights() const;
+  /// Gives every layer matrix and the output matrix a float32 copy beside its stored form (Weight::withFloatCopy),
+  /// or takes it away: batched products on float32 activations then skip dequantizing, with the same values. For
+  /// work that runs the same weights over and over (the tuner's scan, generate::ScanArithmetic); it takes
+  /// floatCopyBytes(). Does nothing where the weights are dense (the device path).
+  void setFloatCopies(bool on);
+  /// The bytes those copies take (what setFloatCopies(true) adds), 0 where there would be none.
+  std::uint64_t floatCopyBytes() const;
 
   /// ids [batch, T] (int64, best on the CPU: they are checked there) at positions pastLength .. pastLength + T - 1;
   /// K/V go through `cache` (which holds pastLength tokens already). Returns logits [batch, T, vocab] in float32 on
@@ -105,6 +112,13 @@ class LlamaModel {
   at::Tensor runLayers(at::Tensor h, cache::KvCache& cache, int from, int to, std::int64_t past, const TapFn& tap = {},
                        const CancelToken* cancel = nullptr) const;
   at::Tensor logits(at::Tensor h, bool lastOnly) const;
+  /// The same for several streams at once, each through its own cache (the tuner's scan runs, which share a layer
+  /// and the forward's positions): each stream gets what runLayers(h, cache, layer, layer + 1, past) and logits(h,
+  /// lastOnly) give it alone, bit for bit. Where every stream has more than Weight::kKernelRows rows, the weight
+  /// products take the streams' rows as one batch: the weights are read (and the GEMM packs them) once for all.
+  std::vector<at::Tensor> runLayer(std::vector<at::Tensor> hs, const std::vector<cache::KvCache*>& caches, int layer,
+                                   std::int64_t past) const;
+  std::vector<at::Tensor> logits(std::vector<at::Tensor> hs, bool lastOnly) const;
 
   /// Layer l's bias of the q, k or v projection (`proj`: 'q', 'k', 'v'), [heads * head_dim] in the model's dtype on
   /// its device; undefined where the model has none. Throws Error (Internal) for another layer or projection.
@@ -129,6 +143,10 @@ class LlamaModel {
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(std::int64_t start, std::int64_t T) const;
   at::Tensor forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& o) const;
+  /// Layer l over the streams hs (in place), each through its cache; cos/sin: the positions' rotary tables.
+  void layerStep(std::vector<at::Tensor>& hs, const std::vector<cache::KvCache*>& caches, int l, const at::Tensor& cos,
+                 const at::Tensor& sin, const TapFn& tap) const;
+  void checkStream(const at::Tensor& h, const cache::KvCache& cache, int from, int to) const;
 
   ModelConfig cfg_;
   device::ExecutionContext ctx_;

@@ -124,8 +124,17 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
   for (std::size_t i = 0; i < ws.size(); ++i) {
     if (path[i] != Path::Gemm) continue;
     const Weight& w = *ws[i];
-    // A tile of rows at a time (about 8 MiB of float32), so a large vocabulary never needs its whole float copy.
-    const std::int64_t tile = std::max<std::int64_t>(64, (std::int64_t{8} << 20) / (4 * cols));
+    const std::int64_t tile = gemmTileRows(cols);
+    if (w.floatCopy_.defined() && n > kKernelRows) {  // the same products, from the copy's tiles
+      for (std::int64_t r0 = 0; r0 < w.rows(); r0 += tile) {
+        const std::int64_t rn = std::min(tile, w.rows() - r0);
+        if (rn == w.rows())
+          at::mm_out(ys[i], xf, w.floatCopy_.t());
+        else
+          ys[i].narrow(1, r0, rn).copy_(at::mm(xf, w.floatCopy_.narrow(0, r0, rn).t()));
+      }
+      continue;
+    }
     at::Tensor buf = at::empty({std::min(tile, w.rows()), cols}, at::kFloat);
     for (std::int64_t r0 = 0; r0 < w.rows(); r0 += tile) {
       const std::int64_t rn = std::min(tile, w.rows() - r0);
@@ -207,6 +216,27 @@ Weight Weight::unpacked() const {
     kernels::unpackRows(*packed_, r0, r1, out + r0 * m_.rowBytes, m_.rowBytes);
   });
   return Weight(m_.type, m_.rows, m_.cols, out, std::move(bytes));
+}
+
+std::uint64_t Weight::floatCopyBytes() const {
+  if (!defined() || dense_.defined()) return 0;
+  return static_cast<std::uint64_t>(m_.rows) * static_cast<std::uint64_t>(m_.cols) * 4;
+}
+
+Weight Weight::withFloatCopy() const {
+  if (!defined() || dense_.defined() || floatCopy_.defined()) return *this;
+  Weight w = *this;
+  w.floatCopy_ = at::empty({m_.rows, m_.cols}, at::kFloat);
+  float* out = w.floatCopy_.data_ptr<float>();
+  at::parallel_for(0, m_.rows, 64,
+                   [&](std::int64_t r0, std::int64_t r1) { dequantizeRows(r0, r1 - r0, out + r0 * m_.cols); });
+  return w;
+}
+
+Weight Weight::withoutFloatCopy() const {
+  Weight w = *this;
+  w.floatCopy_ = at::Tensor();
+  return w;
 }
 
 Weight Weight::toDense(const at::TensorOptions& options) const {

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +38,11 @@ class Weight {
  public:
   /// Activation rows up to which linear() runs the block kernels; from here on it dequantizes tiles for a GEMM.
   static constexpr std::int64_t kKernelRows = 16;
+  /// Rows per tile of that GEMM for rows of `cols` values (about 8 MiB of float32, at least 64 rows): a large
+  /// vocabulary never needs its whole float copy.
+  static std::int64_t gemmTileRows(std::int64_t cols) {
+    return std::max<std::int64_t>(64, (std::int64_t{8} << 20) / (4 * cols));
+  }
 
   Weight() = default;
   /// rows x cols values of ggml type `type` at `data`, row after row; `owner` keeps the bytes alive (a mapped file,
@@ -73,6 +79,17 @@ class Weight {
   Weight unpacked() const;
   bool isPacked() const { return packed_ != nullptr; }
 
+  /// The same weight with a float32 copy of its values beside its stored form: linear()'s GEMM path (more than
+  /// kKernelRows rows on float32 activations) then multiplies the copy's tiles instead of dequantizing each tile
+  /// again, with the same values bit for bit. For work that multiplies the same weights with batches over and over
+  /// (the tuner's scan); it takes 4 bytes a value. A dense weight (the device path): itself.
+  Weight withFloatCopy() const;
+  /// The same weight without that copy.
+  Weight withoutFloatCopy() const;
+  /// Bytes withFloatCopy() adds (0 where it adds nothing).
+  std::uint64_t floatCopyBytes() const;
+  bool hasFloatCopy() const { return floatCopy_.defined(); }
+
   /// x [..., cols] of any floating dtype -> x W^T (+ bias) [..., rows] in x's dtype, computed in float32 (a dense
   /// weight: in its own dtype, on its device).
   at::Tensor linear(const at::Tensor& x, const at::Tensor& bias = {}, Activations a = Activations::F32) const;
@@ -103,6 +120,7 @@ class Weight {
   const MappedFile* mapping_ = nullptr;
   at::Tensor dense_;  // the device path's form (toDense); m_ then keeps only the shape
   std::shared_ptr<const kernels::PackedMatrix> packed_;  // packed(): m_ then keeps only the shape
+  at::Tensor floatCopy_;                                 // withFloatCopy(): [rows, cols] float32
 };
 
 }  // namespace kvscope::model

@@ -8,9 +8,9 @@
 namespace kvscope::util {
 namespace {
 
-// A "Key:   123 kB" line of /proc/self/status, in bytes.
-std::int64_t statusField(const char* key) {
-  std::ifstream in("/proc/self/status");
+// A "Key:   123 kB" line of a /proc file (the process's status, the machine's meminfo), in bytes.
+std::int64_t procField(const char* file, const char* key) {
+  std::ifstream in(file);
   std::string line;
   const std::string prefix = std::string(key) + ":";
   while (std::getline(in, line)) {
@@ -27,10 +27,13 @@ std::int64_t statusField(const char* key) {
 }  // namespace
 
 std::int64_t residentBytes() {
-  return statusField("VmRSS");
+  return procField("/proc/self/status", "VmRSS");
 }
 std::int64_t peakResidentBytes() {
-  return statusField("VmHWM");
+  return procField("/proc/self/status", "VmHWM");
+}
+std::int64_t availableMemoryBytes() {
+  return procField("/proc/meminfo", "MemAvailable");
 }
 
 void releaseFreeMemory() {

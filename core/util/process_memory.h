@@ -8,6 +8,8 @@ namespace kvscope::util {
 
 /// Resident bytes now (VmRSS); 0 where /proc is not readable.
 std::int64_t residentBytes();
+/// The machine's memory available to new allocations without swapping (MemAvailable); 0 where unknown.
+std::int64_t availableMemoryBytes();
 /// The allocator policy of kvscope's programs: buffers of 1 MiB and more are mapped on their own and go back to the
 /// kernel when freed (glibc's mmap threshold fixed, where it would otherwise grow and keep such buffers in the heap).
 /// Resident memory then follows what the model and the cache hold: without it a long chunked prefill of a quanto

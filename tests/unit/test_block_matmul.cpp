@@ -572,3 +572,49 @@ TEST(Weight, AModelPackedForEightBitActivationsAndBack) {
     EXPECT_FALSE(at::equal(before[i], q8[i]));
   }
 }
+
+TEST(Weight, AFloat32CopyGivesTheSameProducts) {
+  // Every format, one tile; then a matrix of three tiles (the last one short), as the output matrix has.
+  std::vector<std::pair<Case, std::int64_t>> cases;
+  for (const Case& c : kCases) cases.push_back({c, 70});
+  cases.push_back({{GgmlType::Q4_K, 4096}, 1100});
+  ASSERT_EQ(model::Weight::gemmTileRows(4096), 512);
+  for (const auto& [c, rows] : cases) {
+    auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(c.type, rows, c.cols, 5));
+    const model::Weight W(static_cast<std::uint32_t>(c.type), rows, c.cols, data->data(), data);
+    const model::Weight F = W.withFloatCopy();
+    ASSERT_TRUE(F.hasFloatCopy()) << name(c.type);
+    EXPECT_FALSE(W.hasFloatCopy());
+    EXPECT_EQ(F.floatCopyBytes(), static_cast<std::uint64_t>(rows * c.cols * 4)) << name(c.type);
+    EXPECT_EQ(F.bytes(), W.bytes());  // the stored form is still what the model holds
+    const at::Tensor bias = at::randn({rows});
+    for (std::int64_t m : {std::int64_t{1}, model::Weight::kKernelRows, model::Weight::kKernelRows + 1,
+                           std::int64_t{32}, std::int64_t{128}}) {
+      const at::Tensor x = at::randn({1, m, c.cols});
+      EXPECT_TRUE(at::equal(F.linear(x), W.linear(x))) << name(c.type) << " rows " << rows << " m=" << m;
+      EXPECT_TRUE(at::equal(F.linear(x, bias), W.linear(x, bias))) << name(c.type) << " m=" << m << " with bias";
+      // Several weights in one call (Q, K and V): one with a copy beside one without.
+      const auto both = model::Weight::linear({&F, &W}, x);
+      EXPECT_TRUE(at::equal(both[0], both[1])) << name(c.type) << " m=" << m;
+    }
+    EXPECT_FALSE(F.withoutFloatCopy().hasFloatCopy());
+  }
+}
+
+TEST(Weight, AModelWithFloat32CopiesComputesTheSameLogits) {
+  auto m = model::LlamaModel::load(testutil::randomModel(), device::ExecutionContext(), {},
+                                   static_cast<std::uint32_t>(GgmlType::Q4_0));
+  const std::uint64_t stored = m->weightBytes();
+  const auto ids = model::idsTensor(testutil::prompt(40), 0, 40);  // more rows than the block kernels take
+  auto logits = [&] {
+    auto kv = m->makeCache(cache::parseSpec("dynamic"));
+    return m->forward(ids, *kv);  // every position: the output matrix through the GEMM too
+  };
+  const at::Tensor before = logits();
+  EXPECT_GT(m->floatCopyBytes(), stored);
+  m->setFloatCopies(true);
+  EXPECT_EQ(m->weightBytes(), stored);
+  EXPECT_TRUE(at::equal(logits(), before));
+  m->setFloatCopies(false);
+  EXPECT_TRUE(at::equal(logits(), before));
+}

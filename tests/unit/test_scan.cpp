@@ -18,6 +18,7 @@
 #include "gguf_writer.h"
 #include "kernels/ggml_type.h"
 #include "model/llama.h"
+#include "util/error.h"
 
 namespace kvscope {
 namespace {
@@ -182,6 +183,9 @@ TEST(Scan, AModelOnEightBitActivationsIsScannedInFloat32) {
     const generate::ScanArithmetic arithmetic(*m);
     EXPECT_TRUE(arithmetic.switched());
     EXPECT_EQ(m->activations(), model::Activations::F32);
+    // And the weights with float32 copies (the prompt's 20 rows multiply them), with the same figures.
+    EXPECT_GT(arithmetic.floatCopyBytes(), 0U);
+    EXPECT_EQ(arithmetic.floatCopyBytes(), m->floatCopyBytes());
     const auto scanned = generate::evaluateLayerRuns(*m, windows, runs, o);
     for (std::size_t i = 0; i < f32.size(); ++i) expectSameFigures(scanned[i], f32[i]);
   }
@@ -196,6 +200,36 @@ TEST(Scan, AModelOnEightBitActivationsIsScannedInFloat32) {
     EXPECT_FALSE(arithmetic.switched());
   }
   EXPECT_EQ(m->activations(), model::Activations::F32);
+}
+
+TEST(Scan, StreamsSideBySideGetWhatEachGetsAlone) {
+  // A Q8_0 model (block weights: the GEMM path over dequantized tiles), three caches of different kinds, streams of
+  // 24 rows (one batch for the weight products) and of 4 (the block kernels, stream by stream).
+  const auto m = model::LlamaModel::load(scanModel(), device::ExecutionContext(), {},
+                                         static_cast<std::uint32_t>(kernels::GgmlType::Q8_0));
+  const std::vector<std::string> specs = {"dynamic", "llamacpp:type_k=q4_0,type_v=q8_0", "fp8"};
+  for (std::int64_t T : {24, 4}) {
+    std::vector<at::Tensor> hs;
+    std::vector<std::unique_ptr<cache::KvCache>> alone, together;
+    std::vector<cache::KvCache*> caches;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      hs.push_back(at::randn({1, T, m->config().hidden}));
+      alone.push_back(m->makeCache(cache::parseSpec(specs[i])));
+      together.push_back(m->makeCache(cache::parseSpec(specs[i])));
+      caches.push_back(together.back().get());
+    }
+    std::vector<at::Tensor> side = hs;
+    for (int l = 0; l < m->config().layers; ++l) side = m->runLayer(side, caches, l, 0);
+    const auto lastOnly = m->logits(side, true), every = m->logits(side, false);
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const at::Tensor h = m->runLayers(hs[i], *alone[i], 0, m->config().layers, 0);
+      EXPECT_TRUE(at::equal(side[i], h)) << specs[i] << " T=" << T;
+      EXPECT_TRUE(at::equal(every[i], m->logits(h, false))) << specs[i] << " T=" << T;
+      EXPECT_TRUE(at::equal(lastOnly[i], m->logits(h, true))) << specs[i] << " T=" << T;
+      EXPECT_EQ(caches[i]->seqLength(), T) << specs[i];
+    }
+  }
+  EXPECT_THROW(m->runLayer({at::randn({1, 4, m->config().hidden})}, {}, 0, 0), Error);
 }
 
 TEST(Scan, ALayerOutsideTheModelIsAConfigError) {
