@@ -7,7 +7,8 @@
 // layers above see the reference's inputs and hold its states, and the forward's logits are the reference's: the
 // run goes on at L alone and keeps those forwards; at the first forward that differs, the layers above take the
 // reference's states of the forwards kept (the stores their attention would have made) and the run goes through
-// them from then on.
+// them from then on. A thread runs a group of runs side by side, layer by layer, so that each weight product serves
+// the whole group (resumeRuns).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -29,9 +30,9 @@ namespace kvscope::generate {
 
 namespace {
 
-/// Scan runs resumed side by side on one thread (resumeRuns) at most: in groups of 8 (four layers' keys and
-/// values), the documented scan's 120 runs read each weight about a quarter as often as one layer's two runs would,
-/// for the activations of 8 runs at once.
+/// The most runs one thread resumes side by side (resumeRuns). In groups of 8 (four layers' keys and values), the
+/// documented scan's runs read each weight about a quarter as often as one layer's two runs would; larger groups
+/// hold more activations and logits at once, and 16 were slower (docs/cache-configs.md).
 constexpr std::size_t kGroup = 8;
 
 /// One forward of a window (`part`) as the reference ran it: the residual stream entering each layer and after the
@@ -105,24 +106,24 @@ std::vector<at::Tensor> resumeRuns(const model::LlamaModel& model, const std::ve
     std::vector<at::Tensor> h(n);  // each run's stream in this forward, while it goes on
     std::vector<char> going(n, 0);
     for (int l = lowest; l < layers; ++l) {
-      std::vector<std::size_t> at;  // the runs through layer l: those starting here and those going on
+      std::vector<std::size_t> through;  // the runs through layer l: those starting here and those going on
       for (std::size_t r = 0; r < n; ++r) {
         if (layerOf[r] == l) {
           h[r] = f.stream[static_cast<std::size_t>(l)];
           going[r] = 1;
         }
-        if (going[r]) at.push_back(r);
+        if (going[r]) through.push_back(r);
       }
-      if (at.empty()) continue;
+      if (through.empty()) continue;
       std::vector<at::Tensor> hs;
       std::vector<cache::KvCache*> caches;
-      for (std::size_t r : at) {
+      for (std::size_t r : through) {
         hs.push_back(h[r]);
         caches.push_back(kvs[r]);
       }
       hs = model.runLayer(std::move(hs), caches, l, f.part.from);
-      for (std::size_t j = 0; j < at.size(); ++j) {
-        const std::size_t r = at[j];
+      for (std::size_t j = 0; j < through.size(); ++j) {
+        const std::size_t r = through[j];
         h[r] = std::move(hs[j]);
         if (layerOf[r] != l || !same[r]) continue;
         if (at::equal(h[r], f.stream[static_cast<std::size_t>(l) + 1])) {  // the reference's from here on
