@@ -448,45 +448,6 @@ at::Tensor LlamaModel::embed(const at::Tensor& ids) const {
   return embed_.gather(ids).to(ctx_.dtype());
 }
 
-namespace {
-
-/// x W^T (+ bias) through several weights for several streams, out[stream][weight]. The streams' rows go as one
-/// batch where the product is LibTorch's float32 GEMM over host weights for each stream alone (float32 activations,
-/// more than Weight::kKernelRows rows a stream): MKL's GEMM gives a row the same values whatever rows are beside it
-/// (docs/cache-configs.md). Else stream by stream (the block kernels, 8-bit activations, a device's GEMM).
-std::vector<std::vector<at::Tensor>> linearStreams(const std::vector<const Weight*>& ws,
-                                                   const std::vector<at::Tensor>& xs,
-                                                   const std::vector<at::Tensor>& biases, Activations act) {
-  std::vector<std::vector<at::Tensor>> out;
-  out.reserve(xs.size());
-  bool batch = xs.size() > 1 && act == Activations::F32 && !ws.front()->isDense();
-  for (const at::Tensor& x : xs) batch = batch && x.numel() / x.size(-1) > Weight::kKernelRows;
-  if (!batch) {
-    for (const at::Tensor& x : xs) out.push_back(Weight::linear(ws, x, biases, act));
-    return out;
-  }
-  std::vector<at::Tensor> flat;
-  flat.reserve(xs.size());
-  for (const at::Tensor& x : xs) flat.push_back(x.reshape({-1, x.size(-1)}));
-  const auto ys = Weight::linear(ws, at::cat(flat, 0), biases, act);
-  std::int64_t r0 = 0;
-  for (const at::Tensor& x : xs) {
-    const std::int64_t n = x.numel() / x.size(-1);
-    std::vector<at::Tensor> mine;
-    mine.reserve(ys.size());
-    for (const at::Tensor& y : ys) {
-      std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
-      shape.back() = y.size(-1);
-      mine.push_back(y.narrow(0, r0, n).view(shape));
-    }
-    out.push_back(std::move(mine));
-    r0 += n;
-  }
-  return out;
-}
-
-}  // namespace
-
 void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache::KvCache*>& caches, int l,
                            const at::Tensor& cos, const at::Tensor& sin, const TapFn& tap) const {
   const std::int64_t Dh = cfg_.headDim;
@@ -502,7 +463,7 @@ void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache:
     xs[p] = rmsNorm(hs[p], L.attnNorm);
     if (tap) tap(l, "attn_in", xs[p]);
   }
-  auto qkv = linearStreams({&L.wq, &L.wk, &L.wv}, xs, {L.bq, L.bk, L.bv}, act);
+  auto qkv = Weight::linearStreams({&L.wq, &L.wk, &L.wv}, xs, {L.bq, L.bk, L.bv}, act);
   std::vector<at::Tensor> os(n);
   for (std::size_t p = 0; p < n; ++p) {
     const std::int64_t B = hs[p].size(0), T = hs[p].size(1);
@@ -523,16 +484,16 @@ void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache:
     const at::Tensor o = caches[p]->layer(l).attend(q, k.contiguous(), v.contiguous());
     os[p] = o.transpose(1, 2).reshape({B, T, cfg_.heads * Dh});
   }
-  auto wo = linearStreams({&L.wo}, os, {}, act);
+  auto wo = Weight::linearStreams({&L.wo}, os, {}, act);
   std::vector<at::Tensor> ys(n);
   for (std::size_t p = 0; p < n; ++p) {
     if (tap) tap(l, "attn_out", wo[p][0]);
     hs[p] = hs[p] + wo[p][0];
     ys[p] = rmsNorm(hs[p], L.mlpNorm);
   }
-  auto gateUp = linearStreams({&L.wGate, &L.wUp}, ys, {}, act);
+  auto gateUp = Weight::linearStreams({&L.wGate, &L.wUp}, ys, {}, act);
   for (std::size_t p = 0; p < n; ++p) ys[p] = at::silu(gateUp[p][0]) * gateUp[p][1];
-  auto down = linearStreams({&L.wDown}, ys, {}, act);
+  auto down = Weight::linearStreams({&L.wDown}, ys, {}, act);
   for (std::size_t p = 0; p < n; ++p) {
     if (tap) tap(l, "mlp_out", down[p][0]);
     hs[p] = hs[p] + down[p][0];
@@ -587,7 +548,7 @@ std::vector<at::Tensor> LlamaModel::logits(std::vector<at::Tensor> hs, bool last
     if (lastOnly) h = h.narrow(1, h.size(1) - 1, 1);
     h = rmsNorm(h, finalNorm_);
   }
-  auto ys = linearStreams({&lmHead_}, hs, {}, activations_);
+  auto ys = Weight::linearStreams({&lmHead_}, hs, {}, activations_);
   std::vector<at::Tensor> out;
   out.reserve(ys.size());
   for (auto& y : ys) out.push_back(y[0].to(at::kFloat));

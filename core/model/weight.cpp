@@ -124,23 +124,23 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
   for (std::size_t i = 0; i < ws.size(); ++i) {
     if (path[i] != Path::Gemm) continue;
     const Weight& w = *ws[i];
+    // Tile by tile from the float32 copy where the weight has one (withFloatCopy), else dequantized into a buffer.
     const std::int64_t tile = gemmTileRows(cols);
-    if (w.floatCopy_.defined() && n > kKernelRows) {  // the same products, from the copy's tiles
-      for (std::int64_t r0 = 0; r0 < w.rows(); r0 += tile) {
-        const std::int64_t rn = std::min(tile, w.rows() - r0);
-        if (rn == w.rows())
-          at::mm_out(ys[i], xf, w.floatCopy_.t());
-        else
-          ys[i].narrow(1, r0, rn).copy_(at::mm(xf, w.floatCopy_.narrow(0, r0, rn).t()));
-      }
-      continue;
-    }
-    at::Tensor buf = at::empty({std::min(tile, w.rows()), cols}, at::kFloat);
+    at::Tensor buf;
+    if (!w.floatCopy_.defined()) buf = at::empty({std::min(tile, w.rows()), cols}, at::kFloat);
     for (std::int64_t r0 = 0; r0 < w.rows(); r0 += tile) {
       const std::int64_t rn = std::min(tile, w.rows() - r0);
-      at::Tensor t = buf.narrow(0, 0, rn);
-      w.dequantizeRows(r0, rn, t.data_ptr<float>());
-      ys[i].narrow(1, r0, rn).copy_(at::mm(xf, t.t()));
+      at::Tensor t;
+      if (w.floatCopy_.defined()) {
+        t = w.floatCopy_.narrow(0, r0, rn);
+      } else {
+        t = buf.narrow(0, 0, rn);
+        w.dequantizeRows(r0, rn, t.data_ptr<float>());
+      }
+      if (rn == w.rows())
+        at::mm_out(ys[i], xf, t.t());  // one tile: straight into the output
+      else
+        ys[i].narrow(1, r0, rn).copy_(at::mm(xf, t.t()));
     }
   }
   std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
@@ -150,6 +150,37 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
     ys[i] = ys[i].view(shape).to(x.scalar_type());
   }
   return ys;
+}
+
+std::vector<std::vector<at::Tensor>> Weight::linearStreams(const std::vector<const Weight*>& ws,
+                                                           const std::vector<at::Tensor>& xs,
+                                                           const std::vector<at::Tensor>& biases, Activations act) {
+  std::vector<std::vector<at::Tensor>> out;
+  out.reserve(xs.size());
+  bool batch = xs.size() > 1 && act == Activations::F32 && !ws.front()->isDense();
+  for (const at::Tensor& x : xs) batch = batch && x.numel() / x.size(-1) > kKernelRows;
+  if (!batch) {
+    for (const at::Tensor& x : xs) out.push_back(linear(ws, x, biases, act));
+    return out;
+  }
+  std::vector<at::Tensor> flat;
+  flat.reserve(xs.size());
+  for (const at::Tensor& x : xs) flat.push_back(x.reshape({-1, x.size(-1)}));
+  const auto ys = linear(ws, at::cat(flat, 0), biases, act);
+  std::int64_t r0 = 0;
+  for (const at::Tensor& x : xs) {
+    const std::int64_t n = x.numel() / x.size(-1);
+    std::vector<at::Tensor> mine;
+    mine.reserve(ys.size());
+    for (const at::Tensor& y : ys) {
+      std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
+      shape.back() = y.size(-1);
+      mine.push_back(y.narrow(0, r0, n).view(shape));
+    }
+    out.push_back(std::move(mine));
+    r0 += n;
+  }
+  return out;
 }
 
 at::Tensor Weight::gather(const at::Tensor& ids) const {

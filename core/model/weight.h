@@ -97,6 +97,13 @@ class Weight {
   /// out[i] = x ws[i]^T (+ biases[i] where given and defined).
   static std::vector<at::Tensor> linear(const std::vector<const Weight*>& ws, const at::Tensor& x,
                                         const std::vector<at::Tensor>& biases = {}, Activations a = Activations::F32);
+  /// The same for several streams (the tuner's scan runs side by side), out[stream][weight]. The streams' rows go as
+  /// one batch where each stream alone would take the float32 GEMM over host weights (float32 activations, more than
+  /// kKernelRows rows a stream): MKL's GEMM gives a row the same values whatever rows are beside it
+  /// (docs/cache-configs.md). Else stream by stream (the block kernels, 8-bit activations, a device's GEMM).
+  static std::vector<std::vector<at::Tensor>> linearStreams(const std::vector<const Weight*>& ws,
+                                                            const std::vector<at::Tensor>& xs,
+                                                            const std::vector<at::Tensor>& biases, Activations a);
   /// The rows `ids` (int64, any shape) as float32 [ids..., cols]: an embedding lookup.
   at::Tensor gather(const at::Tensor& ids) const;
   /// The whole matrix as a float32 [rows, cols] tensor.
