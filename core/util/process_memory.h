@@ -2,7 +2,10 @@
 // the peak so that one run's peak can be measured inside a longer process. Torch-free, Qt-free.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 
 namespace kvscope::util {
 
@@ -29,6 +32,15 @@ class HeapReuse {
 /// Returns freed heap pages to the kernel (malloc_trim): between prefill chunks, so that the many short-lived
 /// buffers of a long prompt do not leave the resident size above what the cache holds.
 void releaseFreeMemory();
+/// A buffer read whole over and over (a model's repacked weights), from allocateStreamed.
+struct FreeDeleter {
+  void operator()(std::uint8_t* p) const noexcept { std::free(p); }
+};
+using StreamedBuffer = std::unique_ptr<std::uint8_t[], FreeDeleter>;
+/// `bytes` (not zeroed: pages become resident as they are written) aligned to 2 MiB and, where the kernel gives
+/// transparent huge pages on request (`madvise` mode, Debian's default), in huge pages: a decode step streams every
+/// weight once, and with 4 KiB pages it would walk the page tables once per 4 KiB of it. Throws std::bad_alloc.
+StreamedBuffer allocateStreamed(std::size_t bytes);
 /// Peak resident bytes since the process started or since the last resetPeakResident() (VmHWM); 0 if unknown.
 std::int64_t peakResidentBytes();
 /// Returns freed heap memory to the kernel (malloc_trim) and restarts the peak at the current resident size

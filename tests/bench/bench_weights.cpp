@@ -6,14 +6,21 @@
 //                      block formats; LibTorch's MKL GEMV), and
 //   matvec/memcpy      copying the weight's stored bytes (the memory-bound floor for one read of the weight).
 // Bytes processed are the weight's stored bytes, so the GB/s column compares the formats with the copy directly.
+//   decode_stream/Q4_K/huge_pages and /small_pages: one activation row through 24 packed [14336, 4096] Q4_K matrices
+//                      (Llama-3-8B's FFN shape, 800 MB: far past the L3, as a decode step of a 7-8B model), their
+//                      packed form in 2 MiB pages (as Weight::packed allocates it) or in 4 KiB pages (a copy).
 // On LibTorch's intra-op threads (the process default, or --threads N via OMP_NUM_THREADS).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 
+#include <cstdint>
 #include <cstring>
 #include <random>
 
 #include "kernels/cpu/blocks.h"
+#include "kernels/cpu/packed_matmul.h"
 #include "model/weight.h"
 
 using namespace kvscope;
@@ -22,9 +29,10 @@ namespace {
 
 constexpr std::int64_t kRows = 5632, kCols = 2048;
 
-std::shared_ptr<std::vector<std::uint8_t>> randomBlocks(std::uint32_t type) {
+std::shared_ptr<std::vector<std::uint8_t>> randomBlocks(std::uint32_t type, std::int64_t rows = kRows,
+                                                        std::int64_t cols = kCols) {
   const auto L = kernels::blockLayout(type);
-  auto v = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(kRows * kCols / L.values * L.bytes));
+  auto v = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(rows * cols / L.values * L.bytes));
   std::mt19937 rng(1);
   for (auto& b : *v) b = static_cast<std::uint8_t>(rng() & 0x3F);  // small bytes: finite fp16 scales everywhere
   return v;
@@ -68,6 +76,41 @@ void copyBytes(benchmark::State& st) {  // Q4_0's stored size
   st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * static_cast<std::int64_t>(src->size()));
 }
 
+// A decode step's weight stream: what each matrix's pages cost when the weights are far larger than the caches.
+void decodeStream(benchmark::State& st, bool hugePages) {
+  constexpr std::int64_t rows = 14336, cols = 4096, count = 24;
+  const auto type = static_cast<std::uint32_t>(kernels::GgmlType::Q4_K);
+  const auto bytes = randomBlocks(type, rows, cols);
+  const kernels::BlockMatrix stored{type, rows, cols, bytes->data(),
+                                    cols / kernels::blockLayout(type).values * kernels::blockLayout(type).bytes};
+  std::vector<kernels::PackedMatrix> ws(count);
+  for (auto& p : ws) {
+    kernels::packPrepare(stored, p);
+    kernels::packTiles(stored, p, 0, p.tiles());
+    if (hugePages) continue;
+    const auto n = static_cast<std::size_t>(p.bytes());
+    util::StreamedBuffer small(static_cast<std::uint8_t*>(std::malloc(n)));
+    const auto page = reinterpret_cast<std::uintptr_t>(small.get()) / 4096 * 4096;  // madvise takes whole pages
+    madvise(reinterpret_cast<void*>(page), n, MADV_NOHUGEPAGE);
+    std::memcpy(small.get(), p.data.get(), n);
+    p.data = std::move(small);
+  }
+  const at::Tensor x = at::randn({1, cols});
+  kernels::Q8Rows xq;
+  kernels::quantizeRowsQ8(x.data_ptr<float>(), 1, cols, cols, xq);
+  std::vector<float> y(static_cast<std::size_t>(rows));
+  for (auto _ : st)
+    for (const auto& p : ws) {
+      at::parallel_for(0, p.tiles(), 1, [&](std::int64_t t0, std::int64_t t1) {
+        kernels::packedMatmulQ8(p, xq, y.data(), rows, t0, t1);
+      });
+      benchmark::DoNotOptimize(y.data());
+    }
+  std::int64_t streamed = 0;
+  for (const auto& p : ws) streamed += p.bytes();
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations()) * streamed);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,6 +132,10 @@ int main(int argc, char** argv) {
     }
   benchmark::RegisterBenchmark("matvec/f32_dense", denseF32)->Arg(1)->Arg(4)->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("matvec/memcpy", copyBytes)->Unit(benchmark::kMicrosecond);
+  for (const bool huge : {true, false})
+    benchmark::RegisterBenchmark(huge ? "decode_stream/Q4_K/huge_pages" : "decode_stream/Q4_K/small_pages",
+                                 [huge](benchmark::State& st) { decodeStream(st, huge); })
+        ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

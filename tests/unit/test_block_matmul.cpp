@@ -10,9 +10,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "kernels/cpu/block_matmul.h"
 #include "kernels/cpu/blocks.h"
@@ -438,6 +441,47 @@ TEST(PackedMatmul, EightBitActivationsEveryPackedTypeBothPaths) {
       }
     }
   }
+}
+
+// The VmFlags of the mapping that holds `p` (/proc/self/smaps), or "" where it is not found.
+std::string vmFlagsAt(const void* p) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  while (std::getline(in, line)) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' '))
+      inside = lo <= at && at < hi;
+    else if (inside && line.rfind("VmFlags:", 0) == 0)
+      return line;
+  }
+  return "";
+}
+
+// A decode step streams every packed weight once, so a packed form past a huge page lives in 2 MiB pages
+// (util::allocateStreamed): aligned to them and marked for them (VmFlags "hg") where the kernel does transparent huge
+// pages at all; it holds the stored values as a small one does.
+TEST(PackedMatmul, AMatrixPastAHugePageIsInHugePages) {
+  const std::int64_t rows = 1024, cols = 4096;  // Q4_K packed: 2.3 MiB
+  const auto data = randomMatrix(GgmlType::Q4_K, rows, cols, 37);
+  const kernels::PackedMatrix p = packedOf(blockMatrix(GgmlType::Q4_K, rows, cols, data));
+  ASSERT_GT(p.bytes(), std::int64_t{2} << 20);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p.data.get()) % (std::uintptr_t{2} << 20), 0u);
+  std::ifstream mode("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(mode, modes);
+  if (!modes.empty() && modes.find("[never]") == std::string::npos) {
+    const std::string flags = vmFlagsAt(p.data.get());
+    EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+  }
+  const auto ref = dequantized(GgmlType::Q4_K, data, rows * cols);
+  std::vector<float> got(ref.size());
+  kernels::packedDequantize(p, 0, rows, got.data());
+  EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)), 0);
+  const util::StreamedBuffer small = util::allocateStreamed(100);
+  ASSERT_NE(small.get(), nullptr);
+  std::memset(small.get(), 1, 100);
 }
 
 // A weight packed for 8-bit activations: the same products as the stored form (decode and prefill batches), the

@@ -126,7 +126,7 @@ void packPrepare(const BlockMatrix& w, PackedMatrix& out) {
   out.rows = w.rows;
   out.cols = w.cols;
   out.tileBytes = packedTileBytes(w.type, w.cols);
-  out.data.reset(new std::uint8_t[static_cast<std::size_t>(out.bytes())]);  // not zeroed: see packTiles
+  out.data = util::allocateStreamed(static_cast<std::size_t>(out.bytes()));  // not zeroed: see packTiles
 }
 
 namespace {

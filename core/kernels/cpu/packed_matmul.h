@@ -23,6 +23,7 @@
 #include <memory>
 
 #include "kernels/cpu/block_matmul.h"
+#include "util/process_memory.h"
 
 namespace kvscope::kernels {
 
@@ -32,7 +33,7 @@ struct PackedMatrix {
   std::int64_t tileBytes = 0;
   /// tiles() tiles of tileBytes; packPrepare allocates them without touching them, so memory becomes resident as
   /// packTiles writes it (a caller can give back the stored form's pages as it goes).
-  std::unique_ptr<std::uint8_t[]> data;
+  util::StreamedBuffer data;
   std::int64_t tiles() const { return (rows + 15) / 16; }
   std::int64_t bytes() const { return tiles() * tileBytes; }
 };
