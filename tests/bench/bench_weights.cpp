@@ -90,8 +90,8 @@ void decodeStream(benchmark::State& st, bool hugePages) {
     if (hugePages) continue;
     const auto n = static_cast<std::size_t>(p.bytes());
     util::StreamedBuffer small(static_cast<std::uint8_t*>(std::malloc(n)));
-    const auto page = reinterpret_cast<std::uintptr_t>(small.get()) / 4096 * 4096;  // madvise takes whole pages
-    madvise(reinterpret_cast<void*>(page), n, MADV_NOHUGEPAGE);
+    const auto offset = static_cast<std::size_t>(reinterpret_cast<std::uintptr_t>(small.get()) % 4096);
+    madvise(small.get() - offset, n + offset, MADV_NOHUGEPAGE);  // madvise takes whole pages
     std::memcpy(small.get(), p.data.get(), n);
     p.data = std::move(small);
   }
