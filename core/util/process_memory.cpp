@@ -40,13 +40,16 @@ std::int64_t availableMemoryBytes() {
 
 StreamedBuffer allocateStreamed(std::size_t bytes) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
-  auto* p = static_cast<std::uint8_t*>(bytes < kHuge ? std::malloc(bytes == 0 ? 1 : bytes)
-                                                     : std::aligned_alloc(kHuge, bytes));
+  void* p = nullptr;
+  if (bytes < kHuge)
+    p = std::malloc(bytes == 0 ? 1 : bytes);
+  else if (posix_memalign(&p, kHuge, bytes) != 0)  // not aligned_alloc: C11 wants a size of whole 2 MiB
+    p = nullptr;
   if (p == nullptr) throw std::bad_alloc();
   // Whole huge pages only: a tail in one would make up to 2 MiB resident that the buffer does not use. A hint: where
   // the kernel does not do huge pages on request, the buffer is in small pages and works the same.
   if (bytes >= kHuge) (void)madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);
-  return StreamedBuffer(p);
+  return StreamedBuffer(static_cast<std::uint8_t*>(p));
 }
 
 void releaseFreeMemory() {
