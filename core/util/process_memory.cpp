@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <fstream>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -62,11 +63,13 @@ void setAllocatorPolicy() {
 
 HeapReuse::HeapReuse() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  mallopt(M_MMAP_MAX, 0);
 }
 
 HeapReuse::~HeapReuse() {
   mallopt(M_TRIM_THRESHOLD, 128 << 10);  // glibc's default
+  mallopt(M_MMAP_MAX, 65536);
   setAllocatorPolicy();
   malloc_trim(0);
 }

@@ -18,10 +18,10 @@ std::int64_t availableMemoryBytes();
 /// Resident memory then follows what the model and the cache hold: without it a long chunked prefill of a quanto
 /// cache peaked 1.6x higher on fragments. Call once at start-up.
 void setAllocatorPolicy();
-/// While it lives, freed buffers up to 32 MiB stay in the heap for the next allocation (glibc's mmap and trim
-/// thresholds raised): for work that allocates the same large buffers over and over (the tuner's scan: logits,
-/// activations, a cache per run), where mapping each afresh costs a page fault per 4 KiB. Its end restores
-/// setAllocatorPolicy() and returns what is free to the kernel.
+/// While it lives, freed buffers of any size stay in the heap for the next allocation (glibc maps nothing on its own
+/// and trims nothing): for work that allocates the same large buffers over and over (the tuner's scan: logits of 25-50
+/// MB, activations, a cache per run), where mapping each afresh, or giving the heap's top back, costs a page fault per
+/// 4 KiB. Its end restores setAllocatorPolicy() and returns what is free to the kernel.
 class HeapReuse {
  public:
   HeapReuse();
