@@ -166,7 +166,7 @@ void LlamaModel::placeOnDevice() {
   finalNorm_ = ctx_.place(finalNorm_);
   invFreq_ = ctx_.place(invFreq_);
   for (Layer& L : layers_) {
-    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) *w = w->toDense(wo);
+    for (Weight* w : L.matrices()) *w = w->toDense(wo);
     for (at::Tensor* t : {&L.attnNorm, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm}) *t = ctx_.place(*t);
   }
 }
@@ -335,27 +335,27 @@ void LlamaModel::setActivations(Activations a) {
   activations_ = a;
   auto form = [a](Weight& w) { w = a == Activations::Q8 ? w.packed() : w.unpacked(); };
   for (Layer& L : layers_)
-    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) form(*w);
+    for (Weight* w : L.matrices()) form(*w);
   form(lmHead_);
 }
 
 void LlamaModel::setFloatCopies(bool on) {
   auto form = [on](Weight& w) { w = on ? w.withFloatCopy() : w.withoutFloatCopy(); };
   for (Layer& L : layers_)
-    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) form(*w);
+    for (Weight* w : L.matrices()) form(*w);
   form(lmHead_);
 }
 
 std::uint64_t LlamaModel::floatCopyBytes() const {
   std::uint64_t n = lmHead_.floatCopyBytes();
   for (const Layer& L : layers_)
-    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) n += w->floatCopyBytes();
+    for (const Weight* w : L.matrices()) n += w->floatCopyBytes();
   return n;
 }
 
 bool LlamaModel::blockWeights() const {
   for (const Layer& L : layers_)
-    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown})
+    for (const Weight* w : L.matrices())
       if (w->blockFormat()) return true;
   return false;
 }
@@ -368,7 +368,7 @@ std::uint64_t LlamaModel::weightBytes() const {
   };
   add(finalNorm_);
   for (const Layer& L : layers_) {
-    for (const Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown}) n += w->bytes();
+    for (const Weight* w : L.matrices()) n += w->bytes();
     for (const at::Tensor* t : {&L.attnNorm, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm}) add(*t);
   }
   return n;

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -139,6 +140,9 @@ class LlamaModel {
   struct Layer {
     Weight wq, wk, wv, wo, wGate, wUp, wDown;
     at::Tensor attnNorm, bq, bk, bv, qNorm, kNorm, mlpNorm;
+    /// The layer's seven matrices, for what is done to each of them alike.
+    std::array<Weight*, 7> matrices() { return {&wq, &wk, &wv, &wo, &wGate, &wUp, &wDown}; }
+    std::array<const Weight*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &wGate, &wUp, &wDown}; }
   };
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(std::int64_t start, std::int64_t T) const;

@@ -69,7 +69,7 @@ HeapReuse::HeapReuse() {
 
 HeapReuse::~HeapReuse() {
   mallopt(M_TRIM_THRESHOLD, 128 << 10);  // glibc's default
-  mallopt(M_MMAP_MAX, 65536);
+  mallopt(M_MMAP_MAX, 65536);            // glibc's default
   setAllocatorPolicy();
   malloc_trim(0);
 }
