@@ -1,5 +1,6 @@
 // Helpers shared by the C++ tests (std, GoogleTest and util/error.h only; no LibTorch, no Qt): the message or the code
-// of an expected exception, "does this message name all of these", and files and folders in the temporary directory.
+// of an expected exception, "does this message name all of these", and files and folders in the test program's own
+// temporary folder.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -67,12 +68,31 @@ inline std::string safetensorsBytes(const std::string& header, const std::string
   return b + header + data;
 }
 
-/// `name` in the system's temporary folder (nothing is created).
-inline std::filesystem::path tempPath(const std::string& name) {
-  return std::filesystem::temp_directory_path() / name;
+/// This test program's own folder, `kvscope_test_<pid>` in the system's temporary folder: made on first use and
+/// removed with everything in it when the program ends, so that test runs leave no files behind (a program that
+/// crashes leaves its folder).
+inline const std::filesystem::path& scratchDir() {
+  struct Dir {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("kvscope_test_" + std::to_string(::getpid()));
+    Dir() { std::filesystem::create_directories(path); }
+    Dir(const Dir&) = delete;
+    Dir& operator=(const Dir&) = delete;
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return dir.path;
 }
 
-/// A fresh, empty folder `kvscope_<name>_<pid>` in the temporary folder (what was there before is removed).
+/// `name` in this test program's folder (scratchDir; nothing else is created).
+inline std::filesystem::path tempPath(const std::string& name) {
+  return scratchDir() / name;
+}
+
+/// A fresh, empty folder `kvscope_<name>_<pid>` in this test program's folder (what was there before is removed).
 inline std::filesystem::path freshDir(const std::string& name) {
   const auto d = tempPath("kvscope_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);

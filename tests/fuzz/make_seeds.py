@@ -48,7 +48,8 @@ def gguf_seeds(out, model):
         ("llama", [gguf.GGMLQuantizationType.BF16, gguf.GGMLQuantizationType.Q4_1]),
         ("qwen3", [gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.Q6_K]),
     ]):
-        path = os.path.join(tempfile.mkdtemp(), "m.gguf")
+        tmp = tempfile.mkdtemp()
+        path = os.path.join(tmp, "m.gguf")
         w = gguf.GGUFWriter(path, arch)
         w.add_name(f"seed{i}")
         if i == 2:
@@ -94,6 +95,7 @@ def gguf_seeds(out, model):
         w.close()
         with open(path, "rb") as f:
             write(d, f"tiny_{i}_{arch}.gguf", f.read())
+        shutil.rmtree(tmp)
     if model and os.path.isfile(model):
         with open(model, "rb") as f:
             write(d, "embedded_head_64k.gguf", f.read(64 * 1024))

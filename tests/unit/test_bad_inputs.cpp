@@ -3,7 +3,6 @@
 // by byte, from a small valid model (GGUF and Hugging Face directory) and then broken one way at a time.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -35,24 +34,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratchRoot() {
-  return fs::temp_directory_path() / ("kvscope_bad_inputs_" + std::to_string(::getpid()));
-}
-
 fs::path scratch(const std::string& name) {
-  const fs::path d = scratchRoot() / name;
+  const fs::path d = testutil::tempPath("bad_inputs") / name;
   fs::create_directories(d.parent_path());
   return d;
 }
-
-// The files written here go when the test program ends.
-struct RemoveScratch : ::testing::Environment {
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(scratchRoot(), ec);
-  }
-};
-[[maybe_unused]] ::testing::Environment* const kRemoveScratch = ::testing::AddGlobalTestEnvironment(new RemoveScratch);
 
 // The message of what `f` throws (FormatError or TokenizerError or ConfigError); "" when it does not throw. Any other
 // exception type fails the test: bad input must be classified.
