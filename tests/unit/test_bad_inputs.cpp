@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path scratch(const std::string& name) {
-  const fs::path d = testutil::tempPath("bad_inputs") / name;
+  fs::path d = testutil::tempPath("bad_inputs") / name;
   fs::create_directories(d.parent_path());
   return d;
 }
@@ -60,7 +60,7 @@ std::string errorOf(const std::function<void()>& f) {
 
 #define EXPECT_MENTIONS(msg, ...)                                                         \
   do {                                                                                    \
-    const std::string m_ = (msg);                                                         \
+    const std::string& m_ = (msg);                                                        \
     EXPECT_FALSE(m_.empty()) << "accepted";                                               \
     for (const std::string& part_ : std::vector<std::string>{__VA_ARGS__})                \
       EXPECT_NE(m_.find(part_), std::string::npos) << "`" << part_ << "` not in: " << m_; \
@@ -182,7 +182,7 @@ TEST(BadInputs, GgufTruncatedAtEverySectionBoundary) {
 }
 
 TEST(BadInputs, GgufHeadersThatLie) {
-  auto oneTensor = [](std::vector<std::uint64_t> dims, std::uint32_t type, std::uint64_t off, std::size_t data) {
+  auto oneTensor = [](const std::vector<std::uint64_t>& dims, std::uint32_t type, std::uint64_t off, std::size_t data) {
     GgufWriter g;
     g.header(1, 0);
     g.tensorInfo("blk.0.attn_q.weight", dims, type, off);
