@@ -3,7 +3,6 @@
 #pragma once
 
 #include <ATen/ATen.h>
-#include <unistd.h>
 
 #include <string>
 #include <utility>
@@ -46,7 +45,7 @@ inline std::string randomModel() {
       return std::vector<float>(v.data_ptr<float>(), v.data_ptr<float>() + n);
     });
     // One file per process: ctest runs the tests of a binary as processes side by side.
-    return g.write("kvscope_random_model_" + std::to_string(::getpid()) + ".gguf");
+    return g.write("random_model.gguf");
   }();
   return path;
 }

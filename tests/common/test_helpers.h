@@ -92,9 +92,9 @@ inline std::filesystem::path tempPath(const std::string& name) {
   return scratchDir() / name;
 }
 
-/// A fresh, empty folder `kvscope_<name>_<pid>` in this test program's folder (what was there before is removed).
+/// A fresh, empty folder `name` in this test program's folder (what was there before is removed).
 inline std::filesystem::path freshDir(const std::string& name) {
-  const auto d = tempPath("kvscope_" + name + "_" + std::to_string(::getpid()));
+  const auto d = tempPath(name);
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;

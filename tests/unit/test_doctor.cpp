@@ -4,7 +4,6 @@
 // default scale); the model facts; bad options.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <map>
@@ -68,7 +67,7 @@ std::string qwen2Model(const std::string& name, const std::map<int, float>& kBia
     v = v.contiguous();
     return std::vector<float>(v.data_ptr<float>(), v.data_ptr<float>() + count);
   });
-  return g.write("kvscope_doctor_" + name + "_" + std::to_string(::getpid()) + ".gguf");
+  return g.write("doctor_" + name + ".gguf");
 }
 
 std::vector<std::vector<std::int64_t>> windows() {

@@ -4,7 +4,6 @@
 // (llama.cpp's types, read from the cache), with the prompt in one forward and in chunks.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -58,7 +57,7 @@ std::string scanModel() {
       v = v.contiguous();
       return std::vector<float>(v.data_ptr<float>(), v.data_ptr<float>() + count);
     });
-    return g.write("kvscope_scan_" + std::to_string(::getpid()) + ".gguf");
+    return g.write("scan.gguf");
   }();
   return path;
 }

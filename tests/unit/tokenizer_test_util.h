@@ -1,8 +1,6 @@
 // Helpers shared by the tokenizer unit tests (on top of tests/common/test_helpers.h).
 #pragma once
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -20,7 +18,7 @@ inline std::string errorOf(const std::function<void()>& f) {
 
 /// Writes `text` as tokenizer.json in a fresh temporary folder named after `name`; returns its path.
 inline std::string writeTemp(const std::string& name, const std::string& text) {
-  const auto dir = kvscope::testutil::tempPath("kvscope_tok_" + std::to_string(::getpid()) + "_" + name);
+  const auto dir = kvscope::testutil::tempPath("tok_" + name);
   return kvscope::testutil::writeFile(dir / "tokenizer.json", text);
 }
 
