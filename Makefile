@@ -1,6 +1,6 @@
 # The two Quick start commands. Both install what is missing (packaging/setup.sh, cached in ~/.cache/kvscope),
 # configure and build into ./build.
-.PHONY: run cli-demo test test-llamacpp test-asan test-tsan test-fuzz lint build bench
+.PHONY: run cli-demo test test-isa test-llamacpp test-asan test-tsan test-fuzz lint build bench
 
 build:
 	@bash packaging/build.sh >/dev/null
@@ -26,6 +26,12 @@ CTEST_ENV = OMP_WAIT_POLICY=passive
 test:
 	@bash packaging/build.sh >/dev/null
 	cd build && $(CTEST_ENV) ctest --output-on-failure -j2 --timeout 1800
+
+# The CPU kernels' tests once per instruction-set path this CPU runs (KVSCOPE_ISA=scalar, avx2, avx512): the AVX2
+# twins and the portable loops are tested as the default path on an AVX-512 machine too.
+test-isa:
+	@bash packaging/build.sh >/dev/null
+	bash tests/run_isa_paths.sh build/tests/kvscope_unit_tests
 
 # The llamacpp backend against llama.cpp itself: builds llama.cpp's tools once (packaging/build_llamacpp.sh, into the
 # cache dir; several minutes on two cores), then the parity test that `make test` skips while they are missing.

@@ -16,6 +16,7 @@
 #include "cache/sweep.h"
 #include "cli/commands.h"
 #include "cli/runtime.h"
+#include "kernels/cpu/simd.h"
 #include "runtime/model_loader.h"
 #include "util/process_memory.h"
 
@@ -410,6 +411,7 @@ Runner addBench(CLI::App& app) {
       textIds.assign(ids.begin(), ids.end());
       if (textIds.empty()) throw UsageError(fmt::format("`{}` encodes to no tokens", o->text));
     }
+    if (!o->json && !m.kernelsLine().empty()) std::cout << m.kernelsLine() << "\n";
     if (!o->json)
       std::cout << fmt::format("{:<36} {:>8} {:>12} {:>12} {:>19} {:>10} {:>10} {:>10}\n", "config", "context",
                                "prefill t/s", "decode t/s", o->noBaseline ? "vs first (range)" : "vs dynamic (range)",
@@ -476,6 +478,9 @@ Runner addBench(CLI::App& app) {
                                       {"kv_held_bytes", mem[i].held()},
                                       {"device", m.model().context().device().str()},
                                       {"activations", model::activationsName(m.activations())},
+                                      {"cpu_kernels", m.model().context().device().is_cpu()
+                                                          ? nlohmann::json(kernels::isaName(kernels::isa()))
+                                                          : nlohmann::json(nullptr)},
                                       {m.model().context().device().is_cpu() ? "peak_rss_bytes" : "peak_device_bytes",
                                        static_cast<std::int64_t>(median(peak[i]))}}
                            .dump()

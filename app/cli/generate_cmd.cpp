@@ -196,10 +196,11 @@ Runner addGenerate(CLI::App& app) {
       std::cout << "\n";
       std::cerr << fmt::format(
           "[{}] {} prompt + {} new tokens ({}); prefill {:.1f} tok/s, decode {:.1f} tok/s; KV stored {:.2f} MiB vs "
-          "{:.2f} MiB unquantized ({:.2f}x), held {:.2f} MiB; overflow {}, NaN/inf {}; {}\n",
+          "{:.2f} MiB unquantized ({:.2f}x), held {:.2f} MiB; overflow {}, NaN/inf {}; {}{}\n",
           cache::toSpec(cfg), r.promptTokens, r.tokens.size(), generate::stopReasonName(r.stopReason), prefillTps,
           decodeTps, mem.stored() / 1048576.0, mem.unquantized / 1048576.0, mem.compressionRatio(),
-          mem.held() / 1048576.0, overflow, nonFinite, m.arithmetic());
+          mem.held() / 1048576.0, overflow, nonFinite, m.arithmetic(),
+          m.kernelsLine().empty() ? "" : "; " + m.kernelsLine());
       if (o->shadow)
         std::cerr << fmt::format(
             "[shadow] mean KL {:.4g}, max KL {:.4g}, top-1 agreement {:.1f}%, first divergence {}\n", r.meanKl, r.maxKl,

@@ -1,11 +1,13 @@
 // kvscope-cli: the headless face of kvscope. Bad input gives one clear line on stderr and exit code 2.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 #include <vector>
 
 #include "cli/commands.h"
+#include "kernels/cpu/simd.h"
 #include "runtime/errors.h"
 #include "util/process_memory.h"
 
@@ -26,6 +28,17 @@ int run(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  // KVSCOPE_ISA (kernels/cpu/simd.h): a name that is not a path is bad input; a path this CPU lacks is said, and the
+  // best it has runs.
+  if (const std::string isa = kvscope::kernels::isaRequestProblem(); !isa.empty()) {
+    kvscope::kernels::Isa asked;
+    const char* v = std::getenv("KVSCOPE_ISA");
+    if (!kvscope::kernels::parseIsa(v ? v : "", asked)) {
+      std::cerr << "kvscope-cli: error: " << isa << "\n";
+      return 2;
+    }
+    std::cerr << "kvscope-cli: " << isa << "; running " << kvscope::kernels::isaName(kvscope::kernels::isa()) << "\n";
   }
   try {
     for (auto& run : runners)

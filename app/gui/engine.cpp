@@ -275,7 +275,8 @@ void Engine::load(const ui::LoadRequest& r) {
     info.dtype = QString::fromStdString(r.options.dtype);
     info.device = QString::fromStdString(r.options.device);
     info.activations = QString::fromStdString(r.options.activations);
-    info.arithmetic = QString::fromStdString(d_->session->arithmetic());
+    const std::string kernels = d_->session->kernelsLine();
+    info.arithmetic = QString::fromStdString(d_->session->arithmetic() + (kernels.empty() ? "" : "; " + kernels));
     info.weights = QString::fromStdString(r.options.weights);
     info.deviceLabel = QString::fromStdString(device::describeDevice(r.options.device));
     info.memory = deviceMemory();

@@ -14,6 +14,7 @@
 #include "cache/config.h"
 #include "cache/kv_cache.h"
 #include "generate/eval.h"
+#include "kernels/cpu/simd.h"
 #include "model/llama.h"
 #include "util/error.h"
 
@@ -89,6 +90,7 @@ DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<
   const model::ModelConfig& c = m.config();
   DoctorReport r;
   r.arch = c.arch;
+  r.cpuKernels = kernels::isaSummary();
   r.layers = c.layers;
   r.heads = c.heads;
   r.kvHeads = c.kvHeads;
@@ -282,6 +284,7 @@ std::string doctorJson(const DoctorReport& r) {
       {"llamacpp_rotation", r.llamaCppRotation},
       {"power_of_two_head", r.powerOfTwoHead},
       {"boundary_layers", r.boundaryLayers},
+      {"cpu_kernels", r.cpuKernels},
       {"fp8", !r.fp8.measured() ? nlohmann::json(nullptr)
                                 : nlohmann::json{{"positions", r.fp8.positions},
                                                  {"unit_scale_mean_kl", num(r.fp8.unitKl)},
@@ -312,7 +315,8 @@ std::string doctorText(const DoctorReport& r) {
       r.llamaCppRotation ? "applies" : "does not apply", r.headDim, r.llamaCppRotation ? "is" : "is not",
       r.powerOfTwoHead ? "apply (a power-of-two head size)" : "do not (the head size is not a power of two)");
   out +=
-      fmt::format("boundary layers: {} (vLLM leaves them unquantized for TurboQuant)\n\n", layerList(r.boundaryLayers));
+      fmt::format("boundary layers: {} (vLLM leaves them unquantized for TurboQuant)\n", layerList(r.boundaryLayers));
+  out += fmt::format("CPU kernels: {}\n\n", r.cpuKernels);
   out += fmt::format("{:>5}  {:>10} {:>8} {:>9} {:>9}   {:>10} {:>8} {:>9} {:>9}\n", "layer", "|k| max", "x median",
                      "k > 448", "k bias", "|v| max", "x median", "v > 448", "v bias");
   for (std::size_t l = 0; l < r.sides.size(); ++l) {

@@ -72,6 +72,7 @@ struct DoctorVerdict {
 
 struct DoctorReport {
   std::string arch;
+  std::string cpuKernels;  ///< the CPU kernels' path and why (kernels::isaSummary)
   int layers = 0, heads = 0, kvHeads = 0, headDim = 0;
   std::int64_t tokens = 0;                       ///< calibration tokens
   std::vector<std::array<DoctorSide, 2>> sides;  ///< per layer: keys, values

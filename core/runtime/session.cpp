@@ -7,6 +7,7 @@
 
 #include "cache/kv_cache.h"
 #include "device/context.h"
+#include "kernels/cpu/simd.h"
 #include "runtime/model_loader.h"
 #include "util/error.h"
 #include "util/metrics.h"
@@ -40,6 +41,10 @@ Session::~Session() = default;
 std::string Session::arithmetic() const {
   return activations() == model::Activations::Q8 ? "q8 activations (llama.cpp's arithmetic)"
                                                  : "f32 activations (transformers' arithmetic)";
+}
+
+std::string Session::kernelsLine() const {
+  return model_->context().device().is_cpu() ? "CPU kernels: " + kernels::isaSummary() : std::string();
 }
 
 nlohmann::json Session::runAs() const {

@@ -43,6 +43,9 @@ class Session {
   /// One line for the model card and the run's record: "q8 activations (llama.cpp's arithmetic)" or "f32
   /// activations (transformers' arithmetic)".
   std::string arithmetic() const;
+  /// Which CPU kernels run on a CPU device, one line: "CPU kernels: avx2 (KVSCOPE_ISA=avx2; this CPU has avx512)"
+  /// (kernels/cpu/simd.h); "" on a GPU.
+  std::string kernelsLine() const;
   /// What a run's record says it ran as: {"dtype", "activations" (as resolved), "device", "weights"}.
   nlohmann::json runAs() const;
 

@@ -224,7 +224,7 @@ void dequantGroup(benchmark::State& st, bool hqq) {
 void attendBench(benchmark::State& st, const std::string& spec, bool simd) {
   const std::int64_t ctx = st.range(0);
   constexpr std::int64_t kHq = 9;
-  kernels::setAvx2Paths(simd);
+  const kernels::IsaScope path(simd ? kernels::isa() : kernels::Isa::Scalar);
   cache::StatsOptions so;
   so.enabled = false;
   auto layer = cache::makeLayer(cache::parseSpec(spec), so);
@@ -242,7 +242,6 @@ void attendBench(benchmark::State& st, const std::string& spec, bool simd) {
     const int i = static_cast<int>(steps++ % kStepsPerRound);
     benchmark::DoNotOptimize(layer->attend(q[i], k[i], v[i]).data_ptr());
   }
-  kernels::setAvx2Paths(true);
   st.SetItemsProcessed(st.iterations());  // decode steps per second
 }
 

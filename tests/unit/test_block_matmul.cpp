@@ -123,15 +123,13 @@ void expectProduct(const std::vector<float>& w, const float* x, const float* y, 
 }
 
 enum class Path { Avx512, Avx2, Portable };
+// Runs `p` while it lives (or the best this CPU has below it), then the path that ran before.
 struct Paths {
-  explicit Paths(Path p) {
-    kernels::setAvx2Paths(p != Path::Portable);
-    kernels::setAvx512Paths(p == Path::Avx512);
-  }
-  ~Paths() {
-    kernels::setAvx2Paths(true);
-    kernels::setAvx512Paths(true);
-  }
+  explicit Paths(Path p)
+      : scope(p == Path::Avx512 ? kernels::Isa::Avx512
+              : p == Path::Avx2 ? kernels::Isa::Avx2
+                                : kernels::Isa::Scalar) {}
+  kernels::IsaScope scope;
 };
 
 std::string name(GgmlType t) {
@@ -193,28 +191,38 @@ TEST(BlockMatmul, EightBitActivationsQuantizeAlikeOnBothPaths) {
   x[6] = at::randn({cols}) * 1e-30;
   x = x.contiguous();
   kernels::Q8Rows a, b;
-  kernels::setAvx512Paths(false);
-  kernels::quantizeRowsQ8(x.data_ptr<float>(), m, cols, cols, a);
-  kernels::setAvx512Paths(true);
-  kernels::quantizeRowsQ8(x.data_ptr<float>(), m, cols, cols, b);
+  {
+    const Paths p(Path::Avx2);
+    kernels::quantizeRowsQ8(x.data_ptr<float>(), m, cols, cols, a);
+  }
+  {
+    const Paths p(Path::Avx512);
+    kernels::quantizeRowsQ8(x.data_ptr<float>(), m, cols, cols, b);
+  }
   EXPECT_EQ(a.codes, b.codes);
   EXPECT_EQ(0, std::memcmp(a.scales.data(), b.scales.data(), a.scales.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(a.sums.data(), b.sums.data(), a.sums.size() * sizeof(float)));
   EXPECT_NE(a.codes[32 + 1], 0);  // the halves row holds codes
 }
 
-TEST(BlockFormats, DequantizationIsAlikeOnBothPaths) {
-  // Every type, in rows of 512 values and a tail (F16: one not a whole 16), the AVX-512 decode against the scalar
-  // one, bit for bit.
+TEST(BlockFormats, DequantizationIsAlikeOnEveryPath) {
+  // Every type, in rows of 512 values and a tail (F16: one not a whole 16), each vector decode this CPU runs (AVX2,
+  // AVX-512) against the scalar one, bit for bit.
   for (const Case& c : kCases) {
     for (const std::int64_t rows : {1, 13}) {
       const std::int64_t n = rows * c.cols;
       const auto data = randomMatrix(c.type, rows, c.cols, 9);
-      kernels::setAvx512Paths(false);
-      const auto a = dequantized(c.type, data, n);
-      kernels::setAvx512Paths(true);
-      const auto b = dequantized(c.type, data, n);
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << name(c.type) << " " << n;
+      std::vector<float> a;
+      {
+        const Paths p(Path::Portable);
+        a = dequantized(c.type, data, n);
+      }
+      for (kernels::Isa path : kernels::runnableIsas()) {
+        const kernels::IsaScope scope(path);
+        const auto b = dequantized(c.type, data, n);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << name(c.type) << " " << n << " " << kernels::isaName(path);
+      }
     }
   }
 }

@@ -19,6 +19,7 @@
 #include "cache/detail/attention_sources.h"
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
+#include "isa_helpers.h"
 #include "kernels/cpu/segmented_attention.h"
 #include "kernels/cpu/simd.h"
 #include "tensor_helpers.h"
@@ -202,10 +203,10 @@ TEST(FusedAttention, ReferenceIsTheDefaultOnlyWhenAsked) {
   EXPECT_FALSE(allFused(parseSpec("layers=0:dynamic;*:K=fp8:attention=reference,V=quanto")));
 }
 
-// The AVX2 paths switched off for one scope (they are on wherever the CPU has them).
+// The portable path for one scope where `on` (else the path that runs: the best the CPU has, or KVSCOPE_ISA's).
 struct PortableOnly {
-  explicit PortableOnly(bool on) { kernels::setAvx2Paths(!on); }
-  ~PortableOnly() { kernels::setAvx2Paths(true); }
+  explicit PortableOnly(bool on) : scope(on ? kernels::Isa::Scalar : kernels::isa()) {}
+  kernels::IsaScope scope;
 };
 
 // The kernel alone: full-precision sources against LibTorch's attention, with GQA, causal query blocks, long
@@ -266,7 +267,7 @@ TEST(SegmentedAttention, Fp8SourceDecodesEveryCode) {
 // Random codes (NaN and e5m2's infinities among them) with per-channel scales: the AVX2 decode gives the portable
 // loop's floats bit for bit, NaN bits included.
 TEST(SegmentedAttention, Fp8Avx2DecodeIsThePortableOneBitForBit) {
-  if (!kernels::avx2Paths()) GTEST_SKIP() << "this CPU has no AVX2 + FMA + F16C";
+  KVS_RUN_ON_ISA(kernels::Isa::Avx2);
   at::manual_seed(11);
   for (auto f : {kernels::Fp8Format::E4M3FN, kernels::Fp8Format::E5M2}) {
     const at::Tensor codes = at::randint(0, 256, {2, 3, 100, 64}, at::kLong).to(at::kByte);

@@ -1,7 +1,7 @@
-// The AVX-512 read of stored cache rows (kernels/cpu/kv_rows_simd.h) against the scalar codec, bit for bit, on every
-// row type: rows the codecs wrote from random values (with llama.cpp's rotation and interleaved halves), and random
-// bytes (every code, NaN and infinite scales); and the bases fused attention reads rotated rows in
-// (kernels::RowBasis): B and its transpose, and attention over them against the reference.
+// The AVX-512 and AVX2 reads of stored cache rows (kernels/cpu/kv_rows_simd.h) against the scalar codec, bit for bit,
+// on every row type and on each path this CPU runs: rows the codecs wrote from random values (with llama.cpp's rotation
+// and interleaved halves), and random bytes (every code, NaN and infinite scales); and the bases fused attention reads
+// rotated rows in (kernels::RowBasis): B and its transpose, and attention over them against the reference.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 
 #include "cache/config.h"
 #include "cache/layer.h"
+#include "isa_helpers.h"
 #include "kernels/cpu/kv_blocks.h"
 #include "kernels/cpu/kv_rows_simd.h"
 #include "kernels/cpu/segmented_attention.h"
@@ -79,8 +80,11 @@ void scalarRead(std::uint32_t t, const std::uint8_t* row, std::int64_t D, int ro
 
 }  // namespace
 
-TEST(KvRowsSimd, EveryRowTypeReadsAsTheScalarCodec) {
-  if (!kernels::avx512Paths()) GTEST_SKIP() << "no AVX-512 on this CPU";
+// Each vector path: AVX2 and AVX-512 (a path this CPU lacks is skipped, and says so).
+class KvRowsSimdPath : public ::testing::TestWithParam<kernels::Isa> {};
+
+TEST_P(KvRowsSimdPath, EveryRowTypeReadsAsTheScalarCodec) {
+  KVS_RUN_ON_ISA(GetParam());
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -126,6 +130,37 @@ TEST(KvRowsSimd, EveryRowTypeReadsAsTheScalarCodec) {
   EXPECT_GT(checked, 150);
 }
 
+INSTANTIATE_TEST_SUITE_P(Paths, KvRowsSimdPath, ::testing::Values(kernels::Isa::Avx2, kernels::Isa::Avx512),
+                         testutil::isaParamName);
+
+// The one switch: the three names, a scope that restores the path before it, a path the CPU lacks clamped to the best
+// it has, and the line the model card, bench and doctor print.
+TEST(KernelPaths, NamesScopesAndClamping) {
+  kernels::Isa p{};
+  for (kernels::Isa want : {kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512}) {
+    ASSERT_TRUE(kernels::parseIsa(kernels::isaName(want), p));
+    EXPECT_EQ(p, want);
+  }
+  EXPECT_FALSE(kernels::parseIsa("avx9", p));
+  EXPECT_FALSE(kernels::parseIsa("AVX2", p));
+  const kernels::Isa before = kernels::isa();
+  {
+    const kernels::IsaScope scalar(kernels::Isa::Scalar);
+    EXPECT_EQ(kernels::isa(), kernels::Isa::Scalar);
+    EXPECT_FALSE(kernels::avx2Paths());
+    EXPECT_FALSE(kernels::vnniPaths());
+    EXPECT_EQ(kernels::isaSummary().rfind("scalar (", 0), 0u) << kernels::isaSummary();
+    {
+      const kernels::IsaScope top(kernels::Isa::Avx512);  // clamped where the CPU has less
+      EXPECT_EQ(kernels::isa(), kernels::bestIsa());
+    }
+    EXPECT_EQ(kernels::isa(), kernels::Isa::Scalar);
+  }
+  EXPECT_EQ(kernels::isa(), before);
+  EXPECT_EQ(kernels::runnableIsas().front(), kernels::Isa::Scalar);
+  EXPECT_EQ(kernels::runnableIsas().back(), kernels::bestIsa());
+}
+
 TEST(KvRowsSimd, DeclinesWhatItHasNoPathFor) {
   std::vector<std::uint8_t> row(256);
   std::vector<float> out(64);
@@ -134,9 +169,8 @@ TEST(KvRowsSimd, DeclinesWhatItHasNoPathFor) {
   EXPECT_FALSE(kernels::readKvRowsSimd(kvc::F16, row.data(), 48, 1, 24, 0, false, 1.0f, out.data()));
   EXPECT_FALSE(kernels::readKvRowsSimd(kvc::F16, row.data(), 96, 1, 48, 0, true, 1.0f, out.data()));
   EXPECT_FALSE(kernels::readKvRowsSimd(kvc::Q8_0, row.data(), 34, 1, 32, 8, false, 1.0f, out.data()));
-  kernels::setAvx512Paths(false);
+  const kernels::IsaScope scalar(kernels::Isa::Scalar);
   EXPECT_FALSE(kernels::readKvRowsSimd(kvc::Q8_0, row.data(), 34, 1, 32, 0, false, 1.0f, out.data()));
-  kernels::setAvx512Paths(true);
 }
 
 TEST(RowBasis, IntoIsTheTransposeOfFrom) {
@@ -165,24 +199,27 @@ TEST(RowBasis, IntoIsTheTransposeOfFrom) {
 }
 
 // Fused attention reads rotated rows unrotated (queries into the keys' basis, the output out of the values'): the
-// same attention as the reference mode's dequantized copy, for every format that stores rotated rows, with the AVX-512
-// read and with the scalar one.
-TEST(RowBasis, FusedAttentionOverRotatedRowsMatchesTheReference) {
+// same attention as the reference mode's dequantized copy, for every format that stores rotated rows, on each path.
+class RowBasisPath : public ::testing::TestWithParam<kernels::Isa> {};
+
+TEST_P(RowBasisPath, FusedAttentionOverRotatedRowsMatchesTheReference) {
+  KVS_RUN_ON_ISA(GetParam());
   for (const char* spec :
        {"llamacpp:type_k=q4_0,type_v=q8_0", "llamacpp:type_k=q4_1,type_v=iq4_nl", "vllm:kv=int4_per_token_head",
-        "vllm:kv=turboquant_4bit_nc", "vllm:kv=turboquant_3bit_nc", "vllm:kv=ultraquant_4bit"})
-    for (bool simd : {true, false}) {
-      kernels::setAvx512Paths(simd);
-      cache::StatsOptions so;
-      so.enabled = false;
-      auto fused = cache::makeLayer(cache::parseSpec(spec), so);
-      auto reference = cache::makeLayer(cache::parseSpec(std::string(spec) + ",attention=reference"), so);
-      at::manual_seed(11);
-      for (std::int64_t T : {40, 1, 1, 7}) {
-        const at::Tensor q = at::randn({1, 6, T, 64}), k = at::randn({1, 2, T, 64}) * 3, v = at::randn({1, 2, T, 64});
-        const double diff = (fused->attend(q, k, v) - reference->attend(q, k, v)).abs().max().item<double>();
-        EXPECT_LT(diff, 2e-5) << spec << (simd ? "" : " scalar") << " T " << T;
-      }
+        "vllm:kv=turboquant_4bit_nc", "vllm:kv=turboquant_3bit_nc", "vllm:kv=ultraquant_4bit"}) {
+    cache::StatsOptions so;
+    so.enabled = false;
+    auto fused = cache::makeLayer(cache::parseSpec(spec), so);
+    auto reference = cache::makeLayer(cache::parseSpec(std::string(spec) + ",attention=reference"), so);
+    at::manual_seed(11);
+    for (std::int64_t T : {40, 1, 1, 7}) {
+      const at::Tensor q = at::randn({1, 6, T, 64}), k = at::randn({1, 2, T, 64}) * 3, v = at::randn({1, 2, T, 64});
+      const double diff = (fused->attend(q, k, v) - reference->attend(q, k, v)).abs().max().item<double>();
+      EXPECT_LT(diff, 2e-5) << spec << " " << kernels::isaName(GetParam()) << " T " << T;
     }
-  kernels::setAvx512Paths(true);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, RowBasisPath,
+                         ::testing::Values(kernels::Isa::Scalar, kernels::Isa::Avx2, kernels::Isa::Avx512),
+                         testutil::isaParamName);

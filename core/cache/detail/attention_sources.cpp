@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #endif
 
-// The fp8 and int decode loops run for every cached value at every decode step: KVS_CLONES (kernels/cpu/simd.h).
+// The fp8 and int decode loops run for every cached value at every decode step: KVS_MULTIVERSION (kernels/cpu/simd.h).
 namespace kvscope::cache::detail {
 namespace {
 
@@ -25,8 +25,8 @@ namespace {
 // domain (normals), subnormals come from the integer mantissa, NaN (and e5m2's inf) are selected by mask. Equal to
 // kernels::decodeFp8 for all 256 codes (tests/unit/test_fused_attention.cpp checks it).
 // n rows of D codes (row stride `stride` bytes) into n dense rows of D floats.
-KVS_CLONES void decodeE4M3Rows(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n,
-                               std::int64_t D, float* o) {
+KVS_BODY void decodeE4M3RowsBody(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n,
+                                 std::int64_t D, float* o) {
   for (std::int64_t t = 0; t < n; ++t, c += stride, o += D)
     for (std::int64_t d = 0; d < D; ++d) {
       const std::uint32_t b = c[d], em = b & 0x7Fu, sign = (b & 0x80u) << 24;
@@ -37,9 +37,12 @@ KVS_CLONES void decodeE4M3Rows(const std::uint8_t* c, std::int64_t stride, const
       o[d] = kernels::bitsFloat(u | sign) * s[d];
     }
 }
+KVS_MULTIVERSION(void, decodeE4M3Rows,
+                 (const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n, std::int64_t D, float* o),
+                 (c, stride, s, n, D, o))
 
-KVS_CLONES void decodeE5M2Rows(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n,
-                               std::int64_t D, float* o) {
+KVS_BODY void decodeE5M2RowsBody(const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n,
+                                 std::int64_t D, float* o) {
   for (std::int64_t t = 0; t < n; ++t, c += stride, o += D)
     for (std::int64_t d = 0; d < D; ++d) {
       const std::uint32_t b = c[d], em = b & 0x7Fu, sign = (b & 0x80u) << 24;
@@ -51,6 +54,9 @@ KVS_CLONES void decodeE5M2Rows(const std::uint8_t* c, std::int64_t stride, const
       o[d] = kernels::bitsFloat(u | sign) * s[d];
     }
 }
+KVS_MULTIVERSION(void, decodeE5M2Rows,
+                 (const std::uint8_t* c, std::int64_t stride, const float* s, std::int64_t n, std::int64_t D, float* o),
+                 (c, stride, s, n, D, o))
 
 #if KVS_HAVE_AVX2_PATHS
 // FP8 through the CPU's half-precision conversion (F16C), 16 codes at a time; D a multiple of 16.
@@ -212,20 +218,25 @@ std::uint8_t codeAt(const std::uint8_t* packed, std::int64_t bytes, std::int64_t
 // Codes to values, as the codecs dequantize: quanto `scale * code - zero`, hqq `(code - zero) * scale`, each op
 // rounded on its own (this file is compiled without contraction into fused multiply-adds). One group's scale and zero
 // (affineOne) or one per value (affineEach).
-KVS_CLONES void affineOne(const std::uint8_t* c, std::int64_t n, float s, float z, bool quanto, float* o) {
+KVS_BODY void affineOneBody(const std::uint8_t* c, std::int64_t n, float s, float z, bool quanto, float* o) {
   if (quanto)
     for (std::int64_t i = 0; i < n; ++i) o[i] = s * static_cast<float>(c[i]) - z;
   else
     for (std::int64_t i = 0; i < n; ++i) o[i] = (static_cast<float>(c[i]) - z) * s;
 }
+KVS_MULTIVERSION(void, affineOne, (const std::uint8_t* c, std::int64_t n, float s, float z, bool quanto, float* o),
+                 (c, n, s, z, quanto, o))
 
-KVS_CLONES void affineEach(const std::uint8_t* c, std::int64_t n, const float* s, const float* z, bool quanto,
-                           float* o) {
+KVS_BODY void affineEachBody(const std::uint8_t* c, std::int64_t n, const float* s, const float* z, bool quanto,
+                             float* o) {
   if (quanto)
     for (std::int64_t i = 0; i < n; ++i) o[i] = s[i] * static_cast<float>(c[i]) - z[i];
   else
     for (std::int64_t i = 0; i < n; ++i) o[i] = (static_cast<float>(c[i]) - z[i]) * s[i];
 }
+KVS_MULTIVERSION(void, affineEach,
+                 (const std::uint8_t* c, std::int64_t n, const float* s, const float* z, bool quanto, float* o),
+                 (c, n, s, z, quanto, o))
 
 // A GroupCodec block (quanto or hqq) in its packed layout. The value at flat index i of the [B, H, S, D] states sits
 // at code position pos(i) of the grouped matrix [R, C] and belongs to group grp(i):
@@ -325,13 +336,16 @@ class GroupSource final : public StoredSource {
 
 // kivi's dequantization, `code * scale + zero` (each op rounded on its own, as above): a scale and zero per value
 // (mulAddEach) or one for the run (mulAddOne).
-KVS_CLONES void mulAddEach(const std::uint8_t* c, std::int64_t n, const float* s, const float* z, float* o) {
+KVS_BODY void mulAddEachBody(const std::uint8_t* c, std::int64_t n, const float* s, const float* z, float* o) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(c[i]) * s[i] + z[i];
 }
+KVS_MULTIVERSION(void, mulAddEach, (const std::uint8_t* c, std::int64_t n, const float* s, const float* z, float* o),
+                 (c, n, s, z, o))
 
-KVS_CLONES void mulAddOne(const std::uint8_t* c, std::int64_t n, float s, float z, float* o) {
+KVS_BODY void mulAddOneBody(const std::uint8_t* c, std::int64_t n, float s, float z, float* o) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(c[i]) * s + z;
 }
+KVS_MULTIVERSION(void, mulAddOne, (const std::uint8_t* c, std::int64_t n, float s, float z, float* o), (c, n, s, z, o))
 
 class KiviSource final : public StoredSource {
  public:

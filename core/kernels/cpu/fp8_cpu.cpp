@@ -36,8 +36,8 @@ template <Fp8Format F>
 constexpr std::uint32_t kLastFiniteBits = F == Fp8Format::E4M3FN ? 0x43E80000u : 0x476FFFFFu;
 
 template <class T, Fp8Format F, bool Saturate>
-inline Fp8Counts encodeLoop(const T* __restrict x, const float* __restrict scale, std::int64_t period, std::int64_t n,
-                            std::uint8_t* __restrict out) {
+KVS_BODY Fp8Counts encodeLoop(const T* __restrict x, const float* __restrict scale, std::int64_t period, std::int64_t n,
+                              std::uint8_t* __restrict out) {
   constexpr float kMax = fp8Max(F);
   Fp8Counts total;
   for (std::int64_t base = 0; base < n; base += period) {
@@ -74,8 +74,8 @@ const Lut& lut() {
 }
 
 template <class T>
-inline void decodeLoop(const std::uint8_t* __restrict q, const float* __restrict scale, std::int64_t period,
-                       std::int64_t n, T* __restrict out, const float* __restrict table) {
+KVS_BODY void decodeLoop(const std::uint8_t* __restrict q, const float* __restrict scale, std::int64_t period,
+                         std::int64_t n, T* __restrict out, const float* __restrict table) {
   float rep[kChunk];
   const std::int64_t chunk = repeatScale(scale, period, n, rep);
   const float* __restrict sc = chunk > period ? rep : scale;
@@ -85,11 +85,13 @@ inline void decodeLoop(const std::uint8_t* __restrict q, const float* __restrict
   }
 }
 
-#define KVS_ENC(T, F, S)                                                                               \
-  KVS_CLONES Fp8Counts enc_##T##_##F##_##S(const T* x, const float* s, std::int64_t p, std::int64_t n, \
-                                           std::uint8_t* o) {                                          \
-    return encodeLoop<T, Fp8Format::F, S>(x, s, p, n, o);                                              \
-  }
+#define KVS_ENC(T, F, S)                                                                                   \
+  KVS_BODY Fp8Counts enc_##T##_##F##_##S##Body(const T* x, const float* s, std::int64_t p, std::int64_t n, \
+                                               std::uint8_t* o) {                                          \
+    return encodeLoop<T, Fp8Format::F, S>(x, s, p, n, o);                                                  \
+  }                                                                                                        \
+  KVS_MULTIVERSION(Fp8Counts, enc_##T##_##F##_##S,                                                         \
+                   (const T* x, const float* s, std::int64_t p, std::int64_t n, std::uint8_t* o), (x, s, p, n, o))
 using bf16 = c10::BFloat16;
 using f16 = c10::Half;
 KVS_ENC(float, E4M3FN, false)
@@ -106,17 +108,27 @@ KVS_ENC(f16, E5M2, false)
 KVS_ENC(f16, E5M2, true)
 #undef KVS_ENC
 
-KVS_CLONES void dec_float(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, float* o,
+KVS_BODY void dec_floatBody(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, float* o,
+                            const float* t) {
+  decodeLoop(q, s, p, n, o, t);
+}
+KVS_MULTIVERSION(void, dec_float,
+                 (const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, float* o, const float* t),
+                 (q, s, p, n, o, t))
+KVS_BODY void dec_bf16Body(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, bf16* o,
+                           const float* t) {
+  decodeLoop(q, s, p, n, o, t);
+}
+KVS_MULTIVERSION(void, dec_bf16,
+                 (const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, bf16* o, const float* t),
+                 (q, s, p, n, o, t))
+KVS_BODY void dec_f16Body(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, f16* o,
                           const float* t) {
   decodeLoop(q, s, p, n, o, t);
 }
-KVS_CLONES void dec_bf16(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, bf16* o,
-                         const float* t) {
-  decodeLoop(q, s, p, n, o, t);
-}
-KVS_CLONES void dec_f16(const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, f16* o, const float* t) {
-  decodeLoop(q, s, p, n, o, t);
-}
+KVS_MULTIVERSION(void, dec_f16,
+                 (const std::uint8_t* q, const float* s, std::int64_t p, std::int64_t n, f16* o, const float* t),
+                 (q, s, p, n, o, t))
 
 template <class T>
 Fp8Counts dispatchEncode(const T* x, const float* s, std::int64_t p, std::int64_t n, std::uint8_t* o, Fp8Format f,

@@ -1,7 +1,8 @@
-// The AVX-512 read of stored cache rows (kv_rows_simd.h). Sixteen values per vector: codes widened to 32-bit lanes,
-// looked up in a 16-entry table by a lane permute (E2M1, IQ4_NL's levels, TurboQuant's centroids) or converted, then
-// scaled with the same float32 operations, in the same order, as the scalar codec (kernels/kv_block_codec.h); built
-// without contraction into fused multiply-adds (CMake), so each product and sum rounds on its own as there. The
+// The vector reads of stored cache rows (kv_rows_simd.h): the preconditions, the path isa() picks (this file's
+// AVX-512 read, or kv_rows_avx2.cpp's twin), and the AVX-512 read. Sixteen values per vector: codes widened to 32-bit
+// lanes, looked up in a 16-entry table by a lane permute (E2M1, IQ4_NL's levels, TurboQuant's centroids) or converted,
+// then scaled with the same float32 operations, in the same order, as the scalar codec (kernels/kv_block_codec.h);
+// built without contraction into fused multiply-adds (CMake), so each product and sum rounds on its own as there. The
 // Walsh-Hadamard transform runs its strides 1, 2, 4, 8 inside a vector (lane swaps) and the longer ones across
 // vectors, each butterfly the scalar one's a + b and a - b.
 #include "kernels/cpu/kv_rows_simd.h"
@@ -14,6 +15,7 @@
 
 #include <cstddef>
 
+#include "kernels/cpu/kv_rows_paths.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/fp8.h"
 #include "kernels/kv_block_codec.h"
@@ -25,24 +27,8 @@ namespace {
 
 namespace kvc = kvcodec;
 
-struct Tables {
-  alignas(64) float e4m3[256];
-  alignas(64) float e2m1[16];
-  alignas(64) float iq4[16];
-  alignas(64) float signs[kvc::kMaxRow];  // vLLM's RHT signs
-  Tables() {
-    for (int i = 0; i < 256; ++i) e4m3[i] = decodeE4M3FN(static_cast<std::uint8_t>(i));
-    for (int i = 0; i < 16; ++i) {
-      e2m1[i] = fp4::e2m1Value(static_cast<std::uint8_t>(i));
-      iq4[i] = static_cast<float>(kvc::iq4NlLevel(i));
-    }
-    for (int i = 0; i < kvc::kMaxRow; ++i) signs[i] = kvc::rhtSign(i);
-  }
-};
-const Tables& tables() {
-  static const Tables t;
-  return t;
-}
+using kvrows::Tables;
+using kvrows::tables;
 
 // ---- codes into 32-bit lanes ----
 
@@ -318,35 +304,51 @@ KVS_AVX512 void deinterleave(const float* r, std::int64_t D, float* y) {
   }
 }
 
-KVS_AVX512 void readRows(std::uint32_t t, const std::uint8_t* rows, std::int64_t stride, std::int64_t n, std::int64_t D,
-                         int rotation, bool interleaved, float scale, bool stored, float* out) {
+}  // namespace
+}  // namespace kvscope::kernels
+
+namespace kvscope::kernels::kvrows {
+
+const Tables& tables() {
+  static const Tables t;
+  return t;
+}
+
+KVS_AVX512 void readRowsAvx512(std::uint32_t t, const std::uint8_t* rows, std::int64_t stride, std::int64_t n,
+                               std::int64_t D, int rotation, bool interleaved, float scale, bool stored, float* out) {
   alignas(64) float tmp[kvc::kMaxRow];
-  alignas(64) float centroids[16] = {};  // TurboQuant's keys: the table once for all rows
-  if (t == kvc::TQ_KEY3 || t == kvc::TQ_KEY4)
-    for (int i = 0; i < (1 << kvc::tqBits(t)); ++i)
-      centroids[i] = kvc::tqCentroid(static_cast<int>(D), kvc::tqBits(t), i);
+  alignas(64) float centroids[16];
+  tqKeyCentroids(t, D, centroids);
   for (std::int64_t r = 0; r < n; ++r, rows += stride, out += D) {
     readRow(t, rows, D, rotation, scale, stored, centroids, interleaved ? tmp : out);
     if (interleaved) deinterleave(tmp, D, out);
   }
 }
 
+}  // namespace kvscope::kernels::kvrows
+#endif
+
+namespace kvscope::kernels {
+namespace {
+
 bool isPowerOfTwo(std::int64_t x) {
   return x > 0 && (x & (x - 1)) == 0;
 }
 
 }  // namespace
-#endif
 
 bool readKvRowsSimd(std::uint32_t type, const std::uint8_t* rows, std::int64_t stride, std::int64_t n, std::int64_t D,
                     int rotation, bool interleaved, float scale, float* out, bool stored) {
 #if KVS_HAVE_AVX2_PATHS
-  if (!avx512Paths() || !kvcodec::isKvType(type) || D <= 0 || D % 16 != 0 || D > kvcodec::kMaxRow) return false;
+  if (!avx2Paths() || !kvcodec::isKvType(type) || D <= 0 || D % 16 != 0 || D > kvcodec::kMaxRow) return false;
   if (interleaved && D % 32 != 0) return false;
   if (rotation > 0 && (rotation < 16 || !isPowerOfTwo(rotation) || D % rotation != 0)) return false;
   if ((type == kvcodec::TQ_KEY3 || type == kvcodec::TQ_KEY4) && !isPowerOfTwo(D)) return false;
   if (kvcodec::blockValues(type) > 16 && D % kvcodec::blockValues(type) != 0) return false;
-  readRows(type, rows, stride, n, D, rotation, interleaved, scale, stored, out);
+  if (avx512Paths())
+    kvrows::readRowsAvx512(type, rows, stride, n, D, rotation, interleaved, scale, stored, out);
+  else
+    kvrows::readRowsAvx2(type, rows, stride, n, D, rotation, interleaved, scale, stored, out);
   return true;
 #else
   (void)type, (void)rows, (void)stride, (void)n, (void)D, (void)rotation, (void)interleaved, (void)scale, (void)out,

@@ -9,7 +9,7 @@
 #include "kernels/cpu/simd.h"
 #include "util/error.h"
 
-// The inner loops are dot products and axpys over head_dim: KVS_CLONES (kernels/cpu/simd.h), or the AVX2 tile.
+// The inner loops are dot products and axpys over head_dim: KVS_MULTIVERSION (kernels/cpu/simd.h), or the AVX2 tile.
 // Their sums may be reassociated (core/CMakeLists: -fassociative-math on this file), which is why fused
 // attention agrees with the reference within a tolerance rather than bit for bit.
 
@@ -136,9 +136,9 @@ inline float raiseMax(float mt, float& m, float& l, float* ar, std::int64_t D) {
 
 // Online-softmax state of one query row over the keys seen so far: running max m, sum l, and sum p * v (acc).
 // One tile of n keys/values (dense rows of D floats), for the query rows of one KV head.
-KVS_CLONES void attendTile(const float* q, std::int64_t rows, std::int64_t T, std::int64_t D, const float* kt,
-                           const float* vt, std::int64_t n, std::int64_t t0, std::int64_t L, bool causal, float* m,
-                           float* l, float* acc, float* scores) {
+KVS_BODY void attendTileBody(const float* q, std::int64_t rows, std::int64_t T, std::int64_t D, const float* kt,
+                             const float* vt, std::int64_t n, std::int64_t t0, std::int64_t L, bool causal, float* m,
+                             float* l, float* acc, float* scores) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t t = r % T;
     // The last key this query may see (inclusive), relative to the tile.
@@ -169,6 +169,11 @@ KVS_CLONES void attendTile(const float* q, std::int64_t rows, std::int64_t T, st
     l[r] += sum;
   }
 }
+KVS_MULTIVERSION(void, attendTile,
+                 (const float* q, std::int64_t rows, std::int64_t T, std::int64_t D, const float* kt, const float* vt,
+                  std::int64_t n, std::int64_t t0, std::int64_t L, bool causal, float* m, float* l, float* acc,
+                  float* scores),
+                 (q, rows, T, D, kt, vt, n, t0, L, causal, m, l, acc, scores))
 
 #if KVS_HAVE_AVX2_PATHS
 // The same tile step by hand for AVX2 + FMA (head_dim a multiple of 8). Scores: eight keys at a time, each with its

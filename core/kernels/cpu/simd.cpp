@@ -1,6 +1,7 @@
 #include "kernels/cpu/simd.h"
 
 #include <atomic>
+#include <cstdlib>
 
 #if KVS_HAVE_AVX2_PATHS
 #include <cpuid.h>
@@ -37,41 +38,104 @@ bool cpuHasAvx512() {
 #endif
 }
 
-std::atomic<bool>& enabled512() {
-  static std::atomic<bool> on{cpuHasAvx512()};
-  return on;
-}
-
-std::atomic<bool>& enabled() {
-  static std::atomic<bool> on{cpuHasAvx2()};
-  return on;
-}
-
-}  // namespace
-
-bool avx2Paths() {
-  return enabled().load(std::memory_order_relaxed);
-}
-
-void setAvx2Paths(bool on) {
-  enabled().store(on && cpuHasAvx2(), std::memory_order_relaxed);
-}
-
-bool avx512Paths() {
-  return avx2Paths() && enabled512().load(std::memory_order_relaxed);
-}
-
-bool vnniPaths() {
+bool cpuHasVnni() {
 #if KVS_HAVE_AVX2_PATHS
-  static const bool has = cpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
-  return has && avx512Paths();
+  return cpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
 #else
   return false;
 #endif
 }
 
-void setAvx512Paths(bool on) {
-  enabled512().store(on && cpuHasAvx512(), std::memory_order_relaxed);
+Isa best() {
+  static const Isa b = !cpuHasAvx2() ? Isa::Scalar : cpuHasAvx512() ? Isa::Avx512 : Isa::Avx2;
+  return b;
+}
+
+const char* envIsa() {
+  const char* v = std::getenv("KVSCOPE_ISA");
+  return v && *v ? v : nullptr;
+}
+
+// KVSCOPE_ISA's path where it names one the CPU runs, else the best.
+Isa initial() {
+  Isa asked;
+  if (const char* v = envIsa(); v && parseIsa(v, asked) && asked <= best()) return asked;
+  return best();
+}
+
+std::atomic<int>& current() {
+  static std::atomic<int> c{static_cast<int>(initial())};
+  return c;
+}
+
+}  // namespace
+
+Isa isa() {
+  return static_cast<Isa>(current().load(std::memory_order_relaxed));
+}
+
+Isa bestIsa() {
+  return best();
+}
+
+std::vector<Isa> runnableIsas() {
+  std::vector<Isa> out;
+  for (Isa p : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (p <= best()) out.push_back(p);
+  return out;
+}
+
+void setIsa(Isa p) {
+  current().store(static_cast<int>(p <= best() ? p : best()), std::memory_order_relaxed);
+}
+
+const char* isaName(Isa p) {
+  switch (p) {
+    case Isa::Avx512:
+      return "avx512";
+    case Isa::Avx2:
+      return "avx2";
+    default:
+      return "scalar";
+  }
+}
+
+bool parseIsa(const std::string& name, Isa& out) {
+  for (Isa p : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (name == isaName(p)) {
+      out = p;
+      return true;
+    }
+  return false;
+}
+
+std::string isaRequestProblem() {
+  const char* v = envIsa();
+  if (!v) return "";
+  Isa asked;
+  if (!parseIsa(v, asked)) return std::string("KVSCOPE_ISA=") + v + " is not one of scalar, avx2, avx512";
+  if (asked > best()) return std::string("KVSCOPE_ISA=") + v + ": this CPU has no " + isaName(asked) + " path";
+  return "";
+}
+
+std::string isaSummary() {
+  const Isa now = isa();
+  const char* v = envIsa();
+  std::string why;
+  if (const std::string problem = isaRequestProblem(); !problem.empty())
+    why = problem;
+  else if (now == best())
+    why = "the best this CPU has";
+  else if (v && std::string(v) == isaName(now))
+    why = std::string("KVSCOPE_ISA=") + v + "; this CPU has " + isaName(best());
+  else
+    why = std::string("forced; this CPU has ") + isaName(best());
+  return std::string(isaName(now)) + " (" + (vnniPaths() ? "VNNI; " : "") + why + ")";
+}
+
+bool vnniPaths() {
+  static const bool has = cpuHasVnni();
+  return has && avx512Paths();
 }
 
 }  // namespace kvscope::kernels

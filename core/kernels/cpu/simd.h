@@ -1,15 +1,11 @@
-// Vectorized CPU kernels: target clones (KVS_CLONES), and hand-written paths (AVX2 + FMA + F16C) chosen at run time.
-// Each has a portable twin that computes the same values; tests switch the fast paths off to compare the two on the
-// same machine.
+// Vectorized CPU kernels and the one switch that picks their instruction set. Each kernel has a portable twin that
+// computes the same values, and where a hand-written AVX2 or AVX-512 path exists, the same values again; the path
+// that runs is `isa()`: the best this CPU has, or the one KVSCOPE_ISA=scalar|avx2|avx512 asks for (read once, at the
+// first question), so that one machine can run, test and time every path it can execute.
 #pragma once
 
-// Function multi-versioning: a loop compiled for AVX-512, AVX2 and the baseline, the best picked at load time (GCC;
-// plain code under clang and the sanitizers).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define KVS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define KVS_CLONES
-#endif
+#include <string>
+#include <vector>
 
 #if defined(__x86_64__)
 #define KVS_HAVE_AVX2_PATHS 1
@@ -29,6 +25,52 @@
 
 namespace kvscope::kernels {
 
+/// The instruction sets the kernels have paths for, in order: each includes the ones before it.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+/// The path the kernels run now.
+Isa isa();
+/// The best path this CPU can run (AVX2 means AVX2 + FMA + F16C; AVX-512 means F, BW, VL and DQ, with the OS saving
+/// the registers).
+Isa bestIsa();
+/// Every path this CPU can run, the portable one first.
+std::vector<Isa> runnableIsas();
+/// Runs `p` from now on, or the best this CPU has where it lacks `p`. For tests and measurements (IsaScope).
+void setIsa(Isa p);
+/// "scalar", "avx2" or "avx512": KVSCOPE_ISA's spellings.
+const char* isaName(Isa p);
+/// KVSCOPE_ISA's value as a path; false where it is not one of the three names.
+bool parseIsa(const std::string& name, Isa& out);
+/// What KVSCOPE_ISA asked for that cannot run, in one line ("" where it is unset or honoured): an unknown name, or a
+/// path this CPU lacks. The kernels then run the best the CPU has (kvscope-cli refuses an unknown name: exit 2).
+std::string isaRequestProblem();
+/// The path in use and why, for the model card, `bench` and `doctor`: "avx512 (VNNI; the best this CPU has)",
+/// "avx2 (KVSCOPE_ISA=avx2; this CPU has avx512)".
+std::string isaSummary();
+
+/// Runs `p` while it lives (clamped to what the CPU has), then the path that ran before.
+class IsaScope {
+ public:
+  explicit IsaScope(Isa p) : before_(isa()) { setIsa(p); }
+  ~IsaScope() { setIsa(before_); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+
+ private:
+  Isa before_;
+};
+
+/// Whether the AVX2/FMA/F16C paths run.
+inline bool avx2Paths() {
+  return isa() >= Isa::Avx2;
+}
+/// Whether the AVX-512 (F, BW, VL, DQ) paths run.
+inline bool avx512Paths() {
+  return isa() >= Isa::Avx512;
+}
+/// Whether the AVX-512 VNNI paths run: the CPU has VNNI and the AVX-512 paths run.
+bool vnniPaths();
+
 #if KVS_HAVE_AVX2_PATHS
 /// The sum of v's eight lanes.
 KVS_AVX2 inline float hsum(__m256 v) {
@@ -39,15 +81,34 @@ KVS_AVX2 inline float hsum(__m256 v) {
 }
 #endif
 
-/// Whether the AVX2/FMA/F16C paths run: the CPU has them and they are not switched off.
-bool avx2Paths();
-/// Switches the AVX2 paths off (false) or back on where the CPU has them (true). For tests and measurements.
-void setAvx2Paths(bool on);
-/// Whether the AVX-512 (F, BW, VL, DQ) paths run: the CPU has them, and they and the AVX2 paths are switched on.
-bool avx512Paths();
-/// Switches the AVX-512 paths off (false; the AVX2 paths then run where they would) or back on.
-void setAvx512Paths(bool on);
-/// Whether the AVX-512 VNNI paths run: the CPU has VNNI and the AVX-512 paths are on.
-bool vnniPaths();
-
 }  // namespace kvscope::kernels
+
+// A loop written once (a function `name##Body`, always inlined) and compiled three times: for x86-64-v4 (AVX-512),
+// for AVX2 and for the baseline; `name` calls the one isa() picks, at each call. The compiler vectorizes each copy
+// for its own instruction set (GCC; under clang and the sanitizers the three are the one plain loop). The bodies'
+// files set their floating-point options in core/CMakeLists.txt: the copies compute the same values.
+#define KVS_BODY __attribute__((always_inline)) inline
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define KVS_MULTIVERSION(ret, name, params, args)                 \
+  __attribute__((target("arch=x86-64-v4"))) ret name##V4 params { \
+    return name##Body args;                                       \
+  }                                                               \
+  __attribute__((target("avx2"))) ret name##V3 params {           \
+    return name##Body args;                                       \
+  }                                                               \
+  ret name params {                                               \
+    switch (::kvscope::kernels::isa()) {                          \
+      case ::kvscope::kernels::Isa::Avx512:                       \
+        return name##V4 args;                                     \
+      case ::kvscope::kernels::Isa::Avx2:                         \
+        return name##V3 args;                                     \
+      default:                                                    \
+        return name##Body args;                                   \
+    }                                                             \
+  }
+#else
+#define KVS_MULTIVERSION(ret, name, params, args) \
+  ret name params {                               \
+    return name##Body args;                       \
+  }
+#endif
