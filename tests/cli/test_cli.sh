@@ -45,7 +45,8 @@ if [ ! -e /dev/nvidiactl ]; then
 fi
 # KVSCOPE_ISA: a name that is no path is one line and exit 2; a path the CPU runs is taken without a word.
 check bad-isa 2 'kvscope-cli: error: KVSCOPE_ISA=avx9 is not one of scalar, avx2, avx512' env KVSCOPE_ISA=avx9 "$cli" export --cache fp8
-[ -z "$(KVSCOPE_ISA=scalar "$cli" export --cache fp8 2>&1 >/dev/null)" ] || { echo "FAIL scalar-isa: a word on stderr"; fail=1; }
+[ "$(KVSCOPE_ISA=scalar "$cli" export --cache fp8 2>&1)" = "$("$cli" export --cache fp8 2>&1)" ] ||
+  { echo "FAIL scalar-isa: KVSCOPE_ISA=scalar changed export's output"; fail=1; }
 check bad-weights 2 'q6_k not in {stored,q8_0,q5_1,q5_0,q4_1,q4_0}' "$cli" generate --model /nonexistent.gguf --prompt hi --weights q6_k
 # One error line, nothing else.
 lines=$("$cli" export --cache quanto:nbits=3 2>&1 | wc -l)
