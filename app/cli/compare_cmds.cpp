@@ -478,9 +478,9 @@ Runner addBench(CLI::App& app) {
                                       {"kv_held_bytes", mem[i].held()},
                                       {"device", m.model().context().device().str()},
                                       {"activations", model::activationsName(m.activations())},
-                                      {"cpu_kernels", m.model().context().device().is_cpu()
-                                                          ? nlohmann::json(kernels::isaName(kernels::isa()))
-                                                          : nlohmann::json(nullptr)},
+                                      {"cpu_kernels", m.kernelsLine().empty()
+                                                          ? nlohmann::json(nullptr)
+                                                          : nlohmann::json(kernels::isaName(kernels::isa()))},
                                       {m.model().context().device().is_cpu() ? "peak_rss_bytes" : "peak_device_bytes",
                                        static_cast<std::int64_t>(median(peak[i]))}}
                            .dump()

@@ -1,7 +1,6 @@
 // kvscope-cli: the headless face of kvscope. Bad input gives one clear line on stderr and exit code 2.
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 #include <vector>
@@ -31,10 +30,9 @@ int run(int argc, char** argv) {
   }
   // KVSCOPE_ISA (kernels/cpu/simd.h): a name that is not a path is bad input; a path this CPU lacks is said, and the
   // best it has runs.
-  if (const std::string isa = kvscope::kernels::isaRequestProblem(); !isa.empty()) {
-    kvscope::kernels::Isa asked;
-    const char* v = std::getenv("KVSCOPE_ISA");
-    if (!kvscope::kernels::parseIsa(v ? v : "", asked)) {
+  bool unknownIsa = false;
+  if (const std::string isa = kvscope::kernels::isaRequestProblem(&unknownIsa); !isa.empty()) {
+    if (unknownIsa) {
       std::cerr << "kvscope-cli: error: " << isa << "\n";
       return 2;
     }

@@ -156,17 +156,30 @@ KVS_HD void encodeNvfp4Block(const float* x, float decodeScale, bool fourOverSix
   }
 }
 
+/// 2^e as float32 for e in [-127, 127] (2^-127 is subnormal).
+KVS_HD float pow2(int e) {
+  return e >= -126 ? bitsFloat(static_cast<std::uint32_t>(e + 127) << 23) : bitsFloat(0x00400000u);
+}
+
+/// What a block's E2M1 values are multiplied by on decoding: NVFP4's E4M3 block scale times the global decode scale,
+/// MXFP4's E8M0 2^(scale - 127), UltraQuant's the same with 0 for a block stored as zeros.
+KVS_HD float blockScale(Format f, std::uint8_t scale, float decodeScale) {
+  switch (f) {
+    case Format::Mxfp4:
+      return pow2(static_cast<int>(scale) - 127);
+    case Format::Ultraquant:
+      return scale == 0 ? 0.0f : pow2(static_cast<int>(scale) - 127);
+    default:
+      return mulRn(decodeE4M3FN(scale), decodeScale);
+  }
+}
+
 KVS_HD void decodeNvfp4Block(const std::uint8_t* codes, std::uint8_t scale, float decodeScale, float* y) {
-  const float s = mulRn(decodeE4M3FN(scale), decodeScale);
+  const float s = blockScale(Format::Nvfp4, scale, decodeScale);
   for (std::int64_t i = 0; i < 8; ++i) {
     y[2 * i] = mulRn(e2m1Value(codes[i] & 0x0F), s);
     y[2 * i + 1] = mulRn(e2m1Value(codes[i] >> 4), s);
   }
-}
-
-/// 2^e as float32 for e in [-127, 127] (2^-127 is subnormal).
-KVS_HD float pow2(int e) {
-  return e >= -126 ? bitsFloat(static_cast<std::uint32_t>(e + 127) << 23) : bitsFloat(0x00400000u);
 }
 
 /// One MXFP4 block of 32 values: 16 code bytes at `codes`, its E8M0 scale at `*scale`.
@@ -196,7 +209,7 @@ KVS_HD void encodeMxfp4Block(const float* x, std::uint8_t* codes, std::uint8_t* 
 }
 
 KVS_HD void decodeMxfp4Block(const std::uint8_t* codes, std::uint8_t scale, float* y) {
-  const float p = pow2(static_cast<int>(scale) - 127);
+  const float p = blockScale(Format::Mxfp4, scale, 1.0f);
   for (std::int64_t i = 0; i < 16; ++i) {
     y[2 * i] = mulRn(e2m1Value(codes[i] & 0x0F), p);
     y[2 * i + 1] = mulRn(e2m1Value(codes[i] >> 4), p);
@@ -239,7 +252,7 @@ KVS_HD void encodeUltraquantBlock(const float* x, std::uint8_t* codes, std::uint
 }
 
 KVS_HD void decodeUltraquantBlock(const std::uint8_t* codes, std::uint8_t scale, float* y) {
-  const float p = scale == 0 ? 0.0f : pow2(static_cast<int>(scale) - 127);
+  const float p = blockScale(Format::Ultraquant, scale, 1.0f);
   for (std::int64_t i = 0; i < 16; ++i) {
     y[2 * i] = mulRn(e2m1Value(codes[i] & 0x0F), p);
     y[2 * i + 1] = mulRn(e2m1Value(codes[i] >> 4), p);

@@ -137,19 +137,12 @@ KVS_AVX2 void hadamardChunks(float* y, std::int64_t count, int c) {
 
 // Sixteen values (one scale) at a time: every FP4 block holds 16 or 32 values.
 KVS_AVX2 void decodeFp4(std::uint32_t t, const std::uint8_t* in, std::int64_t D, float global, float* y) {
-  const Tables& tb = tables();
-  const Bf16Table lut = bf16Table(tb.e2m1Hi, tb.e2m1Lo);
+  const Bf16Table lut = bf16Table(tables().e2m1Hi, tables().e2m1Lo);
   const std::uint8_t* scales = in + D / 2;
   const int bv = kvc::blockValues(t);
+  const fp4::Format f = kvc::fp4Format(t);
   for (std::int64_t i = 0; i < D; i += 16) {
-    const std::uint8_t s = scales[i / bv];
-    float scale;
-    if (t == kvc::MXFP4)
-      scale = fp4::pow2(static_cast<int>(s) - 127);
-    else if (t == kvc::ULTRAQUANT)
-      scale = s == 0 ? 0.0f : fp4::pow2(static_cast<int>(s) - 127);
-    else
-      scale = mulRn(tb.e4m3[s], global);
+    const float scale = fp4::blockScale(f, scales[i / bv], global);
     __m256 v[2];
     lookupBf16(nibbleBytes16(in + i / 2), lut, v);
     const __m256 sv = _mm256_set1_ps(scale);
@@ -169,14 +162,14 @@ KVS_AVX2 void decodeGgml(std::uint32_t t, const std::uint8_t* in, std::int64_t D
     __m256 v[4];
     switch (t) {
       case kvc::Q8_0:
-        for (int k = 0; k < 4; ++k) v[k] = lanesFloat(signedBytes8(in + 2 + 8 * k));
+        for (int k = 0; k < 4; ++k) v[k] = lanesFloat(signedBytes8(in + 2 + std::ptrdiff_t{8} * k));
         break;
       case kvc::Q4_0:
       case kvc::Q4_1: {
         const std::uint8_t* q = in + (t == kvc::Q4_0 ? 2 : 4);
         const __m256i off = _mm256_set1_epi32(t == kvc::Q4_0 ? 8 : 0);
         for (int k = 0; k < 2; ++k) {
-          const __m256i b = bytes8(q + 8 * k);
+          const __m256i b = bytes8(q + std::ptrdiff_t{8} * k);
           v[k] = lanesFloat(_mm256_sub_epi32(_mm256_and_si256(b, low4), off));
           v[k + 2] = lanesFloat(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), off));
         }
@@ -189,7 +182,7 @@ KVS_AVX2 void decodeGgml(std::uint32_t t, const std::uint8_t* in, std::int64_t D
         const std::uint8_t* q = in + (q50 ? 6 : 8);
         const __m256i off = _mm256_set1_epi32(q50 ? 16 : 0);
         for (int k = 0; k < 2; ++k) {
-          const __m256i b = bytes8(q + 8 * k);
+          const __m256i b = bytes8(q + std::ptrdiff_t{8} * k);
           const __m256i bitLo = _mm256_add_epi32(first, _mm256_set1_epi32(8 * k));
           const __m256i hLo = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, bitLo), one), 4);
           const __m256i hHi = _mm256_slli_epi32(
@@ -212,7 +205,7 @@ KVS_AVX2 void decodeGgml(std::uint32_t t, const std::uint8_t* in, std::int64_t D
     for (int k = 0; k < 4; ++k) {
       __m256 x = _mm256_mul_ps(v[k], d);
       if (withMin) x = _mm256_add_ps(x, m);
-      _mm256_storeu_ps(y + 8 * k, x);
+      _mm256_storeu_ps(y + std::ptrdiff_t{8} * k, x);
     }
   }
 }
@@ -251,7 +244,7 @@ KVS_AVX2 void decodeE4m3(const std::uint8_t* in, std::int64_t D, const float* sc
     }
     for (int k = 0; k < 2; ++k) {
       if (scale) v[k] = _mm256_mul_ps(v[k], _mm256_set1_ps(*scale));
-      _mm256_storeu_ps(y + i + 8 * k, v[k]);
+      _mm256_storeu_ps(y + i + std::ptrdiff_t{8} * k, v[k]);
     }
   }
 }
@@ -272,7 +265,7 @@ KVS_AVX2 void decodeInt4PerTokenHead(const std::uint8_t* in, std::int64_t D, boo
     const __m128i n = nibbleBytes16(in + i / 2);
     const __m256i c[2] = {_mm256_cvtepu8_epi32(n), _mm256_cvtepu8_epi32(_mm_srli_si128(n, 8))};
     for (int k = 0; k < 2; ++k)
-      _mm256_storeu_ps(y + i + 8 * k, _mm256_mul_ps(lanesFloat(_mm256_sub_epi32(c[k], zp)), scale));
+      _mm256_storeu_ps(y + i + std::ptrdiff_t{8} * k, _mm256_mul_ps(lanesFloat(_mm256_sub_epi32(c[k], zp)), scale));
   }
   if (stored) return;
   // (y · sign) / blk: the product by ±1 is exact, and dividing by a power of two is multiplying by its inverse.
@@ -292,7 +285,7 @@ KVS_AVX2 void decodeTqKey(std::uint32_t t, const std::uint8_t* in, std::int64_t 
     for (int k = 0; k < 2; ++k) {
       const __m256 v = lookup16(c[k], lut.lo, lut.hi);
       ss[k] = _mm256_add_ps(ss[k], _mm256_mul_ps(v, v));
-      _mm256_storeu_ps(y + i + 8 * k, v);
+      _mm256_storeu_ps(y + i + std::ptrdiff_t{8} * k, v);
     }
   }
   const __m256 s8 = _mm256_add_ps(ss[0], ss[1]);
@@ -314,7 +307,7 @@ KVS_AVX2 void decodeTqValue(std::uint32_t t, const std::uint8_t* in, std::int64_
     __m256i c[2];
     tqCodes(in, i, b, c);
     for (int k = 0; k < 2; ++k)
-      _mm256_storeu_ps(y + i + 8 * k, _mm256_add_ps(_mm256_mul_ps(lanesFloat(c[k]), scale), zero));
+      _mm256_storeu_ps(y + i + std::ptrdiff_t{8} * k, _mm256_add_ps(_mm256_mul_ps(lanesFloat(c[k]), scale), zero));
   }
 }
 

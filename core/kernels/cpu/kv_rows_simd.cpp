@@ -119,19 +119,12 @@ KVS_AVX512 void hadamardChunks(float* y, std::int64_t count, int c) {
 // ---- one row of each format ----
 
 KVS_AVX512 void decodeFp4(std::uint32_t t, const std::uint8_t* in, std::int64_t D, float global, float* y) {
-  const Tables& tb = tables();
-  const __m512 lut = _mm512_load_ps(tb.e2m1);
+  const __m512 lut = _mm512_load_ps(tables().e2m1);
   const std::uint8_t* scales = in + D / 2;
   const int bv = kvc::blockValues(t);
+  const fp4::Format f = kvc::fp4Format(t);
   for (std::int64_t i = 0; i < D; i += 16) {
-    const std::uint8_t s = scales[i / bv];
-    float scale;
-    if (t == kvc::MXFP4)
-      scale = fp4::pow2(static_cast<int>(s) - 127);
-    else if (t == kvc::ULTRAQUANT)
-      scale = s == 0 ? 0.0f : fp4::pow2(static_cast<int>(s) - 127);
-    else
-      scale = mulRn(tb.e4m3[s], global);
+    const float scale = fp4::blockScale(f, scales[i / bv], global);
     const __m512 v = _mm512_permutexvar_ps(nibblesInterleaved(in + i / 2), lut);
     _mm512_storeu_ps(y + i, _mm512_mul_ps(v, _mm512_set1_ps(scale)));
   }

@@ -109,11 +109,13 @@ bool parseIsa(const std::string& name, Isa& out) {
   return false;
 }
 
-std::string isaRequestProblem() {
+std::string isaRequestProblem(bool* unknownName) {
   const char* v = envIsa();
+  Isa asked = Isa::Scalar;
+  const bool unknown = v && !parseIsa(v, asked);
+  if (unknownName) *unknownName = unknown;
   if (!v) return "";
-  Isa asked;
-  if (!parseIsa(v, asked)) return std::string("KVSCOPE_ISA=") + v + " is not one of scalar, avx2, avx512";
+  if (unknown) return std::string("KVSCOPE_ISA=") + v + " is not one of scalar, avx2, avx512";
   if (asked > best()) return std::string("KVSCOPE_ISA=") + v + ": this CPU has no " + isaName(asked) + " path";
   return "";
 }

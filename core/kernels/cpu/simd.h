@@ -41,9 +41,10 @@ void setIsa(Isa p);
 const char* isaName(Isa p);
 /// KVSCOPE_ISA's value as a path; false where it is not one of the three names.
 bool parseIsa(const std::string& name, Isa& out);
-/// What KVSCOPE_ISA asked for that cannot run, in one line ("" where it is unset or honoured): an unknown name, or a
-/// path this CPU lacks. The kernels then run the best the CPU has (kvscope-cli refuses an unknown name: exit 2).
-std::string isaRequestProblem();
+/// What KVSCOPE_ISA asked for that cannot run, in one line ("" where it is unset or honoured): an unknown name (then
+/// `*unknownName` is set true, where given), or a path this CPU lacks. The kernels then run the best the CPU has
+/// (kvscope-cli refuses an unknown name: exit 2).
+std::string isaRequestProblem(bool* unknownName = nullptr);
 /// The path in use and why, for the model card, `bench` and `doctor`: "avx512 (VNNI; the best this CPU has)",
 /// "avx2 (KVSCOPE_ISA=avx2; this CPU has avx512)".
 std::string isaSummary();
