@@ -35,6 +35,7 @@ Runner addEval(CLI::App& app);
 Runner addTune(CLI::App& app);
 Runner addMerge(CLI::App& app);
 Runner addDoctor(CLI::App& app);
+Runner addPlan(CLI::App& app);
 
 /// Writes `text` to `path` atomically (temporary file + rename); "-" is stdout.
 void writeOutput(const std::string& path, const std::string& text);

@@ -280,6 +280,11 @@ std::string_view granularityName(Fp8Granularity g);
 std::string_view llamaCppTypeName(LlamaCppType t);
 /// Whether a llama.cpp cache type is a block-quantized one (not f16 / bf16).
 bool llamaCppQuantized(LlamaCppType t);
+/// A llama.cpp cache type's block: values and bytes (ggml-common.h; f16 and bf16 are blocks of one 2-byte value).
+struct LlamaCppBlock {
+  int values = 1, bytes = 2;
+};
+LlamaCppBlock llamaCppBlock(LlamaCppType t);
 /// The SPEC value of a rotation: "auto", "on" or "off".
 std::string_view rotationName(Rotation r);
 /// vLLM's --kv-cache-dtype of a `vllm` config's `kv` ("nvfp4", "nvfp4_4over6").

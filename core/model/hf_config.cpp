@@ -6,68 +6,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "model/json_keys.h"
 #include "model/safetensors.h"  // FormatError
 #include "util/json.h"
 
 namespace kvscope::model {
 
-namespace {
-
 using nlohmann::json;
-
-class Keys {
- public:
-  Keys(const json& obj, std::string where, std::string prefix = "")
-      : j_(obj), where_(std::move(where)), prefix_(std::move(prefix)) {}
-
-  [[noreturn]] void fail(const char* key, const std::string& what) const {
-    throw FormatError(fmt::format("{}: `{}{}` {}", where_, prefix_, key, what));
-  }
-  bool has(const char* key) const {
-    const auto it = j_.find(key);
-    return it != j_.end() && !it->is_null();
-  }
-  double num(const char* key, std::optional<double> dflt = std::nullopt) const {
-    if (!has(key)) {
-      if (dflt) return *dflt;
-      fail(key, "is missing");
-    }
-    const json& v = j_.at(key);
-    if (!v.is_number()) fail(key, fmt::format("must be a number, found {}", v.type_name()));
-    const double d = v.get<double>();
-    if (!std::isfinite(d)) fail(key, "must be finite");
-    return d;
-  }
-  double positiveNum(const char* key, double dflt) const {
-    const double v = num(key, dflt);
-    if (!(v > 0)) fail(key, fmt::format("= {} must be positive", v));
-    return v;
-  }
-  int count(const char* key, std::optional<double> dflt = std::nullopt) const {
-    const double v = num(key, dflt);
-    if (v <= 0 || v > (1 << 24) || v != std::floor(v))
-      fail(key, fmt::format("= {} is not a positive integer (at most 2^24)", v));
-    return static_cast<int>(v);
-  }
-  std::string str(const char* key, const std::string& dflt) const {
-    if (!has(key)) return dflt;
-    const json& v = j_.at(key);
-    if (!v.is_string()) fail(key, fmt::format("must be a string, found {}", v.type_name()));
-    return v.get<std::string>();
-  }
-  bool flag(const char* key, bool dflt) const {
-    if (!has(key)) return dflt;
-    const json& v = j_.at(key);
-    if (!v.is_boolean()) fail(key, fmt::format("must be true or false, found {}", v.type_name()));
-    return v.get<bool>();
-  }
-
- private:
-  const json& j_;
-  std::string where_, prefix_;
-};
-
-}  // namespace
 
 ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   JsonParse parsed = parseBoundedJson(text);
@@ -81,7 +26,7 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
     jp = &*it;
   }
   const json& j = *jp;
-  const Keys k(j, where, jp == &top ? "" : "text_config.");
+  const JsonKeys k(j, where, jp == &top ? "" : "text_config.");
   ModelConfig c;
   c.arch = k.str("model_type", "llama");
   if (c.arch == "mistral") {
@@ -125,7 +70,7 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
     }
   const json none = json::object();
   const json& rope = ropeKey ? j.at(ropeKey) : none;
-  const Keys r(rope, where, (jp == &top ? std::string() : "text_config.") + (ropeKey ? ropeKey : "rope") + ".");
+  const JsonKeys r(rope, where, (jp == &top ? std::string() : "text_config.") + (ropeKey ? ropeKey : "rope") + ".");
   c.ropeTheta = r.has("rope_theta") ? r.positiveNum("rope_theta", 10000.0) : k.positiveNum("rope_theta", 10000.0);
   const std::string ropeType = r.has("rope_type") ? r.str("rope_type", "default") : r.str("type", "default");
   if (ropeType == "llama3") {

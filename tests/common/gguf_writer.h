@@ -61,6 +61,22 @@ struct GgufWriter {
     put(v);
     mark();
   }
+  /// An array of INT32 (elementType 5) or BOOL (7) values.
+  void kvArr(const std::string& k, std::uint32_t elementType, const std::vector<std::int64_t>& values) {
+    str(k);
+    mark();
+    put<std::uint32_t>(9);
+    put<std::uint32_t>(elementType);
+    put<std::uint64_t>(values.size());
+    mark();
+    for (const auto v : values) {
+      if (elementType == 7)
+        put<std::uint8_t>(v != 0 ? 1 : 0);
+      else
+        put<std::int32_t>(static_cast<std::int32_t>(v));
+    }
+    mark();
+  }
   void tensorInfo(const std::string& name, const std::vector<std::uint64_t>& dims, std::uint32_t type,
                   std::uint64_t off) {
     str(name);

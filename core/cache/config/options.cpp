@@ -572,31 +572,35 @@ std::string optionValue(const CacheConfig& cfg, std::string_view key) {
 
 namespace kvscope::cache {
 
+LlamaCppBlock llamaCppBlock(LlamaCppType t) {
+  switch (t) {
+    case LlamaCppType::F16:
+    case LlamaCppType::BF16:
+      return {1, 2};
+    case LlamaCppType::Q8_0:
+      return {32, 34};
+    case LlamaCppType::Q4_1:
+      return {32, 20};
+    case LlamaCppType::Q5_0:
+      return {32, 22};
+    case LlamaCppType::Q5_1:
+      return {32, 24};
+    case LlamaCppType::Q4_0:
+    case LlamaCppType::IQ4_NL:
+      return {32, 18};
+  }
+  return {1, 2};
+}
+
 double bitsPerValue(const CacheConfig& cfg, int headDim) {
   if (cfg.mixed()) {
     const LayerRule* all = detail::wildcardRule(cfg);
     const LayerRule& r = all ? *all : cfg.layers.front();
     return 0.5 * (bitsPerValue(r.keys, headDim) + bitsPerValue(r.values, headDim));
   }
-  // llama.cpp's types: bytes of a block of 32 values (ggml-common.h).
   const auto llamaBits = [](LlamaCppType t) {
-    switch (t) {
-      case LlamaCppType::F16:
-      case LlamaCppType::BF16:
-        return 16.0;
-      case LlamaCppType::Q8_0:
-        return 34 * 8 / 32.0;
-      case LlamaCppType::Q4_1:
-        return 20 * 8 / 32.0;
-      case LlamaCppType::Q5_0:
-        return 22 * 8 / 32.0;
-      case LlamaCppType::Q5_1:
-        return 24 * 8 / 32.0;
-      case LlamaCppType::Q4_0:
-      case LlamaCppType::IQ4_NL:
-        return 18 * 8 / 32.0;
-    }
-    return 16.0;
+    const LlamaCppBlock b = llamaCppBlock(t);
+    return b.bytes * 8.0 / b.values;
   };
   switch (cfg.backend) {
     case Backend::Dynamic:
