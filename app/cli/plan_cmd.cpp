@@ -149,16 +149,19 @@ Runner addPlan(CLI::App& app) {
     printLayers(model);
     std::cout << fmt::format("\nengine: {} {}\n", plan::engineName(p.engine), p.engineVersion);
     for (const auto& n : p.memoryNotes) std::cout << "  " << n << "\n";
-    std::cout << fmt::format("\n{:<36} {:>20} {:>11} {:>10} {:>10} {:>12} {:>9}\n", "config", "engine type",
-                             "bytes/token", "KV MiB", "state MiB", "KV tokens", "requests");
+    // llama.cpp with a budget: the largest context that fits, beside the one asked for.
+    const bool fitCol = p.engine == plan::Engine::LlamaCpp && p.kvMemoryGib;
+    std::cout << fmt::format("\n{:<36} {:>20} {:>11} {:>10} {:>10} {:>12} {:>9}{}\n", "config", "engine type",
+                             "bytes/token", "KV MiB", "state MiB", "KV tokens", "requests",
+                             fitCol ? fmt::format(" {:>12}", "fits -c") : "");
     for (const plan::ConfigPlan& c : p.configs) {
       if (!c.expressible) {
         std::cout << fmt::format("{:<36} {:>20}   {}\n", c.spec, "-", c.notes.empty() ? "" : c.notes.front());
         continue;
       }
-      std::cout << fmt::format("{:<36} {:>20} {:>11} {:>10} {:>10} {:>12} {:>9}\n", c.spec, c.engineType,
+      std::cout << fmt::format("{:<36} {:>20} {:>11} {:>10} {:>10} {:>12} {:>9}{}\n", c.spec, c.engineType,
                                orDash(c.bytesPerToken, 0), orDash(c.kvMib), orDash(c.stateMib), orDash(c.kvTokens),
-                               orDash(c.maxConcurrency));
+                               orDash(c.maxConcurrency), fitCol ? fmt::format(" {:>12}", orDash(c.fitTokens)) : "");
     }
     for (const plan::ConfigPlan& c : p.configs) {
       if (!c.expressible) continue;

@@ -133,47 +133,52 @@ Plan makePlan(const ModelLayout& model, const std::vector<std::string>& specs, c
     throw ConfigError("ctx", "the context length must be positive");
   if (model.layers.empty()) throw ConfigError("model", "the model has no layers");
 
-  // The KV budget of vLLM and SGLang: given, or the GPU's share less the weights and a reserve.
+  // The KV budget: given, or the GPU's share less the weights and a reserve. vLLM and SGLang need one; llama.cpp
+  // takes one to say what context fits.
   double kvBytes = 0;
-  if (o.engine != Engine::LlamaCpp) {
-    if (o.kvMemoryGib) {
-      if (!(*o.kvMemoryGib > 0)) throw ConfigError("kv-memory-gib", "--kv-memory-gib must be positive");
-      kvBytes = std::round(*o.kvMemoryGib * kGiB);
-      plan.memoryNotes.push_back(fmt::format("KV memory per GPU: {} GiB (given)", *o.kvMemoryGib));
-    } else if (!o.gpu.empty()) {
-      const Gpu& g = findGpu(o.gpu);
-      const double weights = model.weightBytes ? static_cast<double>(*model.weightBytes) / o.tp : 0;
-      if (!model.weightBytes)
-        plan.memoryNotes.push_back("the weights' size is unknown (a bare config.json): counted as 0");
-      const double total = g.memoryGib * kGiB;
-      if (o.engine == Engine::Vllm) {
-        const double util = o.gpuMemoryUtilization.value_or(0.92);
-        kvBytes = std::ceil(total * util) - weights - o.activationReserveGib * kGiB;
-        plan.memoryNotes.push_back(fmt::format(
-            "{}: {:.2f} GiB x {} utilization - weights {:.2f} GiB per GPU - {} GiB for activations and CUDA graphs "
-            "(an estimate: vLLM's log line \"Available KV cache memory\" is the exact figure; give it with "
-            "--kv-memory-gib)",
-            g.name, g.memoryGib, util, weights / kGiB, o.activationReserveGib));
-        plan.memoryNotes.push_back(fmt::format("Available KV cache memory: {} GiB", formatGib(kvBytes)));
-      } else {
-        const double mfs = o.gpuMemoryUtilization.value_or(sglangMemFraction(g.memoryGib, o.tp));
-        kvBytes = total * mfs - weights;
-        plan.memoryNotes.push_back(fmt::format(
-            "{}: {:.2f} GiB x mem_fraction_static {} - weights {:.2f} GiB per GPU (SGLang measures free memory before "
-            "and after loading: the planner takes the whole GPU as free)",
-            g.name, g.memoryGib, mfs, weights / kGiB));
-      }
-      if (kvBytes <= 0)
-        throw ConfigError("gpu", fmt::format("{} GiB on {} leave no memory for the KV cache after the weights "
-                                             "({:.2f} GiB per GPU)",
-                                             fixed2(g.memoryGib), g.name, weights / kGiB));
+  if (o.kvMemoryGib) {
+    if (!(*o.kvMemoryGib > 0)) throw ConfigError("kv-memory-gib", "--kv-memory-gib must be positive");
+    kvBytes = std::round(*o.kvMemoryGib * kGiB);
+    plan.memoryNotes.push_back(fmt::format("KV memory per GPU: {} GiB (given)", *o.kvMemoryGib));
+  } else if (!o.gpu.empty()) {
+    const Gpu& g = findGpu(o.gpu);
+    const double weights = model.weightBytes ? static_cast<double>(*model.weightBytes) / o.tp : 0;
+    if (!model.weightBytes)
+      plan.memoryNotes.push_back("the weights' size is unknown (a bare config.json): counted as 0");
+    const double total = g.memoryGib * kGiB;
+    if (o.engine == Engine::Vllm) {
+      const double util = o.gpuMemoryUtilization.value_or(0.92);
+      kvBytes = std::ceil(total * util) - weights - o.activationReserveGib * kGiB;
+      plan.memoryNotes.push_back(fmt::format(
+          "{}: {:.2f} GiB x {} utilization - weights {:.2f} GiB per GPU - {} GiB for activations and CUDA graphs (an "
+          "estimate: vLLM's log line \"Available KV cache memory\" is the exact figure; give it with --kv-memory-gib)",
+          g.name, g.memoryGib, util, weights / kGiB, o.activationReserveGib));
+      plan.memoryNotes.push_back(fmt::format("Available KV cache memory: {} GiB", formatGib(kvBytes)));
+    } else if (o.engine == Engine::Sglang) {
+      const double mfs = o.gpuMemoryUtilization.value_or(sglangMemFraction(g.memoryGib, o.tp));
+      kvBytes = total * mfs - weights;
+      plan.memoryNotes.push_back(fmt::format(
+          "{}: {:.2f} GiB x mem_fraction_static {} - weights {:.2f} GiB per GPU (SGLang measures free memory before "
+          "and after loading: the planner takes the whole GPU as free)",
+          g.name, g.memoryGib, mfs, weights / kGiB));
     } else {
-      throw ConfigError("kv-memory-gib", fmt::format("{} needs the KV cache's memory: --kv-memory-gib GIB (vLLM's "
-                                                     "\"Available KV cache memory\") or --gpu NAME",
-                                                     engineName(o.engine)));
+      kvBytes = total - weights;
+      plan.memoryNotes.push_back(
+          fmt::format("{}: {:.2f} GiB - weights {:.2f} GiB for the cache (llama.cpp's compute "
+                      "buffers not counted)",
+                      g.name, g.memoryGib, weights / kGiB));
     }
-    plan.kvMemoryGib = kvBytes / kGiB;
+    if (kvBytes <= 0)
+      throw ConfigError("gpu", fmt::format("{} GiB on {} leave no memory for the KV cache after the weights "
+                                           "({:.2f} GiB per GPU)",
+                                           fixed2(g.memoryGib), g.name, weights / kGiB));
+  } else if (o.engine != Engine::LlamaCpp) {
+    throw ConfigError("kv-memory-gib", fmt::format("{} needs the KV cache's memory: --kv-memory-gib GIB (vLLM's "
+                                                   "\"Available KV cache memory\") or --gpu NAME",
+                                                   engineName(o.engine)));
   }
+  if (kvBytes > 0) plan.kvMemoryGib = kvBytes / kGiB;
+  const std::int64_t length = o.maxModelLen.value_or(model.contextLength);
 
   for (const std::string& spec : specs) {
     const cache::CacheConfig cfg = cache::parseSpec(spec);
@@ -181,14 +186,32 @@ Plan makePlan(const ModelLayout& model, const std::vector<std::string>& specs, c
                    : o.engine == Engine::Vllm   ? detail::planVllm(model, cfg, o, kvBytes, plan.engineVersion)
                                                 : detail::planSglang(model, cfg, o, kvBytes);
     c.spec = spec;
-    if (o.engine == Engine::LlamaCpp && !o.gpu.empty() && c.expressible && c.kvMib) {
-      const Gpu& g = findGpu(o.gpu);
-      const double w = model.weightBytes ? static_cast<double>(*model.weightBytes) / kGiB : 0;
-      const double kv = (*c.kvMib + c.stateMib.value_or(0)) / 1024.0;
+    if (c.expressible && o.engine != Engine::LlamaCpp && c.kvTokens) {
+      c.fitTokens = c.kvTokens;
+      c.fitRequests = c.maxConcurrency
+                          ? *c.maxConcurrency
+                          : static_cast<double>(*c.kvTokens) / static_cast<double>(std::max<std::int64_t>(1, length));
+    }
+    if (c.expressible && o.engine == Engine::LlamaCpp && kvBytes > 0) {
+      // The largest -c (in steps of 256) whose cache and states fit the budget.
+      const auto cacheBytes = [&](std::int64_t ctx) {
+        PlanOptions q = o;
+        q.ctx = ctx;
+        const ConfigPlan r = detail::planLlamaCpp(model, cfg, q);
+        return std::pair{(r.kvMib.value_or(0) + r.stateMib.value_or(0)) * 1024.0 * 1024.0, r.kvTokens.value_or(0)};
+      };
+      std::int64_t lo = 1, hi = std::int64_t{1} << 16, best = 0;
+      while (lo <= hi) {
+        const std::int64_t mid = (lo + hi) / 2;
+        if (cacheBytes(mid * 256).first <= kvBytes)
+          best = mid, lo = mid + 1;
+        else
+          hi = mid - 1;
+      }
+      c.fitTokens = best > 0 ? cacheBytes(best * 256).second : 0;
+      c.fitRequests = static_cast<double>(*c.fitTokens) / static_cast<double>(std::max<std::int64_t>(1, length));
       c.notes.push_back(
-          fmt::format("{} on {}: weights {:.2f} GiB + cache {:.2f} GiB = {:.2f} of {:.2f} GiB (compute "
-                      "buffers not counted)",
-                      w + kv <= g.memoryGib ? "fits" : "does not fit", g.name, w, kv, w + kv, g.memoryGib));
+          fmt::format("the largest context whose cache fits {} GiB: -c {}", fixed2(kvBytes / kGiB), *c.fitTokens));
     }
     plan.configs.push_back(std::move(c));
   }
@@ -229,6 +252,8 @@ std::string planJson(const Plan& p) {
                        {"blocks", opt(c.blocks)},
                        {"kv_tokens", opt(c.kvTokens)},
                        {"max_concurrency", opt(c.maxConcurrency)},
+                       {"fit_tokens", opt(c.fitTokens)},
+                       {"fit_requests", opt(c.fitRequests)},
                        {"log", c.log},
                        {"notes", c.notes}});
   }

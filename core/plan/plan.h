@@ -69,6 +69,11 @@ struct ConfigPlan {
   std::optional<double> kMib, vMib, kvMib, stateMib;
   std::optional<std::int64_t> cells, swaCells, blockSize, kvTokens, blocks;
   std::optional<double> maxConcurrency;
+  /// What fits the budget: the tokens the cache holds (vLLM, SGLang; llama.cpp: the largest -c whose cache fits the
+  /// KV memory, with a budget given) and the requests of the chosen length (max_model_len, or the trained context)
+  /// they make.
+  std::optional<std::int64_t> fitTokens;
+  std::optional<double> fitRequests;
   std::vector<std::string> log;    ///< the engine's own lines, as it prints them
   std::vector<std::string> notes;  ///< what the planner assumed or the engine cannot do, said plainly
 };

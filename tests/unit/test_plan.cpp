@@ -243,6 +243,11 @@ TEST(PlanLlamaCpp, SequencesSplitTheContextUnlessUnified) {
   EXPECT_EQ(small.cells, 512);
   EXPECT_EQ(lines(small, "llama_context: n_batch").front(), "llama_context: n_batch       = 300");
   EXPECT_FALSE(one(m, "fp8", o).expressible);
+  // With a budget: the largest -c whose cache fits (128 KiB a token in f16: 8 GiB hold 65536 tokens, q8_0 123,136).
+  PlanOptions budget = llama(8192);
+  budget.kvMemoryGib = 8;
+  EXPECT_EQ(one(m, "dynamic", budget).fitTokens, 65536);
+  EXPECT_EQ(one(m, "llamacpp:type_k=q8_0,type_v=q8_0", budget).fitTokens, 123136);
 }
 
 // Gemma 4: the sliding pattern is a per-layer bool array and the last layers reuse layer n_kv_from_start - 2
