@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include "cache/sweep.h"
+#include "capacity_page.h"
 #include "docks/overlay_plot.h"
 #include "doctor_page.h"
 #include "eval_page.h"
@@ -97,6 +98,24 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   tabs_->addTab(tune_, tr("Tuner"));
   doctor_ = new DoctorPage(this);
   tabs_->addTab(doctor_, tr("Doctor"));
+  capacity_ = new CapacityPage(this);
+  tabs_->addTab(capacity_, tr("Capacity"));
+  // The runs table's "fits" column reads the Capacity tab's plan of each run's config.
+  model_->setFits(
+      [this](const RunSnapshot& r) {
+        RunsModel::FitCell cell;
+        if (!r.config) {
+          cell.why = tr("this run's config was not recorded");
+          return cell;
+        }
+        const CapacityPage::Fit f = capacity_->fit(*r.config);
+        cell.tokens = f.tokens;
+        cell.text = f.text;
+        cell.why = f.why;
+        return cell;
+      },
+      capacity_->settingsText());
+  connect(capacity_, &CapacityPage::fitsChanged, this, [this] { model_->refreshFits(capacity_->settingsText()); });
   cl->addWidget(tabs_, 1);
   arrange();
 
@@ -157,6 +176,7 @@ void CompareDock::arrange() {
 
 void CompareDock::addRun(const RunSnapshotPtr& run) {
   model_->append(run);
+  capacity_->setRuns(model_->runs());
   updateOverlay();
   if (!sweeping_) return;
   sweepRuns_.append(run);
@@ -167,6 +187,7 @@ void CompareDock::addRun(const RunSnapshotPtr& run) {
 
 void CompareDock::setRuns(const QVector<RunSnapshotPtr>& runs) {
   model_->setRuns(runs);
+  capacity_->setRuns(model_->runs());
 }
 
 bool CompareDock::startSweep(const QString& grid) {

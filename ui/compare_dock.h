@@ -21,6 +21,7 @@ class QTableView;
 
 namespace kvscope::ui {
 
+class CapacityPage;
 class EvalPage;
 class TunePage;
 class DoctorPage;
@@ -38,6 +39,7 @@ class CompareDock : public QWidget {
   EvalPage* evalPage() const { return eval_; }
   TunePage* tunePage() const { return tune_; }
   DoctorPage* doctorPage() const { return doctor_; }
+  CapacityPage* capacityPage() const { return capacity_; }
   bool sweeping() const { return sweeping_; }
 
   /// A finished run joins the table (and, during a sweep, the sweep's results; the next config follows).
@@ -88,6 +90,7 @@ class CompareDock : public QWidget {
   EvalPage* eval_;
   TunePage* tune_;
   DoctorPage* doctor_;
+  CapacityPage* capacity_;
   QSplitter* split_;
   QTabWidget* tabs_;
   QLabel* common_;

@@ -17,6 +17,7 @@
 #include <QVBoxLayout>
 #include <algorithm>
 
+#include "capacity_page.h"
 #include "compare_dock.h"
 #include "config_panel.h"
 #include "docks/beam_dock.h"
@@ -216,6 +217,7 @@ void MainWindow::onLoadProgress(int done, int total) {
 void MainWindow::onModelLoaded(const ModelInfo& info) {
   model_ = info;
   runPanel_->showModel(info);
+  compare_->capacityPage()->setModelPath(info.path);
   message_->setText(tr("Model loaded (%1, %2, %3).")
                         .arg(info.dtype, info.deviceLabel.isEmpty() ? info.device : info.deviceLabel, info.arithmetic));
   if (info.layers > 0 && selection_->layer() >= info.layers) selection_->clear();

@@ -152,7 +152,7 @@ RunsModel::RunsModel(QObject* parent) : QAbstractTableModel(parent) {}
 void RunsModel::sort(int column, Qt::SortOrder order) {
   if (column < 0 || column >= ColumnCount) return;
   // The figure a column sorts by; nullopt: the run has none ("-").
-  auto key = [column](const RunSnapshot& r) -> std::optional<double> {
+  auto key = [column, this](const RunSnapshot& r) -> std::optional<double> {
     const auto t = r.cache.total();
     switch (column) {
       case Run:
@@ -167,6 +167,8 @@ void RunsModel::sort(int column, Qt::SortOrder order) {
         return r.decodeTokS;
       case MeanKl:
         return r.shadow ? std::optional<double>(r.meanKl) : std::nullopt;
+      case Fits:
+        return fits_ ? fits_(r).tokens : std::nullopt;
       case Top1:
         return r.shadow ? std::optional<double>(r.top1Agreement) : std::nullopt;
       case FirstDivergence:
@@ -203,6 +205,17 @@ void RunsModel::sort(int column, Qt::SortOrder order) {
   changePersistentIndexList(before, after);
   names_ = configNames(runs_, &common_);
   Q_EMIT layoutChanged({}, QAbstractItemModel::VerticalSortHint);
+}
+
+void RunsModel::setFits(std::function<FitCell(const RunSnapshot&)> fits, const QString& settings) {
+  fits_ = std::move(fits);
+  refreshFits(settings);
+}
+
+void RunsModel::refreshFits(const QString& settings) {
+  fitSettings_ = settings;
+  if (!runs_.isEmpty()) Q_EMIT dataChanged(index(0, Fits), index(static_cast<int>(runs_.size()) - 1, Fits));
+  Q_EMIT headerDataChanged(Qt::Horizontal, Fits, Fits);
 }
 
 int RunsModel::rowOf(int runId) const {
@@ -259,6 +272,11 @@ QString RunsModel::cell(int row, int column, bool fullLabel) const {
       return QString::number(r.decodeTokS, 'f', 1);
     case MeanKl:
       return r.shadow ? figure(r.meanKl, 'g', 3) : "-";
+    case Fits: {
+      if (!fits_) return "-";
+      const FitCell f = fits_(r);
+      return f.tokens ? f.text : QString("-");
+    }
     case Top1:
       return r.shadow ? QString::number(100.0 * r.top1Agreement, 'f', 1) + "%" : "-";
     case FirstDivergence:
@@ -289,6 +307,10 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
             : (r.refPerplexityNote.isEmpty() ? tr("not scored") : r.refPerplexityNote);
     return tr("%1\nOn its own generated tokens: %2 (not comparable between runs)").arg(scored, ownPerplexity(r));
   }
+  if (role == Qt::ToolTipRole && index.column() == Fits && fits_) {
+    const FitCell f = fits_(r);
+    return f.tokens ? tr("%1 tokens fit (%2) under %3 (the Capacity tab)").arg(f.text, f.why, fitSettings_) : f.why;
+  }
   if (role == Qt::BackgroundRole && brokenRun(r)) return QColor(255, 215, 215);
   if (role == Qt::TextAlignmentRole && index.column() != Config)
     return QVariant::fromValue(Qt::AlignRight | Qt::AlignVCenter);
@@ -301,8 +323,8 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
   // Short headers, so that every figure fits beside the config without scrolling; the tooltips say them in full.
   // Two lines where a header is wider than its figures: the config column keeps the width its names need (at 1366 px
   // one-line headers left it ~40 px).
-  static const char* kNames[] = {"run",      "config", "KV\nMiB",   "ratio",   "bits/\nvalue", "tok/s",
-                                 "mean\nKL", "top-1",  "1st\ndiv.", "max\nKL", "ppl\n(ref)"};
+  static const char* kNames[] = {"run",      "config",      "KV\nMiB", "ratio",     "bits/\nvalue", "tok/s",
+                                 "mean\nKL", "fits\n(tok)", "top-1",   "1st\ndiv.", "max\nKL",      "ppl\n(ref)"};
   static const char* const kPerplexityTip =
       "perplexity on the reference tokens: the unquantized cache's greedy answer to the same prompt, teacher-forced "
       "through each run's cache, so that every run is scored on the same tokens";
@@ -317,12 +339,17 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
       kBitsTip,
       "decode tokens per second",
       "mean KL divergence of each step's next-token distribution from the unquantized reference (nats)",
+      nullptr,
       "share of steps whose top-1 token is the reference's",
       "first generated step whose token differs from the reference's",
       "largest per-step KL (nats)",
       kPerplexityTip};
   if (role == Qt::DisplayRole) return tr(kNames[section]);
   if (role != Qt::ToolTipRole) return {};
+  if (section == Fits)
+    return tr("What fits with each run's config: the tokens the engine's cache holds and the requests they make, "
+              "under %1 (set on the Capacity tab)")
+        .arg(fitSettings_.isEmpty() ? tr("the Capacity tab's settings") : fitSettings_);
   if (section == Config)
     return common_.isEmpty() ? tr("Each run's config") : tr("What tells the runs apart; every run has %1").arg(common_);
   return tr(kTips[section]);
@@ -331,8 +358,9 @@ QVariant RunsModel::headerData(int section, Qt::Orientation o, int role) const {
 QString RunsModel::csv() const {
   auto quoted = [](QString s) { return QString("\"%1\"").arg(s.replace('"', "\"\"")); };
   QString out;
-  static const char* kCsvNames[] = {"run",     "config", "kv_mib",           "ratio",  "bits_per_value", "decode_tok_s",
-                                    "mean_kl", "top1",   "first_divergence", "max_kl", "ref_perplexity"};
+  static const char* kCsvNames[] = {"run",          "config",        "kv_mib", "ratio", "bits_per_value",
+                                    "decode_tok_s", "mean_kl",       "fits",   "top1",  "first_divergence",
+                                    "max_kl",       "ref_perplexity"};
   for (int c = 0; c < ColumnCount; ++c) out += QString(c ? "," : "") + kCsvNames[c];
   out += "\n";
   for (int r = 0; r < runs_.size(); ++r) {

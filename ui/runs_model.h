@@ -6,6 +6,7 @@
 #include <QAbstractTableModel>
 #include <QStringList>
 #include <QVector>
+#include <functional>
 #include <optional>
 
 #include "snapshots.h"
@@ -44,6 +45,7 @@ class RunsModel : public QAbstractTableModel {
     BitsPerValue,
     DecodeTokS,
     MeanKl,
+    Fits,
     Top1,
     FirstDivergence,
     MaxKl,
@@ -66,6 +68,16 @@ class RunsModel : public QAbstractTableModel {
   /// The table as CSV: the header, then a row per run (full labels in the config column).
   QString csv() const;
 
+  /// What fits of a run's config (the Capacity page's fit(): tokens for the sort, text for the cell, why when there
+  /// is no figure) and the settings it assumes in words (the header's tooltip).
+  struct FitCell {
+    std::optional<double> tokens;
+    QString text, why;
+  };
+  void setFits(std::function<FitCell(const RunSnapshot&)> fits, const QString& settings);
+  /// The fits changed (the Capacity page's settings): the column is redrawn.
+  void refreshFits(const QString& settings);
+
   int rowCount(const QModelIndex& parent = {}) const override;
   int columnCount(const QModelIndex& parent = {}) const override;
   QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
@@ -79,6 +91,8 @@ class RunsModel : public QAbstractTableModel {
   void rename();
 
   QVector<RunSnapshotPtr> runs_;
+  std::function<FitCell(const RunSnapshot&)> fits_;
+  QString fitSettings_;
   QStringList names_;
   QString common_;
 };

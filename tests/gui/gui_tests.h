@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "capacity_page.h"
 #include "compare_dock.h"
 #include "config_panel.h"
 #include "docks/beam_dock.h"

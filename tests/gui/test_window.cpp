@@ -843,16 +843,16 @@ class WindowTest : public QObject {
     dock.resize(1300, 400);
     dock.show();
     QVERIFY(QTest::qWaitForWindowExposed(&dock));
-    QCOMPARE(tabs->count(), 4);  // Runs (with the overlay beside the table), Text evaluation, Tuner, Doctor
+    QCOMPARE(tabs->count(), 5);  // Runs (with the overlay beside the table), Text evaluation, Tuner, Doctor, Capacity
     QVERIFY(dock.overlay()->isVisible());
     dock.resize(640, 400);
-    QTRY_COMPARE(tabs->count(), 5);
+    QTRY_COMPARE(tabs->count(), 6);
     QCOMPARE(tabs->tabText(1), QString("Overlay"));
     QVERIFY(!dock.overlay()->isVisible());  // a tab page, not over the table
     tabs->setCurrentIndex(1);
     QVERIFY(dock.overlay()->isVisible());
     dock.resize(1300, 400);
-    QTRY_COMPARE(tabs->count(), 4);
+    QTRY_COMPARE(tabs->count(), 5);
     QVERIFY(dock.overlay()->isVisible());
   }
 

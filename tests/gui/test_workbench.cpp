@@ -92,6 +92,44 @@ class GuiTest : public QObject {
     QCOMPARE(w_->configPanel()->spec(), QString("fp8:overflow=saturate"));
   }
 
+  // The Capacity tab plans the runs' configs for the loaded model; the runs table's "fits" column follows its settings.
+  void capacityTabPlansTheRunsConfigs() {
+    QVERIFY(runAndWait("llamacpp:type_k=q8_0,type_v=q8_0", 6));
+    auto* page = w_->compareDock()->capacityPage();
+    // llama.cpp on 1 GiB of KV memory, 8192-token requests: SmolLM2 (30 layers, 3 KV heads x 64) takes 12,240 bytes
+    // a token in q8_0, so the largest -c that fits is 87,552 (a multiple of 256).
+    page->engineBox()->setCurrentIndex(page->engineBox()->findData("llamacpp"));
+    page->gpuBox()->setCurrentIndex(page->gpuBox()->count() - 1);
+    page->findChild<QDoubleSpinBox*>("capacityMemory")->setValue(1.0);
+    page->lengthBox()->setValue(8192);
+    const int row = w_->runsModel()->rowCount() - 1;
+    QCOMPARE(runsCell(row, ui::RunsModel::Fits), QString("87.6k"));
+    QVERIFY(
+        w_->runsModel()->index(row, ui::RunsModel::Fits).data(Qt::ToolTipRole).toString().contains("10.69 requests"));
+    QVERIFY(w_->runsModel()
+                ->headerData(ui::RunsModel::Fits, Qt::Horizontal, Qt::ToolTipRole)
+                .toString()
+                .contains("llama.cpp"));
+    // The run's row on the tab, and llama.cpp's own line for it.
+    QTableWidget* t = page->table();
+    int found = -1;
+    for (int r = 0; r < t->rowCount(); ++r)
+      if (t->item(r, 0)->toolTip().toStdString() == cache::toSpec(cache::parseSpec("llamacpp:type_k=q8_0,type_v=q8_0")))
+        found = r;
+    QVERIFY(found >= 0);
+    t->setCurrentCell(found, 0);
+    QVERIFY2(page->logView()->toPlainText().contains(
+                 "llama_kv_cache: size =   95.62 MiB (  8192 cells,  30 layers,  1/1 seqs), K (q8_0):   47.81 MiB"),
+             qPrintable(page->logView()->toPlainText()));
+    // fp8 has no llama.cpp form: the cell says "-" and its tooltip why; vLLM stores it.
+    QVERIFY(runAndWait("fp8:overflow=saturate", 4));
+    const int fp8 = w_->runsModel()->rowCount() - 1;
+    QCOMPARE(runsCell(fp8, ui::RunsModel::Fits), QString("-"));
+    QVERIFY(w_->runsModel()->index(fp8, ui::RunsModel::Fits).data(Qt::ToolTipRole).toString().contains("no `fp8`"));
+    page->engineBox()->setCurrentIndex(page->engineBox()->findData("vllm"));
+    QVERIFY(runsCell(fp8, ui::RunsModel::Fits).endsWith("k"));
+  }
+
   void selectionDrivesEveryView() {
     // Clicking a cell of the layer x head map selects that layer and head; the engine then sends that layer's
     // token x channel errors, which the token map shows.
