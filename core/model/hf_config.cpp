@@ -8,25 +8,15 @@
 
 #include "model/json_keys.h"
 #include "model/safetensors.h"  // FormatError
-#include "util/json.h"
 
 namespace kvscope::model {
 
 using nlohmann::json;
 
 ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
-  JsonParse parsed = parseBoundedJson(text);
-  if (!parsed.problem.empty()) throw FormatError(fmt::format("{}: {}", where, parsed.problem));
-  json top = std::move(parsed.value);
-  if (!top.is_object()) throw FormatError(fmt::format("{}: expected a JSON object, found {}", where, top.type_name()));
-  const json* jp = &top;
-  if (const auto it = top.find("text_config"); it != top.end() && !it->is_null()) {
-    if (!it->is_object())
-      throw FormatError(fmt::format("{}: `text_config` must be an object, found {}", where, it->type_name()));
-    jp = &*it;
-  }
-  const json& j = *jp;
-  const JsonKeys k(j, where, jp == &top ? "" : "text_config.");
+  const ConfigJson cj = parseConfigJson(text, where);
+  const json& j = *cj.text;
+  const JsonKeys k(j, where, cj.prefix);
   ModelConfig c;
   c.arch = k.str("model_type", "llama");
   if (c.arch == "mistral") {
@@ -70,7 +60,7 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
     }
   const json none = json::object();
   const json& rope = ropeKey ? j.at(ropeKey) : none;
-  const JsonKeys r(rope, where, (jp == &top ? std::string() : "text_config.") + (ropeKey ? ropeKey : "rope") + ".");
+  const JsonKeys r(rope, where, cj.prefix + (ropeKey ? ropeKey : "rope") + ".");
   c.ropeTheta = r.has("rope_theta") ? r.positiveNum("rope_theta", 10000.0) : k.positiveNum("rope_theta", 10000.0);
   const std::string ropeType = r.has("rope_type") ? r.str("rope_type", "default") : r.str("type", "default");
   if (ropeType == "llama3") {

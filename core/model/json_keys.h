@@ -11,6 +11,7 @@
 #include <string>
 
 #include "model/safetensors.h"  // FormatError
+#include "util/json.h"
 
 namespace kvscope::model {
 
@@ -74,5 +75,29 @@ class JsonKeys {
   const nlohmann::json& j_;
   std::string where_, prefix_;
 };
+
+/// A config.json's text parsed: the whole object, and the object the text model's keys are in (a multimodal
+/// wrapper's `text_config`, else the whole) with the prefix messages give its keys. Throws FormatError.
+struct ConfigJson {  // NOLINT(bugprone-exception-escape): as JsonParse (util/json.h)
+  nlohmann::json top;
+  const nlohmann::json* text = nullptr;
+  std::string prefix;  ///< "text_config." or ""
+};
+inline ConfigJson parseConfigJson(std::string_view body, const std::string& where) {
+  JsonParse parsed = parseBoundedJson(body);
+  if (!parsed.problem.empty()) throw FormatError(fmt::format("{}: {}", where, parsed.problem));
+  ConfigJson c;
+  c.top = std::move(parsed.value);
+  if (!c.top.is_object())
+    throw FormatError(fmt::format("{}: expected a JSON object, found {}", where, c.top.type_name()));
+  c.text = &c.top;
+  if (const auto it = c.top.find("text_config"); it != c.top.end() && !it->is_null()) {
+    if (!it->is_object())
+      throw FormatError(fmt::format("{}: `text_config` must be an object, found {}", where, it->type_name()));
+    c.text = &*it;
+    c.prefix = "text_config.";
+  }
+  return c;
+}
 
 }  // namespace kvscope::model

@@ -8,7 +8,6 @@
 
 #include "model/json_keys.h"
 #include "plan/layout.h"
-#include "util/json.h"
 
 namespace kvscope::plan {
 
@@ -92,19 +91,9 @@ std::vector<std::string> derivedLayerTypes(const std::string& fam, const JsonKey
 }  // namespace
 
 ModelLayout layoutFromHfConfig(std::string_view text, const std::string& where) {
-  JsonParse parsed = parseBoundedJson(text);
-  if (!parsed.problem.empty()) throw FormatError(fmt::format("{}: {}", where, parsed.problem));
-  const json top = std::move(parsed.value);
-  if (!top.is_object()) throw FormatError(fmt::format("{}: expected a JSON object, found {}", where, top.type_name()));
-  const json* jp = &top;
-  if (const auto it = top.find("text_config"); it != top.end() && !it->is_null()) {
-    if (!it->is_object())
-      throw FormatError(fmt::format("{}: `text_config` must be an object, found {}", where, it->type_name()));
-    jp = &*it;
-  }
-  const json& j = *jp;
-  const std::string prefix = jp == &top ? "" : "text_config.";
-  const JsonKeys k(j, where, prefix), t(top, where);
+  const model::ConfigJson cj = model::parseConfigJson(text, where);
+  const json& j = *cj.text;
+  const JsonKeys k(j, where, cj.prefix), t(cj.top, where);
 
   ModelLayout m;
   m.source = "config.json";

@@ -236,6 +236,11 @@ ConfigPlan planVllm(const ModelLayout& m, const cache::CacheConfig& cfg, const P
   std::int64_t block = o.blockSize.value_or(v034 ? 64 : 16);
   if (!o.blockSize && mla && (sparse || dtype != "auto")) block = 64;  // FlashMLA / FlashMLA-sparse: blocks of 64
   std::int64_t mambaPadded = 0;
+  const auto raise = [&](std::int64_t to, const char* why) {  // vLLM only ever raises the block size, and says so
+    if (block >= to) return;
+    block = to;
+    p.log.push_back(fmt::format("Setting attention block size to {} tokens {}", block, why));
+  };
   if (hybrid) {
     double attn1 = 0;
     for (const Spec& s : specs)
@@ -249,13 +254,7 @@ ConfigPlan planVllm(const ModelLayout& m, const cache::CacheConfig& cfg, const P
     const auto a1 = static_cast<std::int64_t>(attn1);
     std::int64_t attnBlock = align * cdiv(mambaPage, align * a1);
     attnBlock = 16 * cdiv(attnBlock, 16);
-    if (block < attnBlock) {
-      block = attnBlock;
-      p.log.push_back(
-          fmt::format("Setting attention block size to {} tokens to ensure that attention page size is >= "
-                      "mamba page size.",
-                      block));
-    }
+    raise(attnBlock, "to ensure that attention page size is >= mamba page size.");
     mambaPadded = block * a1;
     if (mambaPadded != mambaPage)
       p.log.push_back(
@@ -267,13 +266,7 @@ ConfigPlan planVllm(const ModelLayout& m, const cache::CacheConfig& cfg, const P
     const std::int64_t align = std::max<std::int64_t>(16, block);
     const auto required = std::max(static_cast<std::int64_t>(skipToken) * 16, mambaPadded);
     const std::int64_t primaryBlock = align * cdiv(required, align * static_cast<std::int64_t>(primaryToken));
-    if (block < primaryBlock) {
-      block = primaryBlock;
-      p.log.push_back(
-          fmt::format("Setting attention block size to {} tokens so the quantized primary KV page covers "
-                      "the higher-precision padded-spec page.",
-                      block));
-    }
+    raise(primaryBlock, "so the quantized primary KV page covers the higher-precision padded-spec page.");
   }
   for (Spec& s : specs) s.block = block;
 

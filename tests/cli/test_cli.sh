@@ -2,16 +2,7 @@
 # kvscope-cli as a user meets it: output, exit codes, one clear error line.
 set -u
 cli=$1
-fail=0
-check() {  # name, expected rc, expected text (grep -F) in combined output, command...
-  local name=$1 rc=$2 text=$3; shift 3
-  out=$("$@" 2>&1); got=$?
-  if [ "$got" -ne "$rc" ] || ! grep -qF -- "$text" <<<"$out"; then
-    echo "FAIL $name: rc $got (want $rc), output:"; echo "$out"; fail=1
-  else
-    echo "ok   $name"
-  fi
-}
+. "$(dirname "$0")/check.sh"
 check export-fp8 0 '"backend": "fp8"' "$cli" export --cache fp8
 check export-quanto 0 '"q_group_size": 32' "$cli" export --cache quanto:nbits=2,q_group_size=32
 check export-note 0 'note: granularity=head has no transformers equivalent' "$cli" export --cache fp8:granularity=head

@@ -2,16 +2,7 @@
 # kvscope-cli with kivi, sink and per-layer / K-vs-V configs (no model needed): exports and their notes, errors.
 set -u
 cli=$1
-fail=0
-check() {  # name, expected rc, expected text (grep -F) in combined output, command...
-  local name=$1 rc=$2 text=$3; shift 3
-  out=$("$@" 2>&1); got=$?
-  if [ "$got" -ne "$rc" ] || ! grep -qF -- "$text" <<<"$out"; then
-    echo "FAIL $name: rc $got (want $rc), output:"; echo "$out"; fail=1
-  else
-    echo "ok   $name"
-  fi
-}
+. "$(dirname "$0")/check.sh"
 mixed='layers=0-1:dynamic;*:K=fp8:granularity=head,V=quanto:nbits=4'
 check backends-kivi 0 'kivi' "$cli" backends
 check backends-layers 0 'layers=RANGE:CONFIG' "$cli" backends

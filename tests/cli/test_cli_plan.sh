@@ -2,18 +2,9 @@
 # `kvscope-cli plan` as a user meets it: the table, the JSON schema, and bad input as one line with exit 2.
 set -u
 cli=$1
-fail=0
+. "$(dirname "$0")/check.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-check() {  # name, expected rc, expected text (grep -F) in combined output, command...
-  local name=$1 rc=$2 text=$3; shift 3
-  out=$("$@" 2>&1); got=$?
-  if [ "$got" -ne "$rc" ] || ! grep -qF -- "$text" <<<"$out"; then
-    echo "FAIL $name: rc $got (want $rc), output:"; echo "$out"; fail=1
-  else
-    echo "ok   $name"
-  fi
-}
 cat >"$tmp/llama.json" <<'J'
 {"model_type":"llama","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,
  "max_position_embeddings":131072,"torch_dtype":"bfloat16"}
