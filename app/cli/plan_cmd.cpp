@@ -111,7 +111,7 @@ Runner addPlan(CLI::App& app) {
       ->group(serving);
   cmd->add_option("--max-num-seqs", o->plan.maxNumSeqs, "vLLM --max-num-seqs (default 256)")->group(serving);
   cmd->add_option("--max-num-batched-tokens", o->plan.maxNumBatchedTokens,
-                  "vLLM --max-num-batched-tokens (default 8192, vllm serve on an H100)")
+                  "vLLM --max-num-batched-tokens (default: vllm serve's for the --gpu; 8192, an H100's, without one)")
       ->group(serving);
   cmd->add_option("--block-size", o->plan.blockSize, "vLLM --block-size (default: the version's, 16 or 64)")
       ->group(serving);

@@ -180,10 +180,22 @@ Plan makePlan(const ModelLayout& model, const std::vector<std::string>& specs, c
   if (kvBytes > 0) plan.kvMemoryGib = kvBytes / kGiB;
   const std::int64_t length = o.maxModelLen.value_or(model.contextLength);
 
+  // vllm serve's --max-num-batched-tokens by GPU (engine/arg_utils.py): 16384 from 160 GiB, 8192 from 70 GiB but on
+  // an A100, 2048 below; 8192 (an H100's) without a GPU named.
+  PlanOptions vo = o;
+  if (o.engine == Engine::Vllm && !o.maxNumBatchedTokens) {
+    vo.maxNumBatchedTokens = 8192;
+    if (!o.gpu.empty()) {
+      const Gpu& g = findGpu(o.gpu);
+      vo.maxNumBatchedTokens = g.memoryGib >= 160                                 ? 16384
+                               : g.memoryGib >= 70 && !g.name.starts_with("A100") ? 8192
+                                                                                  : 2048;
+    }
+  }
   for (const std::string& spec : specs) {
     const cache::CacheConfig cfg = cache::parseSpec(spec);
     ConfigPlan c = o.engine == Engine::LlamaCpp ? detail::planLlamaCpp(model, cfg, o)
-                   : o.engine == Engine::Vllm   ? detail::planVllm(model, cfg, o, kvBytes, plan.engineVersion)
+                   : o.engine == Engine::Vllm   ? detail::planVllm(model, cfg, vo, kvBytes, plan.engineVersion)
                                                 : detail::planSglang(model, cfg, o, kvBytes);
     c.spec = spec;
     if (c.expressible && o.engine != Engine::LlamaCpp && c.kvTokens) {
