@@ -115,7 +115,11 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
         return cell;
       },
       capacity_->settingsText());
-  connect(capacity_, &CapacityPage::fitsChanged, this, [this] { model_->refreshFits(capacity_->settingsText()); });
+  tune_->setCapacity([this](const cache::CacheConfig& c) { return capacity_->fit(c).tokens; });
+  connect(capacity_, &CapacityPage::fitsChanged, this, [this] {
+    model_->refreshFits(capacity_->settingsText());
+    tune_->refreshCapacity();
+  });
   cl->addWidget(tabs_, 1);
   arrange();
 

@@ -110,6 +110,13 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   budgetRow->addWidget(target_, 1);
   form->addRow(tr("Max mean KL"), budgetRow);
   form->addRow(tr("Bars"), shown_);
+  axis_ = new QComboBox(this);
+  axis_->setObjectName("tuneFrontAxis");
+  axis_->addItems({tr("KV MiB"), tr("tokens that fit (Capacity tab)")});
+  axis_->setToolTip(
+      tr("The fronts' x axis: the bytes each assignment stores, or the tokens its config fits under the "
+         "Capacity tab's engine and GPU (assignments that engine cannot store are left out)"));
+  form->addRow(tr("Front x"), axis_);
   auto* buttons = new QHBoxLayout();
   buttons->addWidget(use);
   buttons->addWidget(save);
@@ -169,6 +176,7 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   connect(budget_, &QDoubleSpinBox::valueChanged, this, &TunePage::redraw);
   connect(target_, &QComboBox::currentIndexChanged, this, &TunePage::redraw);
   connect(shown_, &QComboBox::currentIndexChanged, this, &TunePage::redraw);
+  connect(axis_, &QComboBox::currentIndexChanged, this, &TunePage::redraw);
   connect(layers_, &QCustomPlot::mousePress, this, [this](QMouseEvent* e) {
     if (!result_) return;
     const int layer = static_cast<int>(std::lround(layers_->xAxis->pixelToCoord(e->position().x())));
@@ -182,8 +190,9 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
     for (cache::TuneTarget t : cache::allTargets()) {
       const auto& points = front(t);
       for (int i = 0; i < static_cast<int>(points.size()); ++i) {
-        const double dx =
-            front_->xAxis->coordToPixel(mib(points[static_cast<std::size_t>(i)].storedBytes)) - e->position().x();
+        const auto x = frontX(points[static_cast<std::size_t>(i)]);
+        if (!x) continue;
+        const double dx = front_->xAxis->coordToPixel(*x) - e->position().x();
         const double dy =
             front_->yAxis->coordToPixel(points[static_cast<std::size_t>(i)].predictedKl) - e->position().y();
         if (dx * dx + dy * dy < best) best = dx * dx + dy * dy, hit = std::pair{t, i};
@@ -283,6 +292,21 @@ const std::vector<cache::Assignment>& TunePage::front(cache::TuneTarget t) const
   return fronts_[static_cast<std::size_t>(std::find(all.begin(), all.end(), t) - all.begin())];
 }
 
+void TunePage::setCapacity(std::function<std::optional<double>(const cache::CacheConfig&)> fits) {
+  fits_ = std::move(fits);
+  refreshCapacity();
+}
+
+void TunePage::refreshCapacity() {
+  if (axis_->currentIndex() == 1) redraw();
+}
+
+std::optional<double> TunePage::frontX(const cache::Assignment& a) const {
+  if (axis_->currentIndex() == 0) return mib(a.storedBytes);
+  if (!fits_) return std::nullopt;
+  return fits_(cache::assignmentConfig(solved_, a));
+}
+
 std::optional<cache::CacheConfig> TunePage::frontConfig(cache::TuneTarget target, int index) const {
   if (!result_) return std::nullopt;
   const auto& points = front(target);
@@ -345,14 +369,17 @@ void TunePage::redraw() {
     g->setLineStyle(QCPGraph::lsStepLeft);
     g->setPen(QPen(targetColour(t), t == chosen ? 2.0 : 1.0));
     g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, targetColour(t), t == chosen ? 6 : 4));
-    for (const auto& a : points) g->addData(mib(a.storedBytes), a.predictedKl);
+    for (const auto& a : points)
+      if (const auto x = frontX(a)) g->addData(*x, a.predictedKl);
     if (t == chosen) pick = cache::solve(points, budget);
   }
+  front_->xAxis->setLabel(axis_->currentIndex() == 0 ? tr("KV MiB (click a point: load it)")
+                                                     : tr("tokens that fit (click a point: load it)"));
   front_->rescaleAxes();
   front_->yAxis->setRangeLower(0);
   if (pick) {
     auto* ring = new QCPItemTracer(front_);
-    ring->position->setCoords(mib(pick->storedBytes), pick->predictedKl);
+    ring->position->setCoords(frontX(*pick).value_or(std::nan("")), pick->predictedKl);
     ring->setStyle(QCPItemTracer::tsCircle);
     ring->setSize(14);
     ring->setPen(QPen(Qt::black, 1.5));

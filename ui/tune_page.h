@@ -5,6 +5,7 @@
 #pragma once
 
 #include <QWidget>
+#include <functional>
 #include <optional>
 
 #include "snapshots.h"
@@ -36,6 +37,10 @@ class TunePage : public QWidget {
   std::optional<cache::CacheConfig> frontConfig(cache::TuneTarget target, int index) const;
   /// Marks the selected layer on the bars.
   void setSelectedLayer(int layer);
+  /// The fronts' other x axis: the tokens a config fits under the Capacity tab's settings (nullopt: the engine cannot
+  /// store it). Redrawn when they change (refreshCapacity).
+  void setCapacity(std::function<std::optional<double>(const cache::CacheConfig&)> fits);
+  void refreshCapacity();
 
  Q_SIGNALS:
   void scanClicked();
@@ -57,6 +62,10 @@ class TunePage : public QWidget {
   QDoubleSpinBox* budget_;
   QComboBox* target_;
   QComboBox* shown_;  ///< the candidate whose per-layer KL the bars show
+  QComboBox* axis_;   ///< the fronts' x: KV MiB, or the tokens that fit
+  std::function<std::optional<double>(const cache::CacheConfig&)> fits_;
+  /// A front point's x on the chosen axis; nullopt where the Capacity tab's engine cannot store it.
+  std::optional<double> frontX(const cache::Assignment& a) const;
   QCustomPlot* layers_;
   QCustomPlot* front_;
   QLabel* summary_;

@@ -512,6 +512,19 @@ class GuiTest : public QObject {
     QCOMPARE(qobject_cast<QCPBars*>(w_->findChild<QCustomPlot*>("tuneLayerPlot")->plottable(0))->data()->size(), 30);
     QVERIFY(w_->findChild<QCustomPlot*>("tuneFrontPlot")->graph(0)->dataCount() > 2);
     QVERIFY(w_->findChild<QLabel*>("tuneSummary")->text().contains("61 runs"));
+    // The fronts on the Capacity tab's axis: the tokens each assignment fits, vLLM on 1 GiB (its skip layers express
+    // the unquantized ones).
+    auto* cap = w_->compareDock()->capacityPage();
+    cap->engineBox()->setCurrentIndex(cap->engineBox()->findData("vllm"));
+    cap->gpuBox()->setCurrentIndex(cap->gpuBox()->count() - 1);
+    cap->findChild<QDoubleSpinBox*>("capacityMemory")->setValue(1.0);
+    auto* frontPlot = w_->findChild<QCustomPlot*>("tuneFrontPlot");
+    w_->findChild<QComboBox*>("tuneFrontAxis")->setCurrentIndex(1);
+    int onAxis = 0;
+    for (int g = 0; g < frontPlot->graphCount(); ++g) onAxis += frontPlot->graph(g)->dataCount();
+    QVERIFY(onAxis > 2);
+    QVERIFY2(frontPlot->xAxis->range().upper > 40000, qPrintable(QString::number(frontPlot->xAxis->range().upper)));
+    w_->findChild<QComboBox*>("tuneFrontAxis")->setCurrentIndex(0);
     // The embedded model computes in 8-bit activations (auto); the scan measured in float32, and says so.
     QVERIFY(page->result()->floatScanOfQ8);
     QVERIFY(w_->findChild<QLabel*>("tuneSummary")->text().contains("61 runs (f32);"));
