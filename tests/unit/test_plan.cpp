@@ -412,6 +412,20 @@ TEST(PlanSglang, SparseMlaPoolMatchesPr11309) {
   EXPECT_EQ(c.log.back(), "KV Cache is allocated. #tokens: 975424, KV size: 43.67 GB");
 }
 
+// sgl-project/sglang PR #13466 (2025-11): Kimi-K2-Instruct-0905 (kimi_k2: DeepSeek-V3's MLA), --tp 8, bf16: "KV Cache
+// is allocated. #tokens: 8050, KV size: 0.53 GB" — the latent is not split over the GPUs.
+TEST(PlanSglang, MlaLatentIsReplicatedAsPr13466) {
+  const ModelLayout m = layoutFromHfConfig(
+      R"({"model_type":"kimi_k2","hidden_size":7168,"num_hidden_layers":61,"num_attention_heads":64,
+          "num_key_value_heads":64,"kv_lora_rank":512,"qk_rope_head_dim":64,"max_position_embeddings":262144})",
+      "config.json");
+  PlanOptions o;
+  o.engine = Engine::Sglang;
+  o.tp = 8;
+  o.kvMemoryGib = 8050.0 * 61 * 576 * 2 / (1 << 30) + 1e-9;
+  EXPECT_EQ(one(m, "dynamic", o).log.back(), "KV Cache is allocated. #tokens: 8050, KV size: 0.53 GB");
+}
+
 // --- layouts from config.json ---------------------------------------------------------------------------------
 
 TEST(PlanLayout, FamiliesDeriveTheirLayerKindsAsTransformers) {
