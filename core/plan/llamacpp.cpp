@@ -81,9 +81,21 @@ std::optional<Sides> llamaTypes(const cache::CacheConfig& cfg, std::string& why)
 
 }  // namespace
 
-ConfigPlan planLlamaCpp(const ModelLayout& m, const cache::CacheConfig& cfg, const PlanOptions& o) {
+ConfigPlan planLlamaCpp(const ModelLayout& model, const cache::CacheConfig& cfg, const PlanOptions& o) {
   ConfigPlan p;
   p.spec = cache::toSpec(cfg);
+  // llama.cpp's llama, qwen2 and qwen3 architectures never read sliding_window: a Mistral or Qwen config's window
+  // is cached in full there.
+  ModelLayout m = model;
+  static const char* const kNoWindow[] = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"};
+  if (m.source == "config.json" &&
+      std::find(std::begin(kNoWindow), std::end(kNoWindow), m.arch) != std::end(kNoWindow) &&
+      m.count(LayerKind::Sliding) > 0) {
+    for (LayerSpec& s : m.layers)
+      if (s.kind == LayerKind::Sliding) s.kind = LayerKind::Full, s.window = 0;
+    p.notes.push_back(
+        fmt::format("llama.cpp's {} architecture ignores sliding_window: every layer is cached in full", m.arch));
+  }
   std::string why;
   const auto types = llamaTypes(cfg, why);
   if (!types) {

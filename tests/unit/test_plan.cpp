@@ -446,6 +446,13 @@ TEST(PlanLayout, FamiliesDeriveTheirLayerKindsAsTransformers) {
                                "c")
                 .count(LayerKind::Sliding),
             4);
+  // llama.cpp never reads a Mistral config's window: one cache, every layer in full.
+  const ModelLayout mistral = layoutFromHfConfig(R"({"model_type":"mistral","hidden_size":4096,"num_hidden_layers":4,
+      "num_attention_heads":32,"num_key_value_heads":8,"sliding_window":4096})",
+                                                 "c");
+  const ConfigPlan whole = one(mistral, "dynamic", llama(8192));
+  EXPECT_FALSE(whole.swaCells);
+  EXPECT_EQ(lines(whole, "llama_kv_cache: size").size(), 1u);
   EXPECT_EQ(layoutFromHfConfig(R"({"model_type":"qwen2","hidden_size":896,"num_hidden_layers":4,
       "num_attention_heads":14,"num_key_value_heads":2,"sliding_window":4096,"use_sliding_window":false})",
                                "c")
