@@ -336,6 +336,29 @@ TEST(PlanVllm, SlidingLayersNeedTheirWindowAsIssue27508) {
   EXPECT_NE(err[0].find("(4.54 GiB KV cache is needed"), std::string::npos) << err[0];
 }
 
+// alvarobartt/hf-mem PR #61 (2026-05-06): gemma-4-31B-it, "Available KV cache memory: 24.54 GiB", "GPU KV cache
+// size: 26,800 tokens" (a version that printed num_blocks // groups x block). 50 sliding layers of 16 KV heads x 256
+// (16 KiB a token) and 10 full layers of 4 x 512 (8 KiB): the full layers' block doubles to 32 so that every page is
+// 256 KiB; six groups of ten layers, 2.5 MiB a block, 10,051 blocks; 10,051 // 6 x 16 = 26,800.
+TEST(PlanVllm, Gemma4PagesAndGroupsMatchHfMem61) {
+  std::string types;
+  for (int i = 0; i < 60; ++i)
+    types += std::string(i ? "," : "") + ((i + 1) % 6 ? "\"sliding_attention\"" : "\"full_attention\"");
+  const ModelLayout m = layoutFromHfConfig(
+      R"({"model_type":"gemma4","text_config":{"model_type":"gemma4_text","hidden_size":5376,
+          "num_hidden_layers":60,"num_attention_heads":32,"num_key_value_heads":16,"num_global_key_value_heads":4,
+          "head_dim":256,"global_head_dim":512,"attention_k_eq_v":true,"sliding_window":1024,
+          "max_position_embeddings":262144,"layer_types":[)" +
+          types + "]}}",
+      "config.json");
+  ASSERT_EQ(m.layers[5].kvHeads, 4);
+  ASSERT_EQ(m.layers[5].headDimK, 512);
+  const ConfigPlan c = one(m, "dynamic", vllm("0.24", 24.54, 262144));
+  EXPECT_EQ(c.blocks, 10051);
+  EXPECT_EQ(*c.blocks / 6 * 16, 26800);
+  EXPECT_NEAR(*c.kvMib, 10051 * 2.5, 1e-6);  // 2.5 MiB a block
+}
+
 // 0.33's rules on three layouts, worked by hand from its source (v1/core/kv_cache_planning.py, kv_cache_utils.py;
 // docs/capacity.md): 60 GiB, bf16.
 TEST(PlanVllm, VersionRulesOnThreeLayouts) {
