@@ -318,8 +318,8 @@ void CapacityPage::showLog(int row) {
   log_->setPlainText(text.trimmed());
 }
 
-CapacityPage::Fit CapacityPage::fit(const cache::CacheConfig& cfg) const {
-  Fit f;
+RunsModel::FitCell CapacityPage::fit(const cache::CacheConfig& cfg) const {
+  RunsModel::FitCell f;
   const auto it = plans_.find(cache::toSpec(cfg));
   if (it == plans_.end()) {
     f.why = !planError_.isEmpty() ? planError_ : !layoutError_.isEmpty() ? layoutError_ : tr("no model loaded");
@@ -357,7 +357,7 @@ void CapacityPage::drawFront() {
                                        : tr("tokens that fit"));
   for (const auto& r : runs_) {
     if (!r || !r->config || !r->shadow || brokenRun(*r)) continue;
-    const Fit f = fit(*r->config);
+    const RunsModel::FitCell f = fit(*r->config);
     if (!f.tokens || !(r->meanKl > 0) || !std::isfinite(r->meanKl)) continue;
     xs << *f.tokens / unit;
     ys << r->meanKl;
@@ -375,18 +375,12 @@ void CapacityPage::drawFront() {
   QVector<double> fx, fy;
   double best = std::numeric_limits<double>::infinity();
   for (int i : order)
-    if (ys[i] < best) best = ys[i], fx << xs[i], fy << ys[i];
+    if (ys[i] < best) best = ys[i], fx.prepend(xs[i]), fy.prepend(ys[i]);  // ascending in x
   auto* front = plot_->addGraph();
   front->setName(tr("front"));
   front->setPen(QPen(QColor(214, 39, 40), 1.5, Qt::DashLine));
   front->setLineStyle(QCPGraph::lsStepLeft);
-  std::vector<std::pair<double, double>> sorted;
-  sorted.reserve(static_cast<std::size_t>(fx.size()));
-  for (int i = 0; i < fx.size(); ++i) sorted.push_back({fx[i], fy[i]});
-  std::sort(sorted.begin(), sorted.end());
-  QVector<double> sx, sy;
-  for (const auto& [x, y] : sorted) sx << x, sy << y;
-  front->setData(sx, sy, true);
+  front->setData(fx, fy, true);
   for (int i = 0; i < xs.size(); ++i) {
     auto* label = new QCPItemText(plot_);
     label->position->setCoords(xs[i], ys[i]);

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "plan/plan.h"
+#include "runs_model.h"
 #include "snapshots.h"
 
 class QComboBox;
@@ -36,11 +37,7 @@ class CapacityPage : public QWidget {
   /// What a config gives under the page's settings: the tokens that fit and the requests of the chosen length;
   /// `text` for the runs table ("1.94M"), `why` the requests in words, or why there is no figure (no model, a config
   /// the engine cannot store, no memory).
-  struct Fit {
-    std::optional<double> tokens, requests;
-    QString text, why;
-  };
-  Fit fit(const cache::CacheConfig& cfg) const;
+  RunsModel::FitCell fit(const cache::CacheConfig& cfg) const;
   /// The settings in words, for the runs table's header tooltip ("vLLM 0.34 on H100-80GB, 131,072-token requests").
   QString settingsText() const;
 

@@ -103,16 +103,10 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   // The runs table's "fits" column reads the Capacity tab's plan of each run's config.
   model_->setFits(
       [this](const RunSnapshot& r) {
-        RunsModel::FitCell cell;
-        if (!r.config) {
-          cell.why = tr("this run's config was not recorded");
-          return cell;
-        }
-        const CapacityPage::Fit f = capacity_->fit(*r.config);
-        cell.tokens = f.tokens;
-        cell.text = f.text;
-        cell.why = f.why;
-        return cell;
+        if (r.config) return capacity_->fit(*r.config);
+        RunsModel::FitCell none;
+        none.why = tr("this run's config was not recorded");
+        return none;
       },
       capacity_->settingsText());
   tune_->setCapacity([this](const cache::CacheConfig& c) { return capacity_->fit(c).tokens; });

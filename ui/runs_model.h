@@ -68,10 +68,10 @@ class RunsModel : public QAbstractTableModel {
   /// The table as CSV: the header, then a row per run (full labels in the config column).
   QString csv() const;
 
-  /// What fits of a run's config (the Capacity page's fit(): tokens for the sort, text for the cell, why when there
-  /// is no figure) and the settings it assumes in words (the header's tooltip).
+  /// What fits of a run's config (the Capacity page's fit(): tokens for the sort, text for the cell, the requests,
+  /// and why when there is no figure) and the settings it assumes in words (the header's tooltip).
   struct FitCell {
-    std::optional<double> tokens;
+    std::optional<double> tokens, requests;
     QString text, why;
   };
   void setFits(std::function<FitCell(const RunSnapshot&)> fits, const QString& settings);

@@ -102,17 +102,15 @@ ModelLayout layoutFromHfConfig(std::string_view text, const std::string& where) 
   m.name = t.str("_name_or_path", "");
   const std::string fam = family(m.arch);
   const Defaults d = defaultsOf(fam);
-  for (const JsonKeys* src : {&k, &t})
-    for (const char* key : {"dtype", "torch_dtype"})
-      if (src->has(key) && (m.dtype == "bfloat16" || src == &k)) {
-        m.dtype = src->str(key, "bfloat16");
-        goto dtypeRead;
-      }
-dtypeRead:
-  if (dtypeBytes(m.dtype) == 0)
-    (k.has("dtype") ? k : t)
-        .fail(k.has("dtype") || t.has("dtype") ? "dtype" : "torch_dtype",
-              fmt::format("= `{}` is not a dtype the engines store (bfloat16, float16, float32)", m.dtype));
+  // The dtype: the text model's, else the wrapper's; `dtype` before the older `torch_dtype`.
+  for (const JsonKeys* src : {&k, &t}) {
+    const char* key = src->has("dtype") ? "dtype" : src->has("torch_dtype") ? "torch_dtype" : nullptr;
+    if (!key) continue;
+    m.dtype = src->str(key, "bfloat16");
+    if (dtypeBytes(m.dtype) == 0)
+      src->fail(key, fmt::format("= `{}` is not a dtype the engines store (bfloat16, float16, float32)", m.dtype));
+    break;
+  }
 
   const int layers = k.count("num_hidden_layers");
   m.hidden = k.count("hidden_size");

@@ -105,6 +105,9 @@ std::string formatGib(double bytes);
 std::string fixed2(double v);
 
 namespace detail {
+/// Bytes of a value in vLLM's and SGLang's `auto` cache: the model's 16-bit dtype (a float32 checkpoint runs in
+/// bfloat16 on CUDA, vLLM's config/model.py).
+constexpr double kAutoCacheBytes = 2;
 /// The engines' integer divisions (a head's halves, a page's rows), kept integral on purpose.
 constexpr std::int64_t quot(std::int64_t a, std::int64_t b) {
   return a / b;

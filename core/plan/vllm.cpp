@@ -52,11 +52,6 @@ std::string vllmDtype(const cache::CacheConfig& c, std::string& why) {
   }
 }
 
-struct Dtype {
-  std::string name;
-  double modelBytes = 2;
-};
-
 // TurboQuant's slot (turboquant/config.py): packed keys and values of one head and token, rounded to even.
 std::int64_t tqSlot(const std::string& d, std::int64_t hd) {
   int kb = 4, vb = 4;
@@ -71,9 +66,8 @@ std::int64_t tqSlot(const std::string& d, std::int64_t hd) {
 }
 
 // Bytes of one token in one attention layer (kv heads on this rank), or 0 when the dtype has no form for it.
-double attentionToken(const Dtype& d, std::int64_t h, std::int64_t hk, std::int64_t hv) {
-  const std::string& n = d.name;
-  if (n == "auto") return static_cast<double>(h * (hk + hv)) * d.modelBytes;
+double attentionToken(const std::string& n, std::int64_t h, std::int64_t hk, std::int64_t hv) {
+  if (n == "auto") return static_cast<double>(h * (hk + hv)) * kAutoCacheBytes;
   if (n == "fp8" || n == "fp8_e4m3" || n == "fp8_e5m2") return static_cast<double>(h * (hk + hv));
   if (n == "int8_per_token_head" || n == "fp8_per_token_head") return static_cast<double>(h * (hk + hv + 8));
   if (n == "int4_per_token_head") return static_cast<double>(h * (quot(hk, 2) + quot(hv, 2) + 8));
@@ -84,9 +78,8 @@ double attentionToken(const Dtype& d, std::int64_t h, std::int64_t hk, std::int6
 }
 
 // Bytes of one token in one MLA layer (replicated on every rank), or 0 when vLLM has no MLA form of the dtype.
-double mlaToken(const Dtype& d, std::int64_t width, bool sparse) {
-  const std::string& n = d.name;
-  if (n == "auto") return static_cast<double>(width) * d.modelBytes;
+double mlaToken(const std::string& n, std::int64_t width, bool sparse) {
+  if (n == "auto") return static_cast<double>(width) * kAutoCacheBytes;
   if (sparse && (n == "fp8" || n == "fp8_e4m3" || n.ends_with("per_token_head")))
     return 656;  // FLASHMLA_SPARSE rewrites every quantized dtype to fp8_ds_mla (mla_attention.py)
   if (n == "fp8" || n == "fp8_e4m3" || n == "fp8_e5m2") return static_cast<double>(width);
@@ -149,9 +142,6 @@ ConfigPlan planVllm(const ModelLayout& m, const cache::CacheConfig& cfg, const P
     p.notes.push_back(why);
     return p;
   }
-  double modelBytes = dtypeBytes(m.dtype);
-  if (modelBytes != 2) modelBytes = 2;  // a float32 checkpoint runs in bfloat16 on CUDA (config/model.py)
-  const Dtype d{dtype, modelBytes};
   const int n = static_cast<int>(m.layers.size());
   const bool hybrid = m.count(LayerKind::Linear) > 0;
   const bool mla = m.count(LayerKind::Mla) > 0;
@@ -174,12 +164,11 @@ ConfigPlan planVllm(const ModelLayout& m, const cache::CacheConfig& cfg, const P
   const int tp = o.tp;
   const bool sparse =
       mla && std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& s) { return s.indexDim > 0; });
-  const Dtype autoD{"auto", d.modelBytes};
   std::vector<Spec> specs;
   double primaryToken = 0, skipToken = 0;
   for (const LayerSpec& s : m.layers) {
     const bool unq = skip[static_cast<std::size_t>(s.index)];
-    const Dtype& ld = unq ? autoD : d;
+    const std::string ld = unq ? std::string("auto") : dtype;
     Spec sp;
     sp.layer = s.index;
     switch (s.kind) {
@@ -194,10 +183,10 @@ ConfigPlan planVllm(const ModelLayout& m, const cache::CacheConfig& cfg, const P
                           tp, s.index, s.convChannels, s.stateHeads));
           return p;
         }
-        const double ssm = m.ssmDtype.empty() ? d.modelBytes : dtypeBytes(m.ssmDtype);
+        const double ssm = m.ssmDtype.empty() ? kAutoCacheBytes : dtypeBytes(m.ssmDtype);
         sp.kind = Spec::Mamba;
         sp.page = static_cast<std::int64_t>(
-            static_cast<double>(std::int64_t{s.convKernel - 1} * quot(s.convChannels, tp)) * d.modelBytes +
+            static_cast<double>(std::int64_t{s.convKernel - 1} * quot(s.convChannels, tp)) * kAutoCacheBytes +
             std::int64_t{s.stateHeads / tp} * s.stateDimK * s.stateDimV * ssm);
         break;
       }
