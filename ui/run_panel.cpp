@@ -226,8 +226,8 @@ void RunPanel::showNoModel() {
 
 void RunPanel::showModel(const ModelInfo& info) {
   progress_->setVisible(false);
-  modelCard_->setText(tr("<b>%1</b> (%2)<br>%3 layers, hidden %4, %5 heads / %6 KV heads x %7, vocab %8<br>weights: "
-                         "%9<br>%10")
+  modelCard_->setText(tr("<b>%1</b> (%2)<br>%3 layers, hidden %4, %5 heads / %6 KV heads x %7, vocab %8<br>%11<br>"
+                         "weights: %9<br>%10")
                           .arg(info.name.isEmpty() ? info.path : info.name, info.arch)
                           .arg(info.layers)
                           .arg(info.hidden)
@@ -235,7 +235,7 @@ void RunPanel::showModel(const ModelInfo& info) {
                           .arg(info.kvHeads)
                           .arg(info.headDim)
                           .arg(info.vocab)
-                          .arg(info.weightTypes.join(", "), info.arithmetic));
+                          .arg(info.weightTypes.join(", "), info.arithmetic, info.ffn.toHtmlEscaped()));
 }
 
 }  // namespace kvscope::ui

@@ -13,6 +13,45 @@ namespace kvscope::model {
 
 using nlohmann::json;
 
+namespace {
+
+// The FFN kind of each layer. Qwen3-MoE (transformers' Qwen3MoeDecoderLayer): a layer is sparse unless listed in
+// mlp_only_layers, when num_experts > 0 and (layer + 1) is a multiple of decoder_sparse_step; the rest keep a dense
+// MLP of intermediate_size. Class defaults: 128 experts of 768, top 8, norm_topk_prob false, sparse step 1.
+void readLayerSpecs(ModelConfig& c, const JsonKeys& k) {
+  c.layerSpecs.assign(static_cast<std::size_t>(c.layers), LayerSpec{});
+  if (c.arch == "qwen3_moe") {
+    // v5 writes num_local_experts (num_experts is its alias); checkpoints carry num_experts.
+    const char* expertsKey = k.has("num_experts") ? "num_experts" : "num_local_experts";
+    c.moe.experts = k.count0(expertsKey, 128);
+    c.moe.used = k.count("num_experts_per_tok", 8);
+    c.moe.intermediate = k.count("moe_intermediate_size", 768);
+    c.moe.normTopK = k.flag("norm_topk_prob", false);
+    if (c.moe.experts > 0 && c.moe.used > c.moe.experts)
+      k.fail("num_experts_per_tok", fmt::format("= {} exceeds the {} experts", c.moe.used, c.moe.experts));
+    const int step = k.count("decoder_sparse_step", 1);
+    std::vector<bool> mlpOnly(static_cast<std::size_t>(c.layers), false);
+    if (k.has("mlp_only_layers") && !k.object().at("mlp_only_layers").is_null()) {
+      const json& list = k.object().at("mlp_only_layers");
+      if (!list.is_array()) k.fail("mlp_only_layers", fmt::format("must be a list, found {}", list.type_name()));
+      for (const json& e : list) {
+        if (!e.is_number_integer() || e.get<std::int64_t>() < 0 || e.get<std::int64_t>() >= c.layers)
+          k.fail("mlp_only_layers", fmt::format("has {}: not a layer index below {}", e.dump(), c.layers));
+        mlpOnly[e.get<std::size_t>()] = true;
+      }
+    }
+    for (int l = 0; l < c.layers; ++l)
+      if (!mlpOnly[static_cast<std::size_t>(l)] && c.moe.experts > 0 && (l + 1) % step == 0)
+        c.layerSpecs[static_cast<std::size_t>(l)].ffn = FfnKind::Moe;
+  }
+  bool dense = false;
+  for (const LayerSpec& s : c.layerSpecs) dense = dense || s.ffn == FfnKind::Dense;
+  // Every layer MoE: intermediate_size sizes nothing, and a config may leave it out.
+  c.intermediate = dense || k.has("intermediate_size") ? k.count("intermediate_size") : 0;
+}
+
+}  // namespace
+
 ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   const ConfigJson cj = parseConfigJson(text, where);
   const json& j = *cj.text;
@@ -24,8 +63,12 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
       k.fail("sliding_window",
              "is set: sliding-window attention is not supported (a quantized cache needs full "
              "attention layers)");
+  } else if (c.arch == "qwen3_moe") {
+    // transformers drops sliding_window unless use_sliding_window is set; set, every layer slides.
+    if (k.flag("use_sliding_window", false))
+      k.fail("use_sliding_window", "is true: sliding-window attention is not supported on qwen3_moe");
   } else if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3") {
-    k.fail("model_type", fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3)", c.arch));
+    k.fail("model_type", fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3, qwen3_moe)", c.arch));
   }
   if (k.has("layer_types")) {
     const json& lt = j.at("layer_types");
@@ -38,7 +81,6 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   c.hidden = k.count("hidden_size");
   c.heads = k.count("num_attention_heads");
   c.kvHeads = k.count("num_key_value_heads", c.heads);
-  c.intermediate = k.count("intermediate_size");
   c.vocab = k.count("vocab_size");
   if (!k.has("head_dim") && c.hidden % c.heads != 0)
     k.fail("hidden_size", fmt::format("= {} is not a multiple of num_attention_heads = {} (and no head_dim is given)",
@@ -50,6 +92,7 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   if (c.heads % c.kvHeads != 0)
     k.fail("num_key_value_heads", fmt::format("= {} does not divide num_attention_heads = {}", c.kvHeads, c.heads));
   c.tiedEmbeddings = k.flag("tie_word_embeddings", false);
+  readLayerSpecs(c, k);
 
   // v5: rope_parameters {rope_theta, rope_type, ...}; v4: rope_theta + rope_scaling.
   const char* ropeKey = nullptr;

@@ -61,13 +61,19 @@ at::Tensor vec(const Weight& w, at::ScalarType dtype) {
 struct WeightNames {
   std::string embed, finalNorm, lmHead;
   std::function<std::string(int, const char*)> layer;  // (layer, kind) with kinds as in GGUF: attn_q.weight, ...
+  /// (layer, expert, kind) with kinds ffn_gate_exps.weight, ...: one expert's matrix. Empty: the file stacks each
+  /// kind's experts in one [experts, rows, cols] tensor, named by `layer` (GGUF).
+  std::function<std::string(int, int, const char*)> expert;
 };
 
 namespace {
 
 const WeightNames& ggufNames() {
-  static const WeightNames n{"token_embd.weight", "output_norm.weight", "output.weight",
-                             [](int l, const char* kind) { return fmt::format("blk.{}.{}", l, kind); }};
+  static const WeightNames n{"token_embd.weight",
+                             "output_norm.weight",
+                             "output.weight",
+                             [](int l, const char* kind) { return fmt::format("blk.{}.{}", l, kind); },
+                             {}};
   return n;
 }
 
@@ -87,10 +93,19 @@ const WeightNames& hfNames() {
       {"ffn_gate.weight", "mlp.gate_proj.weight"},
       {"ffn_up.weight", "mlp.up_proj.weight"},
       {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"ffn_gate_inp.weight", "mlp.gate.weight"},
+  };
+  static const std::map<std::string, std::string> expertKinds = {
+      {"ffn_gate_exps.weight", "gate_proj.weight"},
+      {"ffn_up_exps.weight", "up_proj.weight"},
+      {"ffn_down_exps.weight", "down_proj.weight"},
   };
   static const WeightNames n{
       "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-      [](int l, const char* kind) { return fmt::format("model.layers.{}.{}", l, kinds.at(kind)); }};
+      [](int l, const char* kind) { return fmt::format("model.layers.{}.{}", l, kinds.at(kind)); },
+      [](int l, int e, const char* kind) {
+        return fmt::format("model.layers.{}.mlp.experts.{}.{}", l, e, expertKinds.at(kind));
+      }};
   return n;
 }
 
@@ -135,10 +150,33 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     L.qNorm = vec(maybe(n("attn_q_norm.weight"), {c.headDim}), dtype);
     L.kNorm = vec(maybe(n("attn_k_norm.weight"), {c.headDim}), dtype);
     L.mlpNorm = vec(need(n("ffn_norm.weight"), {H}), dtype);
-    L.wGate = need(n("ffn_gate.weight"), {c.intermediate, H});
-    L.wUp = need(n("ffn_up.weight"), {c.intermediate, H});
-    L.wDown = need(n("ffn_down.weight"), {H, c.intermediate});
-    for (Weight* w : {&L.wGate, &L.wUp, &L.wDown}) *w = quantize(*w);
+    if (c.layerSpecs[static_cast<std::size_t>(l)].ffn == FfnKind::Moe) {
+      const int E = c.moe.experts;
+      const std::int64_t F = c.moe.intermediate;
+      L.moe.topK = c.moe.used;
+      L.moe.normTopK = c.moe.normTopK;
+      // The router stays as stored: llama.cpp keeps ffn_gate_inp in float, its converter never quantizes it.
+      L.moe.router = need(n("ffn_gate_inp.weight"), {E, H});
+      auto experts = [&](const char* kind, std::int64_t rows, std::int64_t cols) {
+        std::vector<Weight> ws;
+        ws.reserve(static_cast<std::size_t>(E));
+        if (names.expert) {
+          for (int e = 0; e < E; ++e) ws.push_back(quantize(need(names.expert(l, e, kind), {rows, cols})));
+        } else {
+          const Weight all = need(n(kind), {E, rows, cols});
+          for (int e = 0; e < E; ++e) ws.push_back(quantize(all.rowBlock(e * rows, rows)));
+        }
+        return ws;
+      };
+      L.moe.gate = experts("ffn_gate_exps.weight", F, H);
+      L.moe.up = experts("ffn_up_exps.weight", F, H);
+      L.moe.down = experts("ffn_down_exps.weight", H, F);
+    } else {
+      L.wGate = need(n("ffn_gate.weight"), {c.intermediate, H});
+      L.wUp = need(n("ffn_up.weight"), {c.intermediate, H});
+      L.wDown = need(n("ffn_down.weight"), {H, c.intermediate});
+      for (Weight* w : {&L.wGate, &L.wUp, &L.wDown}) *w = quantize(*w);
+    }
     c.qkvBias = c.qkvBias || L.bq.defined();
     c.qkNorm = c.qkNorm || L.qNorm.defined();
     layers_.push_back(std::move(L));
@@ -182,8 +220,9 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   const auto arch = f.getString("general.architecture");
   if (!arch) throw FormatError(fmt::format("{}: no general.architecture", path));
   c.arch = *arch;
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3")
-    throw FormatError(fmt::format("{}: architecture `{}` is not supported (llama, qwen2, qwen3)", path, c.arch));
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe")
+    throw FormatError(
+        fmt::format("{}: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe)", path, c.arch));
   c.name = f.getString("general.name").value_or("");
   auto req = [&](const std::string& key) {
     const auto v = f.getInt(c.arch + "." + key);
@@ -195,7 +234,21 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   c.hidden = req("embedding_length");
   c.heads = req("attention.head_count");
   c.kvHeads = f.getInt(c.arch + ".attention.head_count_kv") ? req("attention.head_count_kv") : c.heads;
-  c.intermediate = req("feed_forward_length");
+  // Layer specs as llama.cpp builds them: qwen3moe's layers are all MoE (softmax gating, weights renormalized:
+  // build_moe_ffn with norm_w on), each with its router blk.N.ffn_gate_inp.
+  c.layerSpecs.assign(static_cast<std::size_t>(c.layers), LayerSpec{});
+  if (c.arch == "qwen3moe") {
+    c.moe.experts = req("expert_count");
+    c.moe.used = req("expert_used_count");
+    c.moe.intermediate = req("expert_feed_forward_length");
+    c.moe.normTopK = true;
+    if (c.moe.used > c.moe.experts)
+      throw FormatError(fmt::format("{}: `{}.expert_used_count` = {} exceeds the {} experts", path, c.arch, c.moe.used,
+                                    c.moe.experts));
+    for (LayerSpec& s : c.layerSpecs) s.ffn = FfnKind::Moe;
+  }
+  const bool anyDense = c.moe.experts == 0;
+  c.intermediate = anyDense || f.getInt(c.arch + ".feed_forward_length") ? req("feed_forward_length") : 0;
   if (!f.getInt(c.arch + ".attention.key_length") && c.hidden % c.heads != 0)
     throw FormatError(fmt::format("{}: `{}.embedding_length` = {} is not a multiple of the {} attention heads", path,
                                   c.arch, c.hidden, c.heads));
@@ -309,8 +362,9 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const 
     if (e.shape != shape)
       throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} config needs {}", it->second->path(), name,
                                     fmt::join(e.shape, "x"), c.arch, fmt::join(shape, "x")));
-    const std::int64_t cols = shape.back(), rows = shape.size() > 1 ? shape[0] : 1;
-    Weight w(static_cast<std::uint32_t>(type), rows, cols, e.data, it->second, &it->second->mapping());
+    std::int64_t rows = 1;
+    for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+    Weight w(static_cast<std::uint32_t>(type), rows, shape.back(), e.data, it->second, &it->second->mapping());
     checkFinite(w, it->second->path(), name);
     if (progress && !progress(++done, total)) throw LoadCancelled();
     return w;
@@ -372,6 +426,33 @@ std::uint64_t LlamaModel::weightBytes() const {
     for (const at::Tensor* t : {&L.attnNorm, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm}) add(*t);
   }
   return n;
+}
+
+namespace {
+
+// Only the matrices a layer's kinds hold: a dense FFN has no router, an MoE layer no wGate.
+template <class W, class Layer>
+std::vector<W*> matricesOf(Layer& L) {
+  std::vector<W*> ms;
+  ms.reserve(7 + 3 * L.moe.gate.size() + 1);
+  for (W* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wGate, &L.wUp, &L.wDown})
+    if (w->defined()) ms.push_back(w);
+  if (L.moe.router.defined()) {
+    ms.push_back(&L.moe.router);
+    for (auto* part : {&L.moe.gate, &L.moe.up, &L.moe.down})
+      for (W& w : *part) ms.push_back(&w);
+  }
+  return ms;
+}
+
+}  // namespace
+
+std::vector<Weight*> LlamaModel::Layer::matrices() {
+  return matricesOf<Weight>(*this);
+}
+
+std::vector<const Weight*> LlamaModel::Layer::matrices() const {
+  return matricesOf<const Weight>(*this);
 }
 
 at::Tensor LlamaModel::projectionBias(int layer, char proj) const {
@@ -491,13 +572,23 @@ void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache:
     hs[p] = hs[p] + wo[p][0];
     ys[p] = rmsNorm(hs[p], L.mlpNorm);
   }
-  auto gateUp = Weight::linearStreams({&L.wGate, &L.wUp}, ys, {}, act);
-  for (std::size_t p = 0; p < n; ++p) ys[p] = at::silu(gateUp[p][0]) * gateUp[p][1];
-  auto down = Weight::linearStreams({&L.wDown}, ys, {}, act);
+  ffnStep(L, ys);
   for (std::size_t p = 0; p < n; ++p) {
-    if (tap) tap(l, "mlp_out", down[p][0]);
-    hs[p] = hs[p] + down[p][0];
+    if (tap) tap(l, "mlp_out", ys[p]);
+    hs[p] = hs[p] + ys[p];
   }
+}
+
+void LlamaModel::ffnStep(const Layer& L, std::vector<at::Tensor>& ys) const {
+  const Activations act = activations_;
+  if (L.moe.router.defined()) {
+    for (at::Tensor& y : ys) y = L.moe.forward(y, act);
+    return;
+  }
+  auto gateUp = Weight::linearStreams({&L.wGate, &L.wUp}, ys, {}, act);
+  for (std::size_t p = 0; p < ys.size(); ++p) ys[p] = at::silu(gateUp[p][0]) * gateUp[p][1];
+  auto down = Weight::linearStreams({&L.wDown}, ys, {}, act);
+  for (std::size_t p = 0; p < ys.size(); ++p) ys[p] = std::move(down[p][0]);
 }
 
 void LlamaModel::checkStream(const at::Tensor& h, const cache::KvCache& cache, int from, int to) const {

@@ -1,5 +1,5 @@
-// Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3) in LibTorch, reading K/V through the cache
-// layers of core/cache. Weights come from a GGUF file or a Hugging Face directory and stay in the file's format,
+// Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE) in LibTorch, reading K/V through the
+// cache layers of core/cache. Weights come from a GGUF file or a Hugging Face directory and stay in the file's format,
 // memory-mapped (model/weight.h); norms and biases are small tensors of the model's dtype.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "cache/kv_cache.h"
 #include "device/context.h"
 #include "model/model_config.h"
+#include "model/moe.h"
 #include "model/weight.h"
 #include "util/cancel.h"
 
@@ -49,8 +50,8 @@ struct ForwardOptions {
 
 class LlamaModel {
  public:
-  /// Loads a GGUF model (llama/qwen2/qwen3 architectures) into the context `ctx` (its device and dtype: with host
-  /// kernels the weight matrices stay in the file's format, memory-mapped; on the device path they become dense
+  /// Loads a GGUF model (llama/qwen2/qwen3/qwen3moe architectures) into the context `ctx` (its device and dtype: with
+  /// host kernels the weight matrices stay in the file's format, memory-mapped; on the device path they become dense
   /// tensors of the context's dtype on its device). Throws FormatError with the file and the problem.
   /// `requantize` (parseWeightFormat: 0 keeps what is stored): float matrices (F32/F16/BF16) are quantized to that
   /// type at load, except the output matrix (and an embedding tied to it), which stays as stored, as llama.cpp keeps
@@ -138,16 +139,19 @@ class LlamaModel {
   void placeOnDevice();
 
   struct Layer {
-    Weight wq, wk, wv, wo, wGate, wUp, wDown;
+    Weight wq, wk, wv, wo, wGate, wUp, wDown;  // wGate/wUp/wDown: a dense FFN's
+    MoeFfn moe;                                // an MoE FFN's router and experts
     at::Tensor attnNorm, bq, bk, bv, qNorm, kNorm, mlpNorm;
-    /// The layer's seven matrices, for what is done to each of them alike.
-    std::array<Weight*, 7> matrices() { return {&wq, &wk, &wv, &wo, &wGate, &wUp, &wDown}; }
-    std::array<const Weight*, 7> matrices() const { return {&wq, &wk, &wv, &wo, &wGate, &wUp, &wDown}; }
+    /// Every matrix the layer holds, for what is done to each of them alike.
+    std::vector<Weight*> matrices();
+    std::vector<const Weight*> matrices() const;
   };
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
   std::pair<at::Tensor, at::Tensor> rope(std::int64_t start, std::int64_t T) const;
   at::Tensor forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& o) const;
   /// Layer l over the streams hs (in place), each through its cache; cos/sin: the positions' rotary tables.
+  /// The feed-forward block of layer L on the normed streams ys (replaced by its output).
+  void ffnStep(const Layer& L, std::vector<at::Tensor>& ys) const;
   void layerStep(std::vector<at::Tensor>& hs, const std::vector<cache::KvCache*>& caches, int l, const at::Tensor& cos,
                  const at::Tensor& sin, const TapFn& tap) const;
   void checkStream(const at::Tensor& h, const cache::KvCache& cache, int from, int to) const;

@@ -1,4 +1,5 @@
-// What a Llama-family model is made of (read from GGUF metadata or a Hugging Face config.json). No torch here.
+// What a decoder model is made of (read from GGUF metadata or a Hugging Face config.json): the shared shape and a
+// list of layer specs, one per layer, that the forward composes its blocks from. No torch here.
 #pragma once
 
 #include <cstdint>
@@ -7,17 +8,39 @@
 
 namespace kvscope::model {
 
+/// A layer's feed-forward block: a dense SwiGLU MLP, or a mixture of SwiGLU experts behind a softmax top-k router.
+enum class FfnKind : std::uint8_t { Dense, Moe };
+
+/// What a layer is made of. Attention is full causal attention over the layer's cache for every family read today.
+struct LayerSpec {
+  FfnKind ffn = FfnKind::Dense;
+};
+
+/// The experts of the MoE layers (Qwen3-MoE): `experts` SwiGLU experts of `intermediate` units, each token routed to
+/// `used` of them by softmax over the router's logits; normTopK renormalizes the chosen weights to sum to 1.
+struct MoeConfig {
+  int experts = 0, used = 0, intermediate = 0;
+  bool normTopK = false;
+};
+
 struct ModelConfig {
-  std::string arch = "llama";  ///< llama, qwen2, qwen3
+  std::string arch = "llama";  ///< llama, qwen2, qwen3, qwen3_moe (HF) / qwen3moe (GGUF)
   std::string name;
-  int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, intermediate = 0, vocab = 0;
+  int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0;
+  int intermediate = 0;  ///< the dense MLP's units (0 where every layer is MoE and the file gives none)
   double rmsEps = 1e-5, ropeTheta = 10000.0;
   // llama3 rope scaling (factor 0: none)
   double ropeFactor = 0.0, ropeLowFreq = 1.0, ropeHighFreq = 4.0;
   std::int64_t ropeOriginalMax = 8192;
   std::int64_t contextLength = 0;
   bool tiedEmbeddings = false, qkvBias = false, qkNorm = false;
+  MoeConfig moe;
+  std::vector<LayerSpec> layerSpecs;     ///< one per layer
   std::vector<std::string> weightTypes;  ///< "Q4_1 x210", ... for the model card
 };
+
+/// The feed-forward blocks in a line for a model card: "dense SwiGLU" or "MoE: 128 experts of 768, top 8 (weights
+/// renormalized) on layers 0-47".
+std::string describeFfn(const ModelConfig& c);
 
 }  // namespace kvscope::model

@@ -314,6 +314,12 @@ Weight Weight::permuteRows(const std::vector<std::int64_t>& order) const {
   return Weight(m_.type, m_.rows, m_.cols, data, std::move(bytes));
 }
 
+Weight Weight::rowBlock(std::int64_t r0, std::int64_t n) const {
+  TORCH_CHECK(owner_ && !packed_ && !dense_.defined(), "Weight::rowBlock: a weight in its stored form only");
+  TORCH_CHECK(r0 >= 0 && n >= 0 && r0 + n <= m_.rows, "Weight::rowBlock: rows [", r0, ", ", r0 + n, ") of ", m_.rows);
+  return Weight(m_.type, n, m_.cols, m_.data + r0 * m_.rowBytes, owner_, mapping_);
+}
+
 std::int64_t Weight::firstNonFinite() const {
   TORCH_CHECK(owner_ && !packed_ && !dense_.defined(), "Weight::firstNonFinite: a weight in its stored form only");
   const kernels::BlockLayout L = kernels::blockLayout(m_.type);

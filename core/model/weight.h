@@ -115,6 +115,9 @@ class Weight {
   /// The same weight with new row i = old row order[i], in memory of its own (llama.cpp's Q/K row order undone).
   /// requantized() and permuteRows() give back the mapped file's pages their copy replaces (see packed()).
   Weight permuteRows(const std::vector<std::int64_t>& order) const;
+  /// Rows [r0, r0 + n) as a weight of their own over the same bytes (one expert of a GGUF's stacked [experts, rows,
+  /// cols] tensor); a weight in its stored form only.
+  Weight rowBlock(std::int64_t r0, std::int64_t n) const;
   /// Index of the first value that is NaN or infinite, or -1 (reads only the block scales when they are all finite).
   std::int64_t firstNonFinite() const;
 

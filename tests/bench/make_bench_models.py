@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes Llama-family GGUF models with random weights, for speed benchmarks (tests/bench/bench_vs_llamacpp.sh).
 
-    make_bench_models.py [--out DIR] [--size 1b|3b|llama3-8b|qwen2.5-7b|mistral-7b ...] [--type Q4_0|Q4_K|Q8_0 ...]
-                         [--seed N]
+    make_bench_models.py [--out DIR] [--size 1b|3b|llama3-8b|qwen2.5-7b|mistral-7b|qwen3-30b-a3b|qwen3moe-tiny ...]
+                         [--type Q4_0|Q4_K|Q8_0 ...] [--layers N] [--seed N]
 
 Shapes: 1b = TinyLlama-1.1B (hidden 2048, 22 layers, 32 heads, 4 KV heads, head dim 64, FFN 5632),
 3b = Llama-3.2-3B (hidden 3072, 28 layers, 24 heads, 8 KV heads, head dim 128, FFN 8192), both with rope base 10000
@@ -14,6 +14,11 @@ converter writes it, full attention: no sliding window), qwen2.5-7b = Qwen2.5-7B
 biases). Every file has a context length of 8192 and vocab 49152, not the real models' vocabularies (128256, 152064,
 32768), so the embedding and output matrices hold 0.40 G parameters (Qwen2.5-7B's shape: 0.35 G) where the real
 Llama-3-8B has 1.05 G, Qwen2.5-7B 1.09 G and Mistral-7B 0.27 G; the layers are the real ones.
+Mixture-of-experts shapes (GGUF architecture qwen3moe, q/k RMSNorm, rope base 1000000, RMS eps 1e-6):
+qwen3-30b-a3b = Qwen3-30B-A3B's layers (hidden 2048, 32 heads, 4 KV heads, head dim 128, 128 experts of 768, 8 per
+token; 48 layers, or --layers N of them, as many as the machine holds: one Q4_K layer is ~0.34 GB), and qwen3moe-tiny
+(hidden 256, 4 layers, 4 heads, 2 KV heads, head dim 64, 8 experts of 128, 2 per token; Q8_0 only) for the CLI tests.
+Their routers (ffn_gate_inp, F32) are Gaussian with std 0.02 like the matrices, so tokens spread over the experts.
 The tokenizer (all tokenizer.* keys, vocab 49152) is copied from the embedded SmolLM2 GGUF, so llama.cpp and kvscope
 can both tokenize. Norms are F32 ones; the matrices are Gaussian with std 0.02 (activations stay finite), quantized
 by gguf.quants for Q4_0/Q8_0. The gguf package cannot quantize Q4_K, so Q4_K blocks are written directly: random
@@ -46,13 +51,22 @@ SIZES = {  # hidden, layers, heads, kv heads, head dim, ffn
     "llama3-8b": (4096, 32, 32, 8, 128, 14336),
     "qwen2.5-7b": (3584, 28, 28, 4, 128, 18944),
     "mistral-7b": (4096, 32, 32, 8, 128, 14336),
+    "qwen3-30b-a3b": (2048, 48, 32, 4, 128, 6144),
+    "qwen3moe-tiny": (256, 4, 4, 2, 64, 512),
+}
+MOE = {  # experts, experts per token, expert FFN
+    "qwen3-30b-a3b": (128, 8, 768),
+    "qwen3moe-tiny": (8, 2, 128),
 }
 ARCH = {  # GGUF architecture, rope base, RMS norm eps, q/k/v biases; sizes not listed: llama, 10000, 1e-5, none
     "llama3-8b": ("llama", 500000.0, 1e-5, False),
     "qwen2.5-7b": ("qwen2", 1000000.0, 1e-6, True),
     "mistral-7b": ("llama", 1000000.0, 1e-5, False),
+    "qwen3-30b-a3b": ("qwen3moe", 1000000.0, 1e-6, False),
+    "qwen3moe-tiny": ("qwen3moe", 1000000.0, 1e-6, False),
 }
-SHAPE_OF = {"llama3-8b": "Llama-3-8B", "qwen2.5-7b": "Qwen2.5-7B", "mistral-7b": "Mistral-7B"}
+SHAPE_OF = {"llama3-8b": "Llama-3-8B", "qwen2.5-7b": "Qwen2.5-7B", "mistral-7b": "Mistral-7B",
+            "qwen3-30b-a3b": "Qwen3-30B-A3B", "qwen3moe-tiny": "a tiny Qwen3-MoE"}
 BIAS_STD = 0.1
 K_SPIKES = 4, (250.0, 350.0)  # channels per spiked layer (the first and the last), magnitude range
 TYPES = {"Q4_0": QT.Q4_0, "Q4_K": QT.Q4_K, "Q8_0": QT.Q8_0}
@@ -86,8 +100,8 @@ def q4k_blocks(n_blocks, rng):
 
 
 def random_matrix(shape, qtype, rng):
-    """Quantized bytes of a (rows, cols) Gaussian matrix, generated ROWS_PER_CHUNK rows at a time."""
-    rows, cols = shape
+    """Quantized bytes of a (..., rows, cols) Gaussian matrix, generated ROWS_PER_CHUNK rows at a time."""
+    rows, cols = int(np.prod(shape[:-1])), shape[-1]
     out = np.empty(nbytes(shape, qtype), np.uint8).reshape(rows, -1)
     for r in range(0, rows, ROWS_PER_CHUNK):
         n = min(ROWS_PER_CHUNK, rows - r)
@@ -122,9 +136,15 @@ def bias_vector(tensor, shape, layers, rng):
     return b
 
 
-def tensor_plan(size, wtype):
-    hidden, layers, heads, kv, hd, ffn = SIZES[size]
+def dims_of(size, layers=None):
+    hidden, n, heads, kv, hd, ffn = SIZES[size]
+    return hidden, layers or n, heads, kv, hd, ffn
+
+
+def tensor_plan(size, wtype, layers=None):
+    hidden, layers, heads, kv, hd, ffn = dims_of(size, layers)
     bias = arch_of(size)[3]
+    moe = MOE.get(size)
     plan = [("token_embd.weight", (VOCAB, hidden), QT.Q8_0)]
     for i in range(layers):
         p = f"blk.{i}."
@@ -136,11 +156,20 @@ def tensor_plan(size, wtype):
                    qkv[2], (p + "attn_v.bias", (kv * hd,), QT.F32)]
         plan += [(p + "attn_norm.weight", (hidden,), QT.F32),
                  *qkv,
-                 (p + "attn_output.weight", (hidden, heads * hd), wtype),
-                 (p + "ffn_norm.weight", (hidden,), QT.F32),
-                 (p + "ffn_gate.weight", (ffn, hidden), wtype),
-                 (p + "ffn_up.weight", (ffn, hidden), wtype),
-                 (p + "ffn_down.weight", (hidden, ffn), wtype)]
+                 (p + "attn_output.weight", (hidden, heads * hd), wtype)]
+        if moe:  # Qwen3: per-head q/k RMSNorm; the experts stacked [experts, rows, cols] as llama.cpp's converter does
+            experts, _, eff = moe
+            plan += [(p + "attn_q_norm.weight", (hd,), QT.F32), (p + "attn_k_norm.weight", (hd,), QT.F32),
+                     (p + "ffn_norm.weight", (hidden,), QT.F32),
+                     (p + "ffn_gate_inp.weight", (experts, hidden), QT.F32),
+                     (p + "ffn_gate_exps.weight", (experts, eff, hidden), wtype),
+                     (p + "ffn_up_exps.weight", (experts, eff, hidden), wtype),
+                     (p + "ffn_down_exps.weight", (experts, hidden, eff), wtype)]
+        else:
+            plan += [(p + "ffn_norm.weight", (hidden,), QT.F32),
+                     (p + "ffn_gate.weight", (ffn, hidden), wtype),
+                     (p + "ffn_up.weight", (ffn, hidden), wtype),
+                     (p + "ffn_down.weight", (hidden, ffn), wtype)]
     plan += [("output_norm.weight", (hidden,), QT.F32), ("output.weight", (VOCAB, hidden), QT.Q8_0)]
     return plan
 
@@ -155,15 +184,15 @@ def is_complete(path, name, n_tensors):
         return False
 
 
-def write_model(out_dir, size, tname, tokenizer_from, seed):
-    name = f"random-{size}-{tname}"
+def write_model(out_dir, size, tname, tokenizer_from, seed, n_layers=None):
+    name = f"random-{size}{f'-L{n_layers}' if n_layers else ''}-{tname}"
     path = out_dir / f"{name}.gguf"
-    plan = tensor_plan(size, TYPES[tname])
+    plan = tensor_plan(size, TYPES[tname], n_layers)
     if path.exists() and is_complete(path, name, len(plan)):
         print(f"{path}: exists, kept", file=sys.stderr)
         return path
     tok = read_tokenizer(tokenizer_from)
-    hidden, layers, heads, kv, hd, ffn = SIZES[size]
+    hidden, layers, heads, kv, hd, ffn = dims_of(size, n_layers)
     arch, rope_base, rms_eps, _ = arch_of(size)
     part = path.with_name(path.name + ".part")
     w = gguf.GGUFWriter(part, arch)
@@ -182,6 +211,11 @@ def write_model(out_dir, size, tname, tokenizer_from, seed):
     w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(rms_eps)
     w.add_vocab_size(VOCAB)
+    if size in MOE:
+        experts, used, eff = MOE[size]
+        w.add_expert_count(experts)
+        w.add_expert_used_count(used)
+        w.add_expert_feed_forward_length(eff)
     w.add_file_type(FILE_TYPE[tname])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for key, (value, vtype, sub) in tok.items():
@@ -197,6 +231,8 @@ def write_model(out_dir, size, tname, tokenizer_from, seed):
     for i, (tensor, shape, qtype) in enumerate(plan):
         if tensor.endswith(".bias"):
             data = bias_vector(tensor, shape, layers, rng)
+        elif tensor.endswith("ffn_gate_inp.weight"):
+            data = rng.standard_normal(shape, dtype=np.float32) * STD
         else:
             data = np.ones(shape, np.float32) if qtype == QT.F32 else random_matrix(shape, qtype, rng)
         w.write_tensor_data(data)
@@ -229,13 +265,14 @@ def main():
     ap.add_argument("--size", action="append", choices=sorted(SIZES))
     ap.add_argument("--type", action="append", choices=sorted(TYPES))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, help="the first N layers of the shape (MoE shapes larger than memory)")
     ap.add_argument("--tokenizer-from", type=Path, default=TOKENIZER_FROM)
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     check_q4k(np.random.default_rng(1))
     for size in a.size or ["1b"]:
         for tname in a.type or sorted(TYPES):
-            print(write_model(a.out, size, tname, a.tokenizer_from, a.seed))
+            print(write_model(a.out, size, tname, a.tokenizer_from, a.seed, a.layers))
 
 
 if __name__ == "__main__":

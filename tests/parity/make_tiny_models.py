@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Tiny random Llama, Qwen2 and Qwen3 models, built offline by transformers and saved as Hugging Face directories
-(config.json + model.safetensors), with their reference outputs: logits over a 64-token prompt, and 64 greedy tokens
+"""Tiny random Llama, Qwen2, Qwen3 and Qwen3-MoE models, built offline by transformers and saved as Hugging Face
+directories (config.json + model.safetensors), with their reference outputs: logits over a 64-token prompt, and 64 greedy tokens
 with the dynamic cache and with QuantizedCache fp8 / quanto int4 / hqq int4, plus the top-2 margins of each step.
 The output head is scaled up so that greedy decoding is decided by clear margins, not ties.
+
+Two Qwen3-MoE models: `qwen3_moe` as transformers' defaults route (norm_topk_prob false) with layer 1 dense
+(mlp_only_layers), and `qwen3moe_gguf` as Qwen3-30B-A3B routes (norm_topk_prob true, every layer MoE), which is also
+written as an F32 GGUF the way llama.cpp's converter names it (qwen3moe.gguf): the same reference holds for both files.
 """
 import argparse
 import json
@@ -15,8 +19,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+import numpy as np  # noqa: E402
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,  # noqa: E402
-                          Qwen3ForCausalLM)
+                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 CACHES = {"dynamic": None, "fp8": {"backend": "fp8"}, "quanto_int4": {"backend": "quanto", "nbits": 4},
           "hqq_int4": {"backend": "hqq", "nbits": 4}}
@@ -33,14 +38,70 @@ def build(kind):
         common.pop("head_dim")
         cfg = Qwen2Config(**common, rope_theta=1000000.0, use_sliding_window=False)
         model = Qwen2ForCausalLM(cfg)
-    else:  # qwen3: per-head q/k RMSNorm
+    elif kind == "qwen3":  # per-head q/k RMSNorm
         cfg = Qwen3Config(**common, rope_theta=1000000.0)
         model = Qwen3ForCausalLM(cfg)
+    else:  # Qwen3-MoE: 8 experts of 64, top 2
+        moe = dict(moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=1)
+        if kind == "qwen3_moe":
+            moe.update(norm_topk_prob=False, mlp_only_layers=[1])
+        else:
+            moe.update(norm_topk_prob=True, mlp_only_layers=[])
+        cfg = Qwen3MoeConfig(**common, **moe, rope_theta=1000000.0)
+        model = Qwen3MoeForCausalLM(cfg)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.08) if p.dim() > 1 else p.uniform_(0.8, 1.2)
         model.lm_head.weight.mul_(6.0)
     return model.eval()
+
+
+def write_qwen3moe_gguf(model, path):
+    """The model as llama.cpp's converter writes a Qwen3-MoE (architecture qwen3moe): F32 tensors, each layer's
+    experts stacked into ffn_{gate,up,down}_exps [experts, rows, cols], the router as ffn_gate_inp."""
+    import gguf
+    cfg = model.config
+    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    w.add_name("tiny-qwen3moe")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_expert_count(cfg.num_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    w.add_tensor("output.weight", sd["lm_head.weight"])
+    names = {"input_layernorm.weight": "attn_norm", "self_attn.q_proj.weight": "attn_q",
+             "self_attn.k_proj.weight": "attn_k", "self_attn.v_proj.weight": "attn_v",
+             "self_attn.o_proj.weight": "attn_output", "self_attn.q_norm.weight": "attn_q_norm",
+             "self_attn.k_norm.weight": "attn_k_norm", "post_attention_layernorm.weight": "ffn_norm",
+             "mlp.gate.weight": "ffn_gate_inp"}
+    for layer in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{layer}."
+        for hf, gg in names.items():
+            w.add_tensor(f"blk.{layer}.{gg}.weight", sd[pre + hf])
+        for part in ("gate", "up", "down"):
+            key = pre + f"mlp.experts.{{}}.{part}_proj.weight"
+            if key.format(0) in sd:  # per-expert names (a v4 checkpoint)
+                stacked = np.stack([sd[key.format(e)] for e in range(cfg.num_experts)])
+            else:  # v5's fused parameters: gate_up_proj [E, 2F, H] (gate rows first), down_proj [E, H, F]
+                gu = sd[pre + "mlp.experts.gate_up_proj"]
+                stacked = {"gate": gu[:, :cfg.moe_intermediate_size], "up": gu[:, cfg.moe_intermediate_size:],
+                           "down": sd[pre + "mlp.experts.down_proj"]}[part]
+            w.add_tensor(f"blk.{layer}.ffn_{part}_exps.weight", np.ascontiguousarray(stacked))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def main():
@@ -50,10 +111,12 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(1234)
     torch.set_num_threads(2)
-    for kind in ("llama", "qwen2", "qwen3"):
+    for kind in ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen3moe_gguf"):
         model = build(kind)
         d = os.path.join(args.out, kind)
         model.save_pretrained(d, safe_serialization=True)
+        if kind == "qwen3moe_gguf":
+            write_qwen3moe_gguf(model, os.path.join(args.out, "qwen3moe.gguf"))
         ids = torch.randint(3, 512, (1, 64), generator=torch.Generator().manual_seed(7))
         tensors = {"prompt_ids": ids}
         with torch.no_grad():

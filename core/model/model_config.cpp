@@ -1,0 +1,35 @@
+#include "model/model_config.h"
+
+#include <fmt/format.h>
+
+namespace kvscope::model {
+
+namespace {
+
+// Layer indices as ranges: "0-2,4".
+std::string ranges(const std::vector<int>& ls) {
+  std::string out;
+  for (std::size_t i = 0; i < ls.size();) {
+    std::size_t j = i;
+    while (j + 1 < ls.size() && ls[j + 1] == ls[j] + 1) ++j;
+    out += fmt::format("{}{}", out.empty() ? "" : ",", ls[i]);
+    if (j > i) out += fmt::format("-{}", ls[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string describeFfn(const ModelConfig& c) {
+  std::vector<int> moe, dense;
+  for (std::size_t l = 0; l < c.layerSpecs.size(); ++l)
+    (c.layerSpecs[l].ffn == FfnKind::Moe ? moe : dense).push_back(static_cast<int>(l));
+  if (moe.empty()) return fmt::format("dense SwiGLU FFN of {}", c.intermediate);
+  std::string s = fmt::format("MoE: {} experts of {}, top {}{} on layers {}", c.moe.experts, c.moe.intermediate,
+                              c.moe.used, c.moe.normTopK ? " (weights renormalized)" : "", ranges(moe));
+  if (!dense.empty()) s += fmt::format("; dense FFN of {} on layers {}", c.intermediate, ranges(dense));
+  return s;
+}
+
+}  // namespace kvscope::model

@@ -1,0 +1,47 @@
+#include "model/moe.h"
+
+#include <ATen/ATen.h>
+
+#include "device/host_copy.h"
+
+namespace kvscope::model {
+
+at::Tensor MoeFfn::forward(const at::Tensor& x, Activations a) const {
+  const std::int64_t H = x.size(-1), E = static_cast<std::int64_t>(gate.size()), k = topK;
+  const at::Tensor x2 = x.reshape({-1, H});
+  const std::int64_t N = x2.size(0);
+  // Router: softmax in float32 over every expert, the top k, renormalized where the model says, in x's dtype.
+  const at::Tensor logits = router.linear(x2, {}, a);
+  const at::Tensor probs = at::softmax(logits, -1, at::kFloat);
+  auto [top, chosen] = at::topk(probs, k, -1);
+  if (normTopK) top = top / top.sum(-1, true);
+  const at::Tensor weights = top.to(logits.scalar_type()).reshape({-1});
+
+  // Which (token, slot) pairs each expert serves, slot by slot then token by token (transformers' torch.where order).
+  const at::Tensor hostChosen = device::toHost(chosen.to(at::kLong));
+  const auto* c = hostChosen.data_ptr<std::int64_t>();
+  std::vector<std::vector<std::int64_t>> tokens(static_cast<std::size_t>(E)), flat(static_cast<std::size_t>(E));
+  for (std::int64_t s = 0; s < k; ++s)
+    for (std::int64_t t = 0; t < N; ++t) {
+      const auto e = static_cast<std::size_t>(c[t * k + s]);
+      tokens[e].push_back(t);
+      flat[e].push_back(t * k + s);
+    }
+  at::Tensor out = at::zeros_like(x2);
+  const at::TensorOptions idx = at::TensorOptions().dtype(at::kLong);
+  for (std::int64_t e = 0; e < E; ++e) {
+    const auto& te = tokens[static_cast<std::size_t>(e)];
+    if (te.empty()) continue;
+    const at::Tensor tok = at::tensor(te, idx).to(x.device());
+    const at::Tensor slot = at::tensor(flat[static_cast<std::size_t>(e)], idx).to(x.device());
+    const at::Tensor xs = x2.index_select(0, tok);
+    const auto gu = Weight::linear({&gate[static_cast<std::size_t>(e)], &up[static_cast<std::size_t>(e)]}, xs, {}, a);
+    const at::Tensor h = at::silu(gu[0]) * gu[1];
+    const at::Tensor y =
+        down[static_cast<std::size_t>(e)].linear(h, {}, a) * weights.index_select(0, slot).unsqueeze(-1);
+    out.index_add_(0, tok, y.to(out.scalar_type()));
+  }
+  return out.view(x.sizes());
+}
+
+}  // namespace kvscope::model
