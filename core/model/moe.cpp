@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "device/host_copy.h"
 
 namespace kvscope::model {
@@ -27,6 +29,33 @@ at::Tensor MoeFfn::forward(const at::Tensor& x, Activations a) const {
       tokens[e].push_back(t);
       flat[e].push_back(t * k + s);
     }
+  if (N == 1) {  // a decode step: the token's experts in ascending order, summed as index_add_ would, no gathers
+    std::vector<std::pair<std::int64_t, std::int64_t>> order;  // (expert, slot)
+    order.reserve(static_cast<std::size_t>(k));
+    for (std::int64_t s = 0; s < k; ++s) order.emplace_back(c[s], s);
+    std::sort(order.begin(), order.end());
+    // Every chosen expert's gate and up in one pass over the threads (the same input row), then each down.
+    std::vector<const Weight*> ws;
+    ws.reserve(2 * order.size());
+    for (const auto& eo : order) {
+      ws.push_back(&gate[static_cast<std::size_t>(eo.first)]);
+      ws.push_back(&up[static_cast<std::size_t>(eo.first)]);
+    }
+    const auto gu = Weight::linear(ws, x2, {}, a);
+    std::vector<const Weight*> downs;
+    std::vector<at::Tensor> hs;
+    downs.reserve(order.size());
+    hs.reserve(order.size());
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      downs.push_back(&down[static_cast<std::size_t>(order[j].first)]);
+      hs.push_back(at::silu(gu[2 * j]) * gu[2 * j + 1]);
+    }
+    const auto ys = Weight::linearEach(downs, hs, a);
+    at::Tensor out = at::zeros_like(x2);
+    for (std::size_t j = 0; j < order.size(); ++j)
+      out.add_((ys[j] * weights.narrow(0, order[j].second, 1)).to(out.scalar_type()));
+    return out.view(x.sizes());
+  }
   at::Tensor out = at::zeros_like(x2);
   const at::TensorOptions idx = at::TensorOptions().dtype(at::kLong);
   for (std::int64_t e = 0; e < E; ++e) {

@@ -48,52 +48,77 @@ at::Tensor Weight::linear(const at::Tensor& x, const at::Tensor& bias, Activatio
 
 std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, const at::Tensor& x,
                                        const std::vector<at::Tensor>& biases, Activations a) {
-  const std::int64_t cols = x.size(-1);
-  for (const Weight* w : ws)
-    TORCH_CHECK(w->defined() && w->cols() == cols, "Weight::linear: ", x.sizes(), " against a [", w->rows(), ", ",
-                w->cols(), "] weight");
+  return linearEach(ws, {x}, std::vector<std::size_t>(ws.size(), 0), biases, a);
+}
+
+std::vector<at::Tensor> Weight::linearEach(const std::vector<const Weight*>& ws, const std::vector<at::Tensor>& xs,
+                                           Activations a) {
+  TORCH_CHECK(ws.size() == xs.size(), "Weight::linearEach: ", ws.size(), " weights for ", xs.size(), " inputs");
+  std::vector<std::size_t> inputOf(ws.size());
+  for (std::size_t i = 0; i < ws.size(); ++i) inputOf[i] = i;
+  return linearEach(ws, xs, inputOf, {}, a);
+}
+
+std::vector<at::Tensor> Weight::linearEach(const std::vector<const Weight*>& ws, const std::vector<at::Tensor>& xs,
+                                           const std::vector<std::size_t>& inputOf,
+                                           const std::vector<at::Tensor>& biases, Activations a) {
+  for (std::size_t i = 0; i < ws.size(); ++i)
+    TORCH_CHECK(ws[i]->defined() && ws[i]->cols() == xs[inputOf[i]].size(-1),
+                "Weight::linear: ", xs[inputOf[i]].sizes(), " against a [", ws[i]->rows(), ", ", ws[i]->cols(),
+                "] weight");
   if (ws.front()->isDense()) {  // the device path: LibTorch's GEMM on the weights' device, in their dtype
     std::vector<at::Tensor> ys;
     for (std::size_t i = 0; i < ws.size(); ++i) {
       const at::Tensor& w = ws[i]->dense_;
       TORCH_CHECK(w.defined(), "Weight::linear: dense and block weights in one call");
       const at::Tensor b = i < biases.size() && biases[i].defined() ? biases[i].to(w.scalar_type()) : at::Tensor();
+      const at::Tensor& x = xs[inputOf[i]];
       ys.push_back(at::linear(x.to(w.scalar_type()), w, b).to(x.scalar_type()));
     }
     return ys;
   }
-  const at::Tensor xf = x.to(at::kFloat).contiguous().view({-1, cols});
-  const std::int64_t n = xf.size(0);
+  // Each input once: float32 rows, and (where a weight's path needs them) its sums of 16 or its 8-bit rows.
+  struct Input {
+    at::Tensor xf, sums;
+    kernels::Q8Rows xq;
+    std::int64_t n = 0, cols = 0;
+  };
+  std::vector<Input> in(xs.size());
+  for (std::size_t j = 0; j < xs.size(); ++j) {
+    in[j].cols = xs[j].size(-1);
+    in[j].xf = xs[j].to(at::kFloat).contiguous().view({-1, in[j].cols});
+    in[j].n = in[j].xf.size(0);
+  }
   std::vector<at::Tensor> ys;
   ys.reserve(ws.size());
-  for (const Weight* w : ws) ys.push_back(at::empty({n, w->rows()}, at::kFloat));
+  for (std::size_t i = 0; i < ws.size(); ++i) ys.push_back(at::empty({in[inputOf[i]].n, ws[i]->rows()}, at::kFloat));
   // Each weight's path: its packed form on 8-bit activations (any batch), the block kernels (a small batch), or a
   // GEMM over dequantized tiles.
   enum class Path { Packed, BlockQ8, Block, Gemm };
   std::vector<Path> path;
-  bool f32Sums = false, q8 = false;
-  for (const Weight* w : ws) {
+  std::vector<char> f32Sums(xs.size(), 0), q8(xs.size(), 0);
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    const Weight* w = ws[i];
     const bool quantized = kernels::blockLayout(w->type()).quantized();
     if (w->packed_ && a == Activations::Q8)
       path.push_back(Path::Packed);
-    else if (n > kKernelRows || w->packed_)
+    else if (in[inputOf[i]].n > kKernelRows || w->packed_)
       path.push_back(Path::Gemm);
     else if (quantized && a == Activations::Q8)
       path.push_back(Path::BlockQ8);
     else
       path.push_back(Path::Block);
-    f32Sums = f32Sums || (path.back() == Path::Block && quantized);
-    q8 = q8 || path.back() == Path::Packed || path.back() == Path::BlockQ8;
+    f32Sums[inputOf[i]] |= static_cast<char>(path.back() == Path::Block && quantized);
+    q8[inputOf[i]] |= static_cast<char>(path.back() == Path::Packed || path.back() == Path::BlockQ8);
   }
-  at::Tensor sums;
-  if (f32Sums) {
-    sums = at::empty({n, cols / 16}, at::kFloat);
-    kernels::rowSums16(xf.data_ptr<float>(), n, cols, cols, sums.data_ptr<float>());
+  for (std::size_t j = 0; j < xs.size(); ++j) {
+    Input& x = in[j];
+    if (f32Sums[j]) {
+      x.sums = at::empty({x.n, x.cols / 16}, at::kFloat);
+      kernels::rowSums16(x.xf.data_ptr<float>(), x.n, x.cols, x.cols, x.sums.data_ptr<float>());
+    }
+    if (q8[j]) kernels::quantizeRowsQ8(x.xf.data_ptr<float>(), x.n, x.cols, x.cols, x.xq);
   }
-  kernels::Q8Rows xq;
-  if (q8) kernels::quantizeRowsQ8(xf.data_ptr<float>(), n, cols, cols, xq);
-  const float* xp = xf.data_ptr<float>();
-  const float* sp = sums.defined() ? sums.data_ptr<float>() : nullptr;
   // The kernels' weights in units of 16 rows (a packed tile), one weight after another.
   std::vector<std::int64_t> first{0};
   for (std::size_t i = 0; i < ws.size(); ++i)
@@ -104,17 +129,19 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
       const std::int64_t lo = std::max(u0, first[i]) - first[i], hi = std::min(u1, first[i + 1]) - first[i];
       if (lo >= hi) continue;
       const Weight& w = *ws[i];
+      const Input& x = in[inputOf[i]];
       float* y = ys[i].data_ptr<float>();
       const std::int64_t r0 = 16 * lo, r1 = std::min(16 * hi, w.rows());
       switch (path[i]) {
         case Path::Packed:
-          kernels::packedMatmulQ8(*w.packed_, xq, y, w.rows(), lo, hi);
+          kernels::packedMatmulQ8(*w.packed_, x.xq, y, w.rows(), lo, hi);
           break;
         case Path::BlockQ8:
-          kernels::blockMatmulQ8(w.m_, xq, y, w.rows(), r0, r1);
+          kernels::blockMatmulQ8(w.m_, x.xq, y, w.rows(), r0, r1);
           break;
         case Path::Block:
-          kernels::blockMatmul(w.m_, xp, n, cols, sp, y, w.rows(), r0, r1);
+          kernels::blockMatmul(w.m_, x.xf.const_data_ptr<float>(), x.n, x.cols,
+                               x.sums.defined() ? x.sums.const_data_ptr<float>() : nullptr, y, w.rows(), r0, r1);
           break;
         case Path::Gemm:
           break;
@@ -124,10 +151,11 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
   for (std::size_t i = 0; i < ws.size(); ++i) {
     if (path[i] != Path::Gemm) continue;
     const Weight& w = *ws[i];
+    const Input& x = in[inputOf[i]];
     // Tile by tile from the float32 copy where the weight has one (withFloatCopy), else dequantized into a buffer.
-    const std::int64_t tile = gemmTileRows(cols);
+    const std::int64_t tile = gemmTileRows(x.cols);
     at::Tensor buf;
-    if (!w.floatCopy_.defined()) buf = at::empty({std::min(tile, w.rows()), cols}, at::kFloat);
+    if (!w.floatCopy_.defined()) buf = at::empty({std::min(tile, w.rows()), x.cols}, at::kFloat);
     for (std::int64_t r0 = 0; r0 < w.rows(); r0 += tile) {
       const std::int64_t rn = std::min(tile, w.rows() - r0);
       at::Tensor t;
@@ -138,14 +166,15 @@ std::vector<at::Tensor> Weight::linear(const std::vector<const Weight*>& ws, con
         w.dequantizeRows(r0, rn, t.data_ptr<float>());
       }
       if (rn == w.rows())
-        at::mm_out(ys[i], xf, t.t());  // one tile: straight into the output
+        at::mm_out(ys[i], x.xf, t.t());  // one tile: straight into the output
       else
-        ys[i].narrow(1, r0, rn).copy_(at::mm(xf, t.t()));
+        ys[i].narrow(1, r0, rn).copy_(at::mm(x.xf, t.t()));
     }
   }
-  std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
   for (std::size_t i = 0; i < ws.size(); ++i) {
     if (i < biases.size() && biases[i].defined()) ys[i].add_(biases[i].to(at::kFloat));
+    const at::Tensor& x = xs[inputOf[i]];
+    std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
     shape.back() = ws[i]->rows();
     ys[i] = ys[i].view(shape).to(x.scalar_type());
   }

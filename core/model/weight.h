@@ -97,6 +97,10 @@ class Weight {
   /// out[i] = x ws[i]^T (+ biases[i] where given and defined).
   static std::vector<at::Tensor> linear(const std::vector<const Weight*>& ws, const at::Tensor& x,
                                         const std::vector<at::Tensor>& biases = {}, Activations a = Activations::F32);
+  /// Each weight with its own input (an MoE layer's chosen experts' down projections): out[i] = xs[i] ws[i]^T, all
+  /// in one pass over the threads, each out[i] the same as linear(ws[i], xs[i]) alone.
+  static std::vector<at::Tensor> linearEach(const std::vector<const Weight*>& ws, const std::vector<at::Tensor>& xs,
+                                            Activations a = Activations::F32);
   /// The same for several streams (the tuner's scan runs side by side), out[stream][weight]. The streams' rows go as
   /// one batch where each stream alone would take the float32 GEMM over host weights (float32 activations, more than
   /// kKernelRows rows a stream): MKL's GEMM gives a row the same values whatever rows are beside it
@@ -122,6 +126,10 @@ class Weight {
   std::int64_t firstNonFinite() const;
 
  private:
+  /// linear() and linearEach(): weight i multiplies input xs[inputOf[i]], each input quantized once.
+  static std::vector<at::Tensor> linearEach(const std::vector<const Weight*>& ws, const std::vector<at::Tensor>& xs,
+                                            const std::vector<std::size_t>& inputOf,
+                                            const std::vector<at::Tensor>& biases, Activations a);
   /// Rows [r0, r0 + n) as float32 into dst, from the stored or the packed form.
   void dequantizeRows(std::int64_t r0, std::int64_t n, float* dst) const;
 
