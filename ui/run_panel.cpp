@@ -235,7 +235,7 @@ void RunPanel::showModel(const ModelInfo& info) {
                           .arg(info.kvHeads)
                           .arg(info.headDim)
                           .arg(info.vocab)
-                          .arg(info.weightTypes.join(", "), info.arithmetic, info.ffn.toHtmlEscaped()));
+                          .arg(info.weightTypes.join(", "), info.arithmetic, info.layerKinds.toHtmlEscaped()));
 }
 
 }  // namespace kvscope::ui

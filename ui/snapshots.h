@@ -45,7 +45,8 @@ struct ModelInfo {
   int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0;
   qint64 contextLength = 0;
   QStringList weightTypes;
-  QString ffn;  ///< the feed-forward blocks: "dense SwiGLU FFN of 1536", "MoE: 128 experts of 768, top 8 ..."
+  /// The layers' kinds: "full attention; dense SwiGLU FFN of 1536", "sliding window 4096 on layers 0-31; MoE: ..."
+  QString layerKinds;
 };
 
 struct RunRequest {

@@ -288,7 +288,7 @@ void Engine::load(const ui::LoadRequest& r) {
     info.vocab = c.vocab;
     info.contextLength = c.contextLength;
     for (const auto& w : c.weightTypes) info.weightTypes << QString::fromStdString(w);
-    info.ffn = QString::fromStdString(model::describeFfn(c));
+    info.layerKinds = QString::fromStdString(model::describeAttention(c) + "; " + model::describeFfn(c));
     Q_EMIT modelLoaded(info);
   } catch (...) {
     Q_EMIT failed(r.serial, describeCurrent(QString("loading `%1`").arg(path), d_->session.has_value()));

@@ -23,12 +23,17 @@ namespace {
 constexpr std::int64_t kMaxSegmentedQueries = 16;
 
 // LibTorch's fused attention (flash kernel on the CPU), grouped-query heads without copying K/V; float32
-// accumulation. A boolean causal mask only when several queries must not see later keys.
-at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+// accumulation. A boolean causal mask only when several queries must not see later keys; with a sliding `window`,
+// query i (at key position L - T + i) also not the keys at or before L - T + i - window.
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::int64_t window = 0) {
   const std::int64_t T = q.size(2), L = k.size(2);
   std::optional<at::Tensor> mask;
-  if (T > 1)
-    mask = at::ones({T, L}, at::TensorOptions().dtype(at::kBool).device(q.device())).tril(L - T).view({1, 1, T, L});
+  if (T > 1) {
+    const at::Tensor ones = at::ones({T, L}, at::TensorOptions().dtype(at::kBool).device(q.device()));
+    at::Tensor m = ones.tril(L - T);
+    if (window > 0 && L > window) m = m & ones.tril(L - T - window).logical_not();
+    mask = m.view({1, 1, T, L});
+  }
   return at::scaled_dot_product_attention(q, k.to(q.scalar_type()), v.to(q.scalar_type()), mask, 0.0, false,
                                           std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
 }
@@ -140,17 +145,54 @@ std::pair<at::Tensor, at::Tensor> CacheLayer::updateValidated(const at::Tensor& 
   return out;
 }
 
-at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values) {
+void CacheLayer::dropOldest(std::int64_t n) {
+  (void)n;
+  throw CacheError(
+      fmt::format("{}: this layer cannot drop its oldest tokens (a sliding window)", backendName(backend())));
+}
+
+at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
+                              std::int64_t window) {
   validateStates(keys, values);
   detail::checkQueries(queries, keys, (std::string(backendName(backend())) + " queries").c_str());
+  const std::int64_t T = queries.size(2);
+  // A sliding window: the first query sees nothing before position L - T - window + 1 of the L held (every later
+  // query sees less), so attention reads from there; the band mask does the rest.
+  const auto firstVisible = [&](std::int64_t L) {
+    return window > 0 ? std::max<std::int64_t>(L - T - window + 1, 0) : std::int64_t{0};
+  };
   if (!fused()) {
     auto [k, v] = updateReference(keys, values);
-    return sdpa(roundQueries(queries), k, v);
+    const std::int64_t from = firstVisible(k.size(2));
+    if (from > 0) k = k.narrow(2, from, k.size(2) - from), v = v.narrow(2, from, v.size(2) - from);
+    return sdpa(roundQueries(queries), k, v, window);
   }
   Staged s = stage(keys, values);
+  if (window > 0) {
+    const std::int64_t L = s.denseKeys.defined() ? s.denseKeys.size(2) : s.keys ? s.keys->length() : 0;
+    if (const std::int64_t from = firstVisible(L); from > 0) {
+      if (s.denseKeys.defined()) {
+        s.denseKeys = s.denseKeys.narrow(2, from, L - from);
+        s.denseValues = s.denseValues.narrow(2, from, L - from);
+      }
+      if (s.keys) s.keys = detail::tail(s.keys, from);
+      if (s.values) s.values = detail::tail(s.values, from);
+    }
+    // Several queries over more than the window: a band, which only sdpa's mask draws.
+    if (T > 1 && L - firstVisible(L) > window) {
+      const at::Tensor q = roundQueries(queries);
+      const std::int64_t B = q.size(0), Hkv = keys.size(1);
+      at::Tensor out = s.denseKeys.defined()
+                           ? sdpa(q, s.denseKeys, s.denseValues, window)
+                           : sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), path_),
+                                  detail::materialize(*s.values, B, Hkv, q.scalar_type(), path_), window);
+      if (s.finish) s.finish();
+      return out;
+    }
+  }
   const at::Tensor q = roundQueries(queries);  // after the store: what the layer holds decides the rounding
   at::Tensor out;
-  const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), D = q.size(3), Hkv = keys.size(1);
+  const std::int64_t B = q.size(0), Hq = q.size(1), D = q.size(3), Hkv = keys.size(1);
   // On the host path a decode step reads the layer where it lies, unquantized layers too (LibTorch's sdpa would first
   // copy a strided view of the buffer and repeat K/V for GQA); a prefill goes to sdpa. The device path: an fp8 decode
   // step reads the codes with the fused kernel, anything else is dequantized for this layer only and goes to sdpa.

@@ -49,6 +49,11 @@ class DynamicLayer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return k_.length(); }
+  bool canDropOldest() const override { return true; }
+  void dropOldest(std::int64_t n) override {
+    k_.dropFront(n);
+    v_.dropFront(n);
+  }
   Backend backend() const override { return Backend::Dynamic; }
 
   LayerMemory memory() const override {

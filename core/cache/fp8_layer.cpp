@@ -85,6 +85,14 @@ class Fp8Layer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return k_.q.length(); }
+  // The scale is the layer's, not the tokens': dropping tokens leaves the others' codes and the scale as they are.
+  bool canDropOldest() const override { return true; }
+  void dropOldest(std::int64_t n) override {
+    for (Side* s : {&k_, &v_}) {
+      s->q.dropFront(n);
+      if (s->deq.defined()) s->deq.dropFront(n);
+    }
+  }
   Backend backend() const override { return Backend::Fp8; }
 
   LayerMemory memory() const override {

@@ -41,6 +41,21 @@ void applyVllmBoundarySkip(CacheConfig& side, int layer, int numLayers) {
   unquantized.attention = side.attention;
   side = unquantized;
 }
+
+// Why a layer of `c` cannot slide (it cannot drop its oldest tokens alone); empty where it can.
+std::string windowRefusal(const CacheConfig& c) {
+  if (c.tiered()) return "tiers= moves the oldest tokens to older tiers, which a window drops";
+  if (c.sink > 0) return "sink= keeps the first tokens, which a window drops";
+  switch (c.backend) {
+    case Backend::Quanto:
+    case Backend::Hqq:
+      return "it re-quantizes groups of tokens together; transformers' QuantizedCache refuses sliding-window layers";
+    case Backend::Kivi:
+      return "it quantizes keys per channel over groups of tokens together";
+    default:
+      return "";
+  }
+}
 }  // namespace
 
 std::unique_ptr<CacheLayer> makeLayer(const CacheConfig& cfg, const StatsOptions& stats, kernels::KernelPath path) {
@@ -90,7 +105,40 @@ const CacheLayer& KvCache::layer(int i) const {
   return const_cast<KvCache*>(this)->layer(i);
 }
 
+void KvCache::setWindows(const std::vector<std::int64_t>& windows) {
+  if (windows.size() != layers_.size())
+    throw ConfigError("window", fmt::format("{} sliding windows for {} layers", windows.size(), layers_.size()));
+  for (std::size_t l = 0; l < windows.size(); ++l) {
+    if (windows[l] < 0) throw ConfigError("window", fmt::format("layer {}: window {} < 0", l, windows[l]));
+    if (windows[l] > 0 && !layers_[l]->canDropOldest()) {
+      const auto [k, v] = layerConfigs(config_, static_cast<int>(l), numLayers());
+      throw ConfigError("backend",
+                        fmt::format("layer {} is a sliding-window layer (window {}): `{}` cannot run it ({})", l,
+                                    windows[l], toSpec(k), windowRefusal(windowRefusal(k).empty() ? v : k)));
+    }
+  }
+  windows_ = windows;
+}
+
+std::int64_t KvCache::window(int l) const {
+  return windows_.empty() ? 0 : windows_[static_cast<std::size_t>(l)];
+}
+
+void KvCache::trim(int l) {
+  const std::int64_t w = window(l);
+  if (w <= 0) return;
+  CacheLayer& L = layer(l);
+  const std::int64_t held = L.seqLength();
+  if (held > w - 1 + kWindowSlack) L.discardOldest(held - (w - 1));
+}
+
+at::Tensor KvCache::attend(int i, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values) {
+  trim(i);
+  return layer(i).attend(q, keys, values, window(i));
+}
+
 std::pair<at::Tensor, at::Tensor> KvCache::update(int i, const at::Tensor& keys, const at::Tensor& values) {
+  trim(i);
   return layer(i).update(keys, values);
 }
 
@@ -98,13 +146,21 @@ void KvCache::reorder(const at::Tensor& beamIdx) {
   for (auto& l : layers_) l->reorder(beamIdx);
 }
 void KvCache::reset() {
-  for (auto& l : layers_) l->reset();
+  for (auto& l : layers_) {
+    l->reset();
+    l->forgetDropped();
+  }
 }
 void KvCache::crop(std::int64_t n) {
-  for (auto& l : layers_) l->crop(n);
+  const std::int64_t total = seqLength(), keep = n < 0 ? std::max<std::int64_t>(total + n, 0) : std::min(n, total);
+  for (std::size_t l = 0; l < layers_.size(); ++l)
+    if (keep < layers_[l]->dropped())
+      throw CacheError(fmt::format("crop to {} tokens: sliding-window layer {} has dropped its first {}", keep, l,
+                                   layers_[l]->dropped()));
+  for (auto& l : layers_) l->crop(keep - l->dropped());
 }
 std::int64_t KvCache::seqLength() const {
-  return layers_.front()->seqLength();
+  return layers_.front()->seqLength() + layers_.front()->dropped();
 }
 
 std::vector<LayerMemory> KvCache::memory() const {
@@ -142,6 +198,9 @@ CacheSnapshot KvCache::snapshot() const {
   s.memory = memory();
   s.stats.reserve(layers_.size());
   for (const auto& l : layers_) s.stats.push_back(l->stats());
+  s.windows = windows_;
+  if (!windows_.empty())
+    for (const auto& l : layers_) s.dropped.push_back(l->dropped());
   return s;
 }
 

@@ -19,10 +19,26 @@ class KvCache {
   KvCache(const CacheConfig& cfg, int numLayers, const StatsOptions& stats = {},
           kernels::KernelPath path = kernels::KernelPath::Host);
 
+  /// Sliding-window layers, one entry per layer (the model's layer specs; 0: full attention). A windowed layer
+  /// attends each query's `window` newest positions and keeps about window - 1 tokens: before an update it drops
+  /// those no query can see again once it holds kWindowSlack more (so a token moves O(1) times). Throws ConfigError
+  /// naming the layer where its config cannot drop tokens: quanto, hqq and kivi re-quantize groups of tokens
+  /// (transformers' QuantizedCache refuses sliding-window layers), sinks and tiers keep the oldest.
+  void setWindows(const std::vector<std::int64_t>& windows);
+  std::int64_t window(int layer) const;
+  /// Tokens held beyond window - 1 before a windowed layer drops its oldest.
+  static constexpr std::int64_t kWindowSlack = 64;
+
+  /// Layer `layer`'s attention (CacheLayer::attend) with its window; a windowed layer first drops what no query can
+  /// see again (setWindows).
+  at::Tensor attend(int layer, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values);
   std::pair<at::Tensor, at::Tensor> update(int layer, const at::Tensor& keys, const at::Tensor& values);
   void reorder(const at::Tensor& beamIdx);
   void reset();
+  /// Keeps the first n tokens of the sequence (n < 0: drops -n from the end); throws CacheError where a windowed layer
+  /// has already dropped tokens it would have to keep.
   void crop(std::int64_t n);
+  /// Tokens of the sequence so far (a windowed layer's dropped ones included).
   std::int64_t seqLength() const;
 
   int numLayers() const { return static_cast<int>(layers_.size()); }
@@ -53,6 +69,10 @@ class KvCache {
   CacheConfig config_;
   kernels::KernelPath path_ = kernels::KernelPath::Host;
   std::vector<std::unique_ptr<CacheLayer>> layers_;
+  std::vector<std::int64_t> windows_;  // per layer; 0: full attention
+  /// Before T new tokens reach a windowed layer: its oldest dropped down to window - 1 once it holds more than
+  /// window - 1 + kWindowSlack.
+  void trim(int layer);
 };
 
 }  // namespace kvscope::cache

@@ -234,7 +234,8 @@ class KvRowLayer final : public CacheLayer {
     };
     return {read(k_), read(v_)};
   }
-  void dropOldest(std::int64_t n) {
+  bool canDropOldest() const override { return true; }
+  void dropOldest(std::int64_t n) override {
     for (Side* s : {&k_, &v_}) {
       s->rows.dropFront(n);
       if (s->mirror.defined()) s->mirror.dropFront(n);

@@ -20,13 +20,13 @@ void CacheLayer::recordAmax(TensorStats& st, const at::Tensor& x) {
 }
 
 void CacheLayer::recordError(TensorStats& st, const at::Tensor& x, const at::Tensor& xq, std::int64_t tokenStart) {
-  detail::errorMap(x, xq, tokenStart, statsOptions_.tokenBin, path_, st.error, deferred_);
+  detail::errorMap(x, xq, dropped_ + tokenStart, statsOptions_.tokenBin, path_, st.error, deferred_);
 }
 
 void CacheLayer::recordDrift(TensorStats& st, const at::Tensor& x, const at::Tensor& xq) {
   const std::int64_t T = x.size(2), ranges = std::max<std::int64_t>(statsOptions_.driftRanges, 1);
   const std::int64_t bin = std::max(statsOptions_.tokenBin, (T + ranges - 1) / ranges);
-  detail::errorMap(x, xq, 0, bin, path_, st.drift, deferred_);
+  detail::errorMap(x, xq, dropped_, bin, path_, st.drift, deferred_);
 }
 
 void CacheLayer::recordValues(std::vector<float>& out, const at::Tensor& t) {

@@ -53,8 +53,9 @@ class CacheLayer {
   /// then LibTorch's scaled_dot_product_attention, exactly what transformers computes. Fused mode: the layer's
   /// stored form read tile by tile (no full-precision history); the values attention sees are the same as in
   /// reference mode, only the accumulation order differs (docs/attention.md). Validates q and the states once, as
-  /// update() does.
-  at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values);
+  /// update() does. `window` > 0: sliding-window attention, each query attends the `window` newest positions up to
+  /// its own (transformers' sliding_window, llama.cpp's n_swa), of what the layer holds.
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, std::int64_t window = 0);
   AttentionMode attentionMode() const { return mode_; }
 
   /// Fused mode: stores the states as update() does (the same semantics) and returns what attention reads now,
@@ -68,6 +69,20 @@ class CacheLayer {
   /// Keeps the first n tokens (n < 0: drops -n tokens from the end).
   virtual void crop(std::int64_t n) = 0;
   virtual std::int64_t seqLength() const = 0;
+  /// Drops the n oldest tokens (a sliding-window layer's, KvCache::setWindows): what a layer whose tokens are stored
+  /// each on its own (dynamic, fp8, the block rows) can do without changing the others. canDropOldest() says whether
+  /// it can; the rest throw CacheError.
+  virtual bool canDropOldest() const { return false; }
+  virtual void dropOldest(std::int64_t n);
+  /// dropOldest(n), counted: seqLength() + dropped() is every token the layer was given, and the statistics' token
+  /// positions count from the first of them.
+  void discardOldest(std::int64_t n) {
+    dropOldest(n);
+    dropped_ += n;
+  }
+  std::int64_t dropped() const { return dropped_; }
+  /// After reset(): no token dropped either.
+  void forgetDropped() { dropped_ = 0; }
   virtual LayerMemory memory() const = 0;
   virtual Backend backend() const = 0;
 
@@ -142,6 +157,7 @@ class CacheLayer {
   std::pair<at::Tensor, at::Tensor> updateValidated(const at::Tensor& keys, const at::Tensor& values);
 
   kernels::KernelPath path_;
+  std::int64_t dropped_ = 0;
 };
 
 /// A layer for `cfg` (validated here; throws ConfigError) running the kernels of `path`.

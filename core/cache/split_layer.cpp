@@ -73,6 +73,11 @@ class SplitLayer final : public CacheLayer {
     v_->crop(n);
   }
   std::int64_t seqLength() const override { return k_->seqLength(); }
+  bool canDropOldest() const override { return k_->canDropOldest() && v_->canDropOldest(); }
+  void dropOldest(std::int64_t n) override {
+    k_->discardOldest(n);
+    v_->discardOldest(n);
+  }
   at::Tensor roundQueries(const at::Tensor& q) const override { return k_->roundQueries(q); }  // the keys' layer
   void setInterleavedRopePairs(bool on) override {
     k_->setInterleavedRopePairs(on);

@@ -116,6 +116,9 @@ struct CacheSnapshot {
   std::int64_t seqLength = 0;
   std::vector<LayerMemory> memory;  ///< per layer
   std::vector<LayerStats> stats;    ///< per layer, of the latest update
+  /// Per layer: its sliding window (0: full attention) and the oldest tokens it has dropped (KvCache::setWindows);
+  /// empty where the cache has no windows.
+  std::vector<std::int64_t> windows, dropped;
   TensorMemory total() const {
     TensorMemory t;
     for (const auto& m : memory) t += m.total();

@@ -15,11 +15,47 @@ using nlohmann::json;
 
 namespace {
 
+// Which layers slide, and over how many positions, as transformers 5.23 decides it:
+// - mistral: every layer, over sliding_window (the class default 4096 where the key is absent; null: none);
+// - qwen2, qwen3, qwen3_moe: sliding_window (default 4096) only with use_sliding_window; then qwen3_moe slides every
+//   layer, qwen2/qwen3 those that layer_types calls sliding_attention (by default the layers from
+//   max_window_layers, default 28, on);
+// - llama: none. A qwen2/qwen3 layer_types entry other than full_attention / sliding_attention is refused.
+void readWindows(ModelConfig& c, const JsonKeys& k) {
+  const json& j = k.object();
+  std::int64_t window = 0;
+  if (c.arch == "mistral") {
+    const bool absent = !j.contains("sliding_window");
+    window = absent ? 4096 : k.has("sliding_window") ? k.count("sliding_window") : 0;
+  } else if (c.arch != "llama" && k.flag("use_sliding_window", false)) {
+    window = k.count("sliding_window", 4096);
+  }
+  std::vector<bool> sliding(static_cast<std::size_t>(c.layers), true);
+  const bool typed = c.arch == "qwen2" || c.arch == "qwen3";  // the others' classes never read layer_types
+  if (typed && k.has("layer_types")) {
+    const json& lt = j.at("layer_types");
+    if (!lt.is_array() || lt.size() != static_cast<std::size_t>(c.layers))
+      k.fail("layer_types", fmt::format("must be a list of {} layer types", c.layers));
+    for (std::size_t l = 0; l < lt.size(); ++l) {
+      if (lt[l] != "full_attention" && lt[l] != "sliding_attention")
+        k.fail("layer_types",
+               fmt::format("has {}: only full_attention and sliding_attention layers are supported", lt[l].dump()));
+      sliding[l] = lt[l] == "sliding_attention";
+    }
+  } else if (typed) {
+    const int from = k.count0("max_window_layers", 28);
+    for (int l = 0; l < c.layers; ++l) sliding[static_cast<std::size_t>(l)] = l >= from;
+  }
+  for (int l = 0; l < c.layers; ++l)
+    if (sliding[static_cast<std::size_t>(l)]) c.layerSpecs[static_cast<std::size_t>(l)].window = window;
+}
+
 // The FFN kind of each layer. Qwen3-MoE (transformers' Qwen3MoeDecoderLayer): a layer is sparse unless listed in
 // mlp_only_layers, when num_experts > 0 and (layer + 1) is a multiple of decoder_sparse_step; the rest keep a dense
 // MLP of intermediate_size. Class defaults: 128 experts of 768, top 8, norm_topk_prob false, sparse step 1.
 void readLayerSpecs(ModelConfig& c, const JsonKeys& k) {
   c.layerSpecs.assign(static_cast<std::size_t>(c.layers), LayerSpec{});
+  readWindows(c, k);
   if (c.arch == "qwen3_moe") {
     // v5 writes num_local_experts (num_experts is its alias); checkpoints carry num_experts.
     const char* expertsKey = k.has("num_experts") ? "num_experts" : "num_local_experts";
@@ -58,24 +94,8 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   const JsonKeys k(j, where, cj.prefix);
   ModelConfig c;
   c.arch = k.str("model_type", "llama");
-  if (c.arch == "mistral") {
-    if (k.has("sliding_window"))
-      k.fail("sliding_window",
-             "is set: sliding-window attention is not supported (a quantized cache needs full "
-             "attention layers)");
-  } else if (c.arch == "qwen3_moe") {
-    // transformers drops sliding_window unless use_sliding_window is set; set, every layer slides.
-    if (k.flag("use_sliding_window", false))
-      k.fail("use_sliding_window", "is true: sliding-window attention is not supported on qwen3_moe");
-  } else if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3") {
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3_moe") {
     k.fail("model_type", fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3, qwen3_moe)", c.arch));
-  }
-  if (k.has("layer_types")) {
-    const json& lt = j.at("layer_types");
-    if (!lt.is_array()) k.fail("layer_types", fmt::format("must be a list, found {}", lt.type_name()));
-    for (const auto& t : lt)
-      if (t != "full_attention")
-        k.fail("layer_types", fmt::format("has {}: only full_attention layers are supported", t.dump()));
   }
   c.layers = k.count("num_hidden_layers");
   c.hidden = k.count("hidden_size");

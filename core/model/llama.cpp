@@ -468,6 +468,11 @@ std::unique_ptr<cache::KvCache> LlamaModel::makeCache(const cache::CacheConfig& 
   // llama.cpp runs the Llama family with adjacent-pair RoPE on Q/K rows its converter permuted (unpermuteQK undoes
   // that here): a llama.cpp cache holds each key head's channels in that order.
   kv->setInterleavedRopePairs(cfg_.arch == "llama");
+  // Sliding-window layers attend and keep only their window (a config that cannot drop tokens is refused here).
+  std::vector<std::int64_t> windows;
+  windows.reserve(cfg_.layerSpecs.size());
+  for (const LayerSpec& s : cfg_.layerSpecs) windows.push_back(s.window);
+  if (!windows.empty()) kv->setWindows(windows);
   return kv;
 }
 
@@ -562,7 +567,7 @@ void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache:
       tap(l, "v", v);
     }
     // The layer stores K/V and answers attention from what it holds (cache/layer.h: reference or fused mode).
-    const at::Tensor o = caches[p]->layer(l).attend(q, k.contiguous(), v.contiguous());
+    const at::Tensor o = caches[p]->attend(l, q, k.contiguous(), v.contiguous());
     os[p] = o.transpose(1, 2).reshape({B, T, cfg_.heads * Dh});
   }
   auto wo = Weight::linearStreams({&L.wo}, os, {}, act);

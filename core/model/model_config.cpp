@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kvscope::model {
 
 namespace {
@@ -29,6 +31,27 @@ std::string describeFfn(const ModelConfig& c) {
   std::string s = fmt::format("MoE: {} experts of {}, top {}{} on layers {}", c.moe.experts, c.moe.intermediate,
                               c.moe.used, c.moe.normTopK ? " (weights renormalized)" : "", ranges(moe));
   if (!dense.empty()) s += fmt::format("; dense FFN of {} on layers {}", c.intermediate, ranges(dense));
+  return s;
+}
+
+std::string describeAttention(const ModelConfig& c) {
+  std::vector<int> full;
+  std::vector<std::pair<std::int64_t, std::vector<int>>> windows;  // by window, in order of first appearance
+  for (std::size_t l = 0; l < c.layerSpecs.size(); ++l) {
+    const std::int64_t w = c.layerSpecs[l].window;
+    if (w == 0) {
+      full.push_back(static_cast<int>(l));
+      continue;
+    }
+    auto it = std::find_if(windows.begin(), windows.end(), [w](const auto& p) { return p.first == w; });
+    if (it == windows.end()) it = windows.insert(windows.end(), {w, {}});
+    it->second.push_back(static_cast<int>(l));
+  }
+  if (windows.empty()) return "full attention";
+  std::string s;
+  for (const auto& [w, ls] : windows)
+    s += fmt::format("{}sliding window {} on layers {}", s.empty() ? "" : "; ", w, ranges(ls));
+  if (!full.empty()) s += fmt::format("; full attention on layers {}", ranges(full));
   return s;
 }
 

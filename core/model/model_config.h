@@ -11,8 +11,10 @@ namespace kvscope::model {
 /// A layer's feed-forward block: a dense SwiGLU MLP, or a mixture of SwiGLU experts behind a softmax top-k router.
 enum class FfnKind : std::uint8_t { Dense, Moe };
 
-/// What a layer is made of. Attention is full causal attention over the layer's cache for every family read today.
+/// What a layer is made of: causal attention over its cache, over the `window` newest positions (its own included)
+/// where window > 0 (a sliding-window layer), and its FFN kind.
 struct LayerSpec {
+  std::int64_t window = 0;
   FfnKind ffn = FfnKind::Dense;
 };
 
@@ -42,5 +44,7 @@ struct ModelConfig {
 /// The feed-forward blocks in a line for a model card: "dense SwiGLU" or "MoE: 128 experts of 768, top 8 (weights
 /// renormalized) on layers 0-47".
 std::string describeFfn(const ModelConfig& c);
+/// The attention layers in a line: "full attention" or "sliding window 4096 on layers 0-31" (and the full ones).
+std::string describeAttention(const ModelConfig& c);
 
 }  // namespace kvscope::model

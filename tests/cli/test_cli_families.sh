@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The model families beyond dense Llama as a user meets them in the CLI: a Qwen3-MoE GGUF (random weights in the
 # layout llama.cpp's converter writes, SmolLM2's tokenizer) generates, compares and plans; a config the forward cannot
-# run is one line naming the key, exit 2.
+# run, and a cache config a sliding-window model cannot use, are one line naming the problem, exit 2.
 set -u
 . "$(dirname "$0")/model_test_setup.sh"
 . "$(dirname "$0")/check.sh"
@@ -15,19 +15,43 @@ check moe-generate-f32 0 'f32 activations' \
 check moe-compare 0 'llamacpp:type_k=q4_0,type_v=q4_0' \
   "$cli" compare --model "$moe" --prompt "The capital of France is" --max-new 8 --cache llamacpp:type_k=q4_0,type_v=q4_0
 check moe-plan 0 'qwen3moe random-qwen3moe-tiny-Q8_0 (gguf, 4 layers' "$cli" plan "$moe"
-mkdir -p "$tmp/swa" "$tmp/topk"
-for d in swa topk; do
+mkdir -p "$tmp/swa" "$tmp/topk" "$tmp/types"
+for d in swa topk types; do
   cat >"$tmp/$d/tokenizer.json" <<'J'
 {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}, "decoder": {"type": "ByteLevel"}}
 J
 done
 cat >"$tmp/swa/config.json" <<'J'
-{"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":64,
- "use_sliding_window":true,"sliding_window":16}
+{"model_type":"mistral","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":2,"num_key_value_heads":1,
+ "intermediate_size":128,"vocab_size":64,"sliding_window":16}
 J
-check moe-sliding 2 '`use_sliding_window` is true: sliding-window attention is not supported on qwen3_moe' \
-  "$cli" generate --model "$tmp/swa" --prompt hi
+# Random weights for it (a Mistral with every layer sliding over 16 positions).
+"$py" - "$tmp/swa" <<'P' || { echo "FAIL writing the sliding-window model"; fail=1; }
+import sys
+import numpy as np
+from safetensors.numpy import save_file
+rng, H, F, V, kv = np.random.default_rng(0), 64, 128, 64, 32
+t = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,), "lm_head.weight": (V, H)}
+for l in range(2):
+    p = f"model.layers.{l}."
+    t.update({p + "input_layernorm.weight": (H,), p + "post_attention_layernorm.weight": (H,),
+              p + "self_attn.q_proj.weight": (H, H), p + "self_attn.k_proj.weight": (kv, H),
+              p + "self_attn.v_proj.weight": (kv, H), p + "self_attn.o_proj.weight": (H, H),
+              p + "mlp.gate_proj.weight": (F, H), p + "mlp.up_proj.weight": (F, H), p + "mlp.down_proj.weight": (H, F)})
+save_file({k: (np.ones(s) if len(s) == 1 else rng.normal(0, 0.1, s)).astype(np.float32) for k, s in t.items()},
+          sys.argv[1] + "/model.safetensors")
+P
+check sliding-run 0 '] 1 prompt + 40 new tokens (max_new)' \
+  "$cli" generate --model "$tmp/swa" --prompt ab --max-new 40 --cache llamacpp:type_k=q8_0,type_v=q4_0
+check sliding-quanto 2 'layer 0 is a sliding-window layer (window 16): `quanto:nbits=4` cannot run it' \
+  "$cli" generate --model "$tmp/swa" --prompt ab --cache quanto:nbits=4
+cat >"$tmp/types/config.json" <<'J'
+{"model_type":"qwen3","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":64,
+ "layer_types":["full_attention","linear_attention"]}
+J
+check layer-types 2 '`layer_types` has "linear_attention": only full_attention and sliding_attention' \
+  "$cli" generate --model "$tmp/types" --prompt hi
 cat >"$tmp/topk/config.json" <<'J'
 {"model_type":"qwen3_moe","hidden_size":64,"num_hidden_layers":2,"num_attention_heads":2,"vocab_size":64,
  "num_experts":4,"num_experts_per_tok":8}

@@ -4,6 +4,10 @@ directories (config.json + model.safetensors), with their reference outputs: log
 with the dynamic cache and with QuantizedCache fp8 / quanto int4 / hqq int4, plus the top-2 margins of each step.
 The output head is scaled up so that greedy decoding is decided by clear margins, not ties.
 
+Two sliding-window models (dynamic cache only: transformers' QuantizedCache refuses them): `qwen3_swa` (Qwen3 with
+use_sliding_window, layers 1-2 over 16 positions) and `mistral_swa` (every layer over 24), so that the 64-token prompt
+and the 64 new tokens run far past each window.
+
 Two Qwen3-MoE models: `qwen3_moe` as transformers' defaults route (norm_topk_prob false) with layer 1 dense
 (mlp_only_layers), and `qwen3moe_gguf` as Qwen3-30B-A3B routes (norm_topk_prob true, every layer MoE), which is also
 written as an F32 GGUF the way llama.cpp's converter names it (qwen3moe.gguf): the same reference holds for both files.
@@ -20,8 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 import numpy as np  # noqa: E402
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,  # noqa: E402
-                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,  # noqa: E402
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 CACHES = {"dynamic": None, "fp8": {"backend": "fp8"}, "quanto_int4": {"backend": "quanto", "nbits": 4},
           "hqq_int4": {"backend": "hqq", "nbits": 4}}
@@ -41,6 +46,13 @@ def build(kind):
     elif kind == "qwen3":  # per-head q/k RMSNorm
         cfg = Qwen3Config(**common, rope_theta=1000000.0)
         model = Qwen3ForCausalLM(cfg)
+    elif kind == "qwen3_swa":  # layers 1 and 2 slide over 16 positions (max_window_layers 1)
+        cfg = Qwen3Config(**common, rope_theta=1000000.0, use_sliding_window=True, sliding_window=16,
+                          max_window_layers=1)
+        model = Qwen3ForCausalLM(cfg)
+    elif kind == "mistral_swa":  # every layer slides over 24 positions
+        cfg = MistralConfig(**common, rope_theta=10000.0, sliding_window=24)
+        model = MistralForCausalLM(cfg)
     else:  # Qwen3-MoE: 8 experts of 64, top 2
         moe = dict(moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=1)
         if kind == "qwen3_moe":
@@ -111,7 +123,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(1234)
     torch.set_num_threads(2)
-    for kind in ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen3moe_gguf"):
+    for kind in ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen3moe_gguf", "qwen3_swa", "mistral_swa"):
         model = build(kind)
         d = os.path.join(args.out, kind)
         model.save_pretrained(d, safe_serialization=True)
@@ -121,7 +133,9 @@ def main():
         tensors = {"prompt_ids": ids}
         with torch.no_grad():
             tensors["prefill_logits"] = model(ids).logits[0].float().contiguous()
-            for name, cc in CACHES.items():
+            # transformers' QuantizedCache refuses sliding-window layers: their reference is the dynamic cache's.
+            caches = {"dynamic": None} if kind.endswith("_swa") else CACHES
+            for name, cc in caches.items():
                 kw = {} if cc is None else {"cache_implementation": "quantized", "cache_config": dict(cc)}
                 out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new,
                                      do_sample=False, output_scores=True, return_dict_in_generate=True,
@@ -135,7 +149,7 @@ def main():
                                    output_scores=True, return_dict_in_generate=True, eos_token_id=None, pad_token_id=0)
             tensors["beam.sequences"] = beams.sequences[:, ids.shape[1]:].contiguous()
             tensors["beam.scores"] = beams.sequences_scores.float().contiguous()
-        save_file(tensors, os.path.join(args.out, f"{kind}_ref.safetensors"), metadata={"caches": json.dumps(list(CACHES))})
+        save_file(tensors, os.path.join(args.out, f"{kind}_ref.safetensors"), metadata={"caches": json.dumps(list(caches))})
         print(f"{kind}: saved to {d}")
     return 0
 

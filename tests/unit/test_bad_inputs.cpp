@@ -572,9 +572,16 @@ TEST(BadInputs, ConfigJsonKeysOfTheWrongType) {
   EXPECT_MENTIONS(with("model_type", 7), w, "`model_type`", "must be a string, found number");
   EXPECT_MENTIONS(with("model_type", "bert"), w, "`model_type`", "`bert` is not supported");
   EXPECT_MENTIONS(with("tie_word_embeddings", "yes"), w, "`tie_word_embeddings`", "must be true or false");
-  EXPECT_MENTIONS(with("layer_types", "full_attention"), w, "`layer_types`", "must be a list");
-  EXPECT_MENTIONS(with("layer_types", {"full_attention", "sliding_attention"}), w, "`layer_types`",
-                  "\"sliding_attention\"");
+  {  // Qwen2/Qwen3 read layer_types: one known type per layer.
+    nlohmann::json j = base.config;
+    j["model_type"] = "qwen3";
+    j["layer_types"] = "full_attention";
+    EXPECT_MENTIONS(configError(j), w, "`layer_types`", "must be a list of");
+    j["layer_types"] = nlohmann::json::array();
+    for (int l = 0; l < j["num_hidden_layers"].get<int>(); ++l) j["layer_types"].push_back("full_attention");
+    j["layer_types"][0] = "linear_attention";
+    EXPECT_MENTIONS(configError(j), w, "`layer_types`", "\"linear_attention\"");
+  }
   EXPECT_MENTIONS(with("rope_scaling", {1, 2}), w, "`rope_scaling`", "must be an object");
   EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}), w, "`rope_scaling.rope_type`",
                   "`yarn` is not supported");
@@ -600,8 +607,8 @@ TEST(BadInputs, ConfigJsonKeysOfTheWrongType) {
   {
     nlohmann::json j = base.config;
     j["model_type"] = "mistral";
-    j["sliding_window"] = 4096;
-    EXPECT_MENTIONS(configError(j), w, "`sliding_window`", "sliding-window attention is not supported");
+    j["sliding_window"] = "4k";
+    EXPECT_MENTIONS(configError(j), w, "`sliding_window`", "must be a number, found string");
   }
   {
     nlohmann::json j = base.config;

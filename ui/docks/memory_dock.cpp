@@ -3,6 +3,7 @@
 #include <qcustomplot.h>
 
 #include <QLabel>
+#include <QMap>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,29 @@
 #include "docks/plot_style.h"
 
 namespace kvscope::ui {
+
+namespace {
+// "; sliding window 16 on layers 1-2 (each holds 17 of 130 tokens)": what the sliding layers keep; empty without.
+QString slidingNote(const cache::CacheSnapshot& c) {
+  QMap<std::int64_t, QList<int>> byWindow;
+  for (std::size_t l = 0; l < c.windows.size(); ++l)
+    if (c.windows[l] > 0) byWindow[c.windows[l]] << static_cast<int>(l);
+  QStringList parts;
+  for (auto it = byWindow.cbegin(); it != byWindow.cend(); ++it) {
+    QStringList ls;
+    for (int l : it.value()) ls << QString::number(l);
+    const int first = it.value().front();
+    const std::int64_t held = c.seqLength - c.dropped[static_cast<std::size_t>(first)];
+    parts << QObject::tr("sliding window %1 on layers %2 (layer %3 holds %4 of %5 tokens)")
+                 .arg(it.key())
+                 .arg(ls.join(","))
+                 .arg(first)
+                 .arg(held)
+                 .arg(c.seqLength);
+  }
+  return parts.isEmpty() ? QString() : "; " + parts.join("; ");
+}
+}  // namespace
 
 MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent), sel_(selection) {
   auto* l = new QVBoxLayout(this);
@@ -188,13 +212,14 @@ void MemoryDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) 
                                        : tr("holds %1 MiB, no full-precision copy").arg(inUse, 0, 'f', 2);
   const QString verdict = saved >= 0 ? tr("saves %1 MiB against an unquantized cache").arg(saved, 0, 'f', 2)
                                      : tr("%1 MiB more than an unquantized cache").arg(-saved, 0, 'f', 2);
-  totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); %5: %6 (+%7 MiB growth room reserved)")
+  totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); %5: %6 (+%7 MiB growth room reserved)%8")
                        .arg(run->spec)
                        .arg(mib(t.stored()), 0, 'f', 2)
                        .arg(mib(t.unquantized), 0, 'f', 2)
                        .arg(t.compressionRatio(), 0, 'f', 2)
                        .arg(held, verdict)
-                       .arg(mib(t.reserved), 0, 'f', 2));
+                       .arg(mib(t.reserved), 0, 'f', 2)
+                       .arg(slidingNote(run->cache)));
   totals_->setToolTip({});
   legendB_->setVisible(against != nullptr);
   if (!against) return;

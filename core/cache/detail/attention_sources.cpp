@@ -5,6 +5,8 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <optional>
+
 #include "kernels/cpu/bitpack.h"
 #include "kernels/cpu/kv_blocks.h"
 #include "kernels/cpu/kv_rows_simd.h"
@@ -548,6 +550,39 @@ class Concat final : public StoredSource {
 
 SourcePtr concat(const std::vector<SourcePtr>& parts) {
   return std::make_shared<Concat>(parts);
+}
+
+namespace {
+// Tokens [from, length) of a source: a sliding-window layer's keys a query can still see.
+class Tail final : public StoredSource {
+ public:
+  Tail(SourcePtr s, std::int64_t from) : s_(std::move(s)), from_(from) {
+    if (auto* v = s_->fp8View()) view_ = detail::Fp8View{v->codes.narrow(2, from_, length()), v->scale, v->format};
+  }
+  std::int64_t length() const override { return s_->length() - from_; }
+  std::int64_t dim() const override { return s_->dim(); }
+  void read(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    s_->read(b, h, from_ + t0, n, out);
+  }
+  kernels::RowBasis basis() const override { return s_->basis(); }
+  void readInBasis(std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n, float* out) const override {
+    s_->readInBasis(b, h, from_ + t0, n, out);
+  }
+  at::Tensor dense(std::int64_t B, std::int64_t H, at::ScalarType dtype) const override {
+    return s_->dense(B, H, dtype).narrow(2, from_, length());
+  }
+  const detail::Fp8View* fp8View() const override { return view_ ? &*view_ : nullptr; }
+
+ private:
+  SourcePtr s_;
+  std::int64_t from_;
+  std::optional<detail::Fp8View> view_;
+};
+}  // namespace
+
+SourcePtr tail(const SourcePtr& s, std::int64_t from) {
+  if (from <= 0) return s;
+  return std::make_shared<Tail>(s, from);
 }
 
 at::Tensor packRows(const at::Tensor& codes, int bits, kernels::KernelPath path) {

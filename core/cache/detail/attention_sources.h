@@ -76,6 +76,8 @@ cache::Staged stagedAsIs(const at::Tensor& keys, const at::Tensor& values);
 
 /// Sources one after the other along the sequence (empty ones skipped).
 SourcePtr concat(const std::vector<SourcePtr>& parts);
+/// Tokens [from, length()) of `s` (from <= 0: `s` itself), read in place.
+SourcePtr tail(const SourcePtr& s, std::int64_t from);
 
 /// Packs each row (last dim) of uint8 codes [B, H, T, D] LSB-first into [B, H, T, packedBytes(D, bits)] on the
 /// codes' device (kernels::packBits' layout), and the inverse: kvscope's CPU kernels on the host path, else
