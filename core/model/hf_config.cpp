@@ -28,7 +28,8 @@ void readWindows(ModelConfig& c, const JsonKeys& k) {
     const bool absent = !j.contains("sliding_window");
     window = absent ? 4096 : k.has("sliding_window") ? k.count("sliding_window") : 0;
   } else if (c.arch != "llama" && k.flag("use_sliding_window", false)) {
-    window = k.count("sliding_window", 4096);
+    const bool nulled = j.contains("sliding_window") && !k.has("sliding_window");
+    window = nulled ? 0 : k.count("sliding_window", 4096);
   }
   std::vector<bool> sliding(static_cast<std::size_t>(c.layers), true);
   const bool typed = c.arch == "qwen2" || c.arch == "qwen3";  // the others' classes never read layer_types

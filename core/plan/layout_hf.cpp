@@ -78,11 +78,15 @@ std::vector<std::string> derivedLayerTypes(const std::string& fam, const JsonKey
   } else if (fam == "gpt_oss") {
     each([](int i) { return (i + 1) % 2 != 0; });
   } else if (in(fam, {"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})) {
-    if (k.flag("use_sliding_window", false) && k.has("sliding_window")) {
-      const int from = k.count0("max_window_layers", 28);
+    // use_sliding_window with sliding_window (the class default 4096 where absent; none where null): Qwen3-MoE's
+    // attention slides on every layer, the others from max_window_layers on.
+    const bool nulled = k.object().contains("sliding_window") && !k.has("sliding_window");
+    if (k.flag("use_sliding_window", false) && !nulled) {
+      const int from = fam == "qwen3_moe" ? 0 : k.count0("max_window_layers", 28);
       each([&](int i) { return i >= from; });
     }
-  } else if (k.has("sliding_window")) {  // mistral, mixtral and the rest: every layer slides (cache_utils.py)
+  } else if (k.has("sliding_window") || (fam == "mistral" && !k.object().contains("sliding_window"))) {
+    // mistral, mixtral and the rest: every layer slides (cache_utils.py); MistralConfig's default window is 4096
     each([](int) { return true; });
   }
   return t;

@@ -7,6 +7,7 @@
 
 #include "gguf_writer.h"
 #include "model/gguf.h"
+#include "model/hf_config.h"
 #include "model/safetensors.h"
 #include "plan/plan.h"
 
@@ -545,4 +546,38 @@ TEST(PlanLayout, BadConfigsAndOptionsAreOneClearError) {
 }
 
 }  // namespace
+}  // namespace kvscope::plan
+
+namespace kvscope::plan {
+
+// The planner and the forward read one model's sliding windows alike (plan/layout_hf.cpp and model/hf_config.cpp
+// follow transformers 5.23 each): which layers slide and over how many positions, for every family both read.
+TEST(PlanLayout, SlidingWindowsAgreeWithTheForward) {
+  const std::string base =
+      R"("hidden_size":64,"num_hidden_layers":4,"num_attention_heads":2,"num_key_value_heads":1,"vocab_size":64,)"
+      R"("intermediate_size":128)";
+  const std::vector<std::pair<std::string, std::vector<int>>> cases = {
+      {R"({"model_type":"mistral",)" + base + R"(,"sliding_window":24})", {24, 24, 24, 24}},
+      {R"({"model_type":"mistral",)" + base + "}", {4096, 4096, 4096, 4096}},  // MistralConfig's default
+      {R"({"model_type":"mistral",)" + base + R"(,"sliding_window":null})", {0, 0, 0, 0}},
+      {R"({"model_type":"qwen3",)" + base + R"(,"use_sliding_window":true,"sliding_window":16,"max_window_layers":1})",
+       {0, 16, 16, 16}},
+      {R"({"model_type":"qwen2",)" + base + R"(,"use_sliding_window":true,"max_window_layers":3})", {0, 0, 0, 4096}},
+      {R"({"model_type":"qwen3",)" + base + R"(,"use_sliding_window":false,"sliding_window":16})", {0, 0, 0, 0}},
+      {R"({"model_type":"qwen3",)" + base + R"(,"use_sliding_window":true,"sliding_window":null})", {0, 0, 0, 0}},
+      {R"({"model_type":"qwen3_moe",)" + base + R"(,"use_sliding_window":true,"sliding_window":32})", {32, 32, 32, 32}},
+  };
+  for (const auto& [json, want] : cases) {
+    SCOPED_TRACE(json);
+    const model::ModelConfig c = model::hfConfigFromJson(json, "config.json");
+    const ModelLayout m = layoutFromHfConfig(json, "config.json");
+    ASSERT_EQ(c.layerSpecs.size(), want.size());
+    ASSERT_EQ(m.layers.size(), want.size());
+    for (std::size_t l = 0; l < want.size(); ++l) {
+      EXPECT_EQ(c.layerSpecs[l].window, want[l]) << "forward, layer " << l;
+      EXPECT_EQ(m.layers[l].kind == LayerKind::Sliding ? m.layers[l].window : 0, want[l]) << "plan, layer " << l;
+    }
+  }
+}
+
 }  // namespace kvscope::plan
