@@ -1,0 +1,388 @@
+// Loading a LlamaModel: GGUF and Hugging Face weight names, the checks on what a file holds, and the layers
+// assembled from their layer specs (model_config.h).
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "kernels/cpu/blocks.h"
+#include "model/dequant.h"
+#include "model/gguf.h"
+#include "model/hf_config.h"
+#include "model/llama.h"
+#include "model/safetensors.h"
+#include "util/error.h"
+#include "util/process_memory.h"
+
+namespace kvscope::model {
+
+namespace {
+
+// llama.cpp's converter permutes the rows of Q and K so that its RoPE rotates adjacent pairs; undo it to get the
+// Hugging Face layout, whose RoPE rotates the two halves of each head (rotate_half): new row (h, j, i) is old row
+// (h, i, j) of each head's [half, 2] rows.
+Weight unpermuteQK(const Weight& w, int heads) {
+  const std::int64_t per = w.rows() / heads, half = per / 2;
+  std::vector<std::int64_t> order(static_cast<std::size_t>(w.rows()));
+  for (std::int64_t h = 0; h < heads; ++h)
+    for (std::int64_t j = 0; j < 2; ++j)
+      for (std::int64_t i = 0; i < half; ++i)
+        order[static_cast<std::size_t>(h * per + j * half + i)] = h * per + 2 * i + j;
+  return w.permuteRows(order);
+}
+
+// Weights with NaN or infinity would only show up later as NaN logits: refused at load, with where they are.
+void checkFinite(const Weight& w, const std::string& file, const std::string& name) {
+  if (w.firstNonFinite() < 0) return;
+  const at::Tensor x = w.dense();
+  const at::Tensor bad = at::isfinite(x).logical_not().flatten();
+  const auto count = bad.sum().item<std::int64_t>();
+  const auto first = bad.nonzero().select(1, 0)[0].item<std::int64_t>();
+  const float v = x.flatten()[first].item<float>();
+  throw FormatError(
+      fmt::format("{}: tensor `{}` holds NaN or infinite values ({} of {}; the first, {}, at flat index "
+                  "{})",
+                  file, name, count, x.numel(), v, first));
+}
+
+// A norm or bias vector as a tensor of the model's dtype.
+at::Tensor vec(const Weight& w, at::ScalarType dtype) {
+  return w.defined() ? w.dense().view({-1}).to(dtype) : at::Tensor();
+}
+
+}  // namespace
+
+// Where each weight lives in a file format: GGUF names or Hugging Face names.
+struct WeightNames {
+  std::string embed, finalNorm, lmHead;
+  std::function<std::string(int, const char*)> layer;  // (layer, kind) with kinds as in GGUF: attn_q.weight, ...
+  /// (layer, expert, kind) with kinds ffn_gate_exps.weight, ...: one expert's matrix. Empty: the file stacks each
+  /// kind's experts in one [experts, rows, cols] tensor, named by `layer` (GGUF).
+  std::function<std::string(int, int, const char*)> expert;
+};
+
+namespace {
+
+const WeightNames& ggufNames() {
+  static const WeightNames n{"token_embd.weight",
+                             "output_norm.weight",
+                             "output.weight",
+                             [](int l, const char* kind) { return fmt::format("blk.{}.{}", l, kind); },
+                             {}};
+  return n;
+}
+
+const WeightNames& hfNames() {
+  static const std::map<std::string, std::string> kinds = {
+      {"attn_norm.weight", "input_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},
+      {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},
+      {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q.bias", "self_attn.q_proj.bias"},
+      {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},
+      {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+      {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},
+      {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"},
+      {"ffn_gate_inp.weight", "mlp.gate.weight"},
+  };
+  static const std::map<std::string, std::string> expertKinds = {
+      {"ffn_gate_exps.weight", "gate_proj.weight"},
+      {"ffn_up_exps.weight", "up_proj.weight"},
+      {"ffn_down_exps.weight", "down_proj.weight"},
+  };
+  static const WeightNames n{
+      "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+      [](int l, const char* kind) { return fmt::format("model.layers.{}.{}", l, kinds.at(kind)); },
+      [](int l, int e, const char* kind) {
+        return fmt::format("model.layers.{}.mlp.experts.{}.{}", l, e, expertKinds.at(kind));
+      }};
+  return n;
+}
+
+}  // namespace
+
+void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, bool permutedQK, bool tiedEmbeddings,
+                          std::uint32_t requantize) {
+  ModelConfig& c = cfg_;
+  const at::ScalarType dtype = ctx_.dtype();
+  int requantized = 0;
+  // --weights: a float matrix quantized at load (block formats stay as they are).
+  auto quantize = [&](const Weight& w) {
+    if (requantize == 0 || kernels::blockLayout(w.type()).quantized()) return w;
+    ++requantized;
+    return w.requantized(requantize);
+  };
+  const std::int64_t H = c.hidden, qDim = static_cast<std::int64_t>(c.heads) * c.headDim,
+                     kvDim = static_cast<std::int64_t>(c.kvHeads) * c.headDim;
+  auto need = [&](const std::string& name, const std::vector<std::int64_t>& shape) { return get(name, shape, false); };
+  auto maybe = [&](const std::string& name, const std::vector<std::int64_t>& shape) { return get(name, shape, true); };
+  embed_ = need(names.embed, {c.vocab, H});
+  finalNorm_ = vec(need(names.finalNorm, {H}), dtype);
+  c.tiedEmbeddings = tiedEmbeddings;
+  lmHead_ = tiedEmbeddings ? embed_ : need(names.lmHead, {c.vocab, H});
+  if (!tiedEmbeddings) embed_ = quantize(embed_);
+  for (int l = 0; l < c.layers; ++l) {
+    auto n = [&](const char* kind) { return names.layer(l, kind); };
+    Layer L;
+    L.attnNorm = vec(need(n("attn_norm.weight"), {H}), dtype);
+    L.wq = need(n("attn_q.weight"), {qDim, H});
+    L.wk = need(n("attn_k.weight"), {kvDim, H});
+    L.wv = need(n("attn_v.weight"), {kvDim, H});
+    L.wo = need(n("attn_output.weight"), {H, qDim});
+    if (permutedQK) {
+      L.wq = unpermuteQK(L.wq, c.heads);
+      L.wk = unpermuteQK(L.wk, c.kvHeads);
+    }
+    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo}) *w = quantize(*w);
+    L.bq = vec(maybe(n("attn_q.bias"), {qDim}), dtype);
+    L.bk = vec(maybe(n("attn_k.bias"), {kvDim}), dtype);
+    L.bv = vec(maybe(n("attn_v.bias"), {kvDim}), dtype);
+    L.qNorm = vec(maybe(n("attn_q_norm.weight"), {c.headDim}), dtype);
+    L.kNorm = vec(maybe(n("attn_k_norm.weight"), {c.headDim}), dtype);
+    L.mlpNorm = vec(need(n("ffn_norm.weight"), {H}), dtype);
+    if (c.layerSpecs[static_cast<std::size_t>(l)].ffn == FfnKind::Moe) {
+      const int E = c.moe.experts;
+      const std::int64_t F = c.moe.intermediate;
+      L.moe.topK = c.moe.used;
+      L.moe.normTopK = c.moe.normTopK;
+      // The router stays as stored: llama.cpp keeps ffn_gate_inp in float, its converter never quantizes it.
+      L.moe.router = need(n("ffn_gate_inp.weight"), {E, H});
+      auto experts = [&](const char* kind, std::int64_t rows, std::int64_t cols) {
+        std::vector<Weight> ws;
+        ws.reserve(static_cast<std::size_t>(E));
+        if (names.expert) {
+          for (int e = 0; e < E; ++e) ws.push_back(quantize(need(names.expert(l, e, kind), {rows, cols})));
+        } else {
+          const Weight all = need(n(kind), {E, rows, cols});
+          for (int e = 0; e < E; ++e) ws.push_back(quantize(all.rowBlock(e * rows, rows)));
+        }
+        return ws;
+      };
+      L.moe.gate = experts("ffn_gate_exps.weight", F, H);
+      L.moe.up = experts("ffn_up_exps.weight", F, H);
+      L.moe.down = experts("ffn_down_exps.weight", H, F);
+    } else {
+      L.wGate = need(n("ffn_gate.weight"), {c.intermediate, H});
+      L.wUp = need(n("ffn_up.weight"), {c.intermediate, H});
+      L.wDown = need(n("ffn_down.weight"), {H, c.intermediate});
+      for (Weight* w : {&L.wGate, &L.wUp, &L.wDown}) *w = quantize(*w);
+    }
+    c.qkvBias = c.qkvBias || L.bq.defined();
+    c.qkNorm = c.qkNorm || L.qNorm.defined();
+    layers_.push_back(std::move(L));
+  }
+  if (requantized > 0)
+    c.weightTypes.push_back(fmt::format("{} x{} quantized at load", kernels::ggmlTypeName(requantize), requantized));
+  // RoPE inverse frequencies (float32), with llama3 scaling when the config asks for it.
+  at::Tensor inv = 1.0 / at::pow(c.ropeTheta, at::arange(0, c.headDim, 2, at::kLong).to(at::kFloat) / c.headDim);
+  if (c.ropeFactor > 0) {
+    const double lowWave = c.ropeOriginalMax / c.ropeLowFreq, highWave = c.ropeOriginalMax / c.ropeHighFreq;
+    const at::Tensor wave = 2 * M_PI / inv;
+    at::Tensor scaled = at::where(wave > lowWave, inv / c.ropeFactor, inv);
+    const at::Tensor smooth = (c.ropeOriginalMax / wave - c.ropeLowFreq) / (c.ropeHighFreq - c.ropeLowFreq);
+    const at::Tensor mid = (1 - smooth) * scaled / c.ropeFactor + smooth * scaled;
+    inv = at::where((wave >= highWave) & (wave <= lowWave), mid, scaled);
+  }
+  invFreq_ = inv;
+  if (!ctx_.hostKernels()) placeOnDevice();
+}
+
+void LlamaModel::placeOnDevice() {
+  const at::TensorOptions wo = ctx_.options(ctx_.dtype());
+  embed_ = embed_.toDense(wo);
+  lmHead_ = cfg_.tiedEmbeddings ? embed_ : lmHead_.toDense(wo);
+  finalNorm_ = ctx_.place(finalNorm_);
+  invFreq_ = ctx_.place(invFreq_);
+  for (Layer& L : layers_) {
+    for (Weight* w : L.matrices()) *w = w->toDense(wo);
+    for (at::Tensor* t : {&L.attnNorm, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm}) *t = ctx_.place(*t);
+  }
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const device::ExecutionContext& ctx,
+                                                 const ProgressFn& progress, std::uint32_t requantize) {
+  // Shared with the weights, which point into its mapping.
+  const auto file = std::make_shared<const GgufFile>(path);
+  const GgufFile& f = *file;
+  auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
+  m->ctx_ = ctx;
+  ModelConfig& c = m->cfg_;
+  const auto arch = f.getString("general.architecture");
+  if (!arch) throw FormatError(fmt::format("{}: no general.architecture", path));
+  c.arch = *arch;
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe")
+    throw FormatError(
+        fmt::format("{}: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe)", path, c.arch));
+  c.name = f.getString("general.name").value_or("");
+  auto req = [&](const std::string& key) {
+    const auto v = f.getInt(c.arch + "." + key);
+    if (!v || *v <= 0 || *v > (1 << 24))
+      throw FormatError(fmt::format("{}: missing or bad `{}.{}`", path, c.arch, key));
+    return static_cast<int>(*v);
+  };
+  c.layers = req("block_count");
+  c.hidden = req("embedding_length");
+  c.heads = req("attention.head_count");
+  c.kvHeads = f.getInt(c.arch + ".attention.head_count_kv") ? req("attention.head_count_kv") : c.heads;
+  // Layer specs as llama.cpp builds them: qwen3moe's layers are all MoE (softmax gating, weights renormalized:
+  // build_moe_ffn with norm_w on), each with its router blk.N.ffn_gate_inp.
+  c.layerSpecs.assign(static_cast<std::size_t>(c.layers), LayerSpec{});
+  if (c.arch == "qwen3moe") {
+    c.moe.experts = req("expert_count");
+    c.moe.used = req("expert_used_count");
+    c.moe.intermediate = req("expert_feed_forward_length");
+    c.moe.normTopK = true;
+    if (c.moe.used > c.moe.experts)
+      throw FormatError(fmt::format("{}: `{}.expert_used_count` = {} exceeds the {} experts", path, c.arch, c.moe.used,
+                                    c.moe.experts));
+    for (LayerSpec& s : c.layerSpecs) s.ffn = FfnKind::Moe;
+  }
+  const bool anyDense = c.moe.experts == 0;
+  c.intermediate = anyDense || f.getInt(c.arch + ".feed_forward_length") ? req("feed_forward_length") : 0;
+  if (!f.getInt(c.arch + ".attention.key_length") && c.hidden % c.heads != 0)
+    throw FormatError(fmt::format("{}: `{}.embedding_length` = {} is not a multiple of the {} attention heads", path,
+                                  c.arch, c.hidden, c.heads));
+  c.headDim = f.getInt(c.arch + ".attention.key_length") ? req("attention.key_length") : c.hidden / c.heads;
+  if (c.headDim % 2 != 0)
+    throw FormatError(fmt::format("{}: head dimension {} must be even (rotary embedding)", path, c.headDim));
+  c.rmsEps = f.getFloat(c.arch + ".attention.layer_norm_rms_epsilon").value_or(1e-5);
+  c.ropeTheta = f.getFloat(c.arch + ".rope.freq_base").value_or(10000.0);
+  c.contextLength = f.getInt(c.arch + ".context_length").value_or(2048);
+  if (f.has(c.arch + ".rope.scaling.factor")) {
+    c.ropeFactor = f.getFloat(c.arch + ".rope.scaling.factor").value_or(0.0);
+    c.ropeLowFreq = f.getFloat(c.arch + ".rope.scaling.low_freq_factor").value_or(1.0);
+    c.ropeHighFreq = f.getFloat(c.arch + ".rope.scaling.high_freq_factor").value_or(4.0);
+    c.ropeOriginalMax = f.getInt(c.arch + ".rope.scaling.original_context_length").value_or(8192);
+  }
+  if (c.heads % c.kvHeads != 0)
+    throw FormatError(
+        fmt::format("{}: {} attention heads are not a multiple of {} KV heads", path, c.heads, c.kvHeads));
+  std::map<std::string, int> types;
+  for (const auto& t : f.tensors()) ++types[kernels::ggmlTypeName(t.type)];
+  for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
+  const GgufFile::Tensor& emb = f.at("token_embd.weight");
+  if (emb.dims.size() != 2 || emb.dims[0] != c.hidden)
+    throw FormatError(fmt::format("{}: token_embd.weight does not have {} columns", path, c.hidden));
+  c.vocab = static_cast<int>(emb.dims[1]);
+
+  const std::int64_t total = static_cast<std::int64_t>(f.tensors().size());
+  std::int64_t done = 0;
+  const TensorGetter get = [&](const std::string& name, const std::vector<std::int64_t>& shape, bool optional) {
+    const GgufFile::Tensor* t = f.find(name);
+    if (!t) {
+      if (optional) return Weight();
+      throw FormatError(fmt::format("{}: missing tensor `{}`", path, name));
+    }
+    // ggml order: dims[0] is the row length.
+    const std::vector<std::int64_t> got(t->dims.rbegin(), t->dims.rend());
+    if (got != shape)
+      throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} architecture needs {}", path, name,
+                                    fmt::join(got, "x"), c.arch, fmt::join(shape, "x")));
+    try {
+      checkReadable(t->type);
+    } catch (const FormatError& e) {  // names the type; the file and the tensor are added here
+      throw FormatError(fmt::format("{}: tensor `{}`: {}", path, name, e.what()));
+    }
+    const std::int64_t cols = t->dims[0], rows = t->numel() / std::max<std::int64_t>(cols, 1);
+    Weight w(t->type, rows, cols, t->data, file, &file->mapping());
+    checkFinite(w, path, name);
+    if (progress && !progress(++done, total)) throw LoadCancelled();
+    return w;
+  };
+  // llama.cpp permutes Q/K of llama-architecture models only.
+  m->assemble(get, ggufNames(), c.arch == "llama", f.find("output.weight") == nullptr, requantize);
+  return m;
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const device::ExecutionContext& ctx,
+                                                  const ProgressFn& progress, std::uint32_t requantize) {
+  namespace fs = std::filesystem;
+  const fs::path root(dir);
+  const fs::path cfgPath = root / "config.json";
+  std::ifstream in(cfgPath, std::ios::binary);
+  if (!in) throw FormatError(fmt::format("{}: no config.json", dir));
+  const std::string cfgText((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
+  m->ctx_ = ctx;
+  ModelConfig& c = m->cfg_;
+  c = hfConfigFromJson(cfgText, cfgPath.string());
+  c.name = root.filename().string();
+
+  // Weights: one file or a sharded index.
+  std::vector<std::shared_ptr<const SafetensorsFile>> files;  // shared with the weights, which point into them
+  std::map<std::string, std::shared_ptr<const SafetensorsFile>> where_;
+  const fs::path single = root / "model.safetensors", index = root / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    std::ifstream ii(index, std::ios::binary);
+    if (!ii) throw FormatError(fmt::format("{}: cannot open", index.string()));
+    const std::string text((std::istreambuf_iterator<char>(ii)), std::istreambuf_iterator<char>());
+    std::map<std::string, std::shared_ptr<const SafetensorsFile>> byShard;
+    for (const auto& [name, s] : readSafetensorsIndex(text, index.string())) {
+      if (!byShard.count(s)) {
+        files.push_back(std::make_shared<const SafetensorsFile>((root / s).string()));
+        byShard[s] = files.back();
+      }
+      where_[name] = byShard[s];
+    }
+  } else if (fs::exists(single)) {
+    files.push_back(std::make_shared<const SafetensorsFile>(single.string()));
+    for (const auto& e : files.back()->entries()) where_[e.name] = files.back();
+  } else {
+    throw FormatError(fmt::format("{}: neither model.safetensors nor model.safetensors.index.json", dir));
+  }
+  const std::int64_t total = static_cast<std::int64_t>(where_.size());
+  std::int64_t done = 0;
+  const TensorGetter get = [&](const std::string& name, const std::vector<std::int64_t>& shape, bool optional) {
+    const auto it = where_.find(name);
+    if (it == where_.end() || !it->second->contains(name)) {
+      if (optional) return Weight();
+      throw FormatError(fmt::format("{}: missing tensor `{}`", dir, name));
+    }
+    const auto& e = it->second->at(name);
+    kernels::GgmlType type;
+    if (e.dtype == "F32")
+      type = kernels::GgmlType::F32;
+    else if (e.dtype == "BF16")
+      type = kernels::GgmlType::BF16;
+    else if (e.dtype == "F16")
+      type = kernels::GgmlType::F16;
+    else
+      throw FormatError(
+          fmt::format("{}: tensor `{}` has dtype {} (fp32, bf16, fp16 only)", it->second->path(), name, e.dtype));
+    if (e.shape != shape)
+      throw FormatError(fmt::format("{}: tensor `{}` has shape {} but the {} config needs {}", it->second->path(), name,
+                                    fmt::join(e.shape, "x"), c.arch, fmt::join(shape, "x")));
+    std::int64_t rows = 1;
+    for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+    Weight w(static_cast<std::uint32_t>(type), rows, shape.back(), e.data, it->second, &it->second->mapping());
+    checkFinite(w, it->second->path(), name);
+    if (progress && !progress(++done, total)) throw LoadCancelled();
+    return w;
+  };
+  std::map<std::string, int> types;
+  for (const auto& f : files)
+    for (const auto& e : f->entries()) ++types[e.dtype];
+  for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
+  const bool tied = c.tiedEmbeddings || !where_.count("lm_head.weight");
+  m->assemble(get, hfNames(), false, tied, requantize);
+  return m;
+}
+
+std::unique_ptr<LlamaModel> LlamaModel::load(const std::string& path, const device::ExecutionContext& ctx,
+                                             const ProgressFn& progress, std::uint32_t requantize) {
+  if (std::filesystem::is_directory(path)) return fromHfDir(path, ctx, progress, requantize);
+  return fromGguf(path, ctx, progress, requantize);
+}
+
+}  // namespace kvscope::model
