@@ -170,7 +170,8 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
   Staged s = stage(keys, values);
   if (window > 0) {
     const std::int64_t L = s.denseKeys.defined() ? s.denseKeys.size(2) : s.keys ? s.keys->length() : 0;
-    if (const std::int64_t from = firstVisible(L); from > 0) {
+    const std::int64_t from = firstVisible(L);
+    if (from > 0) {
       if (s.denseKeys.defined()) {
         s.denseKeys = s.denseKeys.narrow(2, from, L - from);
         s.denseValues = s.denseValues.narrow(2, from, L - from);
@@ -179,7 +180,7 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
       if (s.values) s.values = detail::tail(s.values, from);
     }
     // Several queries over more than the window: a band, which only sdpa's mask draws.
-    if (T > 1 && L - firstVisible(L) > window) {
+    if (T > 1 && L - from > window) {
       const at::Tensor q = roundQueries(queries);
       const std::int64_t B = q.size(0), Hkv = keys.size(1);
       at::Tensor out = s.denseKeys.defined()

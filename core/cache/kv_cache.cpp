@@ -112,9 +112,11 @@ void KvCache::setWindows(const std::vector<std::int64_t>& windows) {
     if (windows[l] < 0) throw ConfigError("window", fmt::format("layer {}: window {} < 0", l, windows[l]));
     if (windows[l] > 0 && !layers_[l]->canDropOldest()) {
       const auto [k, v] = layerConfigs(config_, static_cast<int>(l), numLayers());
+      std::string why = windowRefusal(k);
+      if (why.empty()) why = windowRefusal(v);
       throw ConfigError("backend",
                         fmt::format("layer {} is a sliding-window layer (window {}): `{}` cannot run it ({})", l,
-                                    windows[l], toSpec(k), windowRefusal(windowRefusal(k).empty() ? v : k)));
+                                    windows[l], toSpec(k), why));
     }
   }
   windows_ = windows;
@@ -146,10 +148,7 @@ void KvCache::reorder(const at::Tensor& beamIdx) {
   for (auto& l : layers_) l->reorder(beamIdx);
 }
 void KvCache::reset() {
-  for (auto& l : layers_) {
-    l->reset();
-    l->forgetDropped();
-  }
+  for (auto& l : layers_) l->reset();
 }
 void KvCache::crop(std::int64_t n) {
   const std::int64_t total = seqLength(), keep = n < 0 ? std::max<std::int64_t>(total + n, 0) : std::min(n, total);

@@ -81,8 +81,6 @@ class CacheLayer {
     dropped_ += n;
   }
   std::int64_t dropped() const { return dropped_; }
-  /// After reset(): no token dropped either.
-  void forgetDropped() { dropped_ = 0; }
   virtual LayerMemory memory() const = 0;
   virtual Backend backend() const = 0;
 
@@ -133,10 +131,11 @@ class CacheLayer {
     stats_.values.drift = {};
     deferred_.clear();
   }
-  /// Forgets every statistic (reset()).
+  /// Forgets every statistic and the tokens dropped, whose count places them (reset(); inner layers' too).
   void clearStats() {
     stats_ = {};
     deferred_.clear();
+    dropped_ = 0;
   }
   /// stats_.amaxPerHead-style helpers on this layer's kernel path (cache/detail/error_stats.h), their device results
   /// deferred: max |x| per head; the error map of xq against x from position tokenStart; t's values.

@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-
 #include "device/host_copy.h"
 
 namespace kvscope::model {
@@ -29,45 +27,39 @@ at::Tensor MoeFfn::forward(const at::Tensor& x, Activations a) const {
       tokens[e].push_back(t);
       flat[e].push_back(t * k + s);
     }
-  if (N == 1) {  // a decode step: the token's experts in ascending order, summed as index_add_ would, no gathers
-    std::vector<std::pair<std::int64_t, std::int64_t>> order;  // (expert, slot)
-    order.reserve(static_cast<std::size_t>(k));
-    for (std::int64_t s = 0; s < k; ++s) order.emplace_back(c[s], s);
-    std::sort(order.begin(), order.end());
-    // Every chosen expert's gate and up in one pass over the threads (the same input row), then each down.
-    std::vector<const Weight*> ws;
-    ws.reserve(2 * order.size());
-    for (const auto& eo : order) {
-      ws.push_back(&gate[static_cast<std::size_t>(eo.first)]);
-      ws.push_back(&up[static_cast<std::size_t>(eo.first)]);
+  // The experts with tokens, ascending: the order transformers' loop adds them in.
+  std::vector<std::size_t> hit;
+  for (std::size_t e = 0; e < tokens.size(); ++e)
+    if (!tokens[e].empty()) hit.push_back(e);
+  at::Tensor out = at::zeros_like(x2);
+  if (N == 1) {  // a decode step: the token's row as it is, no gathers; index_add_ on one row is add_
+    // Every chosen expert's gate and up in one pass over the threads (the same input row), then every down.
+    std::vector<const Weight*> ws, downs;
+    ws.reserve(2 * hit.size());
+    downs.reserve(hit.size());
+    for (const std::size_t e : hit) {
+      ws.push_back(&gate[e]);
+      ws.push_back(&up[e]);
+      downs.push_back(&down[e]);
     }
     const auto gu = Weight::linear(ws, x2, {}, a);
-    std::vector<const Weight*> downs;
     std::vector<at::Tensor> hs;
-    downs.reserve(order.size());
-    hs.reserve(order.size());
-    for (std::size_t j = 0; j < order.size(); ++j) {
-      downs.push_back(&down[static_cast<std::size_t>(order[j].first)]);
-      hs.push_back(at::silu(gu[2 * j]) * gu[2 * j + 1]);
-    }
+    hs.reserve(hit.size());
+    for (std::size_t j = 0; j < hit.size(); ++j) hs.push_back(at::silu(gu[2 * j]) * gu[2 * j + 1]);
     const auto ys = Weight::linearEach(downs, hs, a);
-    at::Tensor out = at::zeros_like(x2);
-    for (std::size_t j = 0; j < order.size(); ++j)
-      out.add_((ys[j] * weights.narrow(0, order[j].second, 1)).to(out.scalar_type()));
+    for (std::size_t j = 0; j < hit.size(); ++j)
+      out.add_((ys[j] * weights.narrow(0, flat[hit[j]].front(), 1)).to(out.scalar_type()));
     return out.view(x.sizes());
   }
-  at::Tensor out = at::zeros_like(x2);
   const at::TensorOptions idx = at::TensorOptions().dtype(at::kLong);
-  for (std::int64_t e = 0; e < E; ++e) {
-    const auto& te = tokens[static_cast<std::size_t>(e)];
-    if (te.empty()) continue;
+  for (const std::size_t e : hit) {
+    const auto& te = tokens[e];
     const at::Tensor tok = at::tensor(te, idx).to(x.device());
-    const at::Tensor slot = at::tensor(flat[static_cast<std::size_t>(e)], idx).to(x.device());
+    const at::Tensor slot = at::tensor(flat[e], idx).to(x.device());
     const at::Tensor xs = x2.index_select(0, tok);
-    const auto gu = Weight::linear({&gate[static_cast<std::size_t>(e)], &up[static_cast<std::size_t>(e)]}, xs, {}, a);
+    const auto gu = Weight::linear({&gate[e], &up[e]}, xs, {}, a);
     const at::Tensor h = at::silu(gu[0]) * gu[1];
-    const at::Tensor y =
-        down[static_cast<std::size_t>(e)].linear(h, {}, a) * weights.index_select(0, slot).unsqueeze(-1);
+    const at::Tensor y = down[e].linear(h, {}, a) * weights.index_select(0, slot).unsqueeze(-1);
     out.index_add_(0, tok, y.to(out.scalar_type()));
   }
   return out.view(x.sizes());

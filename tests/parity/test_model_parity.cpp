@@ -53,6 +53,12 @@ Fixture& fixture() {
   return f;
 }
 
+// Whether some layer of the model slides (its caches then refuse the configs that cannot drop tokens).
+bool hasWindows(const model::LlamaModel& m) {
+  const auto& specs = m.config().layerSpecs;
+  return std::any_of(specs.begin(), specs.end(), [](const model::LayerSpec& s) { return s.window > 0; });
+}
+
 }  // namespace
 
 TEST(ModelParity, PrefillLogits) {
@@ -122,10 +128,8 @@ TEST(Generate, SamplingIsReproducibleAndShadowMeasuresTheCache) {
   EXPECT_EQ(d.top1Agreement, 1.0);
   EXPECT_EQ(d.firstDivergence, -1);
   // A 2-bit cache does move the distributions (a sliding-window model's: 4-bit blocks, as quanto cannot slide).
-  bool windowed = false;
-  for (const auto& s : f.model->config().layerSpecs) windowed = windowed || s.window > 0;
   const char* lossy =
-      windowed ? "llamacpp:type_k=q4_0,type_v=q4_0" : "quanto:nbits=2,q_group_size=32,residual_length=8";
+      hasWindows(*f.model) ? "llamacpp:type_k=q4_0,type_v=q4_0" : "quanto:nbits=2,q_group_size=32,residual_length=8";
   const auto q = run(lossy, 42, true);
   EXPECT_GT(q.meanKl, 1e-4);
   std::printf("[model-parity] shadow: %s mean KL %.4g, max %.4g, top-1 agreement %.2f, first divergence %d\n", lossy,
@@ -303,9 +307,7 @@ TEST_P(FusedParity, FusedAgreesWithReference) {
     return f.model->makeCache(c);
   };
   // A sliding-window model refuses the configs that cannot drop tokens (quanto, hqq, kivi, sinks), saying why.
-  bool windowed = false;
-  for (const auto& s : f.model->config().layerSpecs) windowed = windowed || s.window > 0;
-  if (windowed) try {
+  if (hasWindows(*f.model)) try {
       mode(cache::AttentionMode::Fused);
     } catch (const cache::ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("is a sliding-window layer"), std::string::npos) << e.what();

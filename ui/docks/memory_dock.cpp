@@ -13,7 +13,8 @@
 namespace kvscope::ui {
 
 namespace {
-// "; sliding window 16 on layers 1-2 (each holds 17 of 130 tokens)": what the sliding layers keep; empty without.
+// "; sliding window 16 on layers 1,2 (layer 1 holds 17 of 130 tokens)": what the sliding layers keep; empty
+// without.
 QString slidingNote(const cache::CacheSnapshot& c) {
   QMap<std::int64_t, QList<int>> byWindow;
   for (std::size_t l = 0; l < c.windows.size(); ++l)
