@@ -15,6 +15,21 @@ using nlohmann::json;
 
 namespace {
 
+// layer_types: which layers are sliding_attention (the others full_attention; any other type is refused).
+std::vector<bool> layerTypes(const ModelConfig& c, const JsonKeys& k) {
+  const json& lt = k.object().at("layer_types");
+  if (!lt.is_array() || lt.size() != static_cast<std::size_t>(c.layers))
+    k.fail("layer_types", fmt::format("must be a list of {} layer types", c.layers));
+  std::vector<bool> sliding(lt.size());
+  for (std::size_t l = 0; l < lt.size(); ++l) {
+    if (lt[l] != "full_attention" && lt[l] != "sliding_attention")
+      k.fail("layer_types",
+             fmt::format("has {}: only full_attention and sliding_attention layers are supported", lt[l].dump()));
+    sliding[l] = lt[l] == "sliding_attention";
+  }
+  return sliding;
+}
+
 // Which layers slide, and over how many positions, as transformers 5.23 decides it:
 // - mistral: every layer, over sliding_window (the class default 4096 where the key is absent; null: none);
 // - qwen2, qwen3, qwen3_moe: sliding_window (default 4096) only with use_sliding_window; then qwen3_moe slides every
@@ -34,15 +49,7 @@ void readWindows(ModelConfig& c, const JsonKeys& k) {
   std::vector<bool> sliding(static_cast<std::size_t>(c.layers), true);
   const bool typed = c.arch == "qwen2" || c.arch == "qwen3";  // the others' classes never read layer_types
   if (typed && k.has("layer_types")) {
-    const json& lt = j.at("layer_types");
-    if (!lt.is_array() || lt.size() != static_cast<std::size_t>(c.layers))
-      k.fail("layer_types", fmt::format("must be a list of {} layer types", c.layers));
-    for (std::size_t l = 0; l < lt.size(); ++l) {
-      if (lt[l] != "full_attention" && lt[l] != "sliding_attention")
-        k.fail("layer_types",
-               fmt::format("has {}: only full_attention and sliding_attention layers are supported", lt[l].dump()));
-      sliding[l] = lt[l] == "sliding_attention";
-    }
+    sliding = layerTypes(c, k);
   } else if (typed) {
     const int from = k.count0("max_window_layers", 28);
     for (int l = 0; l < c.layers; ++l) sliding[static_cast<std::size_t>(l)] = l >= from;
@@ -51,12 +58,49 @@ void readWindows(ModelConfig& c, const JsonKeys& k) {
     if (sliding[static_cast<std::size_t>(l)]) c.layerSpecs[static_cast<std::size_t>(l)].window = window;
 }
 
+// Gemma 3 (transformers' Gemma3TextConfig, whose class defaults fill what the published text_configs leave out):
+// the scaled embeddings, sandwich norms, GELU-tanh, query_pre_attn_scalar, final soft-capping; layers slide over
+// sliding_window (default 4096) as layer_types says, by default all but every sliding_window_pattern-th (6), and the
+// sliding layers rotate with the local RoPE base.
+void readGemma3(ModelConfig& c, const JsonKeys& k) {
+  c.gemmaBlocks = true;
+  const std::string act = k.str("hidden_activation", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh" && act != "gelu")
+    k.fail("hidden_activation", fmt::format("`{}` is not supported (gelu_pytorch_tanh)", act));
+  c.act = FfnAct::GeluTanh;  // transformers maps Gemma's "gelu" to the tanh approximation too
+  c.attnScale = 1.0 / std::sqrt(k.positiveNum("query_pre_attn_scalar", 256));
+  if (k.has("attn_logit_softcapping"))
+    k.fail("attn_logit_softcapping", "is set: attention-score soft-capping (Gemma 2) is not supported");
+  if (k.flag("use_bidirectional_attention", false))
+    k.fail("use_bidirectional_attention", "is true: only causal attention is supported");
+  c.finalSoftcap = k.has("final_logit_softcapping") ? k.positiveNum("final_logit_softcapping", 0) : 0.0;
+  const json& j = k.object();
+  const bool nulled = j.contains("sliding_window") && !k.has("sliding_window");
+  const std::int64_t window = nulled ? 0 : k.count("sliding_window", 4096);
+  std::vector<bool> sliding(static_cast<std::size_t>(c.layers));
+  if (k.has("layer_types")) {
+    sliding = layerTypes(c, k);
+  } else {
+    const int pattern =
+        k.count(k.has("_sliding_window_pattern") ? "_sliding_window_pattern" : "sliding_window_pattern", 6);
+    for (int l = 0; l < c.layers; ++l) sliding[static_cast<std::size_t>(l)] = (l + 1) % pattern != 0;
+  }
+  for (int l = 0; l < c.layers; ++l)
+    if (sliding[static_cast<std::size_t>(l)]) {
+      c.layerSpecs[static_cast<std::size_t>(l)].window = window;
+      c.layerSpecs[static_cast<std::size_t>(l)].localRope = true;
+    }
+}
+
 // The FFN kind of each layer. Qwen3-MoE (transformers' Qwen3MoeDecoderLayer): a layer is sparse unless listed in
 // mlp_only_layers, when num_experts > 0 and (layer + 1) is a multiple of decoder_sparse_step; the rest keep a dense
 // MLP of intermediate_size. Class defaults: 128 experts of 768, top 8, norm_topk_prob false, sparse step 1.
 void readLayerSpecs(ModelConfig& c, const JsonKeys& k) {
   c.layerSpecs.assign(static_cast<std::size_t>(c.layers), LayerSpec{});
-  readWindows(c, k);
+  if (c.arch == "gemma3")
+    readGemma3(c, k);
+  else
+    readWindows(c, k);
   if (c.arch == "qwen3_moe") {
     // v5 writes num_local_experts (num_experts is its alias); checkpoints carry num_experts.
     const char* expertsKey = k.has("num_experts") ? "num_experts" : "num_local_experts";
@@ -84,7 +128,59 @@ void readLayerSpecs(ModelConfig& c, const JsonKeys& k) {
   bool dense = false;
   for (const LayerSpec& s : c.layerSpecs) dense = dense || s.ffn == FfnKind::Dense;
   // Every layer MoE: intermediate_size sizes nothing, and a config may leave it out.
-  c.intermediate = dense || k.has("intermediate_size") ? k.count("intermediate_size") : 0;
+  const auto dflt = c.arch == "gemma3" ? std::optional<double>(9216) : std::nullopt;
+  c.intermediate = dense || k.has("intermediate_size") ? k.count("intermediate_size", dflt) : 0;
+}
+
+// One RoPE object ({rope_theta, rope_type, factor, ...}): its base, and the global layers' scaling (linear or llama3)
+// into c. `local`: a Gemma sliding layers' RoPE, whose base goes to ropeLocalTheta and which must be unscaled.
+void readRopeObject(ModelConfig& c, const JsonKeys& r, double theta, bool local) {
+  const std::string type = r.has("rope_type") ? r.str("rope_type", "default") : r.str("type", "default");
+  const char* typeKey = r.has("rope_type") ? "rope_type" : "type";
+  (local ? c.ropeLocalTheta : c.ropeTheta) = r.positiveNum("rope_theta", theta);
+  if (type == "default") return;
+  if (local) r.fail(typeKey, fmt::format("`{}` is not supported on sliding layers (default only)", type));
+  if (type == "linear") {
+    c.ropeLinear = r.positiveNum("factor", 1.0);
+  } else if (type == "llama3") {
+    c.ropeFactor = r.positiveNum("factor", 8.0);
+    c.ropeLowFreq = r.positiveNum("low_freq_factor", 1.0);
+    c.ropeHighFreq = r.positiveNum("high_freq_factor", 4.0);
+    if (c.ropeHighFreq <= c.ropeLowFreq)
+      r.fail("high_freq_factor", fmt::format("= {} must exceed low_freq_factor = {}", c.ropeHighFreq, c.ropeLowFreq));
+    c.ropeOriginalMax = r.count("original_max_position_embeddings", 8192);
+  } else {
+    r.fail(typeKey, fmt::format("`{}` is not supported (default, linear, llama3)", type));
+  }
+}
+
+// v5: rope_parameters {rope_theta, rope_type, ...}, for Gemma 3 one such object per layer type (full_attention,
+// sliding_attention); v4: rope_theta + rope_scaling (+ Gemma 3's rope_local_base_freq).
+void readRope(ModelConfig& c, const JsonKeys& k, const std::string& prefix) {
+  const json& j = k.object();
+  const bool gemma = c.arch == "gemma3";
+  const double globalTheta = gemma ? 1e6 : 10000.0;
+  const char* ropeKey = nullptr;
+  for (const char* key : {"rope_parameters", "rope_scaling"})
+    if (!ropeKey && k.has(key)) {
+      if (!j.at(key).is_object()) k.fail(key, fmt::format("must be an object, found {}", j.at(key).type_name()));
+      ropeKey = key;
+    }
+  const json none = json::object();
+  const json& rope = ropeKey ? j.at(ropeKey) : none;
+  const std::string where = prefix + (ropeKey ? ropeKey : "rope") + ".";
+  if (gemma && (rope.contains("full_attention") || rope.contains("sliding_attention"))) {
+    for (const char* type : {"full_attention", "sliding_attention"}) {
+      const json& sub = rope.contains(type) && !rope.at(type).is_null() ? rope.at(type) : none;
+      if (!sub.is_object()) JsonKeys(rope, k.where(), where).fail(type, "must be an object");
+      const bool local = std::string(type) == "sliding_attention";
+      readRopeObject(c, JsonKeys(sub, k.where(), where + type + "."), local ? 10000.0 : globalTheta, local);
+    }
+    return;
+  }
+  const JsonKeys r(rope, k.where(), where);
+  readRopeObject(c, r, r.has("rope_theta") ? 0 : k.positiveNum("rope_theta", globalTheta), false);
+  if (gemma) c.ropeLocalTheta = k.positiveNum("rope_local_base_freq", 10000.0);
 }
 
 }  // namespace
@@ -94,49 +190,36 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   const json& j = *cj.text;
   const JsonKeys k(j, where, cj.prefix);
   ModelConfig c;
-  c.arch = k.str("model_type", "llama");
-  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3_moe") {
-    k.fail("model_type", fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3, qwen3_moe)", c.arch));
+  // Gemma 3's multimodal wrapper may leave its text_config's model_type out: the wrapper's names the family then.
+  const bool gemmaWrapper = cj.text != &cj.top && cj.top.value("model_type", json()) == "gemma3";
+  c.arch = k.str("model_type", gemmaWrapper ? "gemma3" : "llama");
+  if (c.arch == "gemma3_text") c.arch = "gemma3";
+  if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3_moe" &&
+      c.arch != "gemma3") {
+    k.fail("model_type",
+           fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, gemma3_text)", c.arch));
   }
-  c.layers = k.count("num_hidden_layers");
-  c.hidden = k.count("hidden_size");
-  c.heads = k.count("num_attention_heads");
-  c.kvHeads = k.count("num_key_value_heads", c.heads);
-  c.vocab = k.count("vocab_size");
-  if (!k.has("head_dim") && c.hidden % c.heads != 0)
+  // Gemma 3's published text_configs leave out what Gemma3TextConfig's defaults give (the 1B's shape).
+  const bool gemma = c.arch == "gemma3";
+  auto dflt = [gemma](double v) { return gemma ? std::optional<double>(v) : std::nullopt; };
+  c.layers = k.count("num_hidden_layers", dflt(26));
+  c.hidden = k.count("hidden_size", dflt(2304));
+  c.heads = k.count("num_attention_heads", dflt(8));
+  c.kvHeads = k.count("num_key_value_heads", gemma ? 4 : c.heads);
+  c.vocab = k.count("vocab_size", dflt(262208));
+  if (!k.has("head_dim") && !gemma && c.hidden % c.heads != 0)
     k.fail("hidden_size", fmt::format("= {} is not a multiple of num_attention_heads = {} (and no head_dim is given)",
                                       c.hidden, c.heads));
-  c.headDim = k.count("head_dim", c.hidden / c.heads);
+  c.headDim = k.count("head_dim", gemma ? 256 : c.hidden / c.heads);
   if (c.headDim % 2 != 0) k.fail("head_dim", fmt::format("= {} must be even (rotary embedding)", c.headDim));
   c.rmsEps = k.positiveNum("rms_norm_eps", 1e-6);
-  c.contextLength = k.count("max_position_embeddings", 2048);
+  c.contextLength = k.count("max_position_embeddings", gemma ? 131072 : 2048);
   if (c.heads % c.kvHeads != 0)
     k.fail("num_key_value_heads", fmt::format("= {} does not divide num_attention_heads = {}", c.kvHeads, c.heads));
-  c.tiedEmbeddings = k.flag("tie_word_embeddings", false);
+  c.tiedEmbeddings = k.flag("tie_word_embeddings", gemma);
   readLayerSpecs(c, k);
 
-  // v5: rope_parameters {rope_theta, rope_type, ...}; v4: rope_theta + rope_scaling.
-  const char* ropeKey = nullptr;
-  for (const char* key : {"rope_parameters", "rope_scaling"})
-    if (!ropeKey && k.has(key)) {
-      if (!j.at(key).is_object()) k.fail(key, fmt::format("must be an object, found {}", j.at(key).type_name()));
-      ropeKey = key;
-    }
-  const json none = json::object();
-  const json& rope = ropeKey ? j.at(ropeKey) : none;
-  const JsonKeys r(rope, where, cj.prefix + (ropeKey ? ropeKey : "rope") + ".");
-  c.ropeTheta = r.has("rope_theta") ? r.positiveNum("rope_theta", 10000.0) : k.positiveNum("rope_theta", 10000.0);
-  const std::string ropeType = r.has("rope_type") ? r.str("rope_type", "default") : r.str("type", "default");
-  if (ropeType == "llama3") {
-    c.ropeFactor = r.positiveNum("factor", 8.0);
-    c.ropeLowFreq = r.positiveNum("low_freq_factor", 1.0);
-    c.ropeHighFreq = r.positiveNum("high_freq_factor", 4.0);
-    if (c.ropeHighFreq <= c.ropeLowFreq)
-      r.fail("high_freq_factor", fmt::format("= {} must exceed low_freq_factor = {}", c.ropeHighFreq, c.ropeLowFreq));
-    c.ropeOriginalMax = r.count("original_max_position_embeddings", 8192);
-  } else if (ropeType != "default") {
-    r.fail(r.has("rope_type") ? "rope_type" : "type", fmt::format("`{}` is not supported (default, llama3)", ropeType));
-  }
+  readRope(c, k, cj.prefix);
   return c;
 }
 

@@ -9,10 +9,10 @@
 
 namespace kvscope::model {
 
-/// Parses `text` (the contents of a config.json; `where` names it in messages). Accepts model_type llama, mistral
-/// (without sliding-window attention), qwen2, qwen3, qwen3_moe (layer specs: which layers are MoE); a multimodal
-/// wrapper's text_config is read instead of the top level. `tiedEmbeddings` is tie_word_embeddings (false when absent).
-/// Throws FormatError.
+/// Parses `text` (the contents of a config.json; `where` names it in messages). Accepts model_type llama, mistral,
+/// qwen2, qwen3, qwen3_moe, gemma3 / gemma3_text (arch "gemma3"), with their layer specs (windows, MoE layers, local
+/// RoPE) as transformers 5.23 reads them; a multimodal wrapper's text_config is read instead of the top level.
+/// `tiedEmbeddings` is tie_word_embeddings (false when absent; Gemma's default true). Throws FormatError.
 ModelConfig hfConfigFromJson(std::string_view text, const std::string& where);
 
 }  // namespace kvscope::model

@@ -43,6 +43,8 @@ class JsonKeys {
     if (!(v > 0)) fail(key, fmt::format("= {} must be positive", v));
     return v;
   }
+  /// The file the keys are read from (what every message starts with).
+  const std::string& where() const { return where_; }
   /// The object itself, for keys of other shapes (lists, nested objects).
   const nlohmann::json& object() const { return j_; }
   /// A whole number in [0, 2^24] (a count that may be zero).

@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+#include <tuple>
+
 #include "util/error.h"
 #include "util/process_memory.h"
 
@@ -50,7 +53,7 @@ std::uint64_t LlamaModel::weightBytes() const {
   add(finalNorm_);
   for (const Layer& L : layers_) {
     for (const Weight* w : L.matrices()) n += w->bytes();
-    for (const at::Tensor* t : {&L.attnNorm, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm}) add(*t);
+    for (const at::Tensor* t : L.vectors()) add(*t);
   }
   return n;
 }
@@ -104,17 +107,26 @@ std::unique_ptr<cache::KvCache> LlamaModel::makeCache(const cache::CacheConfig& 
 }
 
 at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& w) const {
-  // As transformers: normalize in float32, cast back, then scale.
+  // As transformers: normalize in float32; Llama casts back, then scales; Gemma scales by its float32 (1 + w), then
+  // casts (its norms are kept in float32).
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor y = xf * at::rsqrt(xf.pow(2).mean({-1}, true) + cfg_.rmsEps);
+  if (cfg_.gemmaBlocks) return (y * w).to(x.scalar_type());
   return w * y.to(x.scalar_type());
 }
 
-std::pair<at::Tensor, at::Tensor> LlamaModel::rope(std::int64_t start, std::int64_t T) const {
+LlamaModel::RopeTables LlamaModel::rope(std::int64_t start, std::int64_t T) const {
   const at::Tensor pos = at::arange(start, start + T, ctx_.options(at::kLong)).to(at::kFloat);
-  const at::Tensor freqs = at::outer(pos, invFreq_);
-  const at::Tensor emb = at::cat({freqs, freqs}, -1);
-  return {emb.cos().to(ctx_.dtype()), emb.sin().to(ctx_.dtype())};
+  const std::int64_t Dh = cfg_.headDim;
+  auto tables = [&](const at::Tensor& inv) {
+    const at::Tensor freqs = at::outer(pos, inv);
+    const at::Tensor emb = at::cat({freqs, freqs}, -1);
+    return std::pair{emb.cos().to(ctx_.dtype()).view({1, 1, T, Dh}), emb.sin().to(ctx_.dtype()).view({1, 1, T, Dh})};
+  };
+  RopeTables r;
+  std::tie(r.cos, r.sin) = tables(invFreq_);
+  if (invFreqLocal_.defined()) std::tie(r.cosLocal, r.sinLocal) = tables(invFreqLocal_);
+  return r;
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& ids, cache::KvCache& cache, const TapFn& tap) const {
@@ -158,12 +170,23 @@ void LlamaModel::checkTokenIds(const at::Tensor& ids) const {
 }
 
 at::Tensor LlamaModel::embed(const at::Tensor& ids) const {
-  return embed_.gather(ids).to(ctx_.dtype());
+  at::Tensor h = embed_.gather(ids).to(ctx_.dtype());
+  // Gemma scales the embeddings by sqrt(hidden), a scalar of the activations' dtype (Gemma3TextScaledWordEmbedding).
+  if (cfg_.gemmaBlocks)
+    return h * at::scalar_tensor(std::sqrt(static_cast<double>(cfg_.hidden)), h.options().dtype(at::kFloat))
+                   .to(h.scalar_type());
+  return h;
 }
 
 void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache::KvCache*>& caches, int l,
-                           const at::Tensor& cos, const at::Tensor& sin, const TapFn& tap) const {
+                           const RopeTables& rope, const TapFn& tap) const {
   const std::int64_t Dh = cfg_.headDim;
+  const bool local = cfg_.layerSpecs[static_cast<std::size_t>(l)].localRope && rope.cosLocal.defined();
+  const at::Tensor& cos = local ? rope.cosLocal : rope.cos;
+  const at::Tensor& sin = local ? rope.sinLocal : rope.sin;
+  // A score scale other than 1/sqrt(headDim) (Gemma's query_pre_attn_scalar) goes into the query: the cache's
+  // attention divides by sqrt(headDim), as llama.cpp scales Q before its attention.
+  const double qScale = cfg_.attnScale > 0 ? cfg_.attnScale * std::sqrt(static_cast<double>(Dh)) : 1.0;
   auto rotate = [&](const at::Tensor& x) {
     const at::Tensor x1 = x.narrow(-1, 0, Dh / 2), x2 = x.narrow(-1, Dh / 2, Dh / 2);
     return x * cos + at::cat({-x2, x1}, -1) * sin;
@@ -188,6 +211,7 @@ void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache:
     if (L.kNorm.defined()) k = rmsNorm(k, L.kNorm);
     q = rotate(q);
     k = rotate(k);
+    if (std::abs(qScale - 1.0) > 1e-12) q = q * qScale;
     if (tap) {
       tap(l, "q", q);
       tap(l, "k", k);
@@ -200,12 +224,14 @@ void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache:
   auto wo = Weight::linearStreams({&L.wo}, os, {}, act);
   std::vector<at::Tensor> ys(n);
   for (std::size_t p = 0; p < n; ++p) {
+    if (L.postAttnNorm.defined()) wo[p][0] = rmsNorm(wo[p][0], L.postAttnNorm);
     if (tap) tap(l, "attn_out", wo[p][0]);
     hs[p] = hs[p] + wo[p][0];
     ys[p] = rmsNorm(hs[p], L.mlpNorm);
   }
   ffnStep(L, ys);
   for (std::size_t p = 0; p < n; ++p) {
+    if (L.postFfnNorm.defined()) ys[p] = rmsNorm(ys[p], L.postFfnNorm);
     if (tap) tap(l, "mlp_out", ys[p]);
     hs[p] = hs[p] + ys[p];
   }
@@ -218,7 +244,9 @@ void LlamaModel::ffnStep(const Layer& L, std::vector<at::Tensor>& ys) const {
     return;
   }
   auto gateUp = Weight::linearStreams({&L.wGate, &L.wUp}, ys, {}, act);
-  for (std::size_t p = 0; p < ys.size(); ++p) ys[p] = at::silu(gateUp[p][0]) * gateUp[p][1];
+  const bool gelu = cfg_.act == FfnAct::GeluTanh;
+  for (std::size_t p = 0; p < ys.size(); ++p)
+    ys[p] = (gelu ? at::gelu(gateUp[p][0], "tanh") : at::silu(gateUp[p][0])) * gateUp[p][1];
   auto down = Weight::linearStreams({&L.wDown}, ys, {}, act);
   for (std::size_t p = 0; p < ys.size(); ++p) ys[p] = std::move(down[p][0]);
 }
@@ -235,15 +263,12 @@ void LlamaModel::checkStream(const at::Tensor& h, const cache::KvCache& cache, i
 at::Tensor LlamaModel::runLayers(at::Tensor h, cache::KvCache& cache, int from, int to, std::int64_t past,
                                  const TapFn& tap, const CancelToken* cancel) const {
   checkStream(h, cache, from, to);
-  const std::int64_t T = h.size(1), Dh = cfg_.headDim;
-  auto [cos, sin] = rope(past, T);
-  cos = cos.view({1, 1, T, Dh});
-  sin = sin.view({1, 1, T, Dh});
+  const RopeTables tables = rope(past, h.size(1));
   std::vector<at::Tensor> hs{std::move(h)};
   const std::vector<cache::KvCache*> caches{&cache};
   for (int l = from; l < to; ++l) {
     if (cancel) cancel->check("the forward pass");
-    layerStep(hs, caches, l, cos, sin, tap);
+    layerStep(hs, caches, l, tables, tap);
   }
   return hs[0];
 }
@@ -256,9 +281,7 @@ std::vector<at::Tensor> LlamaModel::runLayer(std::vector<at::Tensor> hs, const s
     checkStream(hs[p], *caches[p], layer, layer + 1);
     if (hs[p].size(1) != hs[0].size(1)) throw Error(ErrorCode::Internal, "runLayer: streams of different lengths");
   }
-  const std::int64_t T = hs[0].size(1), Dh = cfg_.headDim;
-  auto [cos, sin] = rope(past, T);
-  layerStep(hs, caches, layer, cos.view({1, 1, T, Dh}), sin.view({1, 1, T, Dh}), {});
+  layerStep(hs, caches, layer, rope(past, hs[0].size(1)), {});
   return hs;
 }
 
@@ -274,7 +297,12 @@ std::vector<at::Tensor> LlamaModel::logits(std::vector<at::Tensor> hs, bool last
   auto ys = Weight::linearStreams({&lmHead_}, hs, {}, activations_);
   std::vector<at::Tensor> out;
   out.reserve(ys.size());
-  for (auto& y : ys) out.push_back(y[0].to(at::kFloat));
+  for (auto& y : ys) {
+    at::Tensor l = y[0].to(at::kFloat);
+    // Gemma's final soft-capping: cap * tanh(logits / cap).
+    if (cfg_.finalSoftcap > 0) l = at::tanh(l / cfg_.finalSoftcap) * cfg_.finalSoftcap;
+    out.push_back(std::move(l));
+  }
   return out;
 }
 

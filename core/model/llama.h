@@ -1,6 +1,6 @@
-// Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE) in LibTorch, reading K/V through the
-// cache layers of core/cache. Weights come from a GGUF file or a Hugging Face directory and stay in the file's format,
-// memory-mapped (model/weight.h); norms and biases are small tensors of the model's dtype.
+// Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, Gemma 3) in LibTorch, reading K/V
+// through the cache layers of core/cache. Weights come from a GGUF file or a Hugging Face directory and stay in the
+// file's format, memory-mapped (model/weight.h); norms and biases are small tensors of the model's dtype.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -50,9 +50,9 @@ struct ForwardOptions {
 
 class LlamaModel {
  public:
-  /// Loads a GGUF model (llama/qwen2/qwen3/qwen3moe architectures) into the context `ctx` (its device and dtype: with
-  /// host kernels the weight matrices stay in the file's format, memory-mapped; on the device path they become dense
-  /// tensors of the context's dtype on its device). Throws FormatError with the file and the problem.
+  /// Loads a GGUF model (llama/qwen2/qwen3/qwen3moe/gemma3 architectures) into the context `ctx` (its device and dtype:
+  /// with host kernels the weight matrices stay in the file's format, memory-mapped; on the device path they become
+  /// dense tensors of the context's dtype on its device). Throws FormatError with the file and the problem.
   /// `requantize` (parseWeightFormat: 0 keeps what is stored): float matrices (F32/F16/BF16) are quantized to that
   /// type at load, except the output matrix (and an embedding tied to it), which stays as stored, as llama.cpp keeps
   /// it at a higher precision; block-format matrices stay as they are.
@@ -142,25 +142,38 @@ class LlamaModel {
     Weight wq, wk, wv, wo, wGate, wUp, wDown;  // wGate/wUp/wDown: a dense FFN's
     MoeFfn moe;                                // an MoE FFN's router and experts
     at::Tensor attnNorm, bq, bk, bv, qNorm, kNorm, mlpNorm;
+    at::Tensor postAttnNorm, postFfnNorm;  // Gemma's sandwich norms, on the attention's and the FFN's outputs
+    /// The layer's norms and biases (undefined where it has none).
+    std::vector<at::Tensor*> vectors() {
+      return {&attnNorm, &bq, &bk, &bv, &qNorm, &kNorm, &mlpNorm, &postAttnNorm, &postFfnNorm};
+    }
+    std::vector<const at::Tensor*> vectors() const {
+      return {&attnNorm, &bq, &bk, &bv, &qNorm, &kNorm, &mlpNorm, &postAttnNorm, &postFfnNorm};
+    }
     /// Every matrix the layer holds, for what is done to each of them alike.
     std::vector<Weight*> matrices();
     std::vector<const Weight*> matrices() const;
   };
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
-  std::pair<at::Tensor, at::Tensor> rope(std::int64_t start, std::int64_t T) const;
+  /// The rotary tables of positions start .. start + T - 1, [1, 1, T, headDim] each: the global layers' and (where
+  /// the model has one) the local RoPE's of LayerSpec::localRope layers.
+  struct RopeTables {
+    at::Tensor cos, sin, cosLocal, sinLocal;
+  };
+  RopeTables rope(std::int64_t start, std::int64_t T) const;
   at::Tensor forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& o) const;
   /// Layer l over the streams hs (in place), each through its cache; cos/sin: the positions' rotary tables.
   /// The feed-forward block of layer L on the normed streams ys (replaced by its output).
   void ffnStep(const Layer& L, std::vector<at::Tensor>& ys) const;
-  void layerStep(std::vector<at::Tensor>& hs, const std::vector<cache::KvCache*>& caches, int l, const at::Tensor& cos,
-                 const at::Tensor& sin, const TapFn& tap) const;
+  void layerStep(std::vector<at::Tensor>& hs, const std::vector<cache::KvCache*>& caches, int l, const RopeTables& rope,
+                 const TapFn& tap) const;
   void checkStream(const at::Tensor& h, const cache::KvCache& cache, int from, int to) const;
 
   ModelConfig cfg_;
   device::ExecutionContext ctx_;
   Activations activations_ = Activations::F32;
   Weight embed_, lmHead_;
-  at::Tensor finalNorm_, invFreq_;
+  at::Tensor finalNorm_, invFreq_, invFreqLocal_;
   std::vector<Layer> layers_;
 };
 

@@ -65,6 +65,9 @@ struct WeightNames {
   /// (layer, expert, kind) with kinds ffn_gate_exps.weight, ...: one expert's matrix. Empty: the file stacks each
   /// kind's experts in one [experts, rows, cols] tensor, named by `layer` (GGUF).
   std::function<std::string(int, int, const char*)> expert;
+  /// Added to every norm weight as it is read: Gemma's checkpoints store w of its (1 + w) scale (llama.cpp's
+  /// converter writes 1 + w).
+  float normShift = 0.0F;
 };
 
 namespace {
@@ -78,8 +81,10 @@ const WeightNames& ggufNames() {
   return n;
 }
 
-const WeightNames& hfNames() {
-  static const std::map<std::string, std::string> kinds = {
+// Hugging Face names, under `prefix` ("model." for a causal LM, "model.language_model." for v5's multimodal
+// wrapper, "language_model.model." for v4's). Gemma's four norms per layer take other names than Llama's two.
+WeightNames hfNames(bool gemma, const std::string& prefix) {
+  std::map<std::string, std::string> kinds = {
       {"attn_norm.weight", "input_layernorm.weight"},
       {"attn_q.weight", "self_attn.q_proj.weight"},
       {"attn_k.weight", "self_attn.k_proj.weight"},
@@ -96,17 +101,25 @@ const WeightNames& hfNames() {
       {"ffn_down.weight", "mlp.down_proj.weight"},
       {"ffn_gate_inp.weight", "mlp.gate.weight"},
   };
+  if (gemma) {
+    kinds["post_attention_norm.weight"] = "post_attention_layernorm.weight";
+    kinds["ffn_norm.weight"] = "pre_feedforward_layernorm.weight";
+    kinds["post_ffw_norm.weight"] = "post_feedforward_layernorm.weight";
+  }
   static const std::map<std::string, std::string> expertKinds = {
       {"ffn_gate_exps.weight", "gate_proj.weight"},
       {"ffn_up_exps.weight", "up_proj.weight"},
       {"ffn_down_exps.weight", "down_proj.weight"},
   };
-  static const WeightNames n{
-      "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-      [](int l, const char* kind) { return fmt::format("model.layers.{}.{}", l, kinds.at(kind)); },
-      [](int l, int e, const char* kind) {
-        return fmt::format("model.layers.{}.mlp.experts.{}.{}", l, e, expertKinds.at(kind));
-      }};
+  WeightNames n{prefix + "embed_tokens.weight", prefix + "norm.weight", "lm_head.weight",
+                [kinds, prefix](int l, const char* kind) {
+                  const auto it = kinds.find(kind);
+                  return it == kinds.end() ? std::string() : fmt::format("{}layers.{}.{}", prefix, l, it->second);
+                },
+                [prefix](int l, int e, const char* kind) {
+                  return fmt::format("{}layers.{}.mlp.experts.{}.{}", prefix, l, e, expertKinds.at(kind));
+                }};
+  n.normShift = gemma ? 1.0F : 0.0F;
   return n;
 }
 
@@ -126,16 +139,24 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
   const std::int64_t H = c.hidden, qDim = static_cast<std::int64_t>(c.heads) * c.headDim,
                      kvDim = static_cast<std::int64_t>(c.kvHeads) * c.headDim;
   auto need = [&](const std::string& name, const std::vector<std::int64_t>& shape) { return get(name, shape, false); };
-  auto maybe = [&](const std::string& name, const std::vector<std::int64_t>& shape) { return get(name, shape, true); };
+  auto maybe = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
+    return name.empty() ? Weight() : get(name, shape, true);
+  };
+  // Gemma's norms stay in float32 (its RMSNorm scales in float32 before the cast), shifted to 1 + w where stored as w.
+  auto norm = [&](const Weight& w) {
+    if (!c.gemmaBlocks || !w.defined()) return vec(w, dtype);
+    const at::Tensor f = vec(w, at::kFloat);
+    return names.normShift != 0.0F ? f + names.normShift : f;
+  };
   embed_ = need(names.embed, {c.vocab, H});
-  finalNorm_ = vec(need(names.finalNorm, {H}), dtype);
+  finalNorm_ = norm(need(names.finalNorm, {H}));
   c.tiedEmbeddings = tiedEmbeddings;
   lmHead_ = tiedEmbeddings ? embed_ : need(names.lmHead, {c.vocab, H});
   if (!tiedEmbeddings) embed_ = quantize(embed_);
   for (int l = 0; l < c.layers; ++l) {
     auto n = [&](const char* kind) { return names.layer(l, kind); };
     Layer L;
-    L.attnNorm = vec(need(n("attn_norm.weight"), {H}), dtype);
+    L.attnNorm = norm(need(n("attn_norm.weight"), {H}));
     L.wq = need(n("attn_q.weight"), {qDim, H});
     L.wk = need(n("attn_k.weight"), {kvDim, H});
     L.wv = need(n("attn_v.weight"), {kvDim, H});
@@ -148,9 +169,13 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     L.bq = vec(maybe(n("attn_q.bias"), {qDim}), dtype);
     L.bk = vec(maybe(n("attn_k.bias"), {kvDim}), dtype);
     L.bv = vec(maybe(n("attn_v.bias"), {kvDim}), dtype);
-    L.qNorm = vec(maybe(n("attn_q_norm.weight"), {c.headDim}), dtype);
-    L.kNorm = vec(maybe(n("attn_k_norm.weight"), {c.headDim}), dtype);
-    L.mlpNorm = vec(need(n("ffn_norm.weight"), {H}), dtype);
+    L.qNorm = norm(maybe(n("attn_q_norm.weight"), {c.headDim}));
+    L.kNorm = norm(maybe(n("attn_k_norm.weight"), {c.headDim}));
+    L.mlpNorm = norm(need(n("ffn_norm.weight"), {H}));
+    if (c.gemmaBlocks) {
+      L.postAttnNorm = norm(need(n("post_attention_norm.weight"), {H}));
+      L.postFfnNorm = norm(need(n("post_ffw_norm.weight"), {H}));
+    }
     if (c.layerSpecs[static_cast<std::size_t>(l)].ffn == FfnKind::Moe) {
       const int E = c.moe.experts;
       const std::int64_t F = c.moe.intermediate;
@@ -184,8 +209,13 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
   }
   if (requantized > 0)
     c.weightTypes.push_back(fmt::format("{} x{} quantized at load", kernels::ggmlTypeName(requantize), requantized));
-  // RoPE inverse frequencies (float32), with llama3 scaling when the config asks for it.
-  at::Tensor inv = 1.0 / at::pow(c.ropeTheta, at::arange(0, c.headDim, 2, at::kLong).to(at::kFloat) / c.headDim);
+  // RoPE inverse frequencies (float32), with llama3 or linear scaling when the config asks for it; the local RoPE's
+  // (Gemma's sliding layers) unscaled.
+  auto inverseFrequencies = [&](double theta) {
+    return 1.0 / at::pow(theta, at::arange(0, c.headDim, 2, at::kLong).to(at::kFloat) / c.headDim);
+  };
+  at::Tensor inv = inverseFrequencies(c.ropeTheta);
+  if (c.ropeLinear != 1.0) inv = inv / c.ropeLinear;
   if (c.ropeFactor > 0) {
     const double lowWave = c.ropeOriginalMax / c.ropeLowFreq, highWave = c.ropeOriginalMax / c.ropeHighFreq;
     const at::Tensor wave = 2 * M_PI / inv;
@@ -195,6 +225,7 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     inv = at::where((wave >= highWave) & (wave <= lowWave), mid, scaled);
   }
   invFreq_ = inv;
+  if (c.ropeLocalTheta > 0) invFreqLocal_ = inverseFrequencies(c.ropeLocalTheta);
   if (!ctx_.hostKernels()) placeOnDevice();
 }
 
@@ -204,11 +235,50 @@ void LlamaModel::placeOnDevice() {
   lmHead_ = cfg_.tiedEmbeddings ? embed_ : lmHead_.toDense(wo);
   finalNorm_ = ctx_.place(finalNorm_);
   invFreq_ = ctx_.place(invFreq_);
+  if (invFreqLocal_.defined()) invFreqLocal_ = ctx_.place(invFreqLocal_);
   for (Layer& L : layers_) {
     for (Weight* w : L.matrices()) *w = w->toDense(wo);
-    for (at::Tensor* t : {&L.attnNorm, &L.bq, &L.bk, &L.bv, &L.qNorm, &L.kNorm, &L.mlpNorm}) *t = ctx_.place(*t);
+    for (at::Tensor* t : L.vectors()) *t = ctx_.place(*t);
   }
 }
+
+namespace {
+
+// Gemma 3 as llama.cpp builds it (src/models/gemma3.cpp): the scaled embeddings, sandwich norms (stored as 1 + w),
+// GELU FFN, Q scaled by 1/sqrt(head size), or by 1/sqrt(hidden / heads) for the 62-layer 27B; with a sliding
+// window, layers slide by sliding_window_pattern (a per-layer list, or n: all but every n-th, default 6) and rotate
+// with rope.freq_base_swa (default 10000), unscaled; rope.scaling.factor scales the global layers linearly.
+void readGemma3(const GgufFile& f, const std::string& path, ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  c.gemmaBlocks = true;
+  c.act = FfnAct::GeluTanh;
+  c.rmsEps = f.getFloat(a + "attention.layer_norm_rms_epsilon").value_or(1e-6);
+  const int perHead = c.hidden / c.heads;  // llama.cpp divides in integers: n_embd / n_head
+  if (c.layers == 62) c.attnScale = 1.0 / std::sqrt(static_cast<double>(perHead));
+  c.finalSoftcap = f.getFloat(a + "final_logit_softcapping").value_or(0.0);
+  if (const double factor = f.getFloat(a + "rope.scaling.factor").value_or(0.0); factor > 0) c.ropeLinear = factor;
+  const std::int64_t window = f.getInt(a + "attention.sliding_window").value_or(0);
+  if (window < 0) throw FormatError(fmt::format("{}: `{}attention.sliding_window` = {} is negative", path, a, window));
+  if (window == 0) return;
+  std::vector<bool> sliding(static_cast<std::size_t>(c.layers));
+  const auto pattern = f.metadata().find(a + "attention.sliding_window_pattern");
+  if (pattern != f.metadata().end() && std::holds_alternative<std::vector<bool>>(pattern->second)) {
+    const auto& list = std::get<std::vector<bool>>(pattern->second);
+    if (list.size() != sliding.size())
+      throw FormatError(fmt::format("{}: `{}attention.sliding_window_pattern` lists {} layers, not {}", path, a,
+                                    list.size(), c.layers));
+    sliding = list;
+  } else {
+    const std::int64_t n = f.getInt(a + "attention.sliding_window_pattern").value_or(6);
+    if (n < 0) throw FormatError(fmt::format("{}: `{}attention.sliding_window_pattern` = {} is negative", path, a, n));
+    for (std::int64_t l = 0; l < c.layers; ++l) sliding[static_cast<std::size_t>(l)] = n == 0 || l % n < n - 1;
+  }
+  c.ropeLocalTheta = f.getFloat(a + "rope.freq_base_swa").value_or(10000.0);
+  for (std::size_t l = 0; l < sliding.size(); ++l)
+    if (sliding[l]) c.layerSpecs[l] = LayerSpec{window, true, c.layerSpecs[l].ffn};
+}
+
+}  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const device::ExecutionContext& ctx,
                                                  const ProgressFn& progress, std::uint32_t requantize) {
@@ -221,9 +291,9 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   const auto arch = f.getString("general.architecture");
   if (!arch) throw FormatError(fmt::format("{}: no general.architecture", path));
   c.arch = *arch;
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe")
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "gemma3")
     throw FormatError(
-        fmt::format("{}: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe)", path, c.arch));
+        fmt::format("{}: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe, gemma3)", path, c.arch));
   c.name = f.getString("general.name").value_or("");
   auto req = [&](const std::string& key) {
     const auto v = f.getInt(c.arch + "." + key);
@@ -259,7 +329,9 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   c.rmsEps = f.getFloat(c.arch + ".attention.layer_norm_rms_epsilon").value_or(1e-5);
   c.ropeTheta = f.getFloat(c.arch + ".rope.freq_base").value_or(10000.0);
   c.contextLength = f.getInt(c.arch + ".context_length").value_or(2048);
-  if (f.has(c.arch + ".rope.scaling.factor")) {
+  if (c.arch == "gemma3") {
+    readGemma3(f, path, c);
+  } else if (f.has(c.arch + ".rope.scaling.factor")) {
     c.ropeFactor = f.getFloat(c.arch + ".rope.scaling.factor").value_or(0.0);
     c.ropeLowFreq = f.getFloat(c.arch + ".rope.scaling.low_freq_factor").value_or(1.0);
     c.ropeHighFreq = f.getFloat(c.arch + ".rope.scaling.high_freq_factor").value_or(4.0);
@@ -375,7 +447,14 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const 
     for (const auto& e : f->entries()) ++types[e.dtype];
   for (const auto& [name, n] : types) c.weightTypes.push_back(fmt::format("{} x{}", name, n));
   const bool tied = c.tiedEmbeddings || !where_.count("lm_head.weight");
-  m->assemble(get, hfNames(), false, tied, requantize);
+  // The text model's names: a causal LM's, or under a multimodal wrapper (v5 and v4 checkpoints).
+  std::string prefix = "model.";
+  for (const char* p : {"model.", "model.language_model.", "language_model.model."})
+    if (where_.count(std::string(p) + "embed_tokens.weight")) {
+      prefix = p;
+      break;
+    }
+  m->assemble(get, hfNames(c.arch == "gemma3", prefix), false, tied, requantize);
   return m;
 }
 

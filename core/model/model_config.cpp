@@ -27,7 +27,8 @@ std::string describeFfn(const ModelConfig& c) {
   std::vector<int> moe, dense;
   for (std::size_t l = 0; l < c.layerSpecs.size(); ++l)
     (c.layerSpecs[l].ffn == FfnKind::Moe ? moe : dense).push_back(static_cast<int>(l));
-  if (moe.empty()) return fmt::format("dense SwiGLU FFN of {}", c.intermediate);
+  const char* glu = c.act == FfnAct::GeluTanh ? "GeGLU" : "SwiGLU";
+  if (moe.empty()) return fmt::format("dense {} FFN of {}", glu, c.intermediate);
   std::string s = fmt::format("MoE: {} experts of {}, top {}{} on layers {}", c.moe.experts, c.moe.intermediate,
                               c.moe.used, c.moe.normTopK ? " (weights renormalized)" : "", ranges(moe));
   if (!dense.empty()) s += fmt::format("; dense FFN of {} on layers {}", c.intermediate, ranges(dense));

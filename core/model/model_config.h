@@ -11,10 +11,15 @@ namespace kvscope::model {
 /// A layer's feed-forward block: a dense SwiGLU MLP, or a mixture of SwiGLU experts behind a softmax top-k router.
 enum class FfnKind : std::uint8_t { Dense, Moe };
 
+/// The FFN's gate activation: SiLU (Llama, Qwen) or GELU with the tanh approximation (Gemma's gelu_pytorch_tanh).
+enum class FfnAct : std::uint8_t { Silu, GeluTanh };
+
 /// What a layer is made of: causal attention over its cache, over the `window` newest positions (its own included)
-/// where window > 0 (a sliding-window layer), and its FFN kind.
+/// where window > 0 (a sliding-window layer), rotated by the model's global RoPE or, with localRope, by its local one
+/// (Gemma's sliding layers: ropeLocalTheta, unscaled); and its FFN kind.
 struct LayerSpec {
   std::int64_t window = 0;
+  bool localRope = false;
   FfnKind ffn = FfnKind::Dense;
 };
 
@@ -26,7 +31,7 @@ struct MoeConfig {
 };
 
 struct ModelConfig {
-  std::string arch = "llama";  ///< llama, qwen2, qwen3, qwen3_moe (HF) / qwen3moe (GGUF)
+  std::string arch = "llama";  ///< llama, mistral, qwen2, qwen3, qwen3_moe, gemma3 (HF) / qwen3moe, gemma3 (GGUF)
   std::string name;
   int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0;
   int intermediate = 0;  ///< the dense MLP's units (0 where every layer is MoE and the file gives none)
@@ -34,6 +39,14 @@ struct ModelConfig {
   // llama3 rope scaling (factor 0: none)
   double ropeFactor = 0.0, ropeLowFreq = 1.0, ropeHighFreq = 4.0;
   std::int64_t ropeOriginalMax = 8192;
+  double ropeLinear = 1.0;      ///< linear RoPE scaling of the global layers (positions divided by it)
+  double ropeLocalTheta = 0.0;  ///< the RoPE base of layers with LayerSpec::localRope
+  // Gemma's blocks: the embeddings scaled by sqrt(hidden); norms kept in float32 and applied after the attention and
+  // the FFN too (sandwich norms); the attention scores scaled by attnScale instead of 1/sqrt(headDim) where it is
+  // non-zero; the logits soft-capped to (-cap, cap) by cap * tanh(logits / cap) where finalSoftcap > 0.
+  bool gemmaBlocks = false;
+  double attnScale = 0.0, finalSoftcap = 0.0;
+  FfnAct act = FfnAct::Silu;
   std::int64_t contextLength = 0;
   bool tiedEmbeddings = false, qkvBias = false, qkNorm = false;
   MoeConfig moe;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes Llama-family GGUF models with random weights, for speed benchmarks (tests/bench/bench_vs_llamacpp.sh).
 
-    make_bench_models.py [--out DIR] [--size 1b|3b|llama3-8b|qwen2.5-7b|mistral-7b|qwen3-30b-a3b|qwen3moe-tiny ...]
+    make_bench_models.py [--out DIR] [--size 1b|3b|llama3-8b|qwen2.5-7b|mistral-7b|qwen3-30b-a3b|qwen3moe-tiny|
+                          gemma3-4b|gemma3-tiny ...]
                          [--type Q4_0|Q4_K|Q8_0 ...] [--layers N] [--seed N]
 
 Shapes: 1b = TinyLlama-1.1B (hidden 2048, 22 layers, 32 heads, 4 KV heads, head dim 64, FFN 5632),
@@ -19,11 +20,17 @@ qwen3-30b-a3b = Qwen3-30B-A3B's layers (hidden 2048, 32 heads, 4 KV heads, head 
 token; 48 layers, or --layers N of them, as many as the machine holds: one Q4_K layer is ~0.34 GB), and qwen3moe-tiny
 (hidden 256, 4 layers, 4 heads, 2 KV heads, head dim 64, 8 experts of 128, 2 per token; Q8_0 only) for the CLI tests.
 Their routers (ffn_gate_inp, F32) are Gaussian with std 0.02 like the matrices, so tokens spread over the experts.
+Gemma 3 shapes (GGUF architecture gemma3 as llama.cpp's converter writes it: q/k norms, post-attention and post-FFN
+norms, GELU FFN, tied output, sliding_window with llama.cpp's default pattern of 6 (five sliding layers, then a global
+one), rope base 1000000 on the global layers and llama.cpp's 10000 on the sliding ones, RMS eps 1e-6):
+gemma3-4b = Gemma-3-4B's text layers (hidden 2560, 34 layers, 8 heads, 4 KV heads, head dim 256, FFN 10240, window
+1024, linear RoPE scaling 8), and gemma3-tiny (hidden 256, 6 layers, 4 heads, 2 KV heads, head dim 64, FFN 512,
+window 128; Q8_0 only) for the CLI tests.
 The tokenizer (all tokenizer.* keys, vocab 49152) is copied from the embedded SmolLM2 GGUF, so llama.cpp and kvscope
 can both tokenize. Norms are F32 ones; the matrices are Gaussian with std 0.02 (activations stay finite), quantized
 by gguf.quants for Q4_0/Q8_0. The gguf package cannot quantize Q4_K, so Q4_K blocks are written directly: random
 4-bit codes, per-sub-block scale = min (zero-mean blocks), d chosen so the values have std ~0.02. token_embd and
-output (untied) are Q8_0 in every file. qwen2.5-7b's q/k/v biases are Gaussian with std 0.1, except that its k bias
+output (untied; the Gemma shapes tie them) are Q8_0 in every file. qwen2.5-7b's q/k/v biases are Gaussian with std 0.1, except that its k bias
 spikes where the real model's k_proj bias does (values in the hundreds at the first and last layer): at layers 0 and
 27, 4 channels each of magnitude 250 to 350 with random signs, which `kvscope-cli doctor` flags. Writing is one
 core's work: a 7B/8B file takes ~20 s in Q4_K (random codes), 2 to 3 minutes in Q8_0 (gguf.quants; Q4_0 about half).
@@ -53,6 +60,12 @@ SIZES = {  # hidden, layers, heads, kv heads, head dim, ffn
     "mistral-7b": (4096, 32, 32, 8, 128, 14336),
     "qwen3-30b-a3b": (2048, 48, 32, 4, 128, 6144),
     "qwen3moe-tiny": (256, 4, 4, 2, 64, 512),
+    "gemma3-4b": (2560, 34, 8, 4, 256, 10240),
+    "gemma3-tiny": (256, 6, 4, 2, 64, 512),
+}
+GEMMA = {  # sliding window, linear RoPE scaling of the global layers (None: none)
+    "gemma3-4b": (1024, 8.0),
+    "gemma3-tiny": (128, None),
 }
 MOE = {  # experts, experts per token, expert FFN
     "qwen3-30b-a3b": (128, 8, 768),
@@ -64,9 +77,12 @@ ARCH = {  # GGUF architecture, rope base, RMS norm eps, q/k/v biases; sizes not 
     "mistral-7b": ("llama", 1000000.0, 1e-5, False),
     "qwen3-30b-a3b": ("qwen3moe", 1000000.0, 1e-6, False),
     "qwen3moe-tiny": ("qwen3moe", 1000000.0, 1e-6, False),
+    "gemma3-4b": ("gemma3", 1000000.0, 1e-6, False),
+    "gemma3-tiny": ("gemma3", 1000000.0, 1e-6, False),
 }
 SHAPE_OF = {"llama3-8b": "Llama-3-8B", "qwen2.5-7b": "Qwen2.5-7B", "mistral-7b": "Mistral-7B",
-            "qwen3-30b-a3b": "Qwen3-30B-A3B", "qwen3moe-tiny": "a tiny Qwen3-MoE"}
+            "qwen3-30b-a3b": "Qwen3-30B-A3B", "qwen3moe-tiny": "a tiny Qwen3-MoE", "gemma3-4b": "Gemma-3-4B",
+            "gemma3-tiny": "a tiny Gemma 3"}
 BIAS_STD = 0.1
 K_SPIKES = 4, (250.0, 350.0)  # channels per spiked layer (the first and the last), magnitude range
 TYPES = {"Q4_0": QT.Q4_0, "Q4_K": QT.Q4_K, "Q8_0": QT.Q8_0}
@@ -165,12 +181,22 @@ def tensor_plan(size, wtype, layers=None):
                      (p + "ffn_gate_exps.weight", (experts, eff, hidden), wtype),
                      (p + "ffn_up_exps.weight", (experts, eff, hidden), wtype),
                      (p + "ffn_down_exps.weight", (experts, hidden, eff), wtype)]
+        elif size in GEMMA:  # Gemma 3: q/k norms and the sandwich norms around attention and FFN
+            plan += [(p + "attn_q_norm.weight", (hd,), QT.F32), (p + "attn_k_norm.weight", (hd,), QT.F32),
+                     (p + "post_attention_norm.weight", (hidden,), QT.F32),
+                     (p + "ffn_norm.weight", (hidden,), QT.F32),
+                     (p + "ffn_gate.weight", (ffn, hidden), wtype),
+                     (p + "ffn_up.weight", (ffn, hidden), wtype),
+                     (p + "ffn_down.weight", (hidden, ffn), wtype),
+                     (p + "post_ffw_norm.weight", (hidden,), QT.F32)]
         else:
             plan += [(p + "ffn_norm.weight", (hidden,), QT.F32),
                      (p + "ffn_gate.weight", (ffn, hidden), wtype),
                      (p + "ffn_up.weight", (ffn, hidden), wtype),
                      (p + "ffn_down.weight", (hidden, ffn), wtype)]
-    plan += [("output_norm.weight", (hidden,), QT.F32), ("output.weight", (VOCAB, hidden), QT.Q8_0)]
+    plan += [("output_norm.weight", (hidden,), QT.F32)]
+    if size not in GEMMA:  # Gemma ties its output matrix to the embedding
+        plan += [("output.weight", (VOCAB, hidden), QT.Q8_0)]
     return plan
 
 
@@ -216,6 +242,12 @@ def write_model(out_dir, size, tname, tokenizer_from, seed, n_layers=None):
         w.add_expert_count(experts)
         w.add_expert_used_count(used)
         w.add_expert_feed_forward_length(eff)
+    if size in GEMMA:
+        window, linear = GEMMA[size]
+        w.add_sliding_window(window)
+        if linear:
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(linear)
     w.add_file_type(FILE_TYPE[tname])
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for key, (value, vtype, sub) in tok.items():

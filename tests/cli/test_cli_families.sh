@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The model families beyond dense Llama as a user meets them in the CLI: a Qwen3-MoE GGUF (random weights in the
-# layout llama.cpp's converter writes, SmolLM2's tokenizer) generates, compares and plans; a config the forward cannot
+# The model families beyond dense Llama as a user meets them in the CLI: a Qwen3-MoE GGUF and a Gemma 3 GGUF (random
+# weights in the layout llama.cpp's converter writes, SmolLM2's tokenizer) generate, compare and plan; a config the forward cannot
 # run, and a cache config a sliding-window model cannot use, are one line naming the problem, exit 2.
 set -u
 . "$(dirname "$0")/model_test_setup.sh"
@@ -15,6 +15,16 @@ check moe-generate-f32 0 'f32 activations' \
 check moe-compare 0 'llamacpp:type_k=q4_0,type_v=q4_0' \
   "$cli" compare --model "$moe" --prompt "The capital of France is" --max-new 8 --cache llamacpp:type_k=q4_0,type_v=q4_0
 check moe-plan 0 'qwen3moe random-qwen3moe-tiny-Q8_0 (gguf, 4 layers' "$cli" plan "$moe"
+gemma=$("$py" "$here/../bench/make_bench_models.py" --out "$tmp" --size gemma3-tiny --type Q8_0 \
+  --tokenizer-from "$model" 2>/dev/null | tail -1)
+[ -f "$gemma" ] || { echo "FAIL make_bench_models.py wrote no gemma3-tiny"; exit 1; }
+check gemma-generate 0 '] 5 prompt + 8 new tokens' \
+  "$cli" generate --model "$gemma" --prompt "The capital of France is" --max-new 8
+check gemma-compare 0 'llamacpp:type_v=q4_0 ' \
+  "$cli" compare --model "$gemma" --prompt "The capital of France is" --max-new 8 --cache llamacpp:type_k=q8_0,type_v=q4_0
+check gemma-plan 0 'sliding: 2 KV heads x 64, window 128' "$cli" plan "$gemma"
+check gemma-sliding-hqq 2 'is a sliding-window layer (window 128): `hqq' \
+  "$cli" generate --model "$gemma" --prompt hi --cache hqq:nbits=4
 mkdir -p "$tmp/swa" "$tmp/topk" "$tmp/types"
 for d in swa topk types; do
   cat >"$tmp/$d/tokenizer.json" <<'J'

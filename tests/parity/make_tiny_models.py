@@ -11,6 +11,13 @@ and the 64 new tokens run far past each window.
 Two Qwen3-MoE models: `qwen3_moe` as transformers' defaults route (norm_topk_prob false) with layer 1 dense
 (mlp_only_layers), and `qwen3moe_gguf` as Qwen3-30B-A3B routes (norm_topk_prob true, every layer MoE), which is also
 written as an F32 GGUF the way llama.cpp's converter names it (qwen3moe.gguf): the same reference holds for both files.
+
+Two Gemma 3 models (dynamic cache only, as they slide): `gemma3` as the 1B-12B are built (six layers, the default
+pattern: five slide over 16 positions with the local RoPE base, the sixth is global with linear RoPE scaling 4,
+query_pre_attn_scalar = head_dim, an output matrix of its own), also written as gemma3.gguf the way llama.cpp's converter writes it
+(norms stored as 1 + w); and `gemma3_27b` as the 27B scales its scores (query_pre_attn_scalar = hidden / heads, not
+head_dim), with an explicit layer_types list, final logit soft-capping and tied embeddings, as a multimodal wrapper's text_config
+(v5's model.language_model.* names).
 """
 import argparse
 import json
@@ -24,9 +31,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 import numpy as np  # noqa: E402
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,  # noqa: E402
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,  # noqa: E402
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 CACHES = {"dynamic": None, "fp8": {"backend": "fp8"}, "quanto_int4": {"backend": "quanto", "nbits": 4},
           "hqq_int4": {"backend": "hqq", "nbits": 4}}
@@ -53,6 +60,17 @@ def build(kind):
     elif kind == "mistral_swa":  # every layer slides over 24 positions
         cfg = MistralConfig(**common, rope_theta=10000.0, sliding_window=24)
         model = MistralForCausalLM(cfg)
+    elif kind == "gemma3":  # layers 0-4 slide over 16 (local RoPE base 10000), layer 5 global (1e6, linear x4)
+        common.update(num_hidden_layers=6)
+        cfg = Gemma3TextConfig(**common, sliding_window=16, query_pre_attn_scalar=32,
+                               rope_scaling={"rope_type": "linear", "factor": 4.0})
+        model = Gemma3ForCausalLM(cfg)
+    elif kind == "gemma3_27b":  # head_dim 64, scores scaled by 1/sqrt(hidden / heads = 32), soft-capped logits
+        common.update(num_hidden_layers=4, tie_word_embeddings=True, head_dim=64)
+        cfg = Gemma3TextConfig(**common, sliding_window=12, query_pre_attn_scalar=32, final_logit_softcapping=30.0,
+                               layer_types=["sliding_attention", "full_attention", "sliding_attention",
+                                            "sliding_attention"], rope_theta=500000.0, rope_local_base_freq=20000.0)
+        model = Gemma3ForCausalLM(cfg)
     else:  # Qwen3-MoE: 8 experts of 64, top 2
         moe = dict(moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=1)
         if kind == "qwen3_moe":
@@ -64,8 +82,71 @@ def build(kind):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.08) if p.dim() > 1 else p.uniform_(0.8, 1.2)
-        model.lm_head.weight.mul_(6.0)
+        if not model.config.tie_word_embeddings:
+            model.lm_head.weight.mul_(6.0)
+        else:  # Gemma: the norms scale by 1 + w; the output matrix is the embedding, so the final norm scales up
+            for name, p in model.named_parameters():
+                if p.dim() == 1:
+                    p.uniform_(-0.2, 0.2)
+            model.model.embed_tokens.weight.mul_(0.25)  # so that the token's own embedding does not drown the rest
+            model.model.norm.weight.uniform_(16.0, 24.0)
     return model.eval()
+
+
+def save_multimodal(model, d):
+    """The model as a Gemma3ForConditionalGeneration checkpoint's text half: config.json with the text config under
+    text_config (no model_type there: the wrapper's names the family), weights under model.language_model.*."""
+    os.makedirs(d, exist_ok=True)
+    text = model.config.to_dict()
+    text.pop("model_type", None)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+                   "text_config": text}, f, indent=1)
+    sd = {("model.language_model." + k[len("model."):]): v.detach().contiguous()
+          for k, v in model.state_dict().items() if k.startswith("model.")}
+    save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+
+
+def write_gemma3_gguf(model, path):
+    """The model as llama.cpp's converter writes a Gemma 3 (architecture gemma3, conversion/gemma.py): F32 tensors,
+    every norm weight stored as 1 + w, the window and the global RoPE (freq_base, linear
+    scaling) as metadata, the pattern left to llama.cpp's default of 6."""
+    import gguf
+    cfg = model.config
+    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    w = gguf.GGUFWriter(path, "gemma3")
+    w.add_name("tiny-gemma3")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
+    w.add_rope_freq_base(cfg.rope_parameters["full_attention"]["rope_theta"])
+    w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+    w.add_rope_scaling_factor(cfg.rope_parameters["full_attention"]["factor"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"] + 1)
+    w.add_tensor("output.weight", sd["lm_head.weight"])
+    names = {"input_layernorm.weight": "attn_norm", "self_attn.q_proj.weight": "attn_q",
+             "self_attn.k_proj.weight": "attn_k", "self_attn.v_proj.weight": "attn_v",
+             "self_attn.o_proj.weight": "attn_output", "self_attn.q_norm.weight": "attn_q_norm",
+             "self_attn.k_norm.weight": "attn_k_norm", "post_attention_layernorm.weight": "post_attention_norm",
+             "pre_feedforward_layernorm.weight": "ffn_norm", "post_feedforward_layernorm.weight": "post_ffw_norm",
+             "mlp.gate_proj.weight": "ffn_gate", "mlp.up_proj.weight": "ffn_up", "mlp.down_proj.weight": "ffn_down"}
+    for layer in range(cfg.num_hidden_layers):
+        for hf, gg in names.items():
+            t = sd[f"model.layers.{layer}.{hf}"]
+            w.add_tensor(f"blk.{layer}.{gg}.weight", t + 1 if hf.endswith("norm.weight") else t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def write_qwen3moe_gguf(model, path):
@@ -123,18 +204,25 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(1234)
     torch.set_num_threads(2)
-    for kind in ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen3moe_gguf", "qwen3_swa", "mistral_swa"):
+    for kind in ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen3moe_gguf", "qwen3_swa", "mistral_swa", "gemma3",
+                 "gemma3_27b"):
         model = build(kind)
         d = os.path.join(args.out, kind)
-        model.save_pretrained(d, safe_serialization=True)
+        if kind == "gemma3_27b":
+            save_multimodal(model, d)
+        else:
+            model.save_pretrained(d, safe_serialization=True)
         if kind == "qwen3moe_gguf":
             write_qwen3moe_gguf(model, os.path.join(args.out, "qwen3moe.gguf"))
+        if kind == "gemma3":
+            write_gemma3_gguf(model, os.path.join(args.out, "gemma3.gguf"))
         ids = torch.randint(3, 512, (1, 64), generator=torch.Generator().manual_seed(7))
         tensors = {"prompt_ids": ids}
         with torch.no_grad():
             tensors["prefill_logits"] = model(ids).logits[0].float().contiguous()
             # transformers' QuantizedCache refuses sliding-window layers: their reference is the dynamic cache's.
-            caches = {"dynamic": None} if kind.endswith("_swa") else CACHES
+            sliding = kind.endswith("_swa") or kind.startswith("gemma3")
+            caches = {"dynamic": None} if sliding else CACHES
             for name, cc in caches.items():
                 kw = {} if cc is None else {"cache_implementation": "quantized", "cache_config": dict(cc)}
                 out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new,

@@ -627,6 +627,60 @@ TEST(BadInputs, ConfigJsonKeysOfTheWrongType) {
   }
 }
 
+// Gemma 3 as transformers 5.23 reads it: a published multimodal config.json (Gemma-3-4B's text_config names only what
+// differs from Gemma3TextConfig's defaults), v5's per-layer-type rope_parameters, and the keys refused with a reason.
+TEST(BadInputs, Gemma3ConfigsReadAsTransformersReadsThem) {
+  const std::string w = "dir/config.json";
+  const nlohmann::json text = {{"hidden_size", 2560},
+                               {"intermediate_size", 10240},
+                               {"model_type", "gemma3_text"},
+                               {"num_hidden_layers", 34},
+                               {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}},
+                               {"sliding_window", 1024}};
+  const auto c = model::hfConfigFromJson(nlohmann::json{{"model_type", "gemma3"}, {"text_config", text}}.dump(), w);
+  EXPECT_EQ(c.arch, "gemma3");
+  EXPECT_EQ(c.heads, 8);
+  EXPECT_EQ(c.kvHeads, 4);
+  EXPECT_EQ(c.headDim, 256);
+  EXPECT_EQ(c.vocab, 262208);
+  EXPECT_TRUE(c.tiedEmbeddings);
+  EXPECT_TRUE(c.gemmaBlocks);
+  EXPECT_EQ(c.act, model::FfnAct::GeluTanh);
+  EXPECT_DOUBLE_EQ(c.attnScale, 1.0 / 16);  // query_pre_attn_scalar 256
+  EXPECT_EQ(c.ropeTheta, 1e6);
+  EXPECT_EQ(c.ropeLinear, 8.0);
+  EXPECT_EQ(c.ropeLocalTheta, 10000.0);
+  ASSERT_EQ(c.layerSpecs.size(), 34u);
+  for (std::size_t l = 0; l < 34; ++l) {
+    const bool global = (l + 1) % 6 == 0;
+    EXPECT_EQ(c.layerSpecs[l].window, global ? 0 : 1024) << l;
+    EXPECT_EQ(c.layerSpecs[l].localRope, !global) << l;
+  }
+  nlohmann::json v5 = text;
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 20000.0}}},
+                           {"full_attention", {{"rope_type", "linear"}, {"factor", 4.0}, {"rope_theta", 5e5}}}};
+  v5["query_pre_attn_scalar"] = 168;
+  v5["final_logit_softcapping"] = 30.0;
+  const auto c5 = model::hfConfigFromJson(v5.dump(), w);
+  EXPECT_EQ(c5.ropeLocalTheta, 20000.0);
+  EXPECT_EQ(c5.ropeTheta, 5e5);
+  EXPECT_EQ(c5.ropeLinear, 4.0);
+  EXPECT_DOUBLE_EQ(c5.attnScale, 1.0 / std::sqrt(168.0));
+  EXPECT_EQ(c5.finalSoftcap, 30.0);
+  auto with = [&](const char* key, const nlohmann::json& v) {
+    nlohmann::json j = text;
+    j[key] = v;
+    return configError(j);
+  };
+  EXPECT_MENTIONS(with("attn_logit_softcapping", 50.0), w, "`attn_logit_softcapping`", "not supported");
+  EXPECT_MENTIONS(with("hidden_activation", "relu"), w, "`hidden_activation`", "`relu` is not supported");
+  EXPECT_MENTIONS(with("use_bidirectional_attention", true), w, "`use_bidirectional_attention`");
+  EXPECT_MENTIONS(with("rope_parameters", {{"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}}), w,
+                  "`rope_parameters.sliding_attention.rope_type`", "not supported on sliding layers");
+  EXPECT_MENTIONS(with("layer_types", {"full_attention"}), w, "`layer_types`", "must be a list of 34 layer types");
+}
+
 // ---- tokenizer.json
 // ---------------------------------------------------------------------------------------------------
 

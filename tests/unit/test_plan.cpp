@@ -566,6 +566,14 @@ TEST(PlanLayout, SlidingWindowsAgreeWithTheForward) {
       {R"({"model_type":"qwen3",)" + base + R"(,"use_sliding_window":false,"sliding_window":16})", {0, 0, 0, 0}},
       {R"({"model_type":"qwen3",)" + base + R"(,"use_sliding_window":true,"sliding_window":null})", {0, 0, 0, 0}},
       {R"({"model_type":"qwen3_moe",)" + base + R"(,"use_sliding_window":true,"sliding_window":32})", {32, 32, 32, 32}},
+      // Gemma 3: every sliding_window_pattern-th layer global (default 6, window 4096), or as layer_types says.
+      {R"({"model_type":"gemma3_text",)" + base + "}", {4096, 4096, 4096, 4096}},
+      {R"({"model_type":"gemma3_text",)" + base + R"(,"sliding_window":512,"sliding_window_pattern":2})",
+       {512, 0, 512, 0}},
+      {R"({"model_type":"gemma3","text_config":{)" + base +
+           R"(,"sliding_window":1024,"layer_types":["full_attention","sliding_attention","sliding_attention",)"
+           R"("full_attention"]}})",
+       {0, 1024, 1024, 0}},
   };
   for (const auto& [json, want] : cases) {
     SCOPED_TRACE(json);
