@@ -37,7 +37,8 @@ QStringList qt(const std::vector<std::string>& v) {
 }
 }  // namespace
 
-ConfigExport exportConfig(const cache::CacheConfig& cfg, ExportTarget target, const QString& path) {
+ConfigExport exportConfig(const cache::CacheConfig& cfg, ExportTarget target, const QString& path,
+                          const cache::LayerWindows& windows) {
   ConfigExport out;
   switch (target) {
     case ExportTarget::Transformers: {
@@ -50,7 +51,7 @@ ConfigExport exportConfig(const cache::CacheConfig& cfg, ExportTarget target, co
     case ExportTarget::Vllm:
     case ExportTarget::LlamaCpp: {
       const bool vllm = target == ExportTarget::Vllm;
-      const auto e = vllm ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
+      const auto e = vllm ? cache::toVllmFlags(cfg, windows) : cache::toLlamaCppFlags(cfg, windows);
       out.text = "# " + QString::fromStdString(cache::toSpec(cfg)) + (vllm ? " for vLLM" : " for llama.cpp") + "\n";
       for (const auto& n : e.notes) out.text += "# note: " + QString::fromStdString(n) + "\n";
       if (!e.env.empty()) out.text += "# environment: " + QString::fromStdString(e.env) + "\n";
@@ -96,10 +97,11 @@ bool writeFileAtomically(const QString& path, const QByteArray& text, QString* e
   return false;
 }
 
-ExportResult exportConfigFile(const cache::CacheConfig& cfg, ExportTarget target, const QString& path) {
+ExportResult exportConfigFile(const cache::CacheConfig& cfg, ExportTarget target, const QString& path,
+                              const cache::LayerWindows& windows) {
   ExportResult r;
   try {
-    const ConfigExport e = exportConfig(cfg, target, path);
+    const ConfigExport e = exportConfig(cfg, target, path, windows);
     r.ok = writeFileAtomically(path, e.text.toUtf8(), &r.message);
     if (r.ok) r.message = tr("Exported %1: %2").arg(path, e.use);
     r.notes = e.notes;

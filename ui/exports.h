@@ -23,9 +23,11 @@ struct ConfigExport {
   QString use;        ///< how to use it, one line
 };
 
-/// The export of `cfg` for `target`, written at `path` (named in the "use" line). Throws cache::ConfigError when the
-/// target cannot take the config at all (e.g. `dynamic` for transformers).
-ConfigExport exportConfig(const cache::CacheConfig& cfg, ExportTarget target, const QString& path);
+/// The export of `cfg` for `target`, written at `path` (named in the "use" line); `windows`: the loaded model's
+/// sliding windows per layer, for the engines' rules on those layers (empty: none known). Throws cache::ConfigError
+/// when the target cannot take the config at all (e.g. `dynamic` for transformers).
+ConfigExport exportConfig(const cache::CacheConfig& cfg, ExportTarget target, const QString& path,
+                          const cache::LayerWindows& windows = {});
 /// The save dialog's filter of each target, in the order it offers them.
 QList<QPair<ExportTarget, QString>> exportFilters();
 /// Writes `text` to `path` atomically (QSaveFile); false with `error` set on failure.
@@ -38,7 +40,8 @@ struct ExportResult {
   QStringList notes;  ///< shown in the message bar
 };
 /// The config file for `target` at `path`.
-ExportResult exportConfigFile(const cache::CacheConfig& cfg, ExportTarget target, const QString& path);
+ExportResult exportConfigFile(const cache::CacheConfig& cfg, ExportTarget target, const QString& path,
+                              const cache::LayerWindows& windows = {});
 /// The runs table as CSV at `path`.
 ExportResult exportRunsCsv(const RunsModel& runs, const QString& path);
 /// Each plot as NAME.png and NAME.pdf in `dir`.

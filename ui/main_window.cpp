@@ -439,7 +439,8 @@ bool MainWindow::report(const ExportResult& r) {
 }
 
 bool MainWindow::exportConfigTo(const QString& path, ExportTarget target) {
-  return report(exportConfigFile(configPanel()->config(), target, path));
+  return report(exportConfigFile(configPanel()->config(), target, path,
+                                 cache::LayerWindows(model_.windows.begin(), model_.windows.end())));
 }
 
 bool MainWindow::exportRunsTo(const QString& path) {

@@ -47,6 +47,7 @@ struct ModelInfo {
   QStringList weightTypes;
   /// The layers' kinds: "full attention; dense SwiGLU FFN of 1536", "sliding window 4096 on layers 0-31; MoE: ..."
   QString layerKinds;
+  std::vector<qint64> windows;  ///< each layer's sliding window (0: full attention)
 };
 
 struct RunRequest {

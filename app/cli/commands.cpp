@@ -65,7 +65,7 @@ void writeOutput(const std::string& path, const std::string& text) {
 
 Runner addExport(CLI::App& app) {
   struct Opts {
-    std::string spec, format = "hf", output = "-", scales;
+    std::string spec, format = "hf", output = "-", scales, model;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("export", "Print a cache config for another tool");
@@ -77,6 +77,9 @@ Runner addExport(CLI::App& app) {
                   "on stderr)")
       ->check(CLI::IsMember({"hf", "kvscope", "vllm", "llamacpp", "modelopt"}));
   cmd->add_option("-o,--output", o->output, "write to this file (atomically) instead of stdout");
+  cmd->add_option("--model", o->model,
+                  "the model it is for (GGUF or HF directory; only its layer kinds are read): with --format vllm / "
+                  "llamacpp, the engine's rules for its sliding-window layers");
   cmd->add_option("--scales", o->scales,
                   "with --format vllm and a calibrated fp8 config: write its k/v scales to this safetensors file, "
                   "named as vLLM loads them from a checkpoint");
@@ -108,7 +111,9 @@ Runner addExport(CLI::App& app) {
       std::cerr << "kvscope-cli: use: model.generate(**inputs, cache_implementation=\"quantized\", cache_config="
                 << nlohmann::json::parse(e.json).dump() << ")\n";
     } else if (o->format == "vllm" || o->format == "llamacpp") {
-      const cache::FlagExport e = o->format == "vllm" ? cache::toVllmFlags(cfg) : cache::toLlamaCppFlags(cfg);
+      const cache::LayerWindows windows = o->model.empty() ? cache::LayerWindows{} : layerWindows(o->model);
+      const cache::FlagExport e =
+          o->format == "vllm" ? cache::toVllmFlags(cfg, windows) : cache::toLlamaCppFlags(cfg, windows);
       writeOutput(o->output, e.flags + "\n");
       for (const auto& n : e.notes) std::cerr << "kvscope-cli: note: " << n << "\n";
       if (!e.env.empty()) std::cerr << "kvscope-cli: run it with " << e.env << " in its environment\n";

@@ -68,4 +68,9 @@ struct SweepPrint {
 int printSweep(const nlohmann::json& run, const std::vector<nlohmann::json>& rows, const SweepPrint& how);
 std::string mergedScan(const ShardSet& set);
 
+/// The sliding window of each layer (0: full attention) of the model at `path` (a GGUF or an HF directory), read from
+/// its metadata or config.json alone (the planner's reading: no weights): what the exports' per-layer-kind rules
+/// need (cache::LayerWindows). Throws kvscope::Error naming the problem.
+std::vector<std::int64_t> layerWindows(const std::string& path);
+
 }  // namespace kvscope::cli

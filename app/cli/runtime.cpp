@@ -13,6 +13,7 @@
 #include "cache/kv_cache.h"
 #include "cli/commands.h"
 #include "model/gguf.h"
+#include "plan/layout.h"
 #include "runtime/model_loader.h"
 #include "util/metrics.h"
 
@@ -20,6 +21,13 @@ namespace kvscope::cli {
 
 std::string defaultModelPath() {
   return runtime::defaultModelPath();
+}
+
+cache::LayerWindows layerWindows(const std::string& path) {
+  const plan::ModelLayout m = plan::loadLayout(path);
+  cache::LayerWindows w;
+  for (const plan::LayerSpec& l : m.layers) w.push_back(l.kind == plan::LayerKind::Sliding ? l.window : 0);
+  return w;
 }
 
 runtime::Session openSession(const std::string& path, ModelChoice how) {

@@ -233,6 +233,13 @@ Runner addTune(CLI::App& app) {
       std::optional<generate::EvalFigures> measured;
     };
     std::vector<Result> results;
+    // The model's sliding windows, for the engines' rules on those layers in the exports (unknown when the scan
+    // file's model is no longer there).
+    cache::LayerWindows modelWindows;
+    try {
+      modelWindows = layerWindows(settings.value("model", std::string()));
+    } catch (const std::exception&) {
+    }
     for (TuneTarget t : targets) {
       Result r{t, cache::paretoFront(scan, t), std::nullopt, {}, std::nullopt};
       if (budget) r.pick = cache::solve(r.front, *budget);
@@ -302,7 +309,7 @@ Runner addTune(CLI::App& app) {
                            {"values", a.values}});
         json t = {{"target", std::string(cache::targetName(r.target))}, {"front", front}};
         if (r.pick) {
-          const cache::TargetExport e = cache::exportFor(r.target, r.config);
+          const cache::TargetExport e = cache::exportFor(r.target, r.config, modelWindows);
           t["pick"] = {{"config", cache::toSpec(r.config)},
                        {"stored_bytes", r.pick->storedBytes},
                        {"predicted_kl", num(r.pick->predictedKl)},
@@ -365,7 +372,7 @@ Runner addTune(CLI::App& app) {
         std::cout << "  no assignment meets the budget\n";
         continue;
       }
-      const cache::TargetExport e = cache::exportFor(r.target, r.config);
+      const cache::TargetExport e = cache::exportFor(r.target, r.config, modelWindows);
       std::cout << fmt::format("  pick: {} bytes ({:.2f}x, {} bits/value), predicted mean KL {:.4g}: {}\n",
                                r.pick->storedBytes, ref / static_cast<double>(r.pick->storedBytes),
                                bitsText(r.pick->storedBytes), r.pick->predictedKl, assignmentSummary(scan, *r.pick));

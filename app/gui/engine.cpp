@@ -289,6 +289,7 @@ void Engine::load(const ui::LoadRequest& r) {
     info.contextLength = c.contextLength;
     for (const auto& w : c.weightTypes) info.weightTypes << QString::fromStdString(w);
     info.layerKinds = QString::fromStdString(model::describeAttention(c) + "; " + model::describeFfn(c));
+    for (const model::LayerSpec& s : c.layerSpecs) info.windows.push_back(s.window);
     Q_EMIT modelLoaded(info);
   } catch (...) {
     Q_EMIT failed(r.serial, describeCurrent(QString("loading `%1`").arg(path), d_->session.has_value()));

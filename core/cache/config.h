@@ -228,8 +228,14 @@ struct FlagExport {
   std::string env;    ///< environment the engine must run with, e.g. "LLAMA_ATTN_ROT_DISABLE=1"; empty: none
   std::vector<std::string> notes;  ///< "nearest equivalent" statements
 };
-/// vLLM's --kv-cache-dtype (FP8 only: integer configs map to the nearest FP8 setting, stated as such).
-FlagExport toVllmFlags(const CacheConfig& cfg);
+/// Each layer's sliding window (0: full attention), as the model's layer specs give them: what the engines' rules per
+/// layer kind need. Empty: the model is not known (an export then says nothing of layer kinds).
+using LayerWindows = std::vector<std::int64_t>;
+
+/// vLLM's --kv-cache-dtype (FP8 only: integer configs map to the nearest FP8 setting, stated as such). With the
+/// model's windows: a per-layer config that leaves every sliding-window layer unquantized skips them as vLLM names
+/// them (`--kv-cache-dtype-skip-layers sliding_window`), and what vLLM 0.33 does on those layers is said.
+FlagExport toVllmFlags(const CacheConfig& cfg, const LayerWindows& windows = {});
 /// A calibrated fp8 config's scales as vLLM loads them from a checkpoint: one float32 tensor per layer and side,
 /// `model.layers.N.self_attn.k_scale` / `v_scale` (dequantization scales, amax / 448 for e4m3, as kvscope's), shape []
 /// for granularity=tensor and [num_kv_heads] for granularity=head.
@@ -247,7 +253,9 @@ struct VllmScales {
 /// per-tensor and per-head scales), format=e5m2 (vLLM's checkpoint scales are for its e4m3 cache).
 VllmScales toVllmScales(const CacheConfig& cfg);
 /// llama.cpp's -ctk/-ctv (the `llamacpp` backend: exact, with LLAMA_ATTN_ROT_DISABLE=1 for rot=off; other backends:
-/// the nearest type, stated as such; a quantized cache runs with -fa on).
+/// the nearest type, stated as such; a quantized cache runs with -fa on). With the model's windows: its SWA cache
+/// takes the same types, without --swa-full (the sliding layers keep their window, as kvscope's do).
+FlagExport toLlamaCppFlags(const CacheConfig& cfg, const LayerWindows& windows);
 FlagExport toLlamaCppFlags(const CacheConfig& cfg);
 
 /// NVIDIA Model-Optimizer 0.47.0's checkpoint metadata for a KV cache format (FP8: `fp8`; NVFP4: `vllm` with

@@ -348,7 +348,7 @@ CacheConfig assignmentConfig(const Scan& scan, const Assignment& a) {
   return perLayerConfig(std::move(rules));
 }
 
-TargetExport exportFor(TuneTarget t, const CacheConfig& cfg) {
+TargetExport exportFor(TuneTarget t, const CacheConfig& cfg, const LayerWindows& windows) {
   TargetExport e;
   try {
     switch (t) {
@@ -379,7 +379,7 @@ TargetExport exportFor(TuneTarget t, const CacheConfig& cfg) {
       }
       case TuneTarget::Vllm:
       case TuneTarget::LlamaCpp: {
-        const FlagExport f = t == TuneTarget::Vllm ? toVllmFlags(cfg) : toLlamaCppFlags(cfg);
+        const FlagExport f = t == TuneTarget::Vllm ? toVllmFlags(cfg, windows) : toLlamaCppFlags(cfg, windows);
         e.text = (f.env.empty() ? "" : f.env + " ") + f.flags;
         e.notes = f.notes;
         break;

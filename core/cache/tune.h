@@ -97,7 +97,9 @@ struct TargetExport {
   std::string text;
   std::vector<std::string> notes;
 };
-TargetExport exportFor(TuneTarget target, const CacheConfig& cfg);
+/// `windows`: the model's sliding windows per layer (toVllmFlags / toLlamaCppFlags say what the engines do on those
+/// layers); empty: not known.
+TargetExport exportFor(TuneTarget target, const CacheConfig& cfg, const LayerWindows& windows = {});
 
 /// A scan as kvscope's JSON file (`tune --scan-out`) and back; `settings` is what the scan ran on (model, text,
 /// windows), kept as the file has it. fromJson throws ConfigError naming the problem.

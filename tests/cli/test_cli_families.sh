@@ -23,6 +23,10 @@ check gemma-generate 0 '] 5 prompt + 8 new tokens' \
 check gemma-compare 0 'llamacpp:type_v=q4_0 ' \
   "$cli" compare --model "$gemma" --prompt "The capital of France is" --max-new 8 --cache llamacpp:type_k=q8_0,type_v=q4_0
 check gemma-plan 0 'sliding: 2 KV heads x 64, window 128' "$cli" plan "$gemma"
+check gemma-export-vllm 0 '--kv-cache-dtype fp8_e4m3 --kv-cache-dtype-skip-layers sliding_window' \
+  "$cli" export --format vllm --model "$gemma" --cache 'layers=0-4:dynamic;*:fp8'
+check gemma-export-llamacpp 0 'the sliding-window layers (0-4) with the same -ctk/-ctv' \
+  "$cli" export --format llamacpp --model "$gemma" --cache llamacpp:type_k=q8_0,type_v=q8_0
 check gemma-sliding-hqq 2 'is a sliding-window layer (window 128): `hqq' \
   "$cli" generate --model "$gemma" --prompt hi --cache hqq:nbits=4
 mkdir -p "$tmp/swa" "$tmp/topk" "$tmp/types"

@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "cache/kv_cache.h"
@@ -64,7 +65,7 @@ TEST(LayerConfigs, ClearErrors) {
   // Ranges are checked against the model when the cache is built.
   EXPECT_THROW(KvCache(parseSpec("layers=0-1:fp8"), 4), ConfigError);  // layers 2, 3 have no rule
   try {
-    KvCache(parseSpec("layers=0-9:fp8;*:dynamic"), 4);
+    const KvCache cache(parseSpec("layers=0-9:fp8;*:dynamic"), 4);
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()), "layers 0-9 reach past the model's 4 layers (0-3)");
@@ -109,6 +110,38 @@ TEST(LayerConfigs, ExportsSayWhatDoesNotMap) {
   EXPECT_EQ(ll.flags, "-ctk q8_0 -ctv q4_1 -fa on");
   EXPECT_NE(ll.notes.back().find("not exported: layers 0-1"), std::string::npos);
   EXPECT_EQ(toLlamaCppFlags(parseSpec("layers=*:K=quanto:nbits=4,V=dynamic")).flags, "-ctk q4_1 -ctv f16");
+}
+
+// The engines' rules per layer kind, on a Gemma-3-like pattern (layers 0-4 and 6-7 slide over 512, 5 is global).
+TEST(LayerConfigs, ExportsApplyEachEnginesRuleToSlidingLayers) {
+  const LayerWindows windows{512, 512, 512, 512, 512, 0, 512, 512};
+  auto said = [](const FlagExport& e, const std::string& what) {
+    return std::any_of(e.notes.begin(), e.notes.end(),
+                       [&](const std::string& n) { return n.find(what) != std::string::npos; });
+  };
+  // vLLM: every sliding layer left unquantized is its `sliding_window` skip word (with any other skipped layer).
+  const FlagExport skipped = toVllmFlags(parseSpec("layers=0-4:dynamic;6-7:dynamic;*:fp8"), windows);
+  EXPECT_EQ(skipped.flags, "--kv-cache-dtype fp8_e4m3 --kv-cache-dtype-skip-layers sliding_window");
+  EXPECT_TRUE(said(skipped, "sliding-window layers (0-4,6-7) keep the model's dtype"));
+  EXPECT_EQ(toVllmFlags(parseSpec("layers=0-7:dynamic;*:fp8"), windows).flags,
+            "--kv-cache-dtype fp8_e4m3 --kv-cache-dtype-skip-layers sliding_window 5");
+  // Not every sliding layer skipped: indices, as without the model.
+  EXPECT_EQ(toVllmFlags(parseSpec("layers=0-1:dynamic;*:fp8"), windows).flags,
+            "--kv-cache-dtype fp8_e4m3 --kv-cache-dtype-skip-layers 0 1");
+  // A uniform config quantizes them, in vLLM as in kvscope: said, with the flag that would keep them.
+  const FlagExport uniform = toVllmFlags(parseSpec("fp8"), windows);
+  EXPECT_EQ(uniform.flags, "--kv-cache-dtype fp8_e4m3");
+  EXPECT_TRUE(said(uniform, "quantizes the sliding-window layers (0-4,6-7) too"));
+  EXPECT_FALSE(said(toVllmFlags(parseSpec("fp8")), "sliding"));  // no model: nothing of layer kinds
+  // TurboQuant's prefill ignores the window in vLLM 0.33.
+  EXPECT_TRUE(said(toVllmFlags(parseSpec("vllm:kv=turboquant_4bit_nc"), windows), "without a window"));
+  EXPECT_FALSE(said(toVllmFlags(parseSpec("vllm:kv=turboquant_4bit_nc"), {0, 0, 0}), "without a window"));
+  // llama.cpp: the same -ctk/-ctv on the SWA cache, no --swa-full.
+  const FlagExport ll = toLlamaCppFlags(parseSpec("llamacpp:type_k=q8_0,type_v=q8_0"), windows);
+  EXPECT_EQ(ll.flags, "-ctk q8_0 -ctv q8_0 -fa on");
+  EXPECT_TRUE(said(ll, "sliding-window layers (0-4,6-7) with the same -ctk/-ctv"));
+  EXPECT_TRUE(said(ll, "--swa-full (not exported)"));
+  EXPECT_FALSE(said(toLlamaCppFlags(parseSpec("llamacpp:type_k=q8_0,type_v=q8_0"), {0, 0}), "sliding"));
 }
 
 TEST(LayerConfigs, CacheBuildsEachLayerFromItsRule) {

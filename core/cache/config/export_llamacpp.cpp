@@ -96,9 +96,24 @@ FlagExport flags(LlamaCppType kt, LlamaCppType vt, std::string env, std::vector<
 
 }  // namespace
 
+FlagExport toLlamaCppFlags(const CacheConfig& cfg, const LayerWindows& windows) {
+  FlagExport e = toLlamaCppFlags(cfg);
+  const std::vector<int> sliding = detail::slidingLayers(windows);
+  if (sliding.empty()) return e;
+  // llama.cpp's iSWA cache: the sliding layers in a cache of their own, of the same -ctk/-ctv types (keeping it in f16,
+  // #21277, was reverted by #21332), sized to the window and one batch unless --swa-full sizes it to the context.
+  e.notes.push_back(fmt::format(
+      "llama.cpp stores the sliding-window layers ({}) with the same -ctk/-ctv, in a cache of the window and one "
+      "batch of cells, as kvscope keeps their window; --swa-full (not exported) would size it to the whole context",
+      detail::layerRanges(sliding)));
+  return e;
+}
+
 FlagExport toLlamaCppFlags(const CacheConfig& cfg) {
   validate(cfg);
-  if (cfg.tiered()) return detail::exportOldestTier<FlagExport>(cfg, "llama.cpp", toLlamaCppFlags);
+  if (cfg.tiered())
+    return detail::exportOldestTier<FlagExport>(cfg, "llama.cpp",
+                                                [](const CacheConfig& c) { return toLlamaCppFlags(c); });
   std::vector<std::string> notes;
   const auto addUnique = [&](std::vector<std::string> more) {
     for (auto& n : more)

@@ -1,6 +1,9 @@
-// Export to vLLM: --kv-cache-dtype (and skip-layers for a per-layer config), with what does not carry over.
+// Export to vLLM: --kv-cache-dtype (and skip-layers for a per-layer config, `sliding_window` for the sliding-window
+// layers as vLLM 0.33 names them), with what does not carry over.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "cache/config/detail.h"
 
@@ -8,7 +11,9 @@ namespace kvscope::cache {
 
 namespace {
 
-FlagExport layersToVllm(const CacheConfig& cfg) {
+FlagExport uniformToVllm(const CacheConfig& cfg);
+
+FlagExport layersToVllm(const CacheConfig& cfg, const LayerWindows& windows) {
   const LayerRule* all = detail::wildcardRule(cfg);
   if (!all) throw ConfigError("layers", "vLLM takes one KV cache dtype: add a `*` rule for the layers not named");
   FlagExport e = toVllmFlags(all->keys);
@@ -30,17 +35,68 @@ FlagExport layersToVllm(const CacheConfig& cfg) {
                                             "another type"));
     }
   }
+  // vLLM's Attention skips a layer built with a sliding window when the list names `sliding_window`
+  // (model_executor/layers/attention/attention.py): one word for all of them when every one is skipped.
+  const std::vector<int> sliding = detail::slidingLayers(windows);
+  const bool allSlidingSkipped = !sliding.empty() && std::all_of(sliding.begin(), sliding.end(), [&](int l) {
+    return std::find(skip.begin(), skip.end(), std::to_string(l)) != skip.end();
+  });
+  if (allSlidingSkipped) {
+    std::vector<std::string> rest{"sliding_window"};
+    for (const auto& l : skip)
+      if (windows[static_cast<std::size_t>(std::stoi(l))] == 0) rest.push_back(l);
+    skip = std::move(rest);
+  }
   if (!skip.empty() && all->keys.backend != Backend::Dynamic)
     e.flags += fmt::format(" --kv-cache-dtype-skip-layers {}", fmt::join(skip, " "));
   return e;
 }
 
+// What vLLM 0.33 does on a model's sliding-window layers with this (uniform or `*` rule) config.
+void slidingNotes(const CacheConfig& cfg, const LayerWindows& windows, const std::string& flags,
+                  std::vector<std::string>& notes) {
+  const std::vector<int> sliding = detail::slidingLayers(windows);
+  if (sliding.empty() || cfg.backend == Backend::Dynamic) return;
+  const std::string layers = detail::layerRanges(sliding);
+  if (flags.find("sliding_window") != std::string::npos) {
+    notes.push_back(
+        fmt::format("the sliding-window layers ({}) keep the model's dtype: vLLM skips every layer "
+                    "built with a sliding window",
+                    layers));
+    return;
+  }
+  notes.push_back(
+      fmt::format("vLLM quantizes the sliding-window layers ({}) too, as this config does; "
+                  "`--kv-cache-dtype-skip-layers sliding_window` keeps them in the model's dtype "
+                  "(kvscope: a `layers=` rule giving them `dynamic`)",
+                  layers));
+  if (cfg.backend == Backend::Vllm && vllmTurboQuant(cfg.vllmKv))
+    notes.push_back(
+        "vLLM 0.33's TurboQuant prefill calls flash_attn_varlen_func without a window: on the sliding-window layers "
+        "a prompt longer than the window attends over all of it (decode keeps the window); kvscope keeps the "
+        "window in both");
+}
+
 }  // namespace
 
-FlagExport toVllmFlags(const CacheConfig& cfg) {
+FlagExport toVllmFlags(const CacheConfig& cfg, const LayerWindows& windows) {
   validate(cfg);
-  if (cfg.mixed()) return layersToVllm(cfg);
-  if (cfg.tiered()) return detail::exportOldestTier<FlagExport>(cfg, "vLLM 0.33", toVllmFlags);
+  if (cfg.mixed()) {
+    FlagExport e = layersToVllm(cfg, windows);
+    if (const LayerRule* all = detail::wildcardRule(cfg)) slidingNotes(all->keys, windows, e.flags, e.notes);
+    return e;
+  }
+  if (cfg.tiered())
+    return detail::exportOldestTier<FlagExport>(cfg, "vLLM 0.33",
+                                                [&](const CacheConfig& c) { return toVllmFlags(c, windows); });
+  FlagExport e = uniformToVllm(cfg);
+  slidingNotes(cfg, windows, e.flags, e.notes);
+  return e;
+}
+
+namespace {
+
+FlagExport uniformToVllm(const CacheConfig& cfg) {
   FlagExport e;
   switch (cfg.backend) {
     case Backend::Dynamic:
@@ -136,6 +192,8 @@ FlagExport toVllmFlags(const CacheConfig& cfg) {
         "`--scales FILE.safetensors` writes them in that form (merge step: docs/cache-configs.md)");
   return e;
 }
+
+}  // namespace
 
 VllmScales toVllmScales(const CacheConfig& cfg) {
   validate(cfg);

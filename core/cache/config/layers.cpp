@@ -36,7 +36,7 @@ LayerRule parseRange(const std::string& text, const std::string& spec) {
 }
 
 // The config a single-backend view shows for a per-layer config: the first quantizing side, the `*` rule's first.
-CacheConfig mirrorOf(const std::vector<LayerRule>& rules) {
+CacheConfig mirrorOf(std::vector<LayerRule> rules) {
   std::vector<const LayerRule*> order;
   for (const auto& r : rules)
     if (r.wildcard()) order.push_back(&r);
@@ -53,7 +53,7 @@ CacheConfig mirrorOf(const std::vector<LayerRule>& rules) {
       break;
     }
   }
-  m.layers = rules;
+  m.layers = std::move(rules);
   return m;
 }
 
@@ -178,6 +178,25 @@ std::string ruleWhat(const LayerRule& r) {
   return r.wildcard() ? std::string("the `*` rule") : fmt::format("layers {}", rangeText(r));
 }
 
+std::string layerRanges(const std::vector<int>& ls) {
+  std::string out;
+  for (std::size_t i = 0; i < ls.size();) {
+    std::size_t j = i;
+    while (j + 1 < ls.size() && ls[j + 1] == ls[j] + 1) ++j;
+    out += fmt::format("{}{}", out.empty() ? "" : ",", ls[i]);
+    if (j > i) out += fmt::format("-{}", ls[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<int> slidingLayers(const LayerWindows& windows) {
+  std::vector<int> out;
+  for (std::size_t l = 0; l < windows.size(); ++l)
+    if (windows[l] > 0) out.push_back(static_cast<int>(l));
+  return out;
+}
+
 std::string notExported(const LayerRule& r, std::string_view why) {
   return fmt::format("not exported: {} use keys `{}` and values `{}`; {}", ruleWhat(r), toSpec(r.keys),
                      toSpec(r.values), why);
@@ -221,7 +240,7 @@ std::string layersToSpec(const CacheConfig& cfg) {
 
 CacheConfig perLayerConfig(std::vector<LayerRule> rules) {
   if (rules.empty()) throw ConfigError("layers", "a per-layer config needs at least one rule");
-  CacheConfig cfg = detail::mirrorOf(rules);
+  CacheConfig cfg = detail::mirrorOf(std::move(rules));
   validate(cfg);
   return cfg;
 }
