@@ -4,7 +4,8 @@
 # sdist of llama-cpp-python==0.3.36 (PyPI is the only network these machines reach), unpacked and built under
 # ${KVSCOPE_CACHE:-~/.cache/kvscope}/llama.cpp/. Idempotent: a second run finds the binaries and only prints the path.
 #
-# Targets: llama-bench, llama-perplexity, llama-completion. (In this llama.cpp version llama-cli is part of the
+# Targets: llama-bench, llama-perplexity, llama-completion, llama-tokenize (the tokenizer parity test's reference
+# for GGUF SentencePiece vocabularies). (In this llama.cpp version llama-cli is part of the
 # server tree and needs the web UI fetched from Hugging Face at build time; llama-completion is the classic CLI.)
 # GGML_NATIVE=OFF with explicit x86-64 flags (AVX-512 where the CPU has it): the native build dies with SIGILL on
 # these VMs.
@@ -22,7 +23,7 @@ BIN=$BUILD/bin
 JOBS=${KVSCOPE_JOBS:-2}
 PY=${KVSCOPE_PYTHON:-$CACHE/venv/bin/python}
 [[ -x $PY ]] || PY=python3
-TARGETS=(llama-bench llama-perplexity llama-completion)
+TARGETS=(llama-bench llama-perplexity llama-completion llama-tokenize)
 
 built() { for t in "${TARGETS[@]}"; do [[ -x $BIN/$t ]] || return 1; done; }
 

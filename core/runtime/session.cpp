@@ -30,7 +30,8 @@ Session Session::open(const LoadOptions& o, const model::ProgressFn& progress) {
   s.tokenizer_ = std::move(loaded.tokenizer);
   s.model_->setActivations(resolveActivations(o.activations, *s.model_));
   s.stopIds_ = {s.tokenizer_->eosId()};
-  if (const auto e = s.tokenizer_->tokenId("<|im_end|>"); e && *e != s.tokenizer_->eosId()) s.stopIds_.push_back(*e);
+  for (const char* end : {"<|im_end|>", "<end_of_turn>"})
+    if (const auto e = s.tokenizer_->tokenId(end); e && *e != s.tokenizer_->eosId()) s.stopIds_.push_back(*e);
   return s;
 }
 
@@ -55,7 +56,11 @@ nlohmann::json Session::runAs() const {
 }
 
 std::vector<std::int64_t> Session::encodePrompt(const std::string& text, bool chat) const {
-  const std::string t = chat ? tokenizer::applyChatML({{"user", text}}, true) : text;
+  // Gemma's turns where its vocabulary has them (Gemma 3), ChatML otherwise (SmolLM2, Qwen).
+  const bool gemma = tokenizer_->tokenId("<start_of_turn>").has_value();
+  const std::string t = !chat   ? text
+                        : gemma ? tokenizer::applyGemmaChat({{"user", text}}, true)
+                                : tokenizer::applyChatML({{"user", text}}, true);
   const auto ids = tokenizer_->encode(t, /*addSpecial=*/true, /*parseSpecial=*/chat);
   if (ids.empty()) throw Error(ErrorCode::BadInput, "the prompt encodes to no tokens");
   return {ids.begin(), ids.end()};

@@ -57,7 +57,7 @@ class Session {
   std::vector<std::int64_t> encodeText(const std::string& text, const std::string& what) const;
   /// BadInput when `promptTokens` + `maxNew` exceed the model's context.
   void checkContext(std::size_t promptTokens, int maxNew) const;
-  /// EOS, and <|im_end|> where the vocabulary has it: where a chat answer ends.
+  /// EOS, and <|im_end|> / <end_of_turn> where the vocabulary has them: where a chat answer ends.
   const std::vector<std::int64_t>& stopIds() const { return stopIds_; }
 
   /// Perplexity of `ids` fed through a fresh cache of `cfg` in chunks of `chunk` tokens, so that the quantized

@@ -132,4 +132,27 @@ std::string applyChatML(const std::vector<std::pair<std::string, std::string>>& 
   return out;
 }
 
+std::string applyGemmaChat(const std::vector<std::pair<std::string, std::string>>& messages, bool addGenerationPrompt) {
+  const auto trim = [](std::string_view s) {
+    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+    while (!s.empty() && space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && space(s.back())) s.remove_suffix(1);
+    return std::string(s);
+  };
+  std::string out, prefix;
+  std::size_t first = 0;
+  if (!messages.empty() && messages.front().first == "system") {
+    prefix = messages.front().second + "\n\n";  // as the template writes it: not trimmed
+    first = 1;
+  }
+  for (std::size_t k = first; k < messages.size(); ++k) {
+    const auto& [role, content] = messages[k];
+    out += "<start_of_turn>" + (role == "assistant" ? std::string("model") : role) + "\n";
+    if (k == first) out += prefix;
+    out += trim(content) + "<end_of_turn>\n";
+  }
+  if (addGenerationPrompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
 }  // namespace kvscope::tokenizer

@@ -1,8 +1,11 @@
 // Tokenizer: vocabulary checks, added-token matching, BPE, decoding (both modes). fromParts and ChatML: parts.cpp.
 #include "tokenizer/tokenizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <queue>
@@ -72,6 +75,7 @@ struct Tokenizer::Impl {
   std::optional<MetaspaceSpec> metaspace;
   std::vector<DecoderStep> decoder;
   bool byteFallback = false;
+  std::vector<float> scores;                           // llama.cpp's SPM merges by score (empty: merges by rank)
   std::unordered_map<char32_t, std::int32_t> charIds;  // one-character model tokens
   std::array<std::int32_t, 256> fallbackIds{};         // <0xNN> model tokens, -1 when missing
   std::vector<std::string> decodeText;                 // id -> the string the decoder chain sees ("" = none)
@@ -91,6 +95,7 @@ struct Tokenizer::Impl {
              std::optional<detail::MatchScratch>& scratch) const;
   void bpe(std::string_view piece, std::vector<std::int32_t>& out) const;
   std::vector<std::int32_t> bpeCompute(std::string_view piece) const;
+  std::vector<std::int32_t> spmCompute(std::string_view piece) const;
   void checkId(std::int32_t id, const char* what) const {
     if (id < -1 || id >= static_cast<std::int32_t>(tokens.size()))
       throw TokenizerError(source + ": " + what + " id " + std::to_string(id) + " is outside the vocabulary of " +
@@ -132,8 +137,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_shared<Impl>(spec.pre
                           : ic == m.vocab.end() ? "the merged token"
                                                 : nullptr;
     if (missing != nullptr)
-      throw TokenizerError(m.source + ": merge " + std::to_string(r) + " (" + quoted(a + " " + b) + "): " + missing +
-                           " is not in the vocabulary");
+      throw TokenizerError(fmt::format("{}: merge {} ({}): {} is not in the vocabulary", m.source, r,
+                                       quoted(fmt::format("{} {}", a, b)), missing));
     m.ranks[pairKey(ia->second, ib->second)] = {static_cast<std::int32_t>(r), ic->second};
   }
   for (int b = 0; b < 256; ++b) {
@@ -157,6 +162,10 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : impl_(std::make_shared<Impl>(spec.pre
     m.metaspace = std::move(spec.metaspace);
     m.decoder = std::move(spec.decoder);
     m.byteFallback = spec.byteFallback;
+    if (!spec.scores.empty() && spec.scores.size() != static_cast<std::size_t>(n))
+      throw TokenizerError(m.source + ": " + std::to_string(spec.scores.size()) + " scores for " + std::to_string(n) +
+                           " tokens");
+    m.scores = std::move(spec.scores);
     m.fallbackIds.fill(-1);
     for (int b = 0; b < 256; ++b) {
       const auto it = m.vocab.find(detail::byteFallbackToken(static_cast<std::uint8_t>(b)));
@@ -278,7 +287,83 @@ void Tokenizer::Impl::matchAdded(std::string_view text, int pass, bool parseSpec
   if (done < text.size()) out.push_back({text.substr(done), -1});
 }
 
+// llama.cpp's llm_tokenizer_spm_session::tokenize, step for step: symbols are the piece's UTF-8 characters; a bigram
+// enters the queue when its text is a token (any token, as llama.cpp's text_to_token), with that token's score; the
+// best (highest score, then leftmost) merges unless a neighbour merged first; then each symbol is resegmented: its
+// token, else the two symbols its text was last merged from, else its bytes as <0xNN> tokens.
+std::vector<std::int32_t> Tokenizer::Impl::spmCompute(std::string_view piece) const {
+  struct Symbol {
+    std::int32_t prev, next;
+    std::size_t at, n;
+  };
+  std::vector<Symbol> sym;
+  for (std::size_t i = 0; i < piece.size();) {
+    const auto lead = static_cast<std::uint8_t>(piece[i]);
+    // llama.cpp's unicode_len_utf8: the length the lead byte announces (1 for a continuation byte), cut at the end.
+    const std::size_t len = lead < 0x80 ? 1 : lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+    const std::size_t n = std::min(len, piece.size() - i);
+    const auto k = static_cast<std::int32_t>(sym.size());
+    i += n;
+    sym.push_back({k - 1, i == piece.size() ? -1 : k + 1, i - n, n});
+  }
+  struct Bigram {
+    std::int32_t left, right;
+    float score;
+    std::size_t size;
+  };
+  const auto worse = [](const Bigram& a, const Bigram& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
+  std::priority_queue<Bigram, std::vector<Bigram>, decltype(worse)> queue(worse);
+  std::unordered_map<std::string, std::pair<std::int32_t, std::int32_t>> revMerge;
+  const auto text = [&](const Symbol& s) { return piece.substr(s.at, s.n); };
+  const auto tryAdd = [&](std::int32_t left, std::int32_t right) {
+    if (left == -1 || right == -1) return;
+    const std::string t(piece.substr(sym[left].at, sym[left].n + sym[right].n));
+    const auto it = vocab.find(t);
+    if (it == vocab.end()) return;
+    queue.push({left, right, scores[static_cast<std::size_t>(it->second)], t.size()});
+    revMerge[t] = {left, right};
+  };
+  for (std::int32_t i = 1; i < static_cast<std::int32_t>(sym.size()); ++i) tryAdd(i - 1, i);
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Symbol& l = sym[b.left];
+    Symbol& r = sym[b.right];
+    if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = b.left;
+    tryAdd(l.prev, b.left);
+    tryAdd(b.left, l.next);
+  }
+  std::vector<std::int32_t> out;
+  const std::function<void(const Symbol&)> resegment = [&](const Symbol& s) {
+    const std::string t(text(s));
+    if (const auto it = vocab.find(t); it != vocab.end()) {
+      out.push_back(it->second);
+      return;
+    }
+    if (const auto m = revMerge.find(t); m != revMerge.end() &&
+                                         sym[m->second.first].n + sym[m->second.second].n == t.size() &&
+                                         sym[m->second.first].n > 0 && sym[m->second.second].n > 0) {
+      resegment(sym[m->second.first]);
+      resegment(sym[m->second.second]);
+      return;
+    }
+    for (const char c : t) {
+      const std::int32_t id = fallbackIds[static_cast<std::uint8_t>(c)];
+      if (id >= 0) out.push_back(id);  // llama.cpp's byte_to_token fails on a vocabulary without the byte
+    }
+  };
+  for (std::int32_t i = sym.empty() ? -1 : 0; i != -1; i = sym[i].next) resegment(sym[i]);
+  return out;
+}
+
 std::vector<std::int32_t> Tokenizer::Impl::bpeCompute(std::string_view piece) const {
+  if (!scores.empty()) return spmCompute(piece);
   std::vector<std::int32_t> result;
   const bool sp = mode == Mode::SentencePiece;
   if (ignoreMerges) {

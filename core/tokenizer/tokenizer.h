@@ -131,6 +131,11 @@ struct TokenizerSpec {
   std::optional<MetaspaceSpec> metaspace;  ///< the pre-tokenizer; none: each piece of text is one BPE word
   std::vector<DecoderStep> decoder;        ///< empty: tokens joined with ' ' (tokenizers without a decoder)
   bool byteFallback = false;               ///< a character without a token becomes its <0xNN> tokens (all must exist)
+  /// SentencePiece scores, one per token (a GGUF's tokenizer.ggml.scores): given, a word is tokenized as llama.cpp's
+  /// SPM tokenizer does (llm_tokenizer_spm): from its characters, repeatedly the adjacent pair whose concatenation is
+  /// a token of the highest score (the leftmost among equal ones) merges; each final piece is its token, else the
+  /// pieces it was merged from, else its <0xNN> bytes. `merges` are then unused.
+  std::vector<float> scores;
 };
 
 class Tokenizer {
@@ -216,5 +221,11 @@ inline constexpr std::string_view kSmolLM2DefaultSystem =
 /// defaultSystem is empty or there are no messages), and "<|im_start|>assistant\n" when addGenerationPrompt.
 std::string applyChatML(const std::vector<std::pair<std::string, std::string>>& messages, bool addGenerationPrompt,
                         std::string_view defaultSystem = kSmolLM2DefaultSystem);
+
+/// Gemma's turns as its chat template renders them (Gemma 3's chat_template, without the BOS the tokenizer adds):
+/// "<start_of_turn>{role}\n{content, trimmed}<end_of_turn>\n" per message, "assistant" spelled "model", a leading
+/// system message folded into the first user turn ("{system}\n\n{content, trimmed}"), and "<start_of_turn>model\n" when
+/// addGenerationPrompt.
+std::string applyGemmaChat(const std::vector<std::pair<std::string, std::string>>& messages, bool addGenerationPrompt);
 
 }  // namespace kvscope::tokenizer

@@ -1,6 +1,7 @@
 // fromTokenizerJson: Hugging Face tokenizer.json (+ tokenizer_config.json beside it) -> TokenizerSpec. Only what
 // byte-level BPE and SentencePiece-style BPE (Llama 2, Mistral) need is accepted; anything that would change ids or
 // text in a way kvscope does not reproduce is an error.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -109,7 +110,7 @@ Preset readPreTokenizer(const Reader& r, const json& pt) {
 
 // A one-character string field (Metaspace replacement, Strip content).
 std::string oneChar(const Reader& r, const json& obj, const char* name, const std::string& key) {
-  const std::string s = r.str(obj.value(name, json()), key + "." + name);
+  std::string s = r.str(obj.value(name, json()), key + "." + name);
   char32_t cp = 0;
   int bad = 0;
   if (s.empty() || detail::decodeUtf8(s, 0, cp, bad) != static_cast<int>(s.size()))
@@ -204,12 +205,24 @@ void readDecoder(const Reader& r, const json& d, const std::string& key, std::ve
   out.push_back(std::move(st));
 }
 
-// SentencePiece mode: pre_tokenizer null or Metaspace, normalizer, decoder.
+// SentencePiece mode: pre_tokenizer null, Metaspace, or a Split on a string the normalizer replaces everywhere
+// (Gemma's: Replace " " -> "▁", then Split on " ", which finds nothing left to split); normalizer, decoder.
 void readSentencePiece(const Reader& r, const json& j, TokenizerSpec& spec) {
   spec.mode = Mode::SentencePiece;
   const json pt = j.value("pre_tokenizer", json());
-  if (!pt.is_null()) spec.metaspace = readMetaspace(r, pt, "pre_tokenizer");
+  const bool split = !pt.is_null() && typeOf(pt) == "Split";
+  if (!pt.is_null() && !split) spec.metaspace = readMetaspace(r, pt, "pre_tokenizer");
   readNormalizer(r, j.value("normalizer", json()), "normalizer", spec.normalizer);
+  if (split) {
+    if (r.flag(pt, "invert", "pre_tokenizer")) r.fail("pre_tokenizer.invert", "true is not supported");
+    const std::string on = stringPattern(r, pt, "pre_tokenizer");
+    const bool removed = !on.empty() && std::any_of(spec.normalizer.begin(), spec.normalizer.end(), [&](const auto& n) {
+      return n.kind == NormalizerStep::Kind::Replace && n.pattern == on && n.content.find(on) == std::string::npos;
+    });
+    if (!removed)
+      r.fail("pre_tokenizer", "a Split on '" + on + "' is supported only after a normalizer that replaces every '" +
+                                  on + "' (Gemma's layout); here it would split");
+  }
   if (!spec.normalizer.empty() && spec.metaspace)
     r.fail("normalizer", "a normalizer together with a Metaspace pre-tokenizer is not supported");
   const json decoder = j.value("decoder", json());
@@ -296,7 +309,10 @@ Tokenizer fromTokenizerJsonText(std::string_view text, const std::string& path,
       r.fail(std::string("model.") + k, "must be empty");
   // SentencePiece-style (Llama 2, Mistral): no pre-tokenizer, or Metaspace. Everything else is byte-level.
   const json pre = j.value("pre_tokenizer", json());
-  const bool sentencePiece = pre.is_null() || typeOf(pre) == "Metaspace";
+  // Gemma's Split on a string pattern rides on a SentencePiece-style normalizer (readSentencePiece checks it).
+  const bool stringSplit = !pre.is_null() && typeOf(pre) == "Split" && pre.contains("pattern") &&
+                           pre["pattern"].is_object() && pre["pattern"].contains("String");
+  const bool sentencePiece = pre.is_null() || typeOf(pre) == "Metaspace" || stringSplit;
   spec.byteFallback = r.flag(m, "byte_fallback", "model");
   if (spec.byteFallback && !sentencePiece)
     r.fail("model.byte_fallback", "true is not supported with a byte-level pre-tokenizer ('" + typeOf(pre) + "')");

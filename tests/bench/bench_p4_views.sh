@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # P4 on the user's path: how much of the KV memory a cache saves shows up in the process's peak memory, through
 # `generate` (the CLI's default path: the views' statistics on, as in the GUI) and through `bench --no-baseline` (no
-# views), on the same prompt: the first BYTES bytes of the shipped evaluation text (about 7,900 tokens by default).
+# views), on the same prompt: the first BYTES bytes of the shipped evaluation text (about 7,900 tokens by default;
+# repeated where BYTES asks for more than its 38,829 bytes).
 #   P4 = (peak RSS of dynamic - peak RSS of the cache) / (KV stored by dynamic - KV stored by the cache)
 # 1.0: every byte the cache saves is a byte the process does not use; below, something else (views, working buffers)
 # takes part of it back. One process per run, so that no run inherits another's allocations.
@@ -17,7 +18,11 @@ cli=$build/app/kvscope-cli
 model=${KVSCOPE_MODEL:-$HOME/.cache/kvscope/model/SmolLM2-135M-Instruct.Q4_1.gguf}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-head -c "$bytes" "$REPO/resources/eval/coriolanus.txt" > "$work/prompt.txt"
+# The text over and over where BYTES asks for more than it holds (a long-context run), cut at BYTES.
+while [[ $(stat -c %s "$work/prompt.txt" 2>/dev/null || echo 0) -lt $bytes ]]; do
+  cat "$REPO/resources/eval/coriolanus.txt" >> "$work/prompt.txt"
+done
+truncate -s "$bytes" "$work/prompt.txt"
 
 # generate: peak RSS (KiB, /usr/bin/time) and the summary's KV stored bytes and prompt tokens.
 run_generate() {

@@ -2,7 +2,7 @@
 """Writes Llama-family GGUF models with random weights, for speed benchmarks (tests/bench/bench_vs_llamacpp.sh).
 
     make_bench_models.py [--out DIR] [--size 1b|3b|llama3-8b|qwen2.5-7b|mistral-7b|qwen3-30b-a3b|qwen3moe-tiny|
-                          gemma3-4b|gemma3-tiny ...]
+                          gemma3-1b|gemma3-4b|gemma3-tiny ...]
                          [--type Q4_0|Q4_K|Q8_0 ...] [--layers N] [--seed N]
 
 Shapes: 1b = TinyLlama-1.1B (hidden 2048, 22 layers, 32 heads, 4 KV heads, head dim 64, FFN 5632),
@@ -23,6 +23,7 @@ Their routers (ffn_gate_inp, F32) are Gaussian with std 0.02 like the matrices, 
 Gemma 3 shapes (GGUF architecture gemma3 as llama.cpp's converter writes it: q/k norms, post-attention and post-FFN
 norms, GELU FFN, tied output, sliding_window with llama.cpp's default pattern of 6 (five sliding layers, then a global
 one), rope base 1000000 on the global layers and llama.cpp's 10000 on the sliding ones, RMS eps 1e-6):
+gemma3-1b = Gemma-3-1B's layers (hidden 1152, 26 layers, 4 heads, 1 KV head, head dim 256, FFN 6912, window 512),
 gemma3-4b = Gemma-3-4B's text layers (hidden 2560, 34 layers, 8 heads, 4 KV heads, head dim 256, FFN 10240, window
 1024, linear RoPE scaling 8), and gemma3-tiny (hidden 256, 6 layers, 4 heads, 2 KV heads, head dim 64, FFN 512,
 window 128; Q8_0 only) for the CLI tests.
@@ -60,10 +61,12 @@ SIZES = {  # hidden, layers, heads, kv heads, head dim, ffn
     "mistral-7b": (4096, 32, 32, 8, 128, 14336),
     "qwen3-30b-a3b": (2048, 48, 32, 4, 128, 6144),
     "qwen3moe-tiny": (256, 4, 4, 2, 64, 512),
+    "gemma3-1b": (1152, 26, 4, 1, 256, 6912),
     "gemma3-4b": (2560, 34, 8, 4, 256, 10240),
     "gemma3-tiny": (256, 6, 4, 2, 64, 512),
 }
 GEMMA = {  # sliding window, linear RoPE scaling of the global layers (None: none)
+    "gemma3-1b": (512, None),
     "gemma3-4b": (1024, 8.0),
     "gemma3-tiny": (128, None),
 }
@@ -77,11 +80,12 @@ ARCH = {  # GGUF architecture, rope base, RMS norm eps, q/k/v biases; sizes not 
     "mistral-7b": ("llama", 1000000.0, 1e-5, False),
     "qwen3-30b-a3b": ("qwen3moe", 1000000.0, 1e-6, False),
     "qwen3moe-tiny": ("qwen3moe", 1000000.0, 1e-6, False),
+    "gemma3-1b": ("gemma3", 1000000.0, 1e-6, False),
     "gemma3-4b": ("gemma3", 1000000.0, 1e-6, False),
     "gemma3-tiny": ("gemma3", 1000000.0, 1e-6, False),
 }
 SHAPE_OF = {"llama3-8b": "Llama-3-8B", "qwen2.5-7b": "Qwen2.5-7B", "mistral-7b": "Mistral-7B",
-            "qwen3-30b-a3b": "Qwen3-30B-A3B", "qwen3moe-tiny": "a tiny Qwen3-MoE", "gemma3-4b": "Gemma-3-4B",
+            "qwen3-30b-a3b": "Qwen3-30B-A3B", "qwen3moe-tiny": "a tiny Qwen3-MoE", "gemma3-1b": "Gemma-3-1B", "gemma3-4b": "Gemma-3-4B",
             "gemma3-tiny": "a tiny Gemma 3"}
 BIAS_STD = 0.1
 K_SPIKES = 4, (250.0, 350.0)  # channels per spiked layer (the first and the last), magnitude range

@@ -347,6 +347,11 @@ def sp_file(pieces, merges, layout, byte_range=range(256), byte_fallback=True, s
                                                          {"type": "Replace", "pattern": {"String": " "},
                                                           "content": SP}]}
         pre, decoder = None, strip_decoder
+    elif layout == "gemma":  # Gemma's (transformers' GemmaTokenizer): spaces replaced, a Split with nothing to split
+        normalizer = {"type": "Replace", "pattern": {"String": " "}, "content": SP}
+        pre = {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False}
+        decoder = {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": SP}, "content": " "},
+                                                    {"type": "ByteFallback"}, {"type": "Fuse"}]}
     elif layout == "first":
         normalizer, decoder = None, strip_decoder
         pre = {"type": "Metaspace", "replacement": SP, "prepend_scheme": "first", "split": False}
@@ -379,6 +384,7 @@ def sentencepiece(out, corpus, cases):
         "sp_metaspace": sp_file(pieces, merges, "always"),
         "sp_unk": sp_file(pieces, merges, "legacy", byte_fallback=False, string_merges=True),
         "sp_partial": sp_file(pieces, merges, "first", byte_range=range(128)),
+        "sp_gemma": sp_file(pieces, merges, "gemma"),
     }
     for name, data in variants.items():
         directory = os.path.join(out, name)
@@ -399,6 +405,70 @@ def sentencepiece(out, corpus, cases):
     cases["sp_layouts_differ"] = sum(a != b for a, b in zip(r["sp_llama2"]["ids"], r["sp_mistral"]["ids"]))
 
 
+def spm_gguf(out, corpus, cases, llama_tokenize):
+    """A SentencePiece vocabulary as llama.cpp reads one from a GGUF (tokenizer.ggml.model "llama": Llama 2, Mistral,
+    Gemma): the trained pieces with scores falling in merge order, byte tokens, <unk>/<s>/</s>, control tokens and
+    user-defined ones (Gemma's whitespace runs among them); its reference is llama.cpp's own tokenizer
+    (llama-tokenize, vocab only) on every corpus line: with BOS and special tokens parsed, without BOS, and with
+    special tokens left as text."""
+    import subprocess
+    import gguf
+    pieces, _ = sp_train(corpus)
+    tokens, scores, types = ["<unk>", "<s>", "</s>"], [0.0, 0.0, 0.0], [2, 3, 3]
+    for b in range(256):
+        tokens.append(f"<0x{b:02X}>")
+        scores.append(0.0)
+        types.append(6)
+    for i, t in enumerate(pieces):
+        if t not in tokens:
+            tokens.append(t)
+            scores.append(-float(i))
+            types.append(1)
+    for t, kind in (("<start_of_turn>", 3), ("<end_of_turn>", 3), ("<think>", 4), ("  ", 4), ("\t\t", 4)):
+        tokens.append(t)
+        scores.append(0.0)
+        types.append(kind)
+    path = os.path.join(out, "spm_llama.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("spm-vocab")
+    for key, value in (("context_length", 512), ("embedding_length", 64), ("block_count", 1),
+                       ("feed_forward_length", 128), ("attention.head_count", 2)):
+        w.add_uint32(f"llama.{key}", value)
+    w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_space_prefix(True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if not (llama_tokenize and os.access(llama_tokenize, os.X_OK)):
+        cases["spm_missing"] = f"no llama-tokenize at {llama_tokenize!r}: the GGUF SentencePiece reference was not recorded"
+        print(cases["spm_missing"], file=sys.stderr)
+        return
+
+    def ids(text, *flags):
+        r = subprocess.run([llama_tokenize, "-m", path, "--stdin", "--ids", "--no-escape", "--log-disable", *flags],
+                           input=text.encode("utf-8"), capture_output=True, check=True)
+        return json.loads(r.stdout.decode().strip().splitlines()[-1])
+
+    # The corpus, and lines with this vocabulary's control and user-defined tokens (Gemma's turns, whitespace runs).
+    lines = corpus + ["<start_of_turn>user\nHello there<end_of_turn>\n<start_of_turn>model\n",
+                      "<s> the model</s><unk>  cache  ", "x<start_of_turn><end_of_turn>y", "\t\tquantized<think>"]
+    ref = {"gguf": "spm_llama.gguf", "lines": lines, "ids": [], "ids_no_special": [], "ids_plain": []}
+    for text in lines:
+        ref["ids"].append(ids(text))
+        ref["ids_no_special"].append(ids(text, "--no-bos"))
+        ref["ids_plain"].append(ids(text, "--no-bos", "--no-parse-special"))
+    cases["spm_gguf"] = ref
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -416,6 +486,7 @@ def main():
 
     trained(args.out, corpus, cases)
     sentencepiece(args.out, corpus, cases)
+    spm_gguf(args.out, corpus, cases, os.environ.get("KVSCOPE_LLAMA_TOKENIZE", ""))
     model = os.environ.get("KVSCOPE_MODEL", "")
     if model and os.path.isfile(model):
         smollm2(model, args.out, corpus, cases)

@@ -5,6 +5,7 @@
 // SentencePiece-style BPE alike.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -134,13 +135,53 @@ TEST(TokenizerParity, SentencePieceLayoutsViaTokenizerJson) {
                 ref["unk_lines"].get<int>());
     ++n;
   }
-  EXPECT_EQ(n, 5);
+  EXPECT_EQ(n, 6);
   // The corpus does exercise what differs: byte fallback, <unk>, and the two layouts' prefix rules.
   const json& r = cases()["references"];
   EXPECT_GT(r["sp_llama2"]["byte_fallback_lines"].get<int>(), 50);
   EXPECT_GT(r["sp_unk"]["unk_lines"].get<int>(), 50);
   EXPECT_GT(r["sp_partial"]["unk_lines"].get<int>(), 50);
   EXPECT_GT(cases()["sp_layouts_differ"].get<int>(), 50);
+}
+
+// A GGUF SentencePiece vocabulary (tokenizer.ggml.model "llama": scores, no merges) against llama.cpp's own
+// tokenizer (llama-tokenize): every corpus line with BOS and special tokens parsed, without BOS, with special tokens
+// left as text, over the corpus and a few lines with the vocabulary's control and user-defined tokens; decoding gives
+// the text back.
+TEST(TokenizerParity, SentencePieceGgufAsLlamaCppTokenizes) {
+  if (!cases().contains("spm_gguf"))
+    GTEST_SKIP() << cases().value("spm_missing", std::string("no GGUF SentencePiece reference"));
+  const json& ref = cases()["spm_gguf"];
+  const model::GgufFile file((kDir / ref["gguf"].get<std::string>()).string());
+  const Tokenizer tok = tokenizer::fromGguf(file);
+  EXPECT_EQ(tok.mode(), tokenizer::Mode::SentencePiece);
+  EXPECT_TRUE(tok.addBos());
+  const json& corpus = ref["lines"];
+  const auto ids = [](const json& j) { return j.get<std::vector<std::int32_t>>(); };
+  int bad = 0, special = 0;
+  for (std::size_t i = 0; i < corpus.size(); ++i) {
+    const std::string text = corpus[i];
+    const auto want = ids(ref["ids_no_special"][i]);
+    const auto got = tok.encode(text, false);
+    if (got != want && ++bad <= 8) ADD_FAILURE() << "ids differ on line " << i << " '" << shown(text) << "'";
+    if (tok.encode(text, true) != ids(ref["ids"][i]) && ++bad <= 8)
+      ADD_FAILURE() << "ids with BOS differ on line " << i << " '" << shown(text) << "'";
+    const auto plain = ids(ref["ids_plain"][i]);
+    if (tok.encode(text, false, false) != plain && ++bad <= 8)
+      ADD_FAILURE() << "ids with special tokens as text differ on line " << i << " '" << shown(text) << "'";
+    special += plain != want;
+    // Decoding gives the text back where no added token cut it: after one, llama.cpp's tokenizer (as kvscope's)
+    // starts the next fragment with the space prefix, which its detokenizer keeps.
+    const bool added = std::any_of(want.begin(), want.end(), [&](std::int32_t id) {
+      return tok.tokenType(id) == tokenizer::TokenType::Control ||
+             tok.tokenType(id) == tokenizer::TokenType::UserDefined;
+    });
+    if (!added && tok.decode(want) != text && ++bad <= 8)
+      ADD_FAILURE() << "decode differs on line " << i << ": '" << shown(tok.decode(want)) << "'";
+  }
+  EXPECT_EQ(bad, 0) << "mismatches over " << corpus.size() << " lines";
+  EXPECT_GT(special, 0) << "no line has a special token: parsing them is not exercised";
+  if (bad == 0) std::printf("  spm_llama.gguf: %zu lines identical to llama-tokenize\n", corpus.size());
 }
 
 TEST(TokenizerParity, SmolLM2FromParts) {

@@ -1,5 +1,6 @@
 // Unit tests of the tokenizer (byte-level and SentencePiece-style BPE) on tiny hand-built vocabularies (real and
 // trained vocabularies are checked against Hugging Face tokenizers in tests/parity/test_tokenizer_parity.cpp).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -228,7 +229,7 @@ TEST(TokenizerInput, InvalidUtf8IsTokenizedAsBytes) {
     EXPECT_EQ(concatTokenText(tok, ids), text) << preset;
     EXPECT_EQ(ids.front(), ab) << preset;
     const std::string R = "\xEF\xBF\xBD";
-    EXPECT_EQ(tok.decode(ids), "ab" + R + R + " ab " + R + "(" + R + " 1" + R) << preset;
+    EXPECT_EQ(tok.decode(ids), fmt::format("ab{0}{0} ab {0}({0} 1{0}", R)) << preset;
   }
   const auto pieces = v.build("gpt2").preTokenize(
       "ab\xFF"
@@ -262,14 +263,14 @@ TEST(TokenizerPerformance, HundredKilobytesWellUnderASecond) {
   v.merge("\xC4\xA0", "the");
   const auto tok = v.build("smollm");
   std::string text;
-  while (text.size() < 100 * 1024) text += "the quick brown fox, 1234 times! 日本語\n\t  ";
+  while (text.size() < std::size_t{100} * 1024) text += "the quick brown fox, 1234 times! 日本語\n\t  ";
   const auto t0 = std::chrono::steady_clock::now();
   const auto ids = tok.encode(text);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 0.5) << ids.size() << " tokens";
   EXPECT_EQ(tok.decode(ids), text);
   // One long piece and one long whitespace run: BPE and the regex stay fast on both.
-  const std::string word(100 * 1024, 'x'), spaces = std::string(100 * 1024, ' ') + "x";
+  const std::string word(std::size_t{100} * 1024, 'x'), spaces = std::string(std::size_t{100} * 1024, ' ') + "x";
   const auto t1 = std::chrono::steady_clock::now();
   EXPECT_EQ(tok.encode(word).size(), word.size());
   EXPECT_EQ(tok.decode(tok.encode(spaces)), spaces);
@@ -284,6 +285,7 @@ TEST(TokenizerThreads, ConcurrentEncodesAgree) {
   const auto want = tok.encode(text);
   std::vector<std::thread> threads;
   std::atomic<int> bad{0};
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&] {
       for (int i = 0; i < 200; ++i)
@@ -300,6 +302,15 @@ TEST(TokenizerChat, ChatMLWithSmolLM2DefaultSystem) {
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nu<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n");
   EXPECT_EQ(applyChatML({}, true), "<|im_start|>assistant\n");
   EXPECT_EQ(applyChatML({{"user", "x"}}, false, ""), "<|im_start|>user\nx<|im_end|>\n");
+}
+
+TEST(TokenizerChat, GemmaTurns) {
+  EXPECT_EQ(applyGemmaChat({{"user", "  hi\n"}}, true), "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n");
+  // A system message goes into the first user turn, untrimmed, with a blank line; "assistant" is "model".
+  EXPECT_EQ(applyGemmaChat({{"system", "Be terse. "}, {"user", "u"}, {"assistant", " a "}, {"user", "v"}}, false),
+            "<start_of_turn>user\nBe terse. \n\nu<end_of_turn>\n<start_of_turn>model\na<end_of_turn>\n"
+            "<start_of_turn>user\nv<end_of_turn>\n");
+  EXPECT_EQ(applyGemmaChat({}, true), "<start_of_turn>model\n");
 }
 
 TEST(TokenizerJson, LoadsBothMergeFormsAndTemplate) {
