@@ -59,7 +59,7 @@ Runner addTune(CLI::App& app) {
     std::vector<std::string> specs, targets;
     int prompt = 64, step = 16;
     std::optional<double> maxKl;
-    std::optional<std::int64_t> maxBytes;
+    std::optional<std::int64_t> maxBytes, context;
     std::string scanOut, scanIn, save, shard;
     bool noVerify = false, json = false;
     std::string method = "resume";
@@ -93,6 +93,10 @@ Runner addTune(CLI::App& app) {
       ->check(CLI::IsMember({"resume", "full"}));
   cmd->add_option("--save", o->save, "write the kvscope target's pick as a kvscope config file");
   cmd->add_flag("--json", o->json, "one JSON object: the scan's per-layer KLs, each target's front and pick");
+  cmd->add_option("--context", o->context,
+                  "price the KV bytes at this many tokens of one sequence: each layer holds them all, a "
+                  "sliding-window layer at most its window (default: as the scan's windows held them, --ctx tokens)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   return [o, cmd]() {
     if (!*cmd) return -1;
     std::vector<TuneTarget> targets;
@@ -233,13 +237,23 @@ Runner addTune(CLI::App& app) {
       std::optional<generate::EvalFigures> measured;
     };
     std::vector<Result> results;
-    // The model's sliding windows, for the engines' rules on those layers in the exports (unknown when the scan
-    // file's model is no longer there).
+    // The model's sliding windows: for the engines' rules on those layers in the exports (unknown when the scan
+    // file's model is no longer there), and for the pricing at --context, which needs them.
     cache::LayerWindows modelWindows;
     try {
       modelWindows = layerWindows(settings.value("model", std::string()));
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      if (o->context)
+        throw UsageError(
+            fmt::format("--context prices each layer by its window: the model's layers could not be "
+                        "read ({})",
+                        e.what()));
     }
+    if (o->context)
+      scan = cache::pricedAt(scan,
+                             {settings.value("ctx", std::int64_t{0}), settings.value("prompt", std::int64_t{0}),
+                              settings.value("step", std::int64_t{1})},
+                             *o->context, modelWindows);
     for (TuneTarget t : targets) {
       Result r{t, cache::paretoFront(scan, t), std::nullopt, {}, std::nullopt};
       if (budget) r.pick = cache::solve(r.front, *budget);
@@ -285,6 +299,7 @@ Runner addTune(CLI::App& app) {
     };
     if (o->json) {
       json doc = {{"settings", settings}, {"reference_bytes", scan.referenceBytes}};
+      if (o->context) doc["priced_at_context"] = *o->context;
       json cj = json::array();
       for (const auto& c : scan.plan.candidates) cj.push_back(cache::toSpec(c));
       doc["candidates"] = cj;
@@ -339,6 +354,15 @@ Runner addTune(CLI::App& app) {
         settings.value("step", 0), scan.referenceBytes);
     if (settings.contains("activations"))
       std::cout << fmt::format("activations: {} (the scan's arithmetic)\n", settings.value("activations", ""));
+    if (o->context) {
+      int sliding = 0;
+      for (const std::int64_t w : modelWindows) sliding += w > 0;
+      std::cout << fmt::format(
+          "KV bytes priced at {} tokens of context{} (the full runs' bytes: as measured, at ctx {})\n", *o->context,
+          sliding > 0 ? fmt::format(", each of the {} sliding-window layers at most its window", sliding)
+                      : std::string(),
+          settings.value("ctx", 0));
+    }
     std::cout << "\nMean KL with one layer side quantized (the rest unquantized):\n";
     std::string head = fmt::format("{:>5}", "layer");
     for (std::size_t c = 0; c < scan.plan.candidates.size(); ++c)

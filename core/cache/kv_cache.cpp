@@ -5,6 +5,10 @@
 #include <algorithm>
 
 #include "cache/detail/layers.h"
+#include "cache/tune.h"
+
+static_assert(kvscope::cache::KvCache::kWindowSlack == kvscope::cache::ScanFeed::kWindowSlack,
+              "the tuner's pricing (cache/tune.h) simulates the cache's trimming");
 
 namespace kvscope::cache {
 

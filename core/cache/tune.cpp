@@ -348,6 +348,49 @@ CacheConfig assignmentConfig(const Scan& scan, const Assignment& a) {
   return perLayerConfig(std::move(rules));
 }
 
+std::int64_t ScanFeed::held(std::int64_t window) const {
+  if (window <= 0) return tokens;
+  // KvCache::trim before each step, then the step's tokens.
+  std::int64_t held = 0;
+  for (std::int64_t fed = 0; fed < tokens;) {
+    const std::int64_t n = std::min(fed == 0 ? std::max<std::int64_t>(prompt, 1) : step, tokens - fed);
+    if (held > window - 1 + kWindowSlack) held = window - 1;
+    held += n;
+    fed += n;
+  }
+  return held;
+}
+
+Scan pricedAt(const Scan& scan, const ScanFeed& feed, std::int64_t context, const LayerWindows& windows) {
+  const int layers = scan.plan.numLayers;
+  if (feed.tokens < 1 || feed.step < 1 || context < 1)
+    throw ConfigError("context", fmt::format("pricing at {} tokens from runs of {} (steps of {}): each must be at "
+                                             "least 1",
+                                             context, feed.tokens, feed.step));
+  if (!windows.empty() && windows.size() != static_cast<std::size_t>(layers))
+    throw ConfigError("context", fmt::format("{} sliding windows for a scan of {} layers", windows.size(), layers));
+  const auto window = [&](int l) { return windows.empty() ? 0 : windows[static_cast<std::size_t>(l)]; };
+  // The reference's bytes per token and layer (every layer one head shape), from the tokens each layer held; at the
+  // context a sliding layer holds its window.
+  std::vector<double> scale(static_cast<std::size_t>(layers));
+  double before = 0, after = 0;
+  for (int l = 0; l < layers; ++l) {
+    const auto was = static_cast<double>(feed.held(window(l)));
+    const auto will = static_cast<double>(window(l) > 0 ? std::min(context, window(l)) : context);
+    scale[static_cast<std::size_t>(l)] = will / was;
+    before += was;
+    after += will;
+  }
+  Scan out = scan;
+  out.referenceBytes = std::llround(static_cast<double>(scan.referenceBytes) * after / before);
+  for (Scan::Point& p : out.points) {
+    const double saved =
+        static_cast<double>(p.saved(scan.referenceBytes)) * scale[static_cast<std::size_t>(p.item.layer)];
+    p.storedBytes = out.referenceBytes - std::llround(saved);
+  }
+  return out;
+}
+
 TargetExport exportFor(TuneTarget t, const CacheConfig& cfg, const LayerWindows& windows) {
   TargetExport e;
   try {

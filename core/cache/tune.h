@@ -56,6 +56,24 @@ struct Scan {
   const Point* find(int layer, KvSide side, std::size_t candidate) const;
 };
 
+/// How a scan's runs fed each window of the text: `tokens` in all, the first `prompt` in one step, then `step` at a
+/// time (what a sliding-window layer holds at the end depends on it: KvCache drops its oldest down to window - 1
+/// before a step once it holds window - 1 + KvCache::kWindowSlack).
+struct ScanFeed {
+  /// KvCache::kWindowSlack (kv_cache.cpp checks that they agree; this header stays torch-free).
+  static constexpr std::int64_t kWindowSlack = 64;
+  std::int64_t tokens = 0, prompt = 0, step = 1;
+  /// The tokens a layer sliding over `window` (0: full attention) holds after the window's last step.
+  std::int64_t held(std::int64_t window) const;
+};
+
+/// The scan's bytes priced at `context` tokens of one sequence instead of what its runs held (`feed`): each layer's
+/// bytes scale by the tokens it would hold there (a sliding-window layer at most its window: `windows`, one per layer,
+/// 0: full attention; empty: every layer full) over those it held in the scan. The reference's bytes split over the
+/// layers by the tokens each held (kvscope's forward gives every layer one KV head shape); each point's saving is its
+/// layer's. Throws ConfigError for a feed or context of no tokens, or windows not one per layer.
+Scan pricedAt(const Scan& scan, const ScanFeed& feed, std::int64_t context, const LayerWindows& windows);
+
 /// What a partial scan (still going, or stopped) can be solved from: the candidates whose every layer side has its
 /// point, renumbered in their order, with those points. Equal to `scan` when it is complete.
 Scan completedCandidates(const Scan& scan);

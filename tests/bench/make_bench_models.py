@@ -12,7 +12,7 @@ llama3-8b = Llama-3-8B (hidden 4096, 32 layers, 32 heads, 8 KV heads, head dim 1
 mistral-7b = Mistral-7B (v0.2/v0.3: the same shape, rope base 1000000; GGUF architecture llama, as llama.cpp's
 converter writes it, full attention: no sliding window), qwen2.5-7b = Qwen2.5-7B (GGUF architecture qwen2: hidden
 3584, 28 layers, 28 heads, 4 KV heads, head dim 128, FFN 18944, rope base 1000000, RMS eps 1e-6, with F32 q/k/v
-biases). Every file has a context length of 8192 and vocab 49152, not the real models' vocabularies (128256, 152064,
+biases). Every file has a context length of 8192 (the Gemma shapes their models': 32768, 131072) and vocab 49152, not the real models' vocabularies (128256, 152064,
 32768), so the embedding and output matrices hold 0.40 G parameters (Qwen2.5-7B's shape: 0.35 G) where the real
 Llama-3-8B has 1.05 G, Qwen2.5-7B 1.09 G and Mistral-7B 0.27 G; the layers are the real ones.
 Mixture-of-experts shapes (GGUF architecture qwen3moe, q/k RMSNorm, rope base 1000000, RMS eps 1e-6):
@@ -65,6 +65,7 @@ SIZES = {  # hidden, layers, heads, kv heads, head dim, ffn
     "gemma3-4b": (2560, 34, 8, 4, 256, 10240),
     "gemma3-tiny": (256, 6, 4, 2, 64, 512),
 }
+CONTEXT = {"gemma3-1b": 32768, "gemma3-4b": 131072}  # the real models' trained context; the others 8192
 GEMMA = {  # sliding window, linear RoPE scaling of the global layers (None: none)
     "gemma3-1b": (512, None),
     "gemma3-4b": (1024, 8.0),
@@ -229,7 +230,7 @@ def write_model(out_dir, size, tname, tokenizer_from, seed, n_layers=None):
     w.add_name(name)
     shape_of = SHAPE_OF.get(size, f"a {size} Llama")
     w.add_description(f"random weights (std {STD}, seed {seed}) in the shape of {shape_of}; for benchmarks only")
-    w.add_context_length(8192)
+    w.add_context_length(CONTEXT.get(size, 8192))
     w.add_embedding_length(hidden)
     w.add_block_count(layers)
     w.add_feed_forward_length(ffn)

@@ -27,6 +27,9 @@ check gemma-export-vllm 0 '--kv-cache-dtype fp8_e4m3 --kv-cache-dtype-skip-layer
   "$cli" export --format vllm --model "$gemma" --cache 'layers=0-4:dynamic;*:fp8'
 check gemma-export-llamacpp 0 'the sliding-window layers (0-4) with the same -ctk/-ctv' \
   "$cli" export --format llamacpp --model "$gemma" --cache llamacpp:type_k=q8_0,type_v=q8_0
+check gemma-tune-context 0 'KV bytes priced at 32768 tokens of context, each of the 5 sliding-window layers at most' \
+  "$cli" tune --model "$gemma" --text "$text" --ctx 256 --windows 1 --cache llamacpp:type_k=q4_0,type_v=q4_0 \
+  --max-kl 0.001 --target vllm --no-verify --context 32768
 check gemma-sliding-hqq 2 'is a sliding-window layer (window 128): `hqq' \
   "$cli" generate --model "$gemma" --prompt hi --cache hqq:nbits=4
 mkdir -p "$tmp/swa" "$tmp/topk" "$tmp/types"

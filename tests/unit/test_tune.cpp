@@ -318,3 +318,41 @@ TEST(Tune, APartialScanIsSolvedFromTheCandidatesItHasWhole) {
   part.points.resize(5);
   EXPECT_TRUE(completedCandidates(part).plan.candidates.empty());
 }
+
+// Priced at a context: a sliding-window layer holds at most its window, a global one every token. On a Gemma-like
+// pattern (layers 0-4 over 512 tokens, 5 global) scanned at 512 tokens, 32k tokens of context leave the sliding
+// layers' bytes as they were and multiply the global layer's by 64, so its savings dominate the front.
+TEST(Tune, PricedAtAContextSlidingLayersHoldTheirWindow) {
+  const Scan s = syntheticScan(6, 11);
+  const LayerWindows windows{512, 512, 512, 512, 512, 0};
+  const Scan p = pricedAt(s, {512, 64, 16}, 32768, windows);
+  // Reference: 2000 bytes a layer at 512 tokens; five stay, the sixth is 64 times as much.
+  EXPECT_EQ(p.referenceBytes, 5 * 2000 + 64 * 2000);
+  for (const Scan::Point& q : p.points) {
+    const double factor = q.item.layer == 5 ? 64.0 : 1.0;
+    EXPECT_EQ(q.saved(p.referenceBytes), std::llround(factor * (q.item.candidate == 0 ? 700 : 850))) << q.item.layer;
+    EXPECT_EQ(q.meanKl, s.at(q.item.layer, q.item.side, q.item.candidate).meanKl);
+  }
+  // A dense model (no windows) only scales: every layer by the same factor, so the front keeps its assignments.
+  const Scan dense = pricedAt(s, {512, 64, 16}, 2048, {});
+  EXPECT_EQ(dense.referenceBytes, 4 * s.referenceBytes);
+  const auto f0 = paretoFront(s, TuneTarget::Kvscope), f1 = paretoFront(dense, TuneTarget::Kvscope);
+  ASSERT_EQ(f0.size(), f1.size());
+  for (std::size_t i = 0; i < f0.size(); ++i) EXPECT_EQ(f0[i].keys, f1[i].keys);
+  // Windows longer than the scan's windows: the sliding layers held every token there, and hold their window here.
+  const Scan longWindow = pricedAt(s, {256, 64, 16}, 4096, LayerWindows{1024, 1024, 1024, 1024, 1024, 0});
+  EXPECT_EQ(longWindow.referenceBytes, 5 * 2000 * 4 + 2000 * 16);
+  // Windows shorter than the scan's: fed 64 tokens, then 16 at a time, a layer sliding over 128 drops down to 127
+  // once it holds more than 191 (KvCache's slack of 64): 192 after 192 tokens, then 127 + 4 steps = 191 after 256;
+  // the global layer 256; at 4096 tokens they hold 128 and 4096.
+  const ScanFeed feed{256, 64, 16};
+  EXPECT_EQ(feed.held(128), 191);
+  EXPECT_EQ(feed.held(0), 256);
+  EXPECT_EQ(feed.held(1024), 256);
+  const Scan shortWindow = pricedAt(s, feed, 4096, LayerWindows{128, 128, 128, 128, 128, 0});
+  EXPECT_EQ(shortWindow.referenceBytes, std::llround(12000.0 * (5 * 128 + 4096) / (5 * 191 + 256)));
+  // Priced at the scan's own length: nothing changes.
+  EXPECT_EQ(pricedAt(s, {512, 64, 16}, 512, windows).referenceBytes, s.referenceBytes);
+  EXPECT_THROW(pricedAt(s, {512, 64, 16}, 1024, LayerWindows{512}), ConfigError);
+  EXPECT_THROW(pricedAt(s, {0, 64, 16}, 1024, windows), ConfigError);
+}
