@@ -90,7 +90,8 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   auto* line = plot_->addGraph();
   line->setName(tr("unquantized"));
   line->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
-  auto* other = plot_->addGraph();  // run B's stored bytes per layer (two runs shown)
+  line->setLineStyle(QCPGraph::lsStepCenter);  // one level per layer: a sliding layer's next to a global one's
+  auto* other = plot_->addGraph();             // run B's stored bytes per layer (two runs shown)
   other->setName(tr("B stored"));
   other->setPen(QPen(QColor(117, 80, 123), 2));
   other->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDiamond, 8));
