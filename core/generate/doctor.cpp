@@ -47,6 +47,44 @@ std::string eightBitAt(const std::vector<int>& layers, bool keys, const cache::C
   return spec + "*:" + cache::toSpec(base);
 }
 
+// The sliding-window layers, and what each engine does with them: they hold their window at any context, so
+// quantizing them saves little at long context; vLLM 0.33 and llama.cpp quantize them with the rest unless told,
+// transformers' QuantizedCache refuses them. What to try: the base config on the global layers alone (vLLM's
+// --kv-cache-dtype-skip-layers sliding_window, as `export --format vllm --model` writes it).
+std::optional<DoctorVerdict> slidingWindowVerdict(const model::ModelConfig& c, const cache::CacheConfig& base) {
+  std::vector<int> sliding;
+  std::int64_t window = 0;
+  for (std::size_t l = 0; l < c.layerSpecs.size(); ++l)
+    if (c.layerSpecs[l].window > 0) {
+      sliding.push_back(static_cast<int>(l));
+      window = std::max(window, c.layerSpecs[l].window);
+    }
+  if (sliding.empty()) return std::nullopt;
+  const std::size_t global = c.layerSpecs.size() - sliding.size();
+  std::string spec = "layers=";  // runs of layers as ranges: 0-4:dynamic;6-10:dynamic;...
+  for (std::size_t i = 0; i < sliding.size();) {
+    std::size_t j = i;
+    while (j + 1 < sliding.size() && sliding[j + 1] == sliding[j] + 1) ++j;
+    spec += j > i ? fmt::format("{}-{}:dynamic;", sliding[i], sliding[j]) : fmt::format("{}:dynamic;", sliding[i]);
+    i = j + 1;
+  }
+  return DoctorVerdict{
+      "sliding_window", "keys and values", sliding,
+      fmt::format(
+          "layer{} {} slide over {} tokens ({} of {}): each holds at most its window at any context, "
+          "so at 32,768 tokens {} hold{} {:.1f}% of the KV bytes; vLLM 0.33 and llama.cpp quantize them "
+          "with the rest unless told (vLLM: --kv-cache-dtype-skip-layers sliding_window; llama.cpp: the same "
+          "-ctk/-ctv for its SWA cache), transformers' QuantizedCache refuses them: quantize the global "
+          "layers{}",
+          sliding.size() > 1 ? "s" : "", layerList(sliding), window, sliding.size(), c.layerSpecs.size(),
+          sliding.size() > 1 ? "they" : "it", sliding.size() > 1 ? "" : "s",
+          100.0 * static_cast<double>(sliding.size()) * static_cast<double>(std::min<std::int64_t>(window, 32768)) /
+              (static_cast<double>(sliding.size()) * static_cast<double>(std::min<std::int64_t>(window, 32768)) +
+               static_cast<double>(global) * 32768.0),
+          global > 0 ? " and keep these in the model's dtype" : " only where a long context needs it"),
+      global > 0 ? spec + "*:" + cache::toSpec(base) : cache::toSpec(base)};
+}
+
 // A JSON number, null where not finite.
 nlohmann::json num(double x) {
   return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
@@ -224,6 +262,7 @@ DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<
     }
   }
   if (auto v = fp8CalibrationVerdict(r.fp8, c.layers, o.text)) r.verdicts.push_back(std::move(*v));
+  if (auto v = slidingWindowVerdict(c, cache::parseSpec(o.base))) r.verdicts.push_back(std::move(*v));
   return r;
 }
 

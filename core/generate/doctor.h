@@ -63,7 +63,7 @@ struct DoctorSide {
 };
 
 struct DoctorVerdict {
-  std::string kind;         ///< "outlier_channels", "bias_spikes", "fp8_overflow", "fp8_calibration"
+  std::string kind;         ///< "outlier_channels", "bias_spikes", "fp8_overflow", "fp8_calibration", "sliding_window"
   std::string side;         ///< "keys" or "values" ("keys and values": fp8_calibration)
   std::vector<int> layers;  ///< the layers it is about
   std::string text;         ///< the verdict with its evidence, one sentence

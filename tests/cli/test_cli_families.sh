@@ -30,6 +30,8 @@ check gemma-export-llamacpp 0 'the sliding-window layers (0-4) with the same -ct
 check gemma-tune-context 0 'KV bytes priced at 32768 tokens of context, each of the 5 sliding-window layers at most' \
   "$cli" tune --model "$gemma" --text "$text" --ctx 256 --windows 1 --cache llamacpp:type_k=q4_0,type_v=q4_0 \
   --max-kl 0.001 --target vllm --no-verify --context 32768
+check gemma-doctor 0 'try: layers=0-4:dynamic;*:llamacpp:type_k=q4_0,type_v=q4_0' \
+  "$cli" doctor --model "$gemma"
 check gemma-sliding-hqq 2 'is a sliding-window layer (window 128): `hqq' \
   "$cli" generate --model "$gemma" --prompt hi --cache hqq:nbits=4
 mkdir -p "$tmp/swa" "$tmp/topk" "$tmp/types"
