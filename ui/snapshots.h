@@ -124,6 +124,7 @@ struct TuneResultView {
   double secondsLeft = -1.0;  ///< while it goes: the time left at the pace so far (-1: not known yet)
   /// The model computes in 8-bit activations and the scan ran in float32 (generate::ScanArithmetic says why).
   bool floatScanOfQ8 = false;
+  std::vector<qint64> layerWindows;  ///< the model's sliding window per layer (0: full): the pricing at a context
 };
 
 struct TokenView {

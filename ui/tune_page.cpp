@@ -117,6 +117,16 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
       tr("The fronts' x axis: the bytes each assignment stores, or the tokens its config fits under the "
          "Capacity tab's engine and GPU (assignments that engine cannot store are left out)"));
   form->addRow(tr("Front x"), axis_);
+  context_ = new QSpinBox(this);
+  context_->setObjectName("tuneContext");
+  context_->setRange(0, 1 << 24);
+  context_->setSingleStep(1024);
+  context_->setSpecialValueText(tr("as scanned"));
+  context_->setSuffix(tr(" tokens"));
+  context_->setToolTip(
+      tr("Price the fronts at this many tokens of one sequence: every layer holds them all, a sliding-window layer "
+         "at most its window (kvscope-cli tune --context). \"as scanned\": the bytes the scan's windows held."));
+  form->addRow(tr("Price at"), context_);
   auto* buttons = new QHBoxLayout();
   buttons->addWidget(use);
   buttons->addWidget(save);
@@ -174,6 +184,9 @@ TunePage::TunePage(QWidget* parent) : QWidget(parent) {
   connect(use, &QPushButton::clicked, this, &TunePage::pickClicked);
   connect(save, &QPushButton::clicked, this, &TunePage::saveScan);
   connect(budget_, &QDoubleSpinBox::valueChanged, this, &TunePage::redraw);
+  connect(context_, &QSpinBox::valueChanged, this, [this] {
+    if (result_) showResult(TuneResultView(*result_));  // the fronts and the pick priced again
+  });
   connect(target_, &QComboBox::currentIndexChanged, this, &TunePage::redraw);
   connect(shown_, &QComboBox::currentIndexChanged, this, &TunePage::redraw);
   connect(axis_, &QComboBox::currentIndexChanged, this, &TunePage::redraw);
@@ -232,6 +245,9 @@ void TunePage::showResult(const TuneResultView& result) {
   result_ = result;
   // A scan still going (or stopped) is solved from the candidates it has scanned whole; the bars show every point.
   solved_ = result.complete ? result.scan : cache::completedCandidates(result.scan);
+  if (context_->value() > 0 && result.ctx > 0 && !solved_.plan.candidates.empty())
+    solved_ = cache::pricedAt(solved_, {result.ctx, result.prompt, std::max(result.step, 1)}, context_->value(),
+                              cache::LayerWindows(result.layerWindows.begin(), result.layerWindows.end()));
   fronts_.clear();
   for (cache::TuneTarget t : cache::allTargets())
     fronts_.push_back(solved_.plan.candidates.empty() ? std::vector<cache::Assignment>{}
@@ -264,13 +280,14 @@ void TunePage::showResult(const TuneResultView& result) {
   }
   // Short, above the plots (at 768 px every line is taken from them); the text's path is the tooltip.
   // "(f32)": the model computes in 8-bit activations, the scan in float32 (the tooltip says why).
-  summary_->setText(state + tr("%1 × %2 tokens (%3 scored), %4 runs%5; unquantized KV %6 MiB")
+  summary_->setText(state + tr("%1 × %2 tokens (%3 scored), %4 runs%5; unquantized KV %6 MiB%7")
                                 .arg(result.windows)
                                 .arg(result.ctx)
                                 .arg(result.scored)
                                 .arg(result.scan.points.size() + 1)
                                 .arg(result.floatScanOfQ8 ? tr(" (f32)") : QString())
-                                .arg(mib(result.scan.referenceBytes), 0, 'f', 2));
+                                .arg(mib(solved_.referenceBytes), 0, 'f', 2)
+                                .arg(context_->value() > 0 ? tr(" at %1 tokens").arg(context_->value()) : QString()));
   summary_->setToolTip(
       result.floatScanOfQ8
           ? tr("%1\nThe scan computes in float32 activations, not the model's 8-bit ones: on 8-bit activations any "

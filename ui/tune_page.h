@@ -59,6 +59,7 @@ class TunePage : public QWidget {
   QLineEdit* candidates_;
   QSpinBox* ctx_;
   QSpinBox* windows_;
+  QSpinBox* context_;  ///< price the fronts at this many tokens of context (0: as the scan held them)
   QDoubleSpinBox* budget_;
   QComboBox* target_;
   QComboBox* shown_;  ///< the candidate whose per-layer KL the bars show

@@ -327,6 +327,7 @@ void Engine::tune(const ui::TuneRequest& r) {
     cache::Scan& scan = out.scan;
     scan.plan = cache::planScan(r.candidates, d_->session->model().config().layers);
     out.dtype = QString::fromStdString(d_->session->options().dtype);
+    for (const model::LayerSpec& s : d_->session->model().config().layerSpecs) out.layerWindows.push_back(s.window);
     const auto windows = textWindows(r.textPath, r.ctx, r.windows);
     generate::EvalOptions o;
     o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);

@@ -974,6 +974,30 @@ class WindowTest : public QObject {
     auto* shown = page.findChild<QComboBox*>("tuneShown");
     QVERIFY2(shown->itemText(1).startsWith("quanto: nbits=2"), qPrintable(shown->itemText(1)));
     QCOMPARE(shown->itemData(1, Qt::ToolTipRole).toString(), QString("quanto:nbits=2"));
+    // Priced at a context (tune --context): layer 0 global, layers 1-3 sliding over 32 tokens; at 4096 tokens the
+    // reference is priced up as cache::pricedAt says and the summary names the context; "as scanned" puts it back.
+    {
+      ui::TuneResultView priced = v;
+      priced.layerWindows = {0, 32, 32, 32};
+      priced.prompt = 32;
+      priced.step = 16;
+      page.showResult(priced);
+      auto* context = page.findChild<QSpinBox*>("tuneContext");
+      QVERIFY(context);
+      context->setValue(4096);
+      auto* summary = page.findChild<QLabel*>("tuneSummary");
+      const cache::Scan want = cache::pricedAt(v.scan, {64, 32, 16}, 4096, {0, 32, 32, 32});
+      QVERIFY2(summary->text().contains(
+                   QString("unquantized KV %1 MiB at 4096 tokens").arg(want.referenceBytes / 1048576.0, 0, 'f', 2)),
+               qPrintable(summary->text()));
+      QCOMPARE(front->graph(0)->dataCount(),
+               static_cast<int>(cache::paretoFront(want, cache::TuneTarget::Kvscope).size()));
+      context->setValue(0);
+      QVERIFY2(summary->text().contains(QString("unquantized KV %1 MiB;").arg(8000 / 1048576.0, 0, 'f', 2)) ||
+                   summary->text().endsWith(QString("unquantized KV %1 MiB").arg(8000 / 1048576.0, 0, 'f', 2)),
+               qPrintable(summary->text()));
+      page.showResult(v);
+    }
     // A scan still going: the bars fill in per layer, the fronts come from the candidates scanned whole, and the
     // summary says how far it is and the time left; stopped, it keeps what was scanned.
     ui::TuneResultView partial = v;
