@@ -4,24 +4,9 @@
 
 #include <algorithm>
 
+#include "util/layer_ranges.h"
+
 namespace kvscope::model {
-
-namespace {
-
-// Layer indices as ranges: "0-2,4".
-std::string ranges(const std::vector<int>& ls) {
-  std::string out;
-  for (std::size_t i = 0; i < ls.size();) {
-    std::size_t j = i;
-    while (j + 1 < ls.size() && ls[j + 1] == ls[j] + 1) ++j;
-    out += fmt::format("{}{}", out.empty() ? "" : ",", ls[i]);
-    if (j > i) out += fmt::format("-{}", ls[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
-}  // namespace
 
 std::string describeFfn(const ModelConfig& c) {
   std::vector<int> moe, dense;
@@ -30,8 +15,8 @@ std::string describeFfn(const ModelConfig& c) {
   const char* glu = c.act == FfnAct::GeluTanh ? "GeGLU" : "SwiGLU";
   if (moe.empty()) return fmt::format("dense {} FFN of {}", glu, c.intermediate);
   std::string s = fmt::format("MoE: {} experts of {}, top {}{} on layers {}", c.moe.experts, c.moe.intermediate,
-                              c.moe.used, c.moe.normTopK ? " (weights renormalized)" : "", ranges(moe));
-  if (!dense.empty()) s += fmt::format("; dense FFN of {} on layers {}", c.intermediate, ranges(dense));
+                              c.moe.used, c.moe.normTopK ? " (weights renormalized)" : "", util::layerRanges(moe));
+  if (!dense.empty()) s += fmt::format("; dense FFN of {} on layers {}", c.intermediate, util::layerRanges(dense));
   return s;
 }
 
@@ -51,8 +36,8 @@ std::string describeAttention(const ModelConfig& c) {
   if (windows.empty()) return "full attention";
   std::string s;
   for (const auto& [w, ls] : windows)
-    s += fmt::format("{}sliding window {} on layers {}", s.empty() ? "" : "; ", w, ranges(ls));
-  if (!full.empty()) s += fmt::format("; full attention on layers {}", ranges(full));
+    s += fmt::format("{}sliding window {} on layers {}", s.empty() ? "" : "; ", w, util::layerRanges(ls));
+  if (!full.empty()) s += fmt::format("; full attention on layers {}", util::layerRanges(full));
   return s;
 }
 

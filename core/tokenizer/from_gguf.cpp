@@ -7,6 +7,21 @@ namespace kvscope::tokenizer {
 
 namespace {
 
+// The BOS, EOS, unknown and padding ids the metadata names (-1 where it names none), each checked against the
+// vocabulary of `vocab` tokens.
+SpecialIds specialIds(const model::GgufFile& gguf, std::size_t vocab) {
+  const auto id = [&](const char* key) -> std::int32_t {
+    const auto v = gguf.getInt(key);
+    if (!v) return -1;
+    if (*v < 0 || *v >= static_cast<std::int64_t>(vocab))
+      throw TokenizerError(gguf.path() + ": " + key + ": " + std::to_string(*v) + " is outside the vocabulary of " +
+                           std::to_string(vocab) + " tokens");
+    return static_cast<std::int32_t>(*v);
+  };
+  return {id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"), id("tokenizer.ggml.unknown_token_id"),
+          id("tokenizer.ggml.padding_token_id")};
+}
+
 // llama.cpp's SPM vocabulary (tokenizer.ggml.model "llama": Llama 2, Mistral, Gemma): tokens with their scores and
 // types, tokenized as llama_vocab::tokenize does it: control, user-defined (and, parsing special tokens, unknown)
 // tokens are matched in the raw text first; each remaining fragment gets a leading space where add_space_prefix
@@ -54,16 +69,7 @@ Tokenizer sentencePieceFromGguf(const model::GgufFile& gguf, const std::vector<s
     spec.decoder.push_back(strip);
   }
   spec.byteFallback = true;
-  const auto id = [&](const char* key) -> std::int32_t {
-    const auto v = gguf.getInt(key);
-    if (!v) return -1;
-    if (*v < 0 || *v >= static_cast<std::int64_t>(tokens.size()))
-      throw fail(key,
-                 std::to_string(*v) + " is outside the vocabulary of " + std::to_string(tokens.size()) + " tokens");
-    return static_cast<std::int32_t>(*v);
-  };
-  spec.special = {id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"),
-                  id("tokenizer.ggml.unknown_token_id"), id("tokenizer.ggml.padding_token_id")};
+  spec.special = specialIds(gguf, tokens.size());
   if (gguf.getBool("tokenizer.ggml.add_bos_token").value_or(true) && spec.special.bos >= 0)
     spec.prefix.push_back(spec.special.bos);
   if (gguf.getBool("tokenizer.ggml.add_eos_token").value_or(false) && spec.special.eos >= 0)
@@ -96,16 +102,7 @@ Tokenizer fromGguf(const model::GgufFile& gguf) {
   }
   // Without a pre-tokenizer name llama.cpp falls back to the GPT-2 regex; so do we.
   const std::string pre = gguf.getString("tokenizer.ggml.pre").value_or("gpt2");
-  const auto id = [&](const char* key) -> std::int32_t {
-    const auto v = gguf.getInt(key);
-    if (!v) return -1;
-    if (*v < 0 || *v >= static_cast<std::int64_t>(tokens.size()))
-      throw fail(key,
-                 std::to_string(*v) + " is outside the vocabulary of " + std::to_string(tokens.size()) + " tokens");
-    return static_cast<std::int32_t>(*v);
-  };
-  SpecialIds special{id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"),
-                     id("tokenizer.ggml.unknown_token_id"), id("tokenizer.ggml.padding_token_id")};
+  const SpecialIds special = specialIds(gguf, tokens.size());
   const bool addBos = gguf.getBool("tokenizer.ggml.add_bos_token").value_or(false);
   const bool addEos = gguf.getBool("tokenizer.ggml.add_eos_token").value_or(false);
   TokenizerSpec spec;

@@ -114,20 +114,10 @@ def write_gemma3_gguf(model, path):
     import gguf
     cfg = model.config
     sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
-    w = gguf.GGUFWriter(path, "gemma3")
-    w.add_name("tiny-gemma3")
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_block_count(cfg.num_hidden_layers)
+    w = gguf_writer(model, path, "gemma3", cfg.rope_parameters["full_attention"]["rope_theta"])
     w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
-    w.add_rope_freq_base(cfg.rope_parameters["full_attention"]["rope_theta"])
     w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
     w.add_rope_scaling_factor(cfg.rope_parameters["full_attention"]["factor"])
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
     w.add_sliding_window(cfg.sliding_window)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
@@ -149,14 +139,13 @@ def write_gemma3_gguf(model, path):
     w.close()
 
 
-def write_qwen3moe_gguf(model, path):
-    """The model as llama.cpp's converter writes a Qwen3-MoE (architecture qwen3moe): F32 tensors, each layer's
-    experts stacked into ffn_{gate,up,down}_exps [experts, rows, cols], the router as ffn_gate_inp."""
+def gguf_writer(model, path, arch, rope_theta):
+    """A GGUF writer for `arch` with the shape every architecture's converter writes: the name, context, widths,
+    heads, head sizes, the (global) RoPE base and the RMS epsilon."""
     import gguf
     cfg = model.config
-    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
-    w = gguf.GGUFWriter(path, "qwen3moe")
-    w.add_name("tiny-qwen3moe")
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"tiny-{arch}")
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_block_count(cfg.num_hidden_layers)
@@ -164,8 +153,18 @@ def write_qwen3moe_gguf(model, path):
     w.add_head_count_kv(cfg.num_key_value_heads)
     w.add_key_length(cfg.head_dim)
     w.add_value_length(cfg.head_dim)
-    w.add_rope_freq_base(cfg.rope_parameters["rope_theta"])
+    w.add_rope_freq_base(rope_theta)
     w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    return w
+
+
+def write_qwen3moe_gguf(model, path):
+    """The model as llama.cpp's converter writes a Qwen3-MoE (architecture qwen3moe): F32 tensors, each layer's
+    experts stacked into ffn_{gate,up,down}_exps [experts, rows, cols], the router as ffn_gate_inp."""
+    import gguf
+    cfg = model.config
+    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    w = gguf_writer(model, path, "qwen3moe", cfg.rope_parameters["rope_theta"])
     w.add_expert_count(cfg.num_experts)
     w.add_expert_used_count(cfg.num_experts_per_tok)
     w.add_expert_feed_forward_length(cfg.moe_intermediate_size)

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "cache/config.h"
+#include "util/layer_ranges.h"
 
 namespace kvscope::cache::detail {
 
@@ -57,8 +58,6 @@ json hfDict(const CacheConfig& cfg);
 std::vector<std::string> optionNotes(const CacheConfig& cfg, std::string_view OptionField::*why, bool hfWording,
                                      std::string_view skip = {});
 
-/// Layer indices as ranges: "0-4,6".
-std::string layerRanges(const std::vector<int>& layers);
 /// The sliding-window layers of `windows` (those with a window > 0).
 std::vector<int> slidingLayers(const LayerWindows& windows);
 

@@ -105,7 +105,7 @@ FlagExport toLlamaCppFlags(const CacheConfig& cfg, const LayerWindows& windows) 
   e.notes.push_back(fmt::format(
       "llama.cpp stores the sliding-window layers ({}) with the same -ctk/-ctv, in a cache of the window and one "
       "batch of cells, as kvscope keeps their window; --swa-full (not exported) would size it to the whole context",
-      detail::layerRanges(sliding)));
+      util::layerRanges(sliding)));
   return e;
 }
 

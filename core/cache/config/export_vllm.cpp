@@ -57,7 +57,7 @@ void slidingNotes(const CacheConfig& cfg, const LayerWindows& windows, const std
                   std::vector<std::string>& notes) {
   const std::vector<int> sliding = detail::slidingLayers(windows);
   if (sliding.empty() || cfg.backend == Backend::Dynamic) return;
-  const std::string layers = detail::layerRanges(sliding);
+  const std::string layers = util::layerRanges(sliding);
   if (flags.find("sliding_window") != std::string::npos) {
     notes.push_back(
         fmt::format("the sliding-window layers ({}) keep the model's dtype: vLLM skips every layer "

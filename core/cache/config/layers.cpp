@@ -178,18 +178,6 @@ std::string ruleWhat(const LayerRule& r) {
   return r.wildcard() ? std::string("the `*` rule") : fmt::format("layers {}", rangeText(r));
 }
 
-std::string layerRanges(const std::vector<int>& ls) {
-  std::string out;
-  for (std::size_t i = 0; i < ls.size();) {
-    std::size_t j = i;
-    while (j + 1 < ls.size() && ls[j + 1] == ls[j] + 1) ++j;
-    out += fmt::format("{}{}", out.empty() ? "" : ",", ls[i]);
-    if (j > i) out += fmt::format("-{}", ls[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 std::vector<int> slidingLayers(const LayerWindows& windows) {
   std::vector<int> out;
   for (std::size_t l = 0; l < windows.size(); ++l)
