@@ -17,6 +17,7 @@
 #include "kernels/cpu/simd.h"
 #include "model/llama.h"
 #include "util/error.h"
+#include "util/layer_ranges.h"
 
 namespace kvscope::generate {
 namespace {
@@ -61,27 +62,23 @@ std::optional<DoctorVerdict> slidingWindowVerdict(const model::ModelConfig& c, c
     }
   if (sliding.empty()) return std::nullopt;
   const std::size_t global = c.layerSpecs.size() - sliding.size();
-  std::string spec = "layers=";  // runs of layers as ranges: 0-4:dynamic;6-10:dynamic;...
-  for (std::size_t i = 0; i < sliding.size();) {
-    std::size_t j = i;
-    while (j + 1 < sliding.size() && sliding[j + 1] == sliding[j] + 1) ++j;
-    spec += j > i ? fmt::format("{}-{}:dynamic;", sliding[i], sliding[j]) : fmt::format("{}:dynamic;", sliding[i]);
-    i = j + 1;
-  }
+  std::string spec = "layers=";  // a rule a run: 0-4:dynamic;6-10:dynamic;...
+  for (const auto& [first, last] : util::layerRuns(sliding))
+    spec += last > first ? fmt::format("{}-{}:dynamic;", first, last) : fmt::format("{}:dynamic;", first);
+  // The sliding layers' share of the KV bytes at 32,768 tokens: each holds its window, a global layer every token.
+  const double slidingTokens =
+      static_cast<double>(sliding.size()) * static_cast<double>(std::min<std::int64_t>(window, 32768));
   return DoctorVerdict{
       "sliding_window", "keys and values", sliding,
-      fmt::format(
-          "layer{} {} slide over {} tokens ({} of {}): each holds at most its window at any context, "
-          "so at 32,768 tokens {} hold{} {:.1f}% of the KV bytes; vLLM 0.33 and llama.cpp quantize them "
-          "with the rest unless told (vLLM: --kv-cache-dtype-skip-layers sliding_window; llama.cpp: the same "
-          "-ctk/-ctv for its SWA cache), transformers' QuantizedCache refuses them: quantize the global "
-          "layers{}",
-          sliding.size() > 1 ? "s" : "", layerList(sliding), window, sliding.size(), c.layerSpecs.size(),
-          sliding.size() > 1 ? "they" : "it", sliding.size() > 1 ? "" : "s",
-          100.0 * static_cast<double>(sliding.size()) * static_cast<double>(std::min<std::int64_t>(window, 32768)) /
-              (static_cast<double>(sliding.size()) * static_cast<double>(std::min<std::int64_t>(window, 32768)) +
-               static_cast<double>(global) * 32768.0),
-          global > 0 ? " and keep these in the model's dtype" : " only where a long context needs it"),
+      fmt::format("layer{} {} slide over {} tokens ({} of {}): each holds at most its window at any context, "
+                  "so at 32,768 tokens {} hold{} {:.1f}% of the KV bytes; vLLM 0.33 and llama.cpp quantize them "
+                  "with the rest unless told (vLLM: --kv-cache-dtype-skip-layers sliding_window; llama.cpp: the same "
+                  "-ctk/-ctv for its SWA cache), transformers' QuantizedCache refuses them: quantize the global "
+                  "layers{}",
+                  sliding.size() > 1 ? "s" : "", layerList(sliding), window, sliding.size(), c.layerSpecs.size(),
+                  sliding.size() > 1 ? "they" : "it", sliding.size() > 1 ? "" : "s",
+                  100.0 * slidingTokens / (slidingTokens + static_cast<double>(global) * 32768.0),
+                  global > 0 ? " and keep these in the model's dtype" : " only where a long context needs it"),
       global > 0 ? spec + "*:" + cache::toSpec(base) : cache::toSpec(base)};
 }
 

@@ -30,6 +30,12 @@ std::vector<bool> layerTypes(const ModelConfig& c, const JsonKeys& k) {
   return sliding;
 }
 
+// sliding_window where a family's class defaults it to 4096: the key's value, 4096 where absent, none (0) where null.
+std::int64_t slidingWindowOr4096(const JsonKeys& k) {
+  const bool nulled = k.object().contains("sliding_window") && !k.has("sliding_window");
+  return nulled ? 0 : k.count("sliding_window", 4096);
+}
+
 // Which layers slide, and over how many positions, as transformers 5.23 decides it:
 // - mistral: every layer, over sliding_window (the class default 4096 where the key is absent; null: none);
 // - qwen2, qwen3, qwen3_moe: sliding_window (default 4096) only with use_sliding_window; then qwen3_moe slides every
@@ -37,15 +43,8 @@ std::vector<bool> layerTypes(const ModelConfig& c, const JsonKeys& k) {
 //   max_window_layers, default 28, on);
 // - llama: none. A qwen2/qwen3 layer_types entry other than full_attention / sliding_attention is refused.
 void readWindows(ModelConfig& c, const JsonKeys& k) {
-  const json& j = k.object();
-  std::int64_t window = 0;
-  if (c.arch == "mistral") {
-    const bool absent = !j.contains("sliding_window");
-    window = absent ? 4096 : k.has("sliding_window") ? k.count("sliding_window") : 0;
-  } else if (c.arch != "llama" && k.flag("use_sliding_window", false)) {
-    const bool nulled = j.contains("sliding_window") && !k.has("sliding_window");
-    window = nulled ? 0 : k.count("sliding_window", 4096);
-  }
+  const bool slides = c.arch == "mistral" || (c.arch != "llama" && k.flag("use_sliding_window", false));
+  const std::int64_t window = slides ? slidingWindowOr4096(k) : 0;
   std::vector<bool> sliding(static_cast<std::size_t>(c.layers), true);
   const bool typed = c.arch == "qwen2" || c.arch == "qwen3";  // the others' classes never read layer_types
   if (typed && k.has("layer_types")) {
@@ -74,9 +73,7 @@ void readGemma3(ModelConfig& c, const JsonKeys& k) {
   if (k.flag("use_bidirectional_attention", false))
     k.fail("use_bidirectional_attention", "is true: only causal attention is supported");
   c.finalSoftcap = k.has("final_logit_softcapping") ? k.positiveNum("final_logit_softcapping", 0) : 0.0;
-  const json& j = k.object();
-  const bool nulled = j.contains("sliding_window") && !k.has("sliding_window");
-  const std::int64_t window = nulled ? 0 : k.count("sliding_window", 4096);
+  const std::int64_t window = slidingWindowOr4096(k);
   std::vector<bool> sliding(static_cast<std::size_t>(c.layers));
   if (k.has("layer_types")) {
     sliding = layerTypes(c, k);

@@ -13,7 +13,8 @@ namespace {
 
 FlagExport uniformToVllm(const CacheConfig& cfg);
 
-FlagExport layersToVllm(const CacheConfig& cfg, const LayerWindows& windows) {
+// `sliding`: the model's sliding-window layers; `slidingSkipped` says whether the export skips every one of them.
+FlagExport layersToVllm(const CacheConfig& cfg, const std::vector<int>& sliding, bool& slidingSkipped) {
   const LayerRule* all = detail::wildcardRule(cfg);
   if (!all) throw ConfigError("layers", "vLLM takes one KV cache dtype: add a `*` rule for the layers not named");
   FlagExport e = toVllmFlags(all->keys);
@@ -24,11 +25,11 @@ FlagExport layersToVllm(const CacheConfig& cfg, const LayerWindows& windows) {
                     "the values' `{}` alone would export as `{}`",
                     toSpec(all->keys), toSpec(all->values), ev.flags));
   }
-  std::vector<std::string> skip;
+  std::vector<int> skip;
   for (const auto& r : cfg.layers) {
     if (r.wildcard()) continue;
     if (r.keys.backend == Backend::Dynamic && r.values.backend == Backend::Dynamic) {
-      for (int l = r.first; l <= r.last; ++l) skip.push_back(std::to_string(l));
+      for (int l = r.first; l <= r.last; ++l) skip.push_back(l);
     } else if (!(r.keys == all->keys && r.values == all->values)) {
       e.notes.push_back(detail::notExported(r,
                                             "vLLM can only skip layers (keep them unquantized), not give them "
@@ -37,28 +38,23 @@ FlagExport layersToVllm(const CacheConfig& cfg, const LayerWindows& windows) {
   }
   // vLLM's Attention skips a layer built with a sliding window when the list names `sliding_window`
   // (model_executor/layers/attention/attention.py): one word for all of them when every one is skipped.
-  const std::vector<int> sliding = detail::slidingLayers(windows);
-  const bool allSlidingSkipped = !sliding.empty() && std::all_of(sliding.begin(), sliding.end(), [&](int l) {
-    return std::find(skip.begin(), skip.end(), std::to_string(l)) != skip.end();
-  });
-  if (allSlidingSkipped) {
-    std::vector<std::string> rest{"sliding_window"};
-    for (const auto& l : skip)
-      if (windows[static_cast<std::size_t>(std::stoi(l))] == 0) rest.push_back(l);
-    skip = std::move(rest);
-  }
-  if (!skip.empty() && all->keys.backend != Backend::Dynamic)
-    e.flags += fmt::format(" --kv-cache-dtype-skip-layers {}", fmt::join(skip, " "));
+  const auto in = [](const std::vector<int>& ls, int l) { return std::find(ls.begin(), ls.end(), l) != ls.end(); };
+  slidingSkipped = !sliding.empty() && std::all_of(sliding.begin(), sliding.end(), [&](int l) { return in(skip, l); });
+  std::vector<std::string> words;
+  if (slidingSkipped) words.emplace_back("sliding_window");
+  for (int l : skip)
+    if (!slidingSkipped || !in(sliding, l)) words.push_back(std::to_string(l));
+  if (!words.empty() && all->keys.backend != Backend::Dynamic)
+    e.flags += fmt::format(" --kv-cache-dtype-skip-layers {}", fmt::join(words, " "));
   return e;
 }
 
 // What vLLM 0.33 does on a model's sliding-window layers with this (uniform or `*` rule) config.
-void slidingNotes(const CacheConfig& cfg, const LayerWindows& windows, const std::string& flags,
+void slidingNotes(const CacheConfig& cfg, const std::vector<int>& sliding, bool skipped,
                   std::vector<std::string>& notes) {
-  const std::vector<int> sliding = detail::slidingLayers(windows);
   if (sliding.empty() || cfg.backend == Backend::Dynamic) return;
   const std::string layers = util::layerRanges(sliding);
-  if (flags.find("sliding_window") != std::string::npos) {
+  if (skipped) {
     notes.push_back(
         fmt::format("the sliding-window layers ({}) keep the model's dtype: vLLM skips every layer "
                     "built with a sliding window",
@@ -81,16 +77,18 @@ void slidingNotes(const CacheConfig& cfg, const LayerWindows& windows, const std
 
 FlagExport toVllmFlags(const CacheConfig& cfg, const LayerWindows& windows) {
   validate(cfg);
+  const std::vector<int> sliding = detail::slidingLayers(windows);
   if (cfg.mixed()) {
-    FlagExport e = layersToVllm(cfg, windows);
-    if (const LayerRule* all = detail::wildcardRule(cfg)) slidingNotes(all->keys, windows, e.flags, e.notes);
+    bool skipped = false;
+    FlagExport e = layersToVllm(cfg, sliding, skipped);
+    slidingNotes(detail::wildcardRule(cfg)->keys, sliding, skipped, e.notes);  // layersToVllm checked the rule
     return e;
   }
   if (cfg.tiered())
     return detail::exportOldestTier<FlagExport>(cfg, "vLLM 0.33",
                                                 [&](const CacheConfig& c) { return toVllmFlags(c, windows); });
   FlagExport e = uniformToVllm(cfg);
-  slidingNotes(cfg, windows, e.flags, e.notes);
+  slidingNotes(cfg, sliding, false, e.notes);
   return e;
 }
 
