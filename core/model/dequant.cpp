@@ -14,7 +14,7 @@ void checkReadable(std::uint32_t type) {
   if (kernels::blockLayout(type).values == 0)
     throw FormatError(
         fmt::format("tensor type {} is not supported (kvscope reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                    "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
+                    "Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4)",
                     kernels::ggmlTypeName(type)));
 }
 

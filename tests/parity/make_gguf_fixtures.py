@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes a GGUF file with the `gguf` package (GGUFWriter): one tensor of every ggml type kvscope reads, quantized by
-the package (the K-quants, which it cannot quantize, get random blocks with finite fp16 scales), and metadata of every
+the package (the K-quants, which it cannot quantize, get random blocks with finite fp16 scales; MXFP4 some E8M0
+scales at its edges), and metadata of every
 value type; plus the package's own dequantization of each tensor as safetensors. test_gguf_parity.cpp reads both.
 Also the package's quantization of float rows to the types kvscope writes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), with blocks
 that test its edges: zeros, a constant, ties of the largest magnitude, values a hair below a rounding half; and, for
@@ -18,7 +19,7 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 from gguf import quants  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 
-TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "MXFP4"]
 # K-quant block sizes and where their fp16 scales sit (d, and dmin where there is one).
 K_BLOCKS = {"Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]), "Q6_K": (210, [208])}
 
@@ -55,6 +56,10 @@ def main():
             data = blocks.reshape(3, -1)
         else:
             data = quants.quantize(x, qt)
+        if t == "MXFP4":  # the two subnormal scales (E8M0 0 and 1) and a large one among the package's blocks
+            data = data.reshape(-1, 17).copy()
+            data[0, 0], data[1, 0], data[2, 0] = 0, 1, 200
+            data = data.reshape(3, -1)
         w.add_tensor(f"t.{t}", data, raw_dtype=qt)
         ref[f"t.{t}"] = np.ascontiguousarray(quants.dequantize(data, qt).astype(np.float32).reshape(3, 512))
     w.write_header_to_file()

@@ -92,5 +92,5 @@ TEST(GgufParity, DequantizationOfEveryType) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 11);
+  EXPECT_EQ(checked, 12);
 }

@@ -36,9 +36,9 @@ struct Case {
   std::int64_t cols;
 };
 
-const Case kCases[] = {{GgmlType::F32, 45},   {GgmlType::F16, 77},   {GgmlType::BF16, 40}, {GgmlType::Q4_0, 96},
-                       {GgmlType::Q4_1, 64},  {GgmlType::Q5_0, 160}, {GgmlType::Q5_1, 96}, {GgmlType::Q8_0, 128},
-                       {GgmlType::Q4_K, 512}, {GgmlType::Q5_K, 256}, {GgmlType::Q6_K, 512}};
+const Case kCases[] = {{GgmlType::F32, 45},   {GgmlType::F16, 77},   {GgmlType::BF16, 40},  {GgmlType::Q4_0, 96},
+                       {GgmlType::Q4_1, 64},  {GgmlType::Q5_0, 160}, {GgmlType::Q5_1, 96},  {GgmlType::Q8_0, 128},
+                       {GgmlType::Q4_K, 512}, {GgmlType::Q5_K, 256}, {GgmlType::Q6_K, 512}, {GgmlType::MXFP4, 96}};
 
 void putHalf(std::uint8_t* p, float v) {
   const std::uint16_t h = c10::Half(v).x;
@@ -90,6 +90,11 @@ std::vector<std::uint8_t> randomMatrix(GgmlType t, std::int64_t rows, std::int64
         break;
       case GgmlType::Q6_K:
         putHalf(b + 208, scale(rng) * 0.05f);
+        break;
+      case GgmlType::MXFP4:  // E8M0 scales from 2^-12 to 2^-4, so values reach 12 * 2^-5
+        b[0] = static_cast<std::uint8_t>(116 + byte(rng) % 9);
+        break;
+      default:
         break;
     }
   }
@@ -156,6 +161,10 @@ std::string name(GgmlType t) {
       return "Q5_K";
     case GgmlType::Q6_K:
       return "Q6_K";
+    case GgmlType::MXFP4:
+      return "MXFP4";
+    default:
+      break;
   }
   return "?";
 }
@@ -309,6 +318,7 @@ TEST(Weight, KernelAndGemmPathsAndEmbeddingAgree) {
 
 TEST(Weight, NonFiniteScalesAreFoundWithoutDequantizingEverything) {
   for (const Case& c : kCases) {
+    if (c.type == GgmlType::MXFP4) continue;  // E8M0 scales and E2M1 codes: never NaN or infinite
     const std::int64_t rows = 4;
     auto data = std::make_shared<std::vector<std::uint8_t>>(randomMatrix(c.type, rows, c.cols, 9));
     const auto L = kernels::blockLayout(static_cast<std::uint32_t>(c.type));
@@ -669,4 +679,29 @@ TEST(Weight, AModelWithFloat32CopiesComputesTheSameLogits) {
   EXPECT_TRUE(at::equal(logits(), before));
   m->setFloatCopies(false);
   EXPECT_TRUE(at::equal(logits(), before));
+}
+
+// ggml's MXFP4 (gpt-oss's experts) as dequantize_row_mxfp4 reads it: the E8M0 byte first, halved
+// (GGML_E8M0_TO_FP32_HALF, subnormal for the two smallest), then low nibbles as values 0-15 and high as 16-31, each
+// an index into the doubled E2M1 values.
+TEST(BlockFormats, Mxfp4DequantizesAsGgml) {
+  std::uint8_t b[2 * 17] = {};
+  b[0] = 127;    // 2^0 / 2
+  b[1] = 0x7F;   // value 0: index 15 (-12) -> -6; value 16: index 7 (12) -> 6
+  b[2] = 0x91;   // value 1: index 1 (1) -> 0.5; value 17: index 9 (-1) -> -0.5
+  b[17] = 0;     // 2^-128, a float32 subnormal
+  b[18] = 0x05;  // value 0: index 5 (6) -> 6 * 2^-128; value 16: index 0 -> 0
+  float y[64];
+  kernels::dequantize(static_cast<std::uint32_t>(GgmlType::MXFP4), b, 64, y);
+  EXPECT_EQ(y[0], -6.0f);
+  EXPECT_EQ(y[16], 6.0f);
+  EXPECT_EQ(y[1], 0.5f);
+  EXPECT_EQ(y[17], -0.5f);
+  EXPECT_EQ(y[2], 0.0f);
+  EXPECT_EQ(y[32], std::ldexp(6.0f, -128));
+  EXPECT_EQ(y[48], 0.0f);
+  b[0] = 254;  // 2^126: value 1 (index 1) is 2^126, value 17 (index 9) its negative
+  kernels::dequantize(static_cast<std::uint32_t>(GgmlType::MXFP4), b, 32, y);
+  EXPECT_EQ(y[1], std::ldexp(1.0f, 126));
+  EXPECT_EQ(y[17], -std::ldexp(1.0f, 126));
 }

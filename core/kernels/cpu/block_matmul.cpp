@@ -117,6 +117,12 @@ KVS_AVX2 inline __m256i group(const std::uint8_t* b, int g, float D[2], float M[
     D[0] = D[1] = halfAt(b);
     M[0] = M[1] = -128.0f * D[0];
     return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), _mm256_set1_epi8(-128));
+  } else if constexpr (T == GgmlType::MXFP4) {  // kMxfp4Values + 12 by a table lookup in each 128-bit lane
+    D[0] = D[1] = e8m0Half(b[0]);
+    M[0] = M[1] = -12.0f * D[0];
+    const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15, 16,
+                                         18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    return _mm256_shuffle_epi8(lut, nibbles16(b + 1));
   } else if constexpr (T == GgmlType::Q4_K || T == GgmlType::Q5_K) {
     constexpr bool five = T == GgmlType::Q5_K;
     int sc, mn;
@@ -291,6 +297,13 @@ KVS_AVX512 inline void group512(const std::uint8_t* b, int g, float D[2], float 
     M[0] = M[1] = 0.0f;
     lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load(b + 2)));
     hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load(b + 18)));
+  } else if constexpr (T == GgmlType::MXFP4) {  // the signed values by a table lookup, sign-extended (M = 0)
+    D[0] = D[1] = e8m0Half(b[0]);
+    M[0] = M[1] = 0.0f;
+    const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i x = load(b + 1);
+    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(lut, _mm_and_si128(x, nib))));
+    hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(x, 4), nib))));
   } else if constexpr (T == GgmlType::Q4_0 || T == GgmlType::Q4_1 || T == GgmlType::Q5_0 || T == GgmlType::Q5_1) {
     constexpr bool minimum = T == GgmlType::Q4_1 || T == GgmlType::Q5_1;
     constexpr bool five = T == GgmlType::Q5_0 || T == GgmlType::Q5_1;
@@ -349,7 +362,7 @@ KVS_AVX512 void blocksAvx512(const BlockMatrix& w, const float* x, std::int64_t 
                              std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
   constexpr BlockLayout L = blockLayout(T);
   constexpr int perBlock = static_cast<int>(L.values / 32);
-  constexpr bool twoScales = T == GgmlType::Q6_K, noMin = T == GgmlType::Q8_0;
+  constexpr bool twoScales = T == GgmlType::Q6_K, noMin = T == GgmlType::Q8_0 || T == GgmlType::MXFP4;
   const std::int64_t blocks = w.cols / L.values, ldxs = w.cols / 16;
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::uint8_t* row = w.data + r * w.rowBytes;
@@ -473,7 +486,7 @@ void tilesQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, 
   forTiles(x.m, [&](auto mt, std::int64_t i) { q8Rows<T, mt()>(w, x, i, y, ldy, r0, r1); });
 }
 
-#define KVS_QUANTIZED_TYPES(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K)
+#define KVS_QUANTIZED_TYPES(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(MXFP4)
 
 bool simdMatmul(const BlockMatrix& w, const float* x, std::int64_t m, std::int64_t ldx, const float* xs, float* y,
                 std::int64_t ldy, std::int64_t r0, std::int64_t r1) {

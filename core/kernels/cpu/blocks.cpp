@@ -90,7 +90,9 @@ bool halfFinite(std::uint16_t h) {
 // wrote (the first ones): 0 where the type has no such path or the AVX-512 paths do not run.
 std::int64_t dequantizeSimd(std::uint32_t type, const std::uint8_t* src, std::int64_t n, float* dst) {
   const std::int64_t values = blockLayout(type).values;  // 1 (F16, BF16; F32 is a copy), 32, or 256 (the K types)
-  if (static_cast<GgmlType>(type) == GgmlType::F32 || (values != 1 && values != 32)) return 0;
+  if (static_cast<GgmlType>(type) == GgmlType::F32 || static_cast<GgmlType>(type) == GgmlType::MXFP4 ||
+      (values != 1 && values != 32))
+    return 0;  // F32 is a copy; MXFP4 (no KV-cache row type of its numbering) takes the scalar loop
   const std::int64_t row = kvcodec::kMaxRow, rows = n / row;
   if (rows > 0 && !readKvRowsSimd(type, src, kvcodec::rowBytes(type, row), rows, row, 0, false, 1.0f, dst)) return 0;
   const std::int64_t done = rows * row, rest = n - done;
@@ -135,6 +137,16 @@ void dequantize(std::uint32_t type, const std::uint8_t* src, std::int64_t n, flo
       return blocks<qk<true>>(src, n, dst, 256, 176);
     case GgmlType::Q6_K:
       return blocks<q6_k>(src, n, dst, 256, 210);
+    case GgmlType::MXFP4:  // dequantize_row_mxfp4
+      for (std::int64_t i = 0; i < n / 32; ++i) {
+        const std::uint8_t* b = src + 17 * i;
+        const float d = e8m0Half(b[0]);
+        for (int j = 0; j < 16; ++j) {
+          dst[32 * i + j] = static_cast<float>(kMxfp4Values[b[1 + j] & 0x0F]) * d;
+          dst[32 * i + j + 16] = static_cast<float>(kMxfp4Values[b[1 + j] >> 4]) * d;
+        }
+      }
+      return;
     default:  // the precondition: blockLayout(type).values > 0
       return;
   }
@@ -166,6 +178,8 @@ std::int64_t firstNonFiniteBlock(std::uint32_t type, const std::uint8_t* src, st
     case GgmlType::Q6_K:
       at0 = 208;
       break;
+    case GgmlType::MXFP4:  // an E8M0 scale and E2M1 codes: every value is finite
+      return -1;
     default:
       break;
   }
@@ -222,6 +236,14 @@ void unpackGroup(GgmlType type, const std::uint8_t* b, int g, std::uint8_t q[32]
       M[0] = M[1] = -(half(b + 2) * static_cast<float>(mn));
       return;
     }
+    case GgmlType::MXFP4:
+      for (int j = 0; j < 16; ++j) {
+        q[j] = static_cast<std::uint8_t>(kMxfp4Values[b[1 + j] & 0x0F] + 12);
+        q[j + 16] = static_cast<std::uint8_t>(kMxfp4Values[b[1 + j] >> 4] + 12);
+      }
+      D[0] = D[1] = e8m0Half(b[0]);
+      M[0] = M[1] = -12.0f * D[0];
+      return;
     case GgmlType::Q6_K: {
       const int n = g / 4, k = g % 4;
       const std::uint8_t* ql = b + std::ptrdiff_t{64} * n + (k & 1 ? 32 : 0);

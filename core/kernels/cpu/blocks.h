@@ -3,13 +3,15 @@
 //
 // The affine view: every block splits into groups of 32 values, and each half (16 values) of a group is
 // D * q + M with q an unsigned byte (0..255). Q4_0 is d * q - 8d, Q4_1 d * q + m, Q8_0 d * (q ^ 0x80) - 128d, Q4_K
-// (d * sc) * q - dmin * mn per group of 32, Q6_K (d * sc) * q - 32 (d * sc) per half. A dot product with a
-// float32 row is then D * (q . x) + M * sum(x), and sum(x) is computed once per activation row.
+// (d * sc) * q - dmin * mn per group of 32, Q6_K (d * sc) * q - 32 (d * sc) per half, MXFP4 d * q - 12d with q its
+// doubled E2M1 value (ggml's kvalues_mxfp4, -12 .. 12) plus 12 and d half its E8M0 scale (GGML_E8M0_TO_FP32_HALF). A
+// dot product with a float32 row is then D * (q . x) + M * sum(x), and sum(x) is computed once per activation row.
 //
 // No torch here: the model layer (model/weight.h) turns these into LibTorch tensors and threads.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/ggml_type.h"
 
@@ -35,7 +37,8 @@ constexpr BlockLayout blockLayout(std::uint32_t type) {
     case GgmlType::Q8_0:
     case GgmlType::Q4_K:
     case GgmlType::Q5_K:
-    case GgmlType::Q6_K: {
+    case GgmlType::Q6_K:
+    case GgmlType::MXFP4: {
       const GgmlTypeInfo* t = ggmlTypeInfo(type);
       return {t->blockValues, t->blockBytes};
     }
@@ -45,6 +48,17 @@ constexpr BlockLayout blockLayout(std::uint32_t type) {
 }
 constexpr BlockLayout blockLayout(GgmlType type) {
   return blockLayout(static_cast<std::uint32_t>(type));
+}
+
+/// ggml's MXFP4 (gpt-oss's experts): a block is its E8M0 scale byte, then 16 bytes whose low nibbles are values 0-15
+/// and high nibbles values 16-31, each an index into these doubled E2M1 values, multiplied by half the scale.
+inline constexpr std::int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/// GGML_E8M0_TO_FP32_HALF: 2^(e - 128), the two smallest exponents as float32 subnormals.
+inline float e8m0Half(std::uint8_t e) {
+  const std::uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<std::uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 /// Q4_K / Q5_K: the 6-bit scale and min of group j (0..7) from the block's 12 scale bytes (ggml's
