@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <functional>
 #include <optional>
 
@@ -25,7 +26,11 @@ constexpr std::int64_t kMaxSegmentedQueries = 16;
 // LibTorch's fused attention (flash kernel on the CPU), grouped-query heads without copying K/V; float32
 // accumulation. A boolean causal mask only when several queries must not see later keys; with a sliding `window`,
 // query i (at key position L - T + i) also not the keys at or before L - T + i - window.
-at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::int64_t window = 0) {
+// Learned sinks (float32 [Hq], defined): transformers' eager attention for gpt-oss (its eager_attention_forward):
+// the scaled scores with the mask, each head's sink logit concatenated as one more column, the row's maximum
+// subtracted, the softmax, the sink's column dropped, times V (K/V repeated for the grouped heads).
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::int64_t window = 0,
+                const at::Tensor& sinks = {}) {
   const std::int64_t T = q.size(2), L = k.size(2);
   std::optional<at::Tensor> mask;
   if (T > 1) {
@@ -33,6 +38,17 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, s
     at::Tensor m = ones.tril(L - T);
     if (window > 0 && L > window) m = m & ones.tril(L - T - window).logical_not();
     mask = m.view({1, 1, T, L});
+  }
+  if (sinks.defined()) {
+    const std::int64_t G = q.size(1) / k.size(1);
+    const at::Tensor kk = k.to(q.scalar_type()).repeat_interleave(G, 1);
+    const at::Tensor vv = v.to(q.scalar_type()).repeat_interleave(G, 1);
+    at::Tensor w = at::matmul(q, kk.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(q.size(3))));
+    if (mask) w = w.masked_fill(mask->logical_not(), -INFINITY);
+    const at::Tensor s = sinks.to(w.options()).view({1, -1, 1, 1}).expand({w.size(0), -1, T, 1});
+    at::Tensor c = at::cat({w, s}, -1);
+    c = c - std::get<0>(c.max(-1, true));
+    return at::matmul(at::softmax(c, -1, c.scalar_type()).narrow(-1, 0, L), vv);
   }
   return at::scaled_dot_product_attention(q, k.to(q.scalar_type()), v.to(q.scalar_type()), mask, 0.0, false,
                                           std::nullopt, /*enable_gqa=*/q.size(1) != k.size(1));
@@ -48,7 +64,8 @@ constexpr std::int64_t kAttendKeyBlock = 4096;
 // Keys and values [B, Hkv, n, D] of positions [t0, t0 + n).
 using KeyBlock = std::function<std::pair<at::Tensor, at::Tensor>(std::int64_t t0, std::int64_t n)>;
 
-at::Tensor blockwiseSdpa(const at::Tensor& q, std::int64_t L, const KeyBlock& block) {
+// Learned sinks (defined) join the merged denominator at the end: the output times sigmoid(lse - sink).
+at::Tensor blockwiseSdpa(const at::Tensor& q, std::int64_t L, const KeyBlock& block, const at::Tensor& sinks) {
   const std::int64_t T = q.size(2);
   at::Tensor out, lse;  // float32 [B, Hq, T, D] and [B, Hq, T]
   const auto add = [&](std::int64_t t0, std::int64_t n, bool causal) {
@@ -67,6 +84,7 @@ at::Tensor blockwiseSdpa(const at::Tensor& q, std::int64_t L, const KeyBlock& bl
   };
   for (std::int64_t t0 = 0; t0 < L - T; t0 += kAttendKeyBlock) add(t0, std::min(kAttendKeyBlock, L - T - t0), false);
   add(L - T, T, true);  // the chunk's queries are its own keys' positions: the square causal mask
+  if (sinks.defined()) out = out * at::sigmoid(lse - sinks.to(lse.options()).view({1, -1, 1})).unsqueeze(-1);
   return out.to(q.scalar_type());
 }
 
@@ -152,9 +170,12 @@ void CacheLayer::dropOldest(std::int64_t n) {
 }
 
 at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
-                              std::int64_t window) {
+                              std::int64_t window, const at::Tensor& sinks) {
   validateStates(keys, values);
   detail::checkQueries(queries, keys, (std::string(backendName(backend())) + " queries").c_str());
+  if (sinks.defined() && (sinks.dim() != 1 || sinks.size(0) != queries.size(1)))
+    throw CacheError(
+        fmt::format("{}: {} sink logits for {} query heads", backendName(backend()), sinks.numel(), queries.size(1)));
   const std::int64_t T = queries.size(2);
   // A sliding window: the first query sees nothing before position L - T - window + 1 of the L held (every later
   // query sees less), so attention reads from there; the band mask does the rest.
@@ -165,7 +186,7 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
     auto [k, v] = updateReference(keys, values);
     const std::int64_t from = firstVisible(k.size(2));
     if (from > 0) k = k.narrow(2, from, k.size(2) - from), v = v.narrow(2, from, v.size(2) - from);
-    return sdpa(roundQueries(queries), k, v, window);
+    return sdpa(roundQueries(queries), k, v, window, sinks);
   }
   Staged s = stage(keys, values);
   if (window > 0) {
@@ -184,9 +205,9 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
       const at::Tensor q = roundQueries(queries);
       const std::int64_t B = q.size(0), Hkv = keys.size(1);
       at::Tensor out = s.denseKeys.defined()
-                           ? sdpa(q, s.denseKeys, s.denseValues, window)
+                           ? sdpa(q, s.denseKeys, s.denseValues, window, sinks)
                            : sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), path_),
-                                  detail::materialize(*s.values, B, Hkv, q.scalar_type(), path_), window);
+                                  detail::materialize(*s.values, B, Hkv, q.scalar_type(), path_), window, sinks);
       if (s.finish) s.finish();
       return out;
     }
@@ -198,7 +219,7 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
   // copy a strided view of the buffer and repeat K/V for GQA); a prefill goes to sdpa. The device path: an fp8 decode
   // step reads the codes with the fused kernel, anything else is dequantized for this layer only and goes to sdpa.
   const auto fp8Decode = [&]() -> std::pair<const detail::Fp8View*, const detail::Fp8View*> {
-    if (T != 1 || !s.keys || !s.values) return {nullptr, nullptr};
+    if (T != 1 || !s.keys || !s.values || sinks.defined()) return {nullptr, nullptr};
     const detail::Fp8View *k = s.keys->fp8View(), *v = s.values->fp8View();
     return k && v && k->format == v->format ? std::pair{k, v} : std::pair{nullptr, nullptr};
   };
@@ -210,6 +231,8 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
     a.B = B, a.Hq = Hq, a.Hkv = Hkv, a.T = T, a.D = D;
     a.smScale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     a.out = o.mutable_data_ptr<float>();
+    const at::Tensor sk = sinks.defined() ? sinks.to(at::kFloat).contiguous() : at::Tensor();
+    if (sk.defined()) a.sinks = sk.const_data_ptr<float>();
     a.threads = at::get_num_threads();
     kernels::segmentedAttention(a, *s.keys, *s.values, torchParallel());
     out = o.to(q.scalar_type());
@@ -217,17 +240,20 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
                                     : s.keys              ? s.keys->length()
                                                           : 0;
              hostPath() && L - T > kAttendKeyBlock) {
-    out = blockwiseSdpa(q, L, [&](std::int64_t t0, std::int64_t n) -> std::pair<at::Tensor, at::Tensor> {
-      if (s.denseKeys.defined()) return {s.denseKeys.narrow(2, t0, n), s.denseValues.narrow(2, t0, n)};
-      return {readBlock(*s.keys, B, Hkv, t0, n), readBlock(*s.values, B, Hkv, t0, n)};
-    });
+    out = blockwiseSdpa(
+        q, L,
+        [&](std::int64_t t0, std::int64_t n) -> std::pair<at::Tensor, at::Tensor> {
+          if (s.denseKeys.defined()) return {s.denseKeys.narrow(2, t0, n), s.denseValues.narrow(2, t0, n)};
+          return {readBlock(*s.keys, B, Hkv, t0, n), readBlock(*s.values, B, Hkv, t0, n)};
+        },
+        sinks);
   } else if (s.denseKeys.defined()) {
-    out = sdpa(q, s.denseKeys, s.denseValues);
+    out = sdpa(q, s.denseKeys, s.denseValues, 0, sinks);
   } else if (const auto [fk, fv] = fp8Decode(); fk) {
     out = kernels::fp8DecodeAttention(q, fk->codes, fv->codes, fk->scale, fv->scale, fk->format);
   } else {
     out = sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), path_),
-               detail::materialize(*s.values, B, Hkv, q.scalar_type(), path_));
+               detail::materialize(*s.values, B, Hkv, q.scalar_type(), path_), 0, sinks);
   }
   if (s.finish) s.finish();
   return out;

@@ -138,9 +138,10 @@ void KvCache::trim(int l) {
   if (held > w - 1 + kWindowSlack) L.discardOldest(held - (w - 1));
 }
 
-at::Tensor KvCache::attend(int i, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values) {
+at::Tensor KvCache::attend(int i, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                           const at::Tensor& sinks) {
   trim(i);
-  return layer(i).attend(q, keys, values, window(i));
+  return layer(i).attend(q, keys, values, window(i), sinks);
 }
 
 std::pair<at::Tensor, at::Tensor> KvCache::update(int i, const at::Tensor& keys, const at::Tensor& values) {

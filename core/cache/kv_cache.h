@@ -30,8 +30,9 @@ class KvCache {
   static constexpr std::int64_t kWindowSlack = 64;
 
   /// Layer `layer`'s attention (CacheLayer::attend) with its window; a windowed layer first drops what no query can
-  /// see again (setWindows).
-  at::Tensor attend(int layer, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values);
+  /// see again (setWindows). `sinks`: the layer's learned sink logits (CacheLayer::attend), or undefined.
+  at::Tensor attend(int layer, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                    const at::Tensor& sinks = {});
   std::pair<at::Tensor, at::Tensor> update(int layer, const at::Tensor& keys, const at::Tensor& values);
   void reorder(const at::Tensor& beamIdx);
   void reset();

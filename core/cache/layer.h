@@ -54,8 +54,12 @@ class CacheLayer {
   /// stored form read tile by tile (no full-precision history); the values attention sees are the same as in
   /// reference mode, only the accumulation order differs (docs/attention.md). Validates q and the states once, as
   /// update() does. `window` > 0: sliding-window attention, each query attends the `window` newest positions up to
-  /// its own (transformers' sliding_window, llama.cpp's n_swa), of what the layer holds.
-  at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, std::int64_t window = 0);
+  /// its own (transformers' sliding_window, llama.cpp's n_swa), of what the layer holds. `sinks` (defined: float32
+  /// [Hq]): each query head's learned sink logit, one more term exp(sink) in the softmax's denominator that reads
+  /// no value (gpt-oss: transformers' eager attention concatenates it to the scores, llama.cpp's soft_max and flash
+  /// attention add it to the sum); not scaled by 1/sqrt(D).
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, std::int64_t window = 0,
+                    const at::Tensor& sinks = {});
   AttentionMode attentionMode() const { return mode_; }
 
   /// Fused mode: stores the states as update() does (the same semantics) and returns what attention reads now,

@@ -390,8 +390,11 @@ void segmentedAttention(const SegmentedAttentionArgs& a, const TokenSource& keys
         const float ms = part[(bh * splits + s) * stride + r];
         if (ms > mMax) mMax = ms;
       }
+      // A learned sink: one more logit in the softmax, with no value (it only adds to the denominator).
+      const float sink = a.sinks ? a.sinks[hk * G + g] : -INFINITY;
+      if (sink > mMax) mMax = sink;
       std::fill(o, o + D, 0.0f);
-      float lSum = 0.0f;
+      float lSum = sink == -INFINITY ? 0.0f : std::exp(sink - mMax);
       for (std::int64_t s = 0; s < splits; ++s) {
         const float* m = part.data() + (bh * splits + s) * stride;
         if (m[r] == -INFINITY && !std::isnan(m[rows + r])) continue;  // a split with no key for this row

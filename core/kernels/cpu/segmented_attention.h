@@ -80,6 +80,9 @@ struct SegmentedAttentionArgs {
   float smScale = 1.0f;  ///< softmax scale (1/sqrt(D) for Llama)
   /// Query t (of T) sees keys [0, L - T + t]: the T queries are the newest T positions of the L keys.
   bool causal = true;
+  /// [Hq] learned sink logits (gpt-oss), or nullptr: each query row's softmax adds exp(sink) to its denominator,
+  /// unscaled by smScale, with no value behind it.
+  const float* sinks = nullptr;
   float* out = nullptr;    ///< [B, Hq, T, D], dense
   int threads = 1;         ///< how many workers the parallel loop has (chooses the sequence splits)
   std::int64_t tile = 64;  ///< tokens dequantized at a time
