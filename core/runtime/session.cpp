@@ -30,7 +30,9 @@ Session Session::open(const LoadOptions& o, const model::ProgressFn& progress) {
   s.tokenizer_ = std::move(loaded.tokenizer);
   s.model_->setActivations(resolveActivations(o.activations, *s.model_));
   s.stopIds_ = {s.tokenizer_->eosId()};
-  for (const char* end : {"<|im_end|>", "<end_of_turn>"})
+  // ChatML's, Gemma's and harmony's ends of a turn (gpt-oss: <|return|> and <|call|>, not <|end|>, which closes its
+  // analysis channel before the final one, as llama.cpp's end-of-generation list has it).
+  for (const char* end : {"<|im_end|>", "<end_of_turn>", "<|return|>", "<|call|>"})
     if (const auto e = s.tokenizer_->tokenId(end); e && *e != s.tokenizer_->eosId()) s.stopIds_.push_back(*e);
   return s;
 }
@@ -56,11 +58,14 @@ nlohmann::json Session::runAs() const {
 }
 
 std::vector<std::int64_t> Session::encodePrompt(const std::string& text, bool chat) const {
-  // Gemma's turns where its vocabulary has them (Gemma 3), ChatML otherwise (SmolLM2, Qwen).
+  // Gemma's turns where its vocabulary has them (Gemma 3), harmony where its has those (gpt-oss), ChatML otherwise
+  // (SmolLM2, Qwen).
   const bool gemma = tokenizer_->tokenId("<start_of_turn>").has_value();
-  const std::string t = !chat   ? text
-                        : gemma ? tokenizer::applyGemmaChat({{"user", text}}, true)
-                                : tokenizer::applyChatML({{"user", text}}, true);
+  const bool harmony = tokenizer_->tokenId("<|channel|>").has_value() && tokenizer_->tokenId("<|start|>").has_value();
+  const std::string t = !chat     ? text
+                        : gemma   ? tokenizer::applyGemmaChat({{"user", text}}, true)
+                        : harmony ? tokenizer::applyHarmonyChat({{"user", text}}, true)
+                                  : tokenizer::applyChatML({{"user", text}}, true);
   const auto ids = tokenizer_->encode(t, /*addSpecial=*/true, /*parseSpecial=*/chat);
   if (ids.empty()) throw Error(ErrorCode::BadInput, "the prompt encodes to no tokens");
   return {ids.begin(), ids.end()};

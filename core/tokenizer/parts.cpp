@@ -1,4 +1,6 @@
 // Preset names, the tokenizer built from plain parts (what a GGUF holds) and ChatML.
+#include <ctime>
+
 #include "tokenizer/detail.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,7 +31,8 @@ Preset presetFromName(std::string_view name) {
   if (name == "smollm") return Preset::SmolLM;
   if (name == "llama3" || name == "llama-bpe" || name == "llama-v3") return Preset::Llama3;
   if (name == "qwen2") return Preset::Qwen2;
-  throw TokenizerError("unknown pre-tokenizer " + quoted(name) + " (supported: gpt2, smollm, llama3, qwen2)");
+  if (name == "gpt-4o" || name == "llama4") return Preset::Gpt4o;
+  throw TokenizerError("unknown pre-tokenizer " + quoted(name) + " (supported: gpt2, smollm, llama3, qwen2, gpt-4o)");
 }
 
 const char* modeName(Mode mode) {
@@ -46,6 +49,8 @@ const char* presetName(Preset preset) {
       return "llama3";
     case Preset::Qwen2:
       return "qwen2";
+    case Preset::Gpt4o:
+      return "gpt-4o";
   }
   return "?";
 }
@@ -152,6 +157,40 @@ std::string applyGemmaChat(const std::vector<std::pair<std::string, std::string>
     out += trim(content) + "<end_of_turn>\n";
   }
   if (addGenerationPrompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
+std::string applyHarmonyChat(const std::vector<std::pair<std::string, std::string>>& messages, bool addGenerationPrompt,
+                             const std::string& date) {
+  std::string today = date;
+  if (today.empty()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+    today = buf;
+  }
+  std::string out =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: "
+      "2024-06\nCurrent date: " +
+      today +
+      "\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. Channel must be included for every "
+      "message.<|end|>";
+  std::size_t first = 0;
+  if (!messages.empty() && (messages.front().first == "system" || messages.front().first == "developer")) {
+    if (!messages.front().second.empty())
+      out += "<|start|>developer<|message|># Instructions\n\n" + messages.front().second + "\n\n<|end|>";
+    first = 1;
+  }
+  for (std::size_t k = first; k < messages.size(); ++k) {
+    const auto& [role, content] = messages[k];
+    out += role == "assistant" ? std::string("<|start|>assistant<|channel|>final") : "<|start|>" + role;
+    out += "<|message|>";
+    out += content;
+    out += "<|end|>";
+  }
+  if (addGenerationPrompt) out += "<|start|>assistant";
   return out;
 }
 

@@ -42,6 +42,13 @@ constexpr const char* kLlama3 = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}
 constexpr const char* kQwen2 = R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N})"
                                R"(| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// tiktoken's o200k (gpt-oss, GPT-4o; llama.cpp's gpt-4o pre-tokenizer quotes it as "the original regex"): words split
+// at case changes with their contractions, numbers of up to three digits.
+constexpr const char* kGpt4o =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 std::string pcreMessage(int code) {
   PCRE2_UCHAR buf[256];
   if (pcre2_get_error_message(code, buf, sizeof buf) < 0) return "PCRE2 error " + std::to_string(code);
@@ -172,6 +179,8 @@ std::vector<std::string> presetRegexes(Preset preset) {
       return {kLlama3};
     case Preset::Qwen2:
       return {kQwen2};
+    case Preset::Gpt4o:
+      return {kGpt4o};
   }
   throw TokenizerError("unknown pre-tokenizer preset");
 }

@@ -47,8 +47,9 @@ enum class TokenType : std::int32_t { Normal = 1, Unknown = 2, Control = 3, User
 ///   SmolLM  each \p{N} isolated first (Digits individual_digits=true), then the GPT-2 regex (SmolLM/StarCoder)
 ///   Llama3  Llama 3's Split regex (\p{N}{1,3}, case-insensitive contractions)
 ///   Qwen2   Qwen2's Split regex (single \p{N})
-enum class Preset { Gpt2, SmolLM, Llama3, Qwen2 };
-/// "gpt2", "smollm", "llama3" (also llama.cpp's "llama-bpe", "llama-v3"), "qwen2". TokenizerError otherwise.
+enum class Preset { Gpt2, SmolLM, Llama3, Qwen2, Gpt4o };
+/// "gpt2", "smollm", "llama3" (also llama.cpp's "llama-bpe", "llama-v3"), "qwen2", "gpt-4o" (o200k: gpt-oss, also
+/// llama.cpp's "llama4"). TokenizerError otherwise.
 Preset presetFromName(std::string_view name);
 const char* presetName(Preset preset);
 
@@ -227,5 +228,13 @@ std::string applyChatML(const std::vector<std::pair<std::string, std::string>>& 
 /// system message folded into the first user turn ("{system}\n\n{content, trimmed}"), and "<start_of_turn>model\n" when
 /// addGenerationPrompt.
 std::string applyGemmaChat(const std::vector<std::pair<std::string, std::string>>& messages, bool addGenerationPrompt);
+
+/// gpt-oss's harmony format as its chat_template renders it without tools: a system message (the model identity,
+/// "Knowledge cutoff: 2024-06", "Current date: {date}", "Reasoning: medium", the valid channels), a leading system or
+/// developer message as the developer's "# Instructions", then "<|start|>{role}<|message|>{content}<|end|>" per
+/// message (an assistant's as its final channel), and "<|start|>assistant" when addGenerationPrompt. `date`:
+/// YYYY-MM-DD (the template's strftime_now; today's when empty).
+std::string applyHarmonyChat(const std::vector<std::pair<std::string, std::string>>& messages, bool addGenerationPrompt,
+                             const std::string& date = {});
 
 }  // namespace kvscope::tokenizer

@@ -103,9 +103,10 @@ Preset readPreTokenizer(const Reader& r, const json& pt) {
     r.fail("pre_tokenizer.Split.behavior", "'" + behavior + "' is not supported (only Isolated)");
   if (r.flag(first, "invert", "pre_tokenizer.Split")) r.fail("pre_tokenizer.Split.invert", "true is not supported");
   const std::string regex = r.str(first["pattern"]["Regex"], "pre_tokenizer.Split.pattern.Regex");
-  for (const Preset p : {Preset::Gpt2, Preset::Llama3, Preset::Qwen2})
+  for (const Preset p : {Preset::Gpt2, Preset::Llama3, Preset::Qwen2, Preset::Gpt4o})
     if (detail::presetRegexes(p).back() == regex) return p;
-  r.fail("pre_tokenizer.Split.pattern.Regex", "/" + regex + "/ is not a known preset regex (gpt2, llama3, qwen2)");
+  r.fail("pre_tokenizer.Split.pattern.Regex",
+         "/" + regex + "/ is not a known preset regex (gpt2, llama3, qwen2, gpt-4o)");
 }
 
 // A one-character string field (Metaspace replacement, Strip content).

@@ -10,8 +10,8 @@ References (each a tokenizers.Tokenizer; ids, decodes and partial decodes are re
                   "smollm" pre-type) has it: Sequence[Digits(individual_digits=True), ByteLevel(use_regex=True)].
                   kvscope's "smollm" preset (what the GGUF names) must match it. The two differ only where
                   whitespace meets a digit ("  1" is [ĠĠ, 1] here, [Ġ, Ġ, 1] above); the count is recorded.
-  trained_*       a 500-token byte-level BPE trained here with tokenizers, saved with the gpt2, smollm, llama3 and
-                  qwen2 pre-tokenizers (llama3 also with ignore_merges and a BOS template, qwen2 with "a b" merges,
+  trained_*       a 500-token byte-level BPE trained here with tokenizers, saved with the gpt2, smollm, llama3,
+                  qwen2 and gpt-4o (o200k, gpt-oss's) pre-tokenizers (llama3 also with ignore_merges and a BOS template, qwen2 with "a b" merges,
                   gpt2 with a normalized added token and an lstrip/rstrip special token): a second tokenizer family
                   through the tokenizer.json path.
   sp_*            SentencePiece-style BPE as Llama 2 / Mistral / TinyLlama ship it in tokenizer.json: a ~400-token BPE
@@ -53,6 +53,12 @@ LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,
                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
+# tiktoken's o200k (gpt-oss's tokenizer.json Split; llama.cpp's gpt-4o pre-tokenizer): words split at case changes.
+O200K_SPLIT = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+               r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+               r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
 def qwen2_split():
     from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
     return PRETOKENIZE_REGEX
@@ -66,6 +72,7 @@ def fixed_corpus():
         "The quick brown fox jumps over the lazy dog.",
         "I'm sure they'll say it's fine, don't you think? We've seen it. You'd know. I'M SHOUTING, IT'S OK, She'S",
         "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n",
+        "CamelCaseWords and HTTPServer, iPhone's IDs: JSONDecodeError/path/to 12345 ÉCOLE naïveÉtude",
         "int main() {\n\tfor (int i = 0; i < 10; ++i) {\n\t\tprintf(\"%d\\n\", i);\n\t}\n}",
         "    indented with spaces\n\ttabbed\n  \t mixed  \n",
         "trailing spaces   ",
@@ -284,6 +291,10 @@ def trained(out, corpus, cases):
     qwen2 = Tokenizer.from_str(base.to_str())
     qwen2.pre_tokenizer = split_pre_tokenizer(qwen2_split())
     variants["qwen2"] = qwen2
+
+    o200k = Tokenizer.from_str(base.to_str())
+    o200k.pre_tokenizer = split_pre_tokenizer(O200K_SPLIT)
+    variants["gpt-4o"] = o200k
 
     for name, tok in variants.items():
         path = save(tok, os.path.join(out, "trained_" + name))

@@ -117,7 +117,7 @@ TEST(TokenizerParity, TrainedBpeFamiliesViaTokenizerJson) {
     compare(tok, name, "tokenizer.json");
     ++n;
   }
-  EXPECT_EQ(n, 4);
+  EXPECT_EQ(n, 5);
 }
 
 // SentencePiece-style BPE (Llama 2 / Mistral layouts) trained at test time: every corpus line through

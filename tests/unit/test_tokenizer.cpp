@@ -313,6 +313,23 @@ TEST(TokenizerChat, GemmaTurns) {
   EXPECT_EQ(applyGemmaChat({}, true), "<start_of_turn>model\n");
 }
 
+TEST(TokenizerChat, HarmonyTurns) {
+  const std::string sys =
+      "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: "
+      "2024-06\nCurrent date: 2026-12-07\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. "
+      "Channel must be included for every message.<|end|>";
+  EXPECT_EQ(applyHarmonyChat({{"user", "hi"}}, true, "2026-12-07"),
+            sys + "<|start|>user<|message|>hi<|end|><|start|>assistant");
+  // A leading system message is the developer's instructions; an earlier assistant turn is its final channel.
+  EXPECT_EQ(applyHarmonyChat({{"system", "Be terse."}, {"user", "u"}, {"assistant", "a"}, {"user", "v"}}, false,
+                             "2026-12-07"),
+            sys +
+                "<|start|>developer<|message|># Instructions\n\nBe terse.\n\n<|end|><|start|>user<|message|>u<|end|>"
+                "<|start|>assistant<|channel|>final<|message|>a<|end|><|start|>user<|message|>v<|end|>");
+  // Today's date where none is given.
+  EXPECT_NE(applyHarmonyChat({}, true).find("Current date: 20"), std::string::npos);
+}
+
 TEST(TokenizerJson, LoadsBothMergeFormsAndTemplate) {
   TinyVocab v;
   v.merge("a", "b");
