@@ -58,13 +58,16 @@ Runner addDoctor(CLI::App& app) {
   cmd->add_flag(
       "--no-fp8-kl", [o](std::int64_t) { o->doctor.fp8Kl = false; },
       "skip the fp8 runs (unit scale against calibrated scales: about three more forwards over the text)");
+  cmd->add_flag(
+      "--no-key-kl", [o](std::int64_t) { o->doctor.keyKl = false; },
+      "skip the q8_0-key runs of a key-fragile model (sinks, head size 64: a scan over the layers and two forwards)");
   return [o, cmd]() {
     if (!*cmd) return -1;
     generate::checkDoctorOptions(o->doctor);
     if (o->text.empty()) o->text = shippedText();
     o->doctor.text = o->text;
     if (o->threads > 0) at::set_num_threads(o->threads);
-    const runtime::Session m = openSession(o->model, o->how);
+    runtime::Session m = openSession(o->model, o->how);
     const auto windows = windowsOf(m, *o);
     const generate::DoctorReport r = generate::diagnose(m.model(), windows, o->doctor);
     std::cout << (o->json ? generate::doctorJson(r) : generate::doctorText(r));

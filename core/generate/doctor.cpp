@@ -115,7 +115,7 @@ void checkDoctorOptions(const DoctorOptions& o) {
                 fmt::format("doctor: the base config must be one llamacpp config, got `{}`", o.base));
 }
 
-DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<std::int64_t>>& windows,
+DoctorReport diagnose(model::LlamaModel& m, const std::vector<std::vector<std::int64_t>>& windows,
                       const DoctorOptions& o) {
   checkDoctorOptions(o);
   if (windows.empty() || windows.front().empty())
@@ -198,6 +198,31 @@ DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<
     r.fp8.calibratedNonFinite = figs[2].nonFinitePositions;
   }
 
+  // Key-fragile models: q8_0 keys on each layer alone (the tuner's scan, from the reference's residual stream) and on
+  // every layer, in float32 activations, where the cache's cost is the layer's own.
+  std::vector<int> sinkLayers;
+  for (std::size_t l = 0; l < c.layerSpecs.size(); ++l)
+    if (c.layerSpecs[l].sinks) sinkLayers.push_back(static_cast<int>(l));
+  if (o.keyKl && (!sinkLayers.empty() || c.headDim == 64) && windows.front().size() >= 2) {
+    r.keyQ8.sinks = !sinkLayers.empty();
+    r.keyQ8.why = r.keyQ8.sinks ? "learned attention sinks on layers " + util::layerRanges(sinkLayers) : "";
+    if (c.headDim == 64) r.keyQ8.why += (r.keyQ8.why.empty() ? "" : " and ") + std::string("head size 64");
+    const ScanArithmetic arithmetic(m);
+    const std::string q8 = "llamacpp:type_k=q8_0,type_v=f16";
+    std::vector<LayerRun> runs;
+    runs.reserve(static_cast<std::size_t>(c.layers));
+    for (int l = 0; l < c.layers; ++l)
+      runs.push_back({l, cache::parseSpec(fmt::format("layers={}:{};*:dynamic", l, q8))});
+    EvalOptions eo;
+    eo.prompt = std::max<int>(1, static_cast<int>(windows.front().size() / 4));
+    eo.step = 32;
+    const auto perLayer = evaluateLayerRuns(m, windows, runs, eo);
+    for (int l = 0; l < c.layers; ++l) r.keyQ8.layerKl.push_back(perLayer[static_cast<std::size_t>(l) + 1].meanKl());
+    const auto all = evaluate(m, windows, {cache::parseSpec(q8)}, eo);
+    r.keyQ8.allKl = all[1].meanKl();
+    r.keyQ8.positions = all[1].scored;
+  }
+
   // Verdicts, keys first.
   for (int side = 0; side < 2; ++side) {
     const bool keys = side == 0;
@@ -260,7 +285,52 @@ DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<
   }
   if (auto v = fp8CalibrationVerdict(r.fp8, c.layers, o.text)) r.verdicts.push_back(std::move(*v));
   if (auto v = slidingWindowVerdict(c, cache::parseSpec(o.base))) r.verdicts.push_back(std::move(*v));
+  if (auto v = keyFragileVerdict(r.keyQ8, o.base)) r.verdicts.push_back(std::move(*v));
   return r;
+}
+
+std::optional<DoctorVerdict> keyFragileVerdict(const DoctorKeyQ8& k, const std::string& base) {
+  // Where 8-bit keys cost little on this text (below 0.001, about what llama.cpp's q8_0 K/V costs a head-size-128
+  // model), a sink model's verdict says so rather than alarm, and a head-size-64 model gets none.
+  const bool costly = k.allKl >= 1e-3;
+  if (!k.measured() || k.layerKl.empty() || !(costly || k.sinks)) return std::nullopt;
+  // The layers that cost most: at least twice the median layer's KL, at most a quarter of the layers (one at least).
+  std::vector<int> order(k.layerKl.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return k.layerKl[static_cast<std::size_t>(a)] > k.layerKl[static_cast<std::size_t>(b)];
+  });
+  std::vector<float> kls(k.layerKl.begin(), k.layerKl.end());
+  const double med = median(kls), sum = std::accumulate(k.layerKl.begin(), k.layerKl.end(), 0.0);
+  std::vector<int> worst;
+  const std::size_t most = std::max<std::size_t>(1, k.layerKl.size() / 4);
+  for (const int l : order)
+    if (worst.size() < most && (worst.empty() || k.layerKl[static_cast<std::size_t>(l)] >= 2 * med)) worst.push_back(l);
+  std::sort(worst.begin(), worst.end());
+  double worstSum = 0;
+  std::string each;
+  for (const int l : worst) {
+    worstSum += k.layerKl[static_cast<std::size_t>(l)];
+    each += fmt::format("{}{}: {:.3g}", each.empty() ? "" : ", ", l, k.layerKl[static_cast<std::size_t>(l)]);
+  }
+  cache::CacheConfig keep = cache::parseSpec(base);
+  keep.typeK = cache::LlamaCppType::F16;
+  std::string spec = "layers=";
+  for (const int l : worst) spec += fmt::format("{}:{};", l, cache::toSpec(keep));
+  const std::string share =
+      sum > 0 ? fmt::format(", {:.0f}% of the per-layer sum from layer{} {} ({})", 100.0 * worstSum / sum,
+                            worst.size() > 1 ? "s" : "", layerList(worst), each)
+              : std::string();
+  return DoctorVerdict{
+      "key_fragile", "keys", worst,
+      fmt::format("keys {} here ({}): llama.cpp's q8_0 keys alone cost a mean KL of {:.4g} over this text ({} scored "
+                  "positions){}; on gpt-oss-20b llama.cpp's q8_0 K/V gave a median KLD of 0.055 against about 0.018 "
+                  "on a head-size-128 model (TheTom/llama-cpp-turboquant #305), the output fluent while the "
+                  "distribution moves: {}",
+                  costly ? "are fragile" : "may be fragile", k.why, k.allKl, k.positions, share,
+                  costly ? "keep those layers' keys in f16"
+                         : "8-bit keys hold on this text; before 4-bit keys, keep the costliest layers' keys in f16"),
+      spec + "*:" + base};
 }
 
 std::optional<DoctorVerdict> fp8CalibrationVerdict(const DoctorFp8& f, int layers, const std::string& text) {
@@ -328,6 +398,11 @@ std::string doctorJson(const DoctorReport& r) {
                                                  {"unit_scale_non_finite", r.fp8.unitNonFinite},
                                                  {"calibrated_non_finite", r.fp8.calibratedNonFinite},
                                                  {"recovered", num(r.fp8.recovered())}}},
+      {"key_q8", !r.keyQ8.measured() ? nlohmann::json(nullptr)
+                                     : nlohmann::json{{"why", r.keyQ8.why},
+                                                      {"positions", r.keyQ8.positions},
+                                                      {"all_layers_mean_kl", num(r.keyQ8.allKl)},
+                                                      {"layer_mean_kl", r.keyQ8.layerKl}}},
       {"layers", layers},
       {"verdicts", verdicts}};
   return doc.dump(2) + "\n";
@@ -368,6 +443,11 @@ std::string doctorText(const DoctorReport& r) {
   }
   out += "\n";
   if (r.fp8.measured()) out += doctorFp8Text(r.fp8) + "\n";
+  if (r.keyQ8.measured())
+    out += fmt::format(
+        "key-fragile ({}): llama.cpp's q8_0 keys (values f16) cost a mean KL of {:.4g} on every layer, {:.4g} summed "
+        "layer by layer\n",
+        r.keyQ8.why, r.keyQ8.allKl, std::accumulate(r.keyQ8.layerKl.begin(), r.keyQ8.layerKl.end(), 0.0));
   if (r.verdicts.empty()) out += "verdict: nothing alarming: no outlier channels, bias spikes or fp8 overflow\n";
   for (const auto& v : r.verdicts) out += fmt::format("verdict: {}\n  try: {}\n", v.text, v.config);
   return out;

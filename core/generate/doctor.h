@@ -2,7 +2,8 @@
 // cache, before any scan. Per layer and side: the largest |x| and its ratio to the median channel's (outlier
 // channels), the projection bias, how many values vLLM's fp8 cache with its default scale of 1.0 would push past
 // e4m3's 448; for the model: the GQA ratio, the head size and which engines' rotations apply to it, the boundary
-// layers. Then verdicts, each with its evidence and the config to try first.
+// layers; on models whose keys are fragile (sinks, head size 64), what q8_0 keys cost layer by layer. Then verdicts,
+// each with its evidence and the config to try first.
 #pragma once
 
 #include <array>
@@ -31,6 +32,23 @@ struct DoctorOptions {
   /// Also measure fp8 on every layer with vLLM's unit scale and with scales calibrated on the text (DoctorReport::
   /// fp8): two teacher-forced runs and the reference's over the text, about three more forwards.
   bool fp8Kl = true;
+  /// On a key-fragile model (learned attention sinks, or head size 64): measure llama.cpp's q8_0 keys on each layer
+  /// alone and on every layer (DoctorReport::keyQ8): one scan over the layers and two more forwards over the text.
+  bool keyKl = true;
+};
+
+/// llama.cpp's q8_0 keys (values f16), teacher-forced over the calibration text in float32 activations: the mean KL
+/// against the unquantized run with them on each layer alone, and on every layer. Measured on key-fragile models:
+/// learned attention sinks (gpt-oss) or head size 64, where 8-bit keys cost several times what they cost at head size
+/// 128 (on gpt-oss-20b llama.cpp's q8_0 K/V gave a median KLD of 0.055 against about 0.018:
+/// TheTom/llama-cpp-turboquant #305).
+struct DoctorKeyQ8 {
+  std::string why;              ///< "learned attention sinks on layers 0-23 and head size 64", ...
+  bool sinks = false;           ///< the model has learned attention sinks
+  std::vector<double> layerKl;  ///< per layer
+  double allKl = std::nan("");
+  std::int64_t positions = 0;
+  bool measured() const { return positions > 0; }
 };
 
 /// fp8 (e4m3) on every layer over the calibration text, teacher-forced as `eval` scores it (a quarter of each window
@@ -63,7 +81,8 @@ struct DoctorSide {
 };
 
 struct DoctorVerdict {
-  std::string kind;         ///< "outlier_channels", "bias_spikes", "fp8_overflow", "fp8_calibration", "sliding_window"
+  /// "outlier_channels", "bias_spikes", "fp8_overflow", "fp8_calibration", "sliding_window", "key_fragile"
+  std::string kind;
   std::string side;         ///< "keys" or "values" ("keys and values": fp8_calibration)
   std::vector<int> layers;  ///< the layers it is about
   std::string text;         ///< the verdict with its evidence, one sentence
@@ -83,6 +102,7 @@ struct DoctorReport {
   bool powerOfTwoHead = false;
   std::vector<int> boundaryLayers;  ///< the first and last two (vLLM leaves them unquantized for TurboQuant)
   DoctorFp8 fp8;
+  DoctorKeyQ8 keyQ8;
   std::vector<DoctorVerdict> verdicts;  ///< empty: nothing alarming
 };
 
@@ -90,9 +110,15 @@ struct DoctorReport {
 void checkDoctorOptions(const DoctorOptions& options);
 
 /// Runs the model unquantized over each window (token ids; a fresh cache each) and reads its K/V states and biases.
-/// Throws Error (BadInput) without a window or with a bad option.
-DoctorReport diagnose(const model::LlamaModel& m, const std::vector<std::vector<std::int64_t>>& windows,
+/// Throws Error (BadInput) without a window or with a bad option. The key measurement (DoctorKeyQ8) holds the model in
+/// float32 activations for its scope (generate::ScanArithmetic), then gives it back its own.
+DoctorReport diagnose(model::LlamaModel& m, const std::vector<std::vector<std::int64_t>>& windows,
                       const DoctorOptions& options = {});
+/// The key_fragile verdict of those figures (`base`: the llamacpp config for the other layers): on a model with sinks
+/// always (the kind of model whose keys the engines' 8-bit caches are known to hurt, with its own figures), on a
+/// head-size-64 model where q8_0 keys on every layer cost a mean KL of 0.001 or more; nullopt otherwise or where they
+/// were not measured (the report's line still gives the figures).
+std::optional<DoctorVerdict> keyFragileVerdict(const DoctorKeyQ8& k, const std::string& base);
 
 /// The fp8_calibration verdict of fp8's figures over `layers` layers (calibrate with `text`): where the unit scale
 /// gives non-finite logits that calibrated scales avoid, or calibrated scales remove at least half of a mean KL of

@@ -1,10 +1,12 @@
 // The model doctor (generate/doctor.h) on random Qwen2-shaped GGUFs written here: one without anything planted (no
 // verdict), one with k_proj bias spikes at its first and last layer as Qwen2.5-7B has them (bias spikes and outlier
 // channels there, 8-bit keys suggested at exactly those layers), one whose keys pass 448 (fp8 overflow at vLLM's
-// default scale); the model facts; bad options.
+// default scale), one with a head size of 64 (key-fragile: q8_0 keys measured layer by layer); the model facts; bad
+// options.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -23,12 +25,14 @@ namespace {
 
 constexpr int kLayers = 6, kHidden = 64, kHeads = 4, kKvHeads = 2, kHeadDim = 16, kFfn = 96, kVocab = 96;
 
-// A random Qwen2 (q/k/v biases) in F32; `kBias[l]` plants that value on channel 5 of layer l's k_proj bias.
-std::string qwen2Model(const std::string& name, const std::map<int, float>& kBias) {
+// A random Qwen2 (q/k/v biases) in F32; `kBias[l]` plants that value on channel 5 of layer l's k_proj bias. With a
+// head size of 64, one query and one KV head.
+std::string qwen2Model(const std::string& name, const std::map<int, float>& kBias, int headDim = kHeadDim) {
   at::manual_seed(17);
+  const int heads = kHidden / headDim, kvHeads = heads > 1 ? kKvHeads : 1;
   std::vector<std::pair<std::string, std::vector<std::uint64_t>>> plan = {{"token_embd.weight", {kHidden, kVocab}},
                                                                           {"output_norm.weight", {kHidden}}};
-  const std::uint64_t kvDim = std::uint64_t{kKvHeads} * kHeadDim;
+  const std::uint64_t kvDim = std::uint64_t(kvHeads) * std::uint64_t(headDim);
   for (int l = 0; l < kLayers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     for (auto& t :
@@ -46,10 +50,12 @@ std::string qwen2Model(const std::string& name, const std::map<int, float>& kBia
                                                                          {b + "ffn_down.weight", {kFfn, kHidden}}})
       plan.push_back(t);
   }
-  const std::vector<std::pair<std::string, std::uint32_t>> ints = {
-      {"block_count", kLayers},         {"embedding_length", kHidden},
-      {"attention.head_count", kHeads}, {"attention.head_count_kv", kKvHeads},
-      {"feed_forward_length", kFfn},    {"context_length", 512}};
+  const std::vector<std::pair<std::string, std::uint32_t>> ints = {{"block_count", kLayers},
+                                                                   {"embedding_length", kHidden},
+                                                                   {"attention.head_count", std::uint32_t(heads)},
+                                                                   {"attention.head_count_kv", std::uint32_t(kvHeads)},
+                                                                   {"feed_forward_length", kFfn},
+                                                                   {"context_length", 512}};
   testutil::GgufWriter g;
   g.header(plan.size(), 1 + ints.size());
   g.kvStr("general.architecture", "qwen2");
@@ -196,4 +202,64 @@ TEST(Doctor, BadOptionsAreOneLine) {
   EXPECT_TRUE(testutil::mentions(testutil::errorOf<Error>([&] { generate::diagnose(*m, windows(), o); }), {"ratio"}));
   EXPECT_TRUE(
       testutil::mentions(testutil::errorOf<Error>([&] { generate::diagnose(*m, {}); }), {"no calibration tokens"}));
+}
+
+TEST(Doctor, FlagsHeadSize64KeysAsFragileWithEachLayersQ8Kl) {
+  const auto m = model::LlamaModel::load(qwen2Model("head64", {}, 64));
+  const generate::DoctorReport r = generate::diagnose(*m, windows());
+  ASSERT_TRUE(r.keyQ8.measured()) << generate::doctorText(r);
+  EXPECT_EQ(r.keyQ8.why, "head size 64");
+  ASSERT_EQ(r.keyQ8.layerKl.size(), std::size_t{kLayers});
+  for (double kl : r.keyQ8.layerKl) EXPECT_TRUE(std::isfinite(kl) && kl > 0) << kl;
+  EXPECT_TRUE(std::isfinite(r.keyQ8.allKl) && r.keyQ8.allKl > 0);
+  EXPECT_NE(generate::doctorText(r).find("key-fragile (head size 64): llama.cpp's q8_0 keys"), std::string::npos);
+  // A verdict where q8_0 keys cost 0.001 or more (a head-size-64 model without sinks), naming the costliest layer.
+  const auto* v = find(r, "key_fragile", "keys");
+  ASSERT_EQ(v != nullptr, r.keyQ8.allKl >= 1e-3) << generate::doctorText(r);
+  generate::DoctorKeyQ8 sunk = r.keyQ8;
+  sunk.sinks = true;  // a sink model's verdict comes whatever the cost
+  const auto verdict = generate::keyFragileVerdict(sunk, "llamacpp:type_k=q4_0,type_v=q4_0");
+  ASSERT_TRUE(verdict.has_value());
+  const int worst =
+      static_cast<int>(std::max_element(r.keyQ8.layerKl.begin(), r.keyQ8.layerKl.end()) - r.keyQ8.layerKl.begin());
+  EXPECT_NE(std::find(verdict->layers.begin(), verdict->layers.end(), worst), verdict->layers.end());
+  EXPECT_NE(verdict->config.find(std::to_string(worst) + ":llamacpp:type_k=f16"), std::string::npos) << verdict->config;
+  EXPECT_NO_THROW(cache::parseSpec(verdict->config));
+  EXPECT_NE(verdict->text.find("head size 64"), std::string::npos);
+  EXPECT_FALSE(nlohmann::json::parse(generate::doctorJson(r))["key_q8"].is_null());
+  generate::DoctorOptions quick;
+  quick.keyKl = false;
+  const generate::DoctorReport q = generate::diagnose(*m, windows(), quick);
+  EXPECT_FALSE(q.keyQ8.measured());
+  EXPECT_EQ(find(q, "key_fragile", "keys"), nullptr);
+  EXPECT_EQ(generate::doctorText(q).find("key-fragile"), std::string::npos);
+  // The clean head-16 model is not key-fragile: nothing measured.
+  EXPECT_FALSE(generate::diagnose(*model::LlamaModel::load(qwen2Model("clean", {})), windows()).keyQ8.measured());
+}
+
+TEST(Doctor, KeyFragileKeepsTheCostliestLayers) {
+  generate::DoctorKeyQ8 k;
+  k.why = "learned attention sinks on layers 0-7";
+  k.sinks = true;
+  k.layerKl = {1e-4, 1e-4, 5e-3, 1e-4, 2e-3, 1e-4, 1e-4, 3e-3};
+  k.allKl = 0.011;
+  k.positions = 100;
+  const auto v = generate::keyFragileVerdict(k, "llamacpp:type_k=q4_0,type_v=q4_0");
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->layers, (std::vector<int>{2, 7}));  // at most a quarter of the layers, the two costliest
+  EXPECT_EQ(v->config,
+            "layers=2:llamacpp:type_k=f16,type_v=q4_0;7:llamacpp:type_k=f16,type_v=q4_0;*:llamacpp:type_k=q4_0,"
+            "type_v=q4_0");
+  EXPECT_NE(v->text.find("keys are fragile here"), std::string::npos);
+  // Cheap 8-bit keys: a sink model is still flagged, with what the figures say; a head-size-64 model is not.
+  k.allKl = 2e-4;
+  const auto cheap = generate::keyFragileVerdict(k, "llamacpp:type_k=q4_0,type_v=q4_0");
+  ASSERT_TRUE(cheap.has_value());
+  EXPECT_NE(cheap->text.find("may be fragile"), std::string::npos);
+  EXPECT_NE(cheap->text.find("8-bit keys hold on this text"), std::string::npos);
+  k.sinks = false;
+  EXPECT_FALSE(generate::keyFragileVerdict(k, "llamacpp:type_k=q4_0,type_v=q4_0").has_value());
+  k.positions = 0;
+  k.sinks = true;
+  EXPECT_FALSE(generate::keyFragileVerdict(k, "llamacpp:type_k=q4_0,type_v=q4_0").has_value());
 }
