@@ -62,7 +62,7 @@ void readWindows(ModelConfig& c, const JsonKeys& k) {
 // sliding_window (default 4096) as layer_types says, by default all but every sliding_window_pattern-th (6), and the
 // sliding layers rotate with the local RoPE base.
 void readGemma3(ModelConfig& c, const JsonKeys& k) {
-  c.gemmaBlocks = true;
+  c.gemmaBlocks = c.floatNorms = true;
   const std::string act = k.str("hidden_activation", "gelu_pytorch_tanh");
   if (act != "gelu_pytorch_tanh" && act != "gelu")
     k.fail("hidden_activation", fmt::format("`{}` is not supported (gelu_pytorch_tanh)", act));
@@ -89,6 +89,39 @@ void readGemma3(ModelConfig& c, const JsonKeys& k) {
     }
 }
 
+// gpt-oss (transformers' GptOssConfig, whose class defaults are gpt-oss-20b's but 36 layers and 128 experts): every
+// layer MoE (a biased router, the top k logits softmaxed, experts with biases and the clamped SwiGLU), attention with
+// biases and a learned sink per head, layers sliding over sliding_window (default 128) as layer_types says, by
+// default the even ones; norms kept in float32.
+void readGptOss(ModelConfig& c, const JsonKeys& k) {
+  c.floatNorms = true;
+  c.act = FfnAct::SwigluOai;
+  c.swigluLimit = k.positiveNum("swiglu_limit", 7.0);
+  if (const double alpha = k.num("swiglu_alpha", 1.702); alpha != 1.702)
+    k.fail("swiglu_alpha", fmt::format("= {} is not supported (1.702, gpt-oss's)", alpha));
+  const char* expertsKey = k.has("num_experts") ? "num_experts" : "num_local_experts";
+  c.moe.experts = k.count(expertsKey, 128);
+  c.moe.used = k.count("num_experts_per_tok", 4);
+  c.moe.intermediate = k.count("intermediate_size", 2880);
+  c.moe.gating = MoeGating::TopKSoftmax;
+  if (c.moe.used > c.moe.experts)
+    k.fail("num_experts_per_tok", fmt::format("= {} exceeds the {} experts", c.moe.used, c.moe.experts));
+  const bool nulled = k.object().contains("sliding_window") && !k.has("sliding_window");
+  const std::int64_t window = nulled ? 0 : k.count("sliding_window", 128);
+  std::vector<bool> sliding(static_cast<std::size_t>(c.layers));
+  if (k.has("layer_types")) {
+    sliding = layerTypes(c, k);
+  } else {
+    for (int l = 0; l < c.layers; ++l) sliding[static_cast<std::size_t>(l)] = (l + 1) % 2 != 0;
+  }
+  for (int l = 0; l < c.layers; ++l) {
+    LayerSpec& s = c.layerSpecs[static_cast<std::size_t>(l)];
+    s.window = sliding[static_cast<std::size_t>(l)] ? window : 0;
+    s.ffn = FfnKind::Moe;
+    s.sinks = true;
+  }
+}
+
 // The FFN kind of each layer. Qwen3-MoE (transformers' Qwen3MoeDecoderLayer): a layer is sparse unless listed in
 // mlp_only_layers, when num_experts > 0 and (layer + 1) is a multiple of decoder_sparse_step; the rest keep a dense
 // MLP of intermediate_size. Class defaults: 128 experts of 768, top 8, norm_topk_prob false, sparse step 1.
@@ -96,6 +129,8 @@ void readLayerSpecs(ModelConfig& c, const JsonKeys& k) {
   c.layerSpecs.assign(static_cast<std::size_t>(c.layers), LayerSpec{});
   if (c.arch == "gemma3")
     readGemma3(c, k);
+  else if (c.arch == "gpt_oss")
+    readGptOss(c, k);
   else
     readWindows(c, k);
   if (c.arch == "qwen3_moe") {
@@ -124,6 +159,7 @@ void readLayerSpecs(ModelConfig& c, const JsonKeys& k) {
   }
   bool dense = false;
   for (const LayerSpec& s : c.layerSpecs) dense = dense || s.ffn == FfnKind::Dense;
+  if (c.arch == "gpt_oss") return;  // its intermediate_size sizes the experts
   // Every layer MoE: intermediate_size sizes nothing, and a config may leave it out.
   const auto dflt = c.arch == "gemma3" ? std::optional<double>(9216) : std::nullopt;
   c.intermediate = dense || k.has("intermediate_size") ? k.count("intermediate_size", dflt) : 0;
@@ -146,9 +182,28 @@ void readRopeObject(ModelConfig& c, const JsonKeys& r, double theta, bool local)
     if (c.ropeHighFreq <= c.ropeLowFreq)
       r.fail("high_freq_factor", fmt::format("= {} must exceed low_freq_factor = {}", c.ropeHighFreq, c.ropeLowFreq));
     c.ropeOriginalMax = r.count("original_max_position_embeddings", 8192);
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters: the factor (default: max_position_embeddings over the original), the
+    // correction range's betas, truncate, and the attention factor (given, or 0.1 ln(factor) + 1, or the ratio of
+    // the mscale terms where mscale and mscale_all_dim are both set).
+    c.ropeOriginalMax = r.count("original_max_position_embeddings");
+    c.yarnFactor = r.has("factor") ? r.positiveNum("factor", 1.0)
+                                   : static_cast<double>(c.contextLength) / static_cast<double>(c.ropeOriginalMax);
+    c.yarnBetaFast = r.has("beta_fast") && r.num("beta_fast") != 0 ? r.num("beta_fast") : 32.0;
+    c.yarnBetaSlow = r.has("beta_slow") && r.num("beta_slow") != 0 ? r.num("beta_slow") : 1.0;
+    c.yarnTruncate = r.flag("truncate", true);
+    const auto mscale = [&](double m) { return c.yarnFactor <= 1 ? 1.0 : 0.1 * m * std::log(c.yarnFactor) + 1.0; };
+    if (r.has("attention_factor"))
+      c.yarnAttnFactor = r.positiveNum("attention_factor", 1.0);
+    else if (r.has("mscale") && r.has("mscale_all_dim") && r.num("mscale") != 0 && r.num("mscale_all_dim") != 0)
+      c.yarnAttnFactor = mscale(r.num("mscale")) / mscale(r.num("mscale_all_dim"));
+    else
+      c.yarnAttnFactor = mscale(1.0);
   } else {
-    r.fail(typeKey, fmt::format("`{}` is not supported (default, linear, llama3)", type));
+    r.fail(typeKey, fmt::format("`{}` is not supported (default, linear, llama3, yarn)", type));
   }
+  if (r.has("partial_rotary_factor") && r.num("partial_rotary_factor") != 1.0)
+    r.fail("partial_rotary_factor", "is not 1: partial rotary embeddings are not supported");
 }
 
 // v5: rope_parameters {rope_theta, rope_type, ...}, for Gemma 3 one such object per layer type (full_attention,
@@ -156,7 +211,7 @@ void readRopeObject(ModelConfig& c, const JsonKeys& r, double theta, bool local)
 void readRope(ModelConfig& c, const JsonKeys& k, const std::string& prefix) {
   const json& j = k.object();
   const bool gemma = c.arch == "gemma3";
-  const double globalTheta = gemma ? 1e6 : 10000.0;
+  const double globalTheta = gemma ? 1e6 : c.arch == "gpt_oss" ? 150000.0 : 10000.0;
   const char* ropeKey = nullptr;
   for (const char* key : {"rope_parameters", "rope_scaling"})
     if (!ropeKey && k.has(key)) {
@@ -164,7 +219,10 @@ void readRope(ModelConfig& c, const JsonKeys& k, const std::string& prefix) {
       ropeKey = key;
     }
   const json none = json::object();
-  const json& rope = ropeKey ? j.at(ropeKey) : none;
+  // GptOssConfig's default: YaRN by 32 over 4096 positions, untruncated.
+  const json gptOssYarn = {{"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
+                           {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
+  const json& rope = ropeKey ? j.at(ropeKey) : c.arch == "gpt_oss" ? gptOssYarn : none;
   const std::string where = prefix + (ropeKey ? ropeKey : "rope") + ".";
   if (gemma && (rope.contains("full_attention") || rope.contains("sliding_attention"))) {
     for (const char* type : {"full_attention", "sliding_attention"}) {
@@ -192,25 +250,29 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   c.arch = k.str("model_type", gemmaWrapper ? "gemma3" : "llama");
   if (c.arch == "gemma3_text") c.arch = "gemma3";
   if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3_moe" &&
-      c.arch != "gemma3") {
+      c.arch != "gemma3" && c.arch != "gpt_oss") {
     k.fail("model_type",
-           fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, gemma3_text)", c.arch));
+           fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, gemma3_text, gpt_oss)",
+                       c.arch));
   }
-  // Gemma 3's published text_configs leave out what Gemma3TextConfig's defaults give (the 1B's shape).
-  const bool gemma = c.arch == "gemma3";
-  auto dflt = [gemma](double v) { return gemma ? std::optional<double>(v) : std::nullopt; };
-  c.layers = k.count("num_hidden_layers", dflt(26));
-  c.hidden = k.count("hidden_size", dflt(2304));
-  c.heads = k.count("num_attention_heads", dflt(8));
-  c.kvHeads = k.count("num_key_value_heads", gemma ? 4 : c.heads);
-  c.vocab = k.count("vocab_size", dflt(262208));
-  if (!k.has("head_dim") && !gemma && c.hidden % c.heads != 0)
+  // Gemma 3's published text_configs leave out what Gemma3TextConfig's defaults give (the 1B's shape); gpt-oss's
+  // what GptOssConfig's give.
+  const bool gemma = c.arch == "gemma3", oss = c.arch == "gpt_oss";
+  auto dflt = [gemma, oss](double g, double o) {
+    return gemma ? std::optional<double>(g) : oss ? std::optional<double>(o) : std::nullopt;
+  };
+  c.layers = k.count("num_hidden_layers", dflt(26, 36));
+  c.hidden = k.count("hidden_size", dflt(2304, 2880));
+  c.heads = k.count("num_attention_heads", dflt(8, 64));
+  c.kvHeads = k.count("num_key_value_heads", gemma ? 4 : oss ? 8 : c.heads);
+  c.vocab = k.count("vocab_size", dflt(262208, 201088));
+  if (!k.has("head_dim") && !gemma && !oss && c.hidden % c.heads != 0)
     k.fail("hidden_size", fmt::format("= {} is not a multiple of num_attention_heads = {} (and no head_dim is given)",
                                       c.hidden, c.heads));
-  c.headDim = k.count("head_dim", gemma ? 256 : c.hidden / c.heads);
+  c.headDim = k.count("head_dim", gemma ? 256 : oss ? 64 : c.hidden / c.heads);
   if (c.headDim % 2 != 0) k.fail("head_dim", fmt::format("= {} must be even (rotary embedding)", c.headDim));
-  c.rmsEps = k.positiveNum("rms_norm_eps", 1e-6);
-  c.contextLength = k.count("max_position_embeddings", gemma ? 131072 : 2048);
+  c.rmsEps = k.positiveNum("rms_norm_eps", oss ? 1e-5 : 1e-6);
+  c.contextLength = k.count("max_position_embeddings", gemma || oss ? 131072 : 2048);
   if (c.heads % c.kvHeads != 0)
     k.fail("num_key_value_heads", fmt::format("= {} does not divide num_attention_heads = {}", c.kvHeads, c.heads));
   c.tiedEmbeddings = k.flag("tie_word_embeddings", gemma);

@@ -111,21 +111,24 @@ at::Tensor LlamaModel::rmsNorm(const at::Tensor& x, const at::Tensor& w) const {
   // casts (its norms are kept in float32).
   const at::Tensor xf = x.to(at::kFloat);
   const at::Tensor y = xf * at::rsqrt(xf.pow(2).mean({-1}, true) + cfg_.rmsEps);
-  if (cfg_.gemmaBlocks) return (y * w).to(x.scalar_type());
+  if (cfg_.floatNorms) return (y * w).to(x.scalar_type());
   return w * y.to(x.scalar_type());
 }
 
 LlamaModel::RopeTables LlamaModel::rope(std::int64_t start, std::int64_t T) const {
   const at::Tensor pos = at::arange(start, start + T, ctx_.options(at::kLong)).to(at::kFloat);
   const std::int64_t Dh = cfg_.headDim;
-  auto tables = [&](const at::Tensor& inv) {
+  // cos and sin in float32, times YaRN's attention factor where there is one (before the cast, as transformers).
+  auto tables = [&](const at::Tensor& inv, double scale) {
     const at::Tensor freqs = at::outer(pos, inv);
     const at::Tensor emb = at::cat({freqs, freqs}, -1);
-    return std::pair{emb.cos().to(ctx_.dtype()).view({1, 1, T, Dh}), emb.sin().to(ctx_.dtype()).view({1, 1, T, Dh})};
+    at::Tensor c = emb.cos(), s = emb.sin();
+    if (scale != 1.0) c = c * scale, s = s * scale;
+    return std::pair{c.to(ctx_.dtype()).view({1, 1, T, Dh}), s.to(ctx_.dtype()).view({1, 1, T, Dh})};
   };
   RopeTables r;
-  std::tie(r.cos, r.sin) = tables(invFreq_);
-  if (invFreqLocal_.defined()) std::tie(r.cosLocal, r.sinLocal) = tables(invFreqLocal_);
+  std::tie(r.cos, r.sin) = tables(invFreq_, cfg_.yarnFactor > 0 ? cfg_.yarnAttnFactor : 1.0);
+  if (invFreqLocal_.defined()) std::tie(r.cosLocal, r.sinLocal) = tables(invFreqLocal_, 1.0);
   return r;
 }
 
@@ -218,10 +221,10 @@ void LlamaModel::layerStep(std::vector<at::Tensor>& hs, const std::vector<cache:
       tap(l, "v", v);
     }
     // The layer stores K/V and answers attention from what it holds (cache/layer.h: reference or fused mode).
-    const at::Tensor o = caches[p]->attend(l, q, k.contiguous(), v.contiguous());
+    const at::Tensor o = caches[p]->attend(l, q, k.contiguous(), v.contiguous(), L.sinks);
     os[p] = o.transpose(1, 2).reshape({B, T, cfg_.heads * Dh});
   }
-  auto wo = Weight::linearStreams({&L.wo}, os, {}, act);
+  auto wo = Weight::linearStreams({&L.wo}, os, {L.bo}, act);
   std::vector<at::Tensor> ys(n);
   for (std::size_t p = 0; p < n; ++p) {
     if (L.postAttnNorm.defined()) wo[p][0] = rmsNorm(wo[p][0], L.postAttnNorm);
@@ -244,9 +247,8 @@ void LlamaModel::ffnStep(const Layer& L, std::vector<at::Tensor>& ys) const {
     return;
   }
   auto gateUp = Weight::linearStreams({&L.wGate, &L.wUp}, ys, {}, act);
-  const bool gelu = cfg_.act == FfnAct::GeluTanh;
   for (std::size_t p = 0; p < ys.size(); ++p)
-    ys[p] = (gelu ? at::gelu(gateUp[p][0], "tanh") : at::silu(gateUp[p][0])) * gateUp[p][1];
+    ys[p] = gatedActivation(gateUp[p][0], gateUp[p][1], cfg_.act, cfg_.swigluLimit);
   auto down = Weight::linearStreams({&L.wDown}, ys, {}, act);
   for (std::size_t p = 0; p < ys.size(); ++p) ys[p] = std::move(down[p][0]);
 }

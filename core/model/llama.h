@@ -143,12 +143,18 @@ class LlamaModel {
     MoeFfn moe;                                // an MoE FFN's router and experts
     at::Tensor attnNorm, bq, bk, bv, qNorm, kNorm, mlpNorm;
     at::Tensor postAttnNorm, postFfnNorm;  // Gemma's sandwich norms, on the attention's and the FFN's outputs
-    /// The layer's norms and biases (undefined where it has none).
+    at::Tensor bo;                         // the output projection's bias (gpt-oss)
+    at::Tensor sinks;                      // float32 [heads]: learned attention-sink logits (gpt-oss)
+    /// The layer's norms and biases, and the MoE block's biases (undefined where it has none).
     std::vector<at::Tensor*> vectors() {
-      return {&attnNorm, &bq, &bk, &bv, &qNorm, &kNorm, &mlpNorm, &postAttnNorm, &postFfnNorm};
+      return {&attnNorm,     &bq,           &bk,          &bv, &qNorm, &kNorm,
+              &mlpNorm,      &postAttnNorm, &postFfnNorm, &bo, &sinks, &moe.routerBias,
+              &moe.gateBias, &moe.upBias,   &moe.downBias};
     }
     std::vector<const at::Tensor*> vectors() const {
-      return {&attnNorm, &bq, &bk, &bv, &qNorm, &kNorm, &mlpNorm, &postAttnNorm, &postFfnNorm};
+      return {&attnNorm,     &bq,           &bk,          &bv, &qNorm, &kNorm,
+              &mlpNorm,      &postAttnNorm, &postFfnNorm, &bo, &sinks, &moe.routerBias,
+              &moe.gateBias, &moe.upBias,   &moe.downBias};
     }
     /// Every matrix the layer holds, for what is done to each of them alike.
     std::vector<Weight*> matrices();

@@ -56,6 +56,18 @@ at::Tensor vec(const Weight& w, at::ScalarType dtype) {
   return w.defined() ? w.dense().view({-1}).to(dtype) : at::Tensor();
 }
 
+// A matrix built at load (float32 values of a matrix stored in another order) as a weight of `type` (F32, F16 or
+// BF16: the stored matrix's, so the values are those stored) in memory of its own.
+Weight ownedWeight(const at::Tensor& values, std::uint32_t type) {
+  const auto t = static_cast<kernels::GgmlType>(type);
+  const at::ScalarType dtype = t == kernels::GgmlType::BF16  ? at::kBFloat16
+                               : t == kernels::GgmlType::F16 ? at::kHalf
+                                                             : at::kFloat;
+  const auto held = std::make_shared<at::Tensor>(values.to(dtype).contiguous());
+  return Weight(dtype == at::kFloat ? static_cast<std::uint32_t>(kernels::GgmlType::F32) : type, held->size(0),
+                held->size(1), static_cast<const std::uint8_t*>(held->const_data_ptr()), held);
+}
+
 }  // namespace
 
 // Where each weight lives in a file format: GGUF names or Hugging Face names.
@@ -68,22 +80,32 @@ struct WeightNames {
   /// Added to every norm weight as it is read: Gemma's checkpoints store w of its (1 + w) scale (llama.cpp's
   /// converter writes 1 + w).
   float normShift = 0.0F;
+  /// transformers' gpt-oss experts: one [experts, hidden, 2 ff] matrix per layer (kind ffn_gate_up_exps.weight)
+  /// multiplied from the left, gate and up in alternate columns, and the down projections as [experts, ff, hidden].
+  bool fusedGateUp = false;
 };
 
 namespace {
 
-const WeightNames& ggufNames() {
-  static const WeightNames n{"token_embd.weight",
-                             "output_norm.weight",
-                             "output.weight",
-                             [](int l, const char* kind) { return fmt::format("blk.{}.{}", l, kind); },
-                             {}};
-  return n;
+// llama.cpp's names; gpt-oss's FFN norm is its post_attention_norm (the converter's ATTN_POST_NORM).
+WeightNames ggufNames(const std::string& arch) {
+  const bool oss = arch == "gpt-oss";
+  return WeightNames{"token_embd.weight",
+                     "output_norm.weight",
+                     "output.weight",
+                     [oss](int l, const char* kind) {
+                       const std::string k =
+                           oss && std::string(kind) == "ffn_norm.weight" ? "post_attention_norm.weight" : kind;
+                       return fmt::format("blk.{}.{}", l, k);
+                     },
+                     {}};
 }
 
 // Hugging Face names, under `prefix` ("model." for a causal LM, "model.language_model." for v5's multimodal
-// wrapper, "language_model.model." for v4's). Gemma's four norms per layer take other names than Llama's two.
-WeightNames hfNames(bool gemma, const std::string& prefix) {
+// wrapper, "language_model.model." for v4's). Gemma's four norms per layer take other names than Llama's two;
+// gpt-oss names its router, sinks and fused experts its own way.
+WeightNames hfNames(const std::string& arch, const std::string& prefix) {
+  const bool gemma = arch == "gemma3";
   std::map<std::string, std::string> kinds = {
       {"attn_norm.weight", "input_layernorm.weight"},
       {"attn_q.weight", "self_attn.q_proj.weight"},
@@ -106,6 +128,17 @@ WeightNames hfNames(bool gemma, const std::string& prefix) {
     kinds["ffn_norm.weight"] = "pre_feedforward_layernorm.weight";
     kinds["post_ffw_norm.weight"] = "post_feedforward_layernorm.weight";
   }
+  const bool oss = arch == "gpt_oss";
+  if (oss) {
+    kinds["attn_output.bias"] = "self_attn.o_proj.bias";
+    kinds["attn_sinks.weight"] = "self_attn.sinks";
+    kinds["ffn_gate_inp.weight"] = "mlp.router.weight";
+    kinds["ffn_gate_inp.bias"] = "mlp.router.bias";
+    kinds["ffn_gate_up_exps.weight"] = "mlp.experts.gate_up_proj";
+    kinds["ffn_gate_up_exps.bias"] = "mlp.experts.gate_up_proj_bias";
+    kinds["ffn_down_exps.weight"] = "mlp.experts.down_proj";
+    kinds["ffn_down_exps.bias"] = "mlp.experts.down_proj_bias";
+  }
   static const std::map<std::string, std::string> expertKinds = {
       {"ffn_gate_exps.weight", "gate_proj.weight"},
       {"ffn_up_exps.weight", "up_proj.weight"},
@@ -120,6 +153,8 @@ WeightNames hfNames(bool gemma, const std::string& prefix) {
                   return fmt::format("{}layers.{}.mlp.experts.{}.{}", prefix, l, e, expertKinds.at(kind));
                 }};
   n.normShift = gemma ? 1.0F : 0.0F;
+  n.fusedGateUp = oss;
+  if (oss) n.expert = {};
   return n;
 }
 
@@ -144,7 +179,7 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
   };
   // Gemma's norms stay in float32 (its RMSNorm scales in float32 before the cast), shifted to 1 + w where stored as w.
   auto norm = [&](const Weight& w) {
-    if (!c.gemmaBlocks || !w.defined()) return vec(w, dtype);
+    if (!c.floatNorms || !w.defined()) return vec(w, dtype);
     const at::Tensor f = vec(w, at::kFloat);
     return names.normShift != 0.0F ? f + names.normShift : f;
   };
@@ -171,6 +206,9 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     L.bv = vec(maybe(n("attn_v.bias"), {kvDim}), dtype);
     L.qNorm = norm(maybe(n("attn_q_norm.weight"), {c.headDim}));
     L.kNorm = norm(maybe(n("attn_k_norm.weight"), {c.headDim}));
+    L.bo = vec(maybe(n("attn_output.bias"), {H}), dtype);
+    if (c.layerSpecs[static_cast<std::size_t>(l)].sinks)
+      L.sinks = vec(need(n("attn_sinks.weight"), {c.heads}), at::kFloat);
     L.mlpNorm = norm(need(n("ffn_norm.weight"), {H}));
     if (c.gemmaBlocks) {
       L.postAttnNorm = norm(need(n("post_attention_norm.weight"), {H}));
@@ -181,22 +219,49 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
       const std::int64_t F = c.moe.intermediate;
       L.moe.topK = c.moe.used;
       L.moe.normTopK = c.moe.normTopK;
+      L.moe.gating = c.moe.gating;
+      L.moe.act = c.act;
+      L.moe.swigluLimit = c.swigluLimit;
       // The router stays as stored: llama.cpp keeps ffn_gate_inp in float, its converter never quantizes it.
       L.moe.router = need(n("ffn_gate_inp.weight"), {E, H});
-      auto experts = [&](const char* kind, std::int64_t rows, std::int64_t cols) {
-        std::vector<Weight> ws;
-        ws.reserve(static_cast<std::size_t>(E));
-        if (names.expert) {
-          for (int e = 0; e < E; ++e) ws.push_back(quantize(need(names.expert(l, e, kind), {rows, cols})));
-        } else {
-          const Weight all = need(n(kind), {E, rows, cols});
-          for (int e = 0; e < E; ++e) ws.push_back(quantize(all.rowBlock(e * rows, rows)));
-        }
-        return ws;
+      L.moe.routerBias = vec(maybe(n("ffn_gate_inp.bias"), {E}), dtype);
+      auto biases = [&](const char* kind, std::int64_t rows) {
+        const at::Tensor b = vec(maybe(n(kind), {E, rows}), dtype);
+        return b.defined() ? b.view({E, rows}) : b;
       };
-      L.moe.gate = experts("ffn_gate_exps.weight", F, H);
-      L.moe.up = experts("ffn_up_exps.weight", F, H);
-      L.moe.down = experts("ffn_down_exps.weight", H, F);
+      if (names.fusedGateUp) {  // transformers' gpt-oss: x @ W + b, gate and up in alternate columns
+        const Weight gu = need(n("ffn_gate_up_exps.weight"), {E, H, 2 * F});
+        const Weight dn = need(n("ffn_down_exps.weight"), {E, F, H});
+        for (int e = 0; e < E; ++e) {
+          const at::Tensor g = gu.rowBlock(e * H, H).dense();  // [H, 2F]
+          L.moe.gate.push_back(quantize(ownedWeight(g.slice(1, 0, 2 * F, 2).t(), gu.type())));
+          L.moe.up.push_back(quantize(ownedWeight(g.slice(1, 1, 2 * F, 2).t(), gu.type())));
+          L.moe.down.push_back(quantize(ownedWeight(dn.rowBlock(e * F, F).dense().t(), dn.type())));
+        }
+        if (const at::Tensor b = biases("ffn_gate_up_exps.bias", 2 * F); b.defined()) {
+          L.moe.gateBias = b.slice(1, 0, 2 * F, 2).contiguous();
+          L.moe.upBias = b.slice(1, 1, 2 * F, 2).contiguous();
+        }
+        L.moe.downBias = biases("ffn_down_exps.bias", H);
+      } else {
+        auto experts = [&](const char* kind, std::int64_t rows, std::int64_t cols) {
+          std::vector<Weight> ws;
+          ws.reserve(static_cast<std::size_t>(E));
+          if (names.expert) {
+            for (int e = 0; e < E; ++e) ws.push_back(quantize(need(names.expert(l, e, kind), {rows, cols})));
+          } else {
+            const Weight all = need(n(kind), {E, rows, cols});
+            for (int e = 0; e < E; ++e) ws.push_back(quantize(all.rowBlock(e * rows, rows)));
+          }
+          return ws;
+        };
+        L.moe.gateBias = biases("ffn_gate_exps.bias", F);
+        L.moe.upBias = biases("ffn_up_exps.bias", F);
+        L.moe.downBias = biases("ffn_down_exps.bias", H);
+        L.moe.gate = experts("ffn_gate_exps.weight", F, H);
+        L.moe.up = experts("ffn_up_exps.weight", F, H);
+        L.moe.down = experts("ffn_down_exps.weight", H, F);
+      }
     } else {
       L.wGate = need(n("ffn_gate.weight"), {c.intermediate, H});
       L.wUp = need(n("ffn_up.weight"), {c.intermediate, H});
@@ -224,6 +289,20 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     const at::Tensor mid = (1 - smooth) * scaled / c.ropeFactor + smooth * scaled;
     inv = at::where((wave >= highWave) & (wave <= lowWave), mid, scaled);
   }
+  if (c.yarnFactor > 0) {  // transformers' _compute_yarn_parameters, in its float32 steps
+    const double dim = c.headDim, base = c.ropeTheta, original = static_cast<double>(c.ropeOriginalMax);
+    auto correction = [&](double rotations) {
+      return dim * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(base));
+    };
+    double low = correction(c.yarnBetaFast), high = correction(c.yarnBetaSlow);
+    if (c.yarnTruncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0), high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    const at::Tensor pos = at::pow(c.ropeTheta, at::arange(0, c.headDim, 2, at::kLong).to(at::kFloat) / c.headDim);
+    const at::Tensor ramp = ((at::arange(c.headDim / 2, at::kFloat) - low) / (high - low)).clamp(0, 1);
+    const at::Tensor extrapolation = 1 - ramp;
+    inv = (1.0 / (c.yarnFactor * pos)) * (1 - extrapolation) + (1.0 / pos) * extrapolation;
+  }
   invFreq_ = inv;
   if (c.ropeLocalTheta > 0) invFreqLocal_ = inverseFrequencies(c.ropeLocalTheta);
   if (!ctx_.hostKernels()) placeOnDevice();
@@ -250,7 +329,7 @@ namespace {
 // with rope.freq_base_swa (default 10000), unscaled; rope.scaling.factor scales the global layers linearly.
 void readGemma3(const GgufFile& f, const std::string& path, ModelConfig& c) {
   const std::string a = c.arch + ".";
-  c.gemmaBlocks = true;
+  c.gemmaBlocks = c.floatNorms = true;
   c.act = FfnAct::GeluTanh;
   c.rmsEps = f.getFloat(a + "attention.layer_norm_rms_epsilon").value_or(1e-6);
   const int perHead = c.hidden / c.heads;  // llama.cpp divides in integers: n_embd / n_head
@@ -278,6 +357,39 @@ void readGemma3(const GgufFile& f, const std::string& path, ModelConfig& c) {
     if (sliding[l]) c.layerSpecs[l] = LayerSpec{window, true, c.layerSpecs[l].ffn};
 }
 
+// gpt-oss as llama.cpp builds it (src/models/openai-moe-iswa.cpp): every layer MoE (softmax_weight gating on the
+// biased router's logits, experts with biases, swiglu_oai with alpha 1.702 and limit 7, both hard-coded there),
+// attention with biases and sinks, layers sliding over attention.sliding_window by sliding_window_pattern (default 2:
+// the even layers), one RoPE for all with YaRN as llama.cpp applies it (correction range floored and ceiled, betas 32
+// and 1, cos and sin times 1 + 0.1 ln(factor)).
+void readGptOss(const GgufFile& f, const std::string& path, ModelConfig& c) {
+  const std::string a = c.arch + ".";
+  c.floatNorms = true;
+  c.act = FfnAct::SwigluOai;
+  c.swigluLimit = 7.0;
+  c.moe.gating = MoeGating::TopKSoftmax;
+  const std::int64_t window = f.getInt(a + "attention.sliding_window").value_or(0);
+  if (window <= 0) throw FormatError(fmt::format("{}: missing or bad `{}attention.sliding_window`", path, a));
+  const std::int64_t n = f.getInt(a + "attention.sliding_window_pattern").value_or(2);
+  if (n < 0) throw FormatError(fmt::format("{}: `{}attention.sliding_window_pattern` = {} is negative", path, a, n));
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    LayerSpec& s = c.layerSpecs[static_cast<std::size_t>(l)];
+    s.window = n == 0 || l % n < n - 1 ? window : 0;
+    s.sinks = true;
+  }
+  const std::string scaling = f.getString(a + "rope.scaling.type").value_or("none");
+  if (scaling == "yarn") {
+    c.yarnFactor = f.getFloat(a + "rope.scaling.factor").value_or(0.0);
+    if (!(c.yarnFactor > 0)) throw FormatError(fmt::format("{}: YaRN without `{}rope.scaling.factor`", path, a));
+    c.ropeOriginalMax = f.getInt(a + "rope.scaling.original_context_length").value_or(c.contextLength);
+    c.yarnTruncate = true;
+    c.yarnAttnFactor = c.yarnFactor <= 1 ? 1.0 : 0.1 * std::log(c.yarnFactor) + 1.0;
+  } else if (scaling != "none") {
+    throw FormatError(
+        fmt::format("{}: `{}rope.scaling.type` = {} is not supported for gpt-oss (yarn)", path, a, scaling));
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const device::ExecutionContext& ctx,
@@ -291,9 +403,10 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   const auto arch = f.getString("general.architecture");
   if (!arch) throw FormatError(fmt::format("{}: no general.architecture", path));
   c.arch = *arch;
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "gemma3")
-    throw FormatError(
-        fmt::format("{}: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe, gemma3)", path, c.arch));
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "gemma3" &&
+      c.arch != "gpt-oss")
+    throw FormatError(fmt::format(
+        "{}: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss)", path, c.arch));
   c.name = f.getString("general.name").value_or("");
   auto req = [&](const std::string& key) {
     const auto v = f.getInt(c.arch + "." + key);
@@ -308,11 +421,11 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   // Layer specs as llama.cpp builds them: qwen3moe's layers are all MoE (softmax gating, weights renormalized:
   // build_moe_ffn with norm_w on), each with its router blk.N.ffn_gate_inp.
   c.layerSpecs.assign(static_cast<std::size_t>(c.layers), LayerSpec{});
-  if (c.arch == "qwen3moe") {
+  if (c.arch == "qwen3moe" || c.arch == "gpt-oss") {
     c.moe.experts = req("expert_count");
     c.moe.used = req("expert_used_count");
     c.moe.intermediate = req("expert_feed_forward_length");
-    c.moe.normTopK = true;
+    c.moe.normTopK = c.arch == "qwen3moe";
     if (c.moe.used > c.moe.experts)
       throw FormatError(fmt::format("{}: `{}.expert_used_count` = {} exceeds the {} experts", path, c.arch, c.moe.used,
                                     c.moe.experts));
@@ -331,6 +444,8 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   c.contextLength = f.getInt(c.arch + ".context_length").value_or(2048);
   if (c.arch == "gemma3") {
     readGemma3(f, path, c);
+  } else if (c.arch == "gpt-oss") {
+    readGptOss(f, path, c);
   } else if (f.has(c.arch + ".rope.scaling.factor")) {
     c.ropeFactor = f.getFloat(c.arch + ".rope.scaling.factor").value_or(0.0);
     c.ropeLowFreq = f.getFloat(c.arch + ".rope.scaling.low_freq_factor").value_or(1.0);
@@ -373,7 +488,7 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
     return w;
   };
   // llama.cpp permutes Q/K of llama-architecture models only.
-  m->assemble(get, ggufNames(), c.arch == "llama", f.find("output.weight") == nullptr, requantize);
+  m->assemble(get, ggufNames(c.arch), c.arch == "llama", f.find("output.weight") == nullptr, requantize);
   return m;
 }
 
@@ -454,7 +569,13 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const 
       prefix = p;
       break;
     }
-  m->assemble(get, hfNames(c.arch == "gemma3", prefix), false, tied, requantize);
+  if (c.arch == "gpt_oss" && where_.count(prefix + "layers.0.mlp.experts.gate_up_proj_blocks"))
+    throw FormatError(
+        fmt::format("{}: the experts are MXFP4 (`mlp.experts.*_blocks` / `*_scales`), which kvscope reads from a GGUF "
+                    "only: use llama.cpp's gpt-oss GGUF, or save the model dequantized (transformers: "
+                    "Mxfp4Config(dequantize=True))",
+                    dir));
+  m->assemble(get, hfNames(c.arch, prefix), false, tied, requantize);
   return m;
 }
 

@@ -11,27 +11,39 @@ namespace kvscope::model {
 /// A layer's feed-forward block: a dense SwiGLU MLP, or a mixture of SwiGLU experts behind a softmax top-k router.
 enum class FfnKind : std::uint8_t { Dense, Moe };
 
-/// The FFN's gate activation: SiLU (Llama, Qwen) or GELU with the tanh approximation (Gemma's gelu_pytorch_tanh).
-enum class FfnAct : std::uint8_t { Silu, GeluTanh };
+/// The FFN's gate activation: SiLU (Llama, Qwen), GELU with the tanh approximation (Gemma's gelu_pytorch_tanh), or
+/// gpt-oss's clamped SwiGLU (ModelConfig::swigluLimit): gate clamped to at most the limit, up to [-limit, limit], then
+/// gate * sigmoid(1.702 gate) * (up + 1) (transformers' GptOssExperts, llama.cpp's swiglu_oai).
+enum class FfnAct : std::uint8_t { Silu, GeluTanh, SwigluOai };
 
 /// What a layer is made of: causal attention over its cache, over the `window` newest positions (its own included)
 /// where window > 0 (a sliding-window layer), rotated by the model's global RoPE or, with localRope, by its local one
-/// (Gemma's sliding layers: ropeLocalTheta, unscaled); and its FFN kind.
+/// (Gemma's sliding layers: ropeLocalTheta, unscaled); with `sinks`, a learned logit per query head that joins
+/// each softmax's denominator (gpt-oss's attention sinks); and its FFN kind.
 struct LayerSpec {
   std::int64_t window = 0;
   bool localRope = false;
   FfnKind ffn = FfnKind::Dense;
+  bool sinks = false;
 };
 
-/// The experts of the MoE layers (Qwen3-MoE): `experts` SwiGLU experts of `intermediate` units, each token routed to
-/// `used` of them by softmax over the router's logits; normTopK renormalizes the chosen weights to sum to 1.
+/// How the router weighs the experts it picks: Softmax, the softmax over every expert's logit, then the top k
+/// (Qwen3-MoE; llama.cpp's gating softmax); TopKSoftmax, the top k logits, then the softmax over those k (gpt-oss;
+/// llama.cpp's softmax_weight).
+enum class MoeGating : std::uint8_t { Softmax, TopKSoftmax };
+
+/// The experts of the MoE layers (Qwen3-MoE, gpt-oss): `experts` gated experts of `intermediate` units (the model's
+/// FfnAct), each token routed to `used` of them as `gating` says; normTopK renormalizes the chosen weights to sum
+/// to 1. The router and the experts may carry biases (gpt-oss).
 struct MoeConfig {
   int experts = 0, used = 0, intermediate = 0;
   bool normTopK = false;
+  MoeGating gating = MoeGating::Softmax;
 };
 
 struct ModelConfig {
-  std::string arch = "llama";  ///< llama, mistral, qwen2, qwen3, qwen3_moe, gemma3 (HF) / qwen3moe, gemma3 (GGUF)
+  /// llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, gpt_oss (HF) / qwen3moe, gemma3, gpt-oss (GGUF)
+  std::string arch = "llama";
   std::string name;
   int layers = 0, hidden = 0, heads = 0, kvHeads = 0, headDim = 0, vocab = 0;
   int intermediate = 0;  ///< the dense MLP's units (0 where every layer is MoE and the file gives none)
@@ -41,10 +53,19 @@ struct ModelConfig {
   std::int64_t ropeOriginalMax = 8192;
   double ropeLinear = 1.0;      ///< linear RoPE scaling of the global layers (positions divided by it)
   double ropeLocalTheta = 0.0;  ///< the RoPE base of layers with LayerSpec::localRope
+  // YaRN (yarnFactor 0: none; gpt-oss): frequencies blended between interpolated (divided by the factor) and the
+  // original ones over the dimensions between the correction range of betaFast and betaSlow rotations within
+  // ropeOriginalMax positions (its ends floored and ceiled where yarnTruncate); cos and sin scaled by yarnAttnFactor.
+  double yarnFactor = 0.0, yarnBetaFast = 32.0, yarnBetaSlow = 1.0, yarnAttnFactor = 1.0;
+  bool yarnTruncate = true;
+  double swigluLimit = 0.0;  ///< FfnAct::SwigluOai's clamp
   // Gemma's blocks: the embeddings scaled by sqrt(hidden); norms kept in float32 and applied after the attention and
   // the FFN too (sandwich norms); the attention scores scaled by attnScale instead of 1/sqrt(headDim) where it is
   // non-zero; the logits soft-capped to (-cap, cap) by cap * tanh(logits / cap) where finalSoftcap > 0.
   bool gemmaBlocks = false;
+  /// Norm weights kept in float32 and applied before the cast back (Gemma; gpt-oss's _keep_in_fp32_modules): in the
+  /// activations' dtype otherwise, applied after it (Llama).
+  bool floatNorms = false;
   double attnScale = 0.0, finalSoftcap = 0.0;
   FfnAct act = FfnAct::Silu;
   std::int64_t contextLength = 0;

@@ -1,13 +1,16 @@
-// A mixture-of-experts feed-forward block (Qwen3-MoE's sparse MLP): a router scores every expert, each token runs
-// through the `topK` best by softmax probability, and their SwiGLU outputs are summed with those probabilities
-// (renormalized to sum to 1 with normTopK). As transformers' Qwen3MoeSparseMoeBlock computes it, expert by expert in
-// ascending order, and as llama.cpp's build_moe_ffn (softmax gating, silu, weights normalized) does.
+// A mixture-of-experts feed-forward block: a router scores every expert, each token runs through the `topK` best, and
+// their gated outputs are summed with the router's weights. Qwen3-MoE's sparse MLP: softmax over every expert, the top
+// k (renormalized to sum to 1 with normTopK), SwiGLU experts (transformers' Qwen3MoeSparseMoeBlock; llama.cpp's
+// build_moe_ffn with softmax gating). gpt-oss's: a router with a bias, the top k logits softmaxed among themselves,
+// experts with biases and the clamped SwiGLU (transformers' GptOssMLP; llama.cpp's softmax_weight gating and
+// swiglu_oai). Expert by expert in ascending order, as transformers adds them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <vector>
 
+#include "model/model_config.h"
 #include "model/weight.h"
 
 namespace kvscope::model {
@@ -15,12 +18,22 @@ namespace kvscope::model {
 struct MoeFfn {
   Weight router;                       ///< [experts, hidden]
   std::vector<Weight> gate, up, down;  ///< per expert: [ff, hidden], [ff, hidden], [hidden, ff]
+  /// Biases (undefined where the model has none): the router's [experts], the experts' [experts, ff] (gate, up) and
+  /// [experts, hidden] (down), in the activations' dtype.
+  at::Tensor routerBias, gateBias, upBias, downBias;
   int topK = 0;
   bool normTopK = false;
+  MoeGating gating = MoeGating::Softmax;
+  FfnAct act = FfnAct::Silu;
+  double swigluLimit = 0.0;
 
   /// x [..., hidden] -> [..., hidden] in x's dtype. The chosen experts' indices come to the host (one counted copy,
   /// device::toHost) to decide which matrices run.
   at::Tensor forward(const at::Tensor& x, Activations a) const;
 };
+
+/// A gated FFN's activation on its gate and up projections (biases added): silu(g) * u, gelu_tanh(g) * u, or
+/// gpt-oss's clamped SwiGLU (FfnAct::SwigluOai, clamped at `limit`).
+at::Tensor gatedActivation(const at::Tensor& g, const at::Tensor& u, FfnAct act, double limit);
 
 }  // namespace kvscope::model

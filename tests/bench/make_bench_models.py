@@ -2,7 +2,7 @@
 """Writes Llama-family GGUF models with random weights, for speed benchmarks (tests/bench/bench_vs_llamacpp.sh).
 
     make_bench_models.py [--out DIR] [--size 1b|3b|llama3-8b|qwen2.5-7b|mistral-7b|qwen3-30b-a3b|qwen3moe-tiny|
-                          gemma3-1b|gemma3-4b|gemma3-tiny ...]
+                          gemma3-1b|gemma3-4b|gemma3-tiny|gpt-oss-20b|gpt-oss-tiny ...]
                          [--type Q4_0|Q4_K|Q8_0 ...] [--layers N] [--seed N]
 
 Shapes: 1b = TinyLlama-1.1B (hidden 2048, 22 layers, 32 heads, 4 KV heads, head dim 64, FFN 5632),
@@ -37,6 +37,13 @@ spikes where the real model's k_proj bias does (values in the hundreds at the fi
 core's work: a 7B/8B file takes ~20 s in Q4_K (random codes), 2 to 3 minutes in Q8_0 (gguf.quants; Q4_0 about half).
 Idempotent: a file that exists with the same name, tensor count and a complete data section is kept; files are
 written as NAME.part and renamed when complete.
+gpt-oss shapes (GGUF architecture gpt-oss as llama.cpp's converter writes it: q/k/v/output biases, learned sinks around 1,
+a biased router, experts with biases stored as MXFP4 whatever --type says (as gpt-oss GGUFs ship them: random codes
+under random scales, std ~0.02), the even layers sliding over 128 tokens, rope base 150000 with YaRN by 32
+over 4096, RMS eps 1e-5): gpt-oss-20b = gpt-oss-20b's layers (hidden 2880, 64 heads, 8 KV heads, head dim 64, 32
+experts of 2880, 4 per token; 24 layers, or --layers N: one layer is ~0.42 GB) and gpt-oss-tiny (hidden 256, 4 layers,
+4 heads, 2 KV heads, head dim 64, 8 experts of 128, 2 per token) for the CLI and KLD tests. Their attention matrices
+(2880 columns) are no whole Q4_K blocks: Q8_0 or Q4_0 only.
 Output: DIR/random-<size>-<type>.gguf, one path per line on stdout.
 """
 import argparse
@@ -64,8 +71,14 @@ SIZES = {  # hidden, layers, heads, kv heads, head dim, ffn
     "gemma3-1b": (1152, 26, 4, 1, 256, 6912),
     "gemma3-4b": (2560, 34, 8, 4, 256, 10240),
     "gemma3-tiny": (256, 6, 4, 2, 64, 512),
+    "gpt-oss-20b": (2880, 24, 64, 8, 64, 2880),
+    "gpt-oss-tiny": (256, 4, 4, 2, 64, 128),
 }
-CONTEXT = {"gemma3-1b": 32768, "gemma3-4b": 131072}  # the real models' trained context; the others 8192
+GPT_OSS = {  # sliding window (even layers), YaRN factor, YaRN original context
+    "gpt-oss-20b": (128, 32.0, 4096),
+    "gpt-oss-tiny": (128, 32.0, 4096),
+}
+CONTEXT = {"gemma3-1b": 32768, "gemma3-4b": 131072, "gpt-oss-20b": 131072, "gpt-oss-tiny": 131072}  # the real models' trained context; the others 8192
 GEMMA = {  # sliding window, linear RoPE scaling of the global layers (None: none)
     "gemma3-1b": (512, None),
     "gemma3-4b": (1024, 8.0),
@@ -74,6 +87,8 @@ GEMMA = {  # sliding window, linear RoPE scaling of the global layers (None: non
 MOE = {  # experts, experts per token, expert FFN
     "qwen3-30b-a3b": (128, 8, 768),
     "qwen3moe-tiny": (8, 2, 128),
+    "gpt-oss-20b": (32, 4, 2880),
+    "gpt-oss-tiny": (8, 2, 128),
 }
 ARCH = {  # GGUF architecture, rope base, RMS norm eps, q/k/v biases; sizes not listed: llama, 10000, 1e-5, none
     "llama3-8b": ("llama", 500000.0, 1e-5, False),
@@ -84,10 +99,12 @@ ARCH = {  # GGUF architecture, rope base, RMS norm eps, q/k/v biases; sizes not 
     "gemma3-1b": ("gemma3", 1000000.0, 1e-6, False),
     "gemma3-4b": ("gemma3", 1000000.0, 1e-6, False),
     "gemma3-tiny": ("gemma3", 1000000.0, 1e-6, False),
+    "gpt-oss-20b": ("gpt-oss", 150000.0, 1e-5, True),
+    "gpt-oss-tiny": ("gpt-oss", 150000.0, 1e-5, True),
 }
 SHAPE_OF = {"llama3-8b": "Llama-3-8B", "qwen2.5-7b": "Qwen2.5-7B", "mistral-7b": "Mistral-7B",
             "qwen3-30b-a3b": "Qwen3-30B-A3B", "qwen3moe-tiny": "a tiny Qwen3-MoE", "gemma3-1b": "Gemma-3-1B", "gemma3-4b": "Gemma-3-4B",
-            "gemma3-tiny": "a tiny Gemma 3"}
+            "gemma3-tiny": "a tiny Gemma 3", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-tiny": "a tiny gpt-oss"}
 BIAS_STD = 0.1
 K_SPIKES = 4, (250.0, 350.0)  # channels per spiked layer (the first and the last), magnitude range
 TYPES = {"Q4_0": QT.Q4_0, "Q4_K": QT.Q4_K, "Q8_0": QT.Q8_0}
@@ -120,13 +137,22 @@ def q4k_blocks(n_blocks, rng):
     return np.concatenate([d.view(np.uint8).reshape(-1, 2), dmin.view(np.uint8).reshape(-1, 2), scales, qs], axis=1)
 
 
+def mxfp4_blocks(n_blocks, rng):
+    """Random MXFP4 blocks (17 bytes per 32 values): uniform 4-bit codes (doubled E2M1 values, rms 5.85) times
+    2^(e - 128) for E8M0 bytes e of 119 to 121, so the values have std ~0.02 like the other matrices."""
+    e = rng.integers(119, 121, size=(n_blocks, 1), dtype=np.uint8, endpoint=True)
+    return np.concatenate([e, rng.integers(0, 256, size=(n_blocks, 16), dtype=np.uint8)], axis=1)
+
+
 def random_matrix(shape, qtype, rng):
     """Quantized bytes of a (..., rows, cols) Gaussian matrix, generated ROWS_PER_CHUNK rows at a time."""
     rows, cols = int(np.prod(shape[:-1])), shape[-1]
     out = np.empty(nbytes(shape, qtype), np.uint8).reshape(rows, -1)
     for r in range(0, rows, ROWS_PER_CHUNK):
         n = min(ROWS_PER_CHUNK, rows - r)
-        if qtype == QT.Q4_K:
+        if qtype == QT.MXFP4:
+            out[r:r + n] = mxfp4_blocks(n * cols // 32, rng).reshape(n, -1)
+        elif qtype == QT.Q4_K:
             out[r:r + n] = q4k_blocks(n * cols // 256, rng).reshape(n, -1)
         else:
             x = rng.standard_normal((n, cols), dtype=np.float32)
@@ -178,7 +204,17 @@ def tensor_plan(size, wtype, layers=None):
         plan += [(p + "attn_norm.weight", (hidden,), QT.F32),
                  *qkv,
                  (p + "attn_output.weight", (hidden, heads * hd), wtype)]
-        if moe:  # Qwen3: per-head q/k RMSNorm; the experts stacked [experts, rows, cols] as llama.cpp's converter does
+        if size in GPT_OSS:  # biases everywhere, sinks, the FFN norm as post_attention_norm, MXFP4 experts
+            experts, _, eff = moe
+            plan += [(p + "attn_output.bias", (hidden,), QT.F32),
+                     (p + "attn_sinks.weight", (heads,), QT.F32),
+                     (p + "post_attention_norm.weight", (hidden,), QT.F32),
+                     (p + "ffn_gate_inp.weight", (experts, hidden), QT.F32),
+                     (p + "ffn_gate_inp.bias", (experts,), QT.F32)]
+            for t, shape in (("gate", (experts, eff, hidden)), ("up", (experts, eff, hidden)),
+                             ("down", (experts, hidden, eff))):
+                plan += [(p + f"ffn_{t}_exps.weight", shape, QT.MXFP4), (p + f"ffn_{t}_exps.bias", shape[:2], QT.F32)]
+        elif moe:  # Qwen3: per-head q/k RMSNorm; the experts stacked [experts, rows, cols] as llama.cpp's converter does
             experts, _, eff = moe
             plan += [(p + "attn_q_norm.weight", (hd,), QT.F32), (p + "attn_k_norm.weight", (hd,), QT.F32),
                      (p + "ffn_norm.weight", (hidden,), QT.F32),
@@ -247,6 +283,12 @@ def write_model(out_dir, size, tname, tokenizer_from, seed, n_layers=None):
         w.add_expert_count(experts)
         w.add_expert_used_count(used)
         w.add_expert_feed_forward_length(eff)
+    if size in GPT_OSS:
+        window, yarn, original = GPT_OSS[size]
+        w.add_sliding_window(window)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(yarn)
+        w.add_rope_scaling_orig_ctx_len(original)
     if size in GEMMA:
         window, linear = GEMMA[size]
         w.add_sliding_window(window)
@@ -266,7 +308,11 @@ def write_model(out_dir, size, tname, tokenizer_from, seed, n_layers=None):
     rng = np.random.default_rng(seed)
     start, done, total = time.time(), 0, sum(nbytes(s, q) if q != QT.F32 else 4 * int(np.prod(s)) for _, s, q in plan)
     for i, (tensor, shape, qtype) in enumerate(plan):
-        if tensor.endswith(".bias"):
+        if tensor.endswith(".bias") and size in GPT_OSS:
+            data = (rng.standard_normal(shape, dtype=np.float32) * BIAS_STD).astype(np.float32)
+        elif tensor.endswith("attn_sinks.weight"):  # gpt-oss's learned sink logits: around 1, as trained ones sit
+            data = (1.0 + rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+        elif tensor.endswith(".bias"):
             data = bias_vector(tensor, shape, layers, rng)
         elif tensor.endswith("ffn_gate_inp.weight"):
             data = rng.standard_normal(shape, dtype=np.float32) * STD
@@ -309,6 +355,8 @@ def main():
     check_q4k(np.random.default_rng(1))
     for size in a.size or ["1b"]:
         for tname in a.type or sorted(TYPES):
+            if size in GPT_OSS and tname == "Q4_K":
+                ap.error(f"{size}: its 2880-column matrices are no whole Q4_K blocks (Q8_0 or Q4_0)")
             print(write_model(a.out, size, tname, a.tokenizer_from, a.seed, a.layers))
 
 

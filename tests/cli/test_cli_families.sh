@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The model families beyond dense Llama as a user meets them in the CLI: a Qwen3-MoE GGUF and a Gemma 3 GGUF (random
-# weights in the layout llama.cpp's converter writes, SmolLM2's tokenizer) generate, compare and plan; a config the forward cannot
+# The model families beyond dense Llama as a user meets them in the CLI: a Qwen3-MoE, a Gemma 3 and a gpt-oss GGUF
+# (random weights in the layout llama.cpp's converter writes, SmolLM2's tokenizer) generate, compare and plan (gpt-oss:
+# the doctor's key-fragile verdict, the vLLM export of its sliding layers); a config the forward cannot
 # run, and a cache config a sliding-window model cannot use, are one line naming the problem, exit 2.
 set -u
 . "$(dirname "$0")/model_test_setup.sh"
@@ -34,6 +35,17 @@ check gemma-doctor 0 'try: layers=0-4:dynamic;*:llamacpp:type_k=q4_0,type_v=q4_0
   "$cli" doctor --model "$gemma"
 check gemma-sliding-hqq 2 'is a sliding-window layer (window 128): `hqq' \
   "$cli" generate --model "$gemma" --prompt hi --cache hqq:nbits=4
+oss=$("$py" "$here/../bench/make_bench_models.py" --out "$tmp" --size gpt-oss-tiny --type Q8_0 \
+  --tokenizer-from "$model" 2>/dev/null | tail -1)
+[ -f "$oss" ] || { echo "FAIL make_bench_models.py wrote no gpt-oss-tiny"; exit 1; }
+check oss-generate 0 '[llamacpp] 5 prompt + 8 new tokens' \
+  "$cli" generate --model "$oss" --prompt "The capital of France is" --max-new 8 --cache llamacpp:type_k=q8_0,type_v=q8_0
+check oss-compare 0 'mxfp4' \
+  "$cli" compare --model "$oss" --prompt "The capital of France is" --max-new 8 --cache mxfp4 --cache fp8
+check oss-doctor 0 'fragile here (learned attention sinks on layers 0-3 and head size 64)' \
+  "$cli" doctor --model "$oss" --no-fp8-kl
+check oss-export-vllm 0 '--kv-cache-dtype-skip-layers sliding_window' \
+  "$cli" export --format vllm --model "$oss" --cache 'layers=0:dynamic;2:dynamic;*:fp8'
 mkdir -p "$tmp/swa" "$tmp/topk" "$tmp/types"
 for d in swa topk types; do
   cat >"$tmp/$d/tokenizer.json" <<'J'

@@ -18,6 +18,13 @@ query_pre_attn_scalar = head_dim, an output matrix of its own), also written as 
 (norms stored as 1 + w); and `gemma3_27b` as the 27B scales its scores (query_pre_attn_scalar = hidden / heads, not
 head_dim), with an explicit layer_types list, final logit soft-capping and tied embeddings, as a multimodal wrapper's text_config
 (v5's model.language_model.* names).
+
+Two gpt-oss models (dynamic cache only, as they slide): four layers alternating a 16-position window and full attention,
+learned sinks, attention biases, 8 experts of 64 with biases behind a biased router (top 2 softmaxed among themselves), the
+clamped SwiGLU, YaRN by 32 over 4096 positions. `gpt_oss` keeps GptOssConfig's untruncated YaRN (truncate false, as the
+published configs); `gpt_oss_gguf` truncates it (as llama.cpp always does), has its experts rounded to MXFP4 values, and is
+also written as gpt-oss.gguf the way llama.cpp's converter writes it (MXFP4 experts, gate and up split, the FFN norm as
+post_attention_norm): the same reference holds for both files.
 """
 import argparse
 import json
@@ -31,8 +38,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 import numpy as np  # noqa: E402
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,  # noqa: E402
-                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GptOssConfig, GptOssForCausalLM,  # noqa: E402
+                          LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 CACHES = {"dynamic": None, "fp8": {"backend": "fp8"}, "quanto_int4": {"backend": "quanto", "nbits": 4},
@@ -71,6 +78,13 @@ def build(kind):
                                layer_types=["sliding_attention", "full_attention", "sliding_attention",
                                             "sliding_attention"], rope_theta=500000.0, rope_local_base_freq=20000.0)
         model = Gemma3ForCausalLM(cfg)
+    elif kind.startswith("gpt_oss"):  # layers 0 and 2 slide over 16, 1 and 3 are global; sinks; 8 experts of 64, top 2
+        common.update(num_hidden_layers=4, intermediate_size=64, max_position_embeddings=131072)
+        yarn = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                "truncate": kind == "gpt_oss_gguf", "original_max_position_embeddings": 4096}
+        cfg = GptOssConfig(**common, num_local_experts=8, num_experts_per_tok=2, sliding_window=16,
+                           rope_parameters=yarn)
+        model = GptOssForCausalLM(cfg)
     else:  # Qwen3-MoE: 8 experts of 64, top 2
         moe = dict(moe_intermediate_size=64, num_experts=8, num_experts_per_tok=2, decoder_sparse_step=1)
         if kind == "qwen3_moe":
@@ -90,7 +104,31 @@ def build(kind):
                     p.uniform_(-0.2, 0.2)
             model.model.embed_tokens.weight.mul_(0.25)  # so that the token's own embedding does not drown the rest
             model.model.norm.weight.uniform_(16.0, 24.0)
+        if kind.startswith("gpt_oss"):  # biases small, sinks large enough to take a share of each softmax
+            for name, p in model.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0.0, 0.1)
+                elif name.endswith("sinks"):
+                    p.normal_(1.0, 1.0)
+            if kind == "gpt_oss_gguf":
+                for layer in model.model.layers:
+                    ex = layer.mlp.experts
+                    ex.gate_up_proj.copy_(mxfp4_round(ex.gate_up_proj.transpose(-1, -2)).transpose(-1, -2))
+                    ex.down_proj.copy_(mxfp4_round(ex.down_proj.transpose(-1, -2)).transpose(-1, -2))
     return model.eval()
+
+
+def mxfp4_bytes(w):
+    """w [..., rows, cols] as ggml's MXFP4 rows (blocks of 32 along cols), as the gguf package quantizes it."""
+    import gguf
+    return gguf.quants.quantize(np.ascontiguousarray(w.detach().float().numpy()), gguf.GGMLQuantizationType.MXFP4)
+
+
+def mxfp4_round(w):
+    """w's values rounded to MXFP4 along its rows (what llama.cpp's MXFP4 experts hold)."""
+    import gguf
+    q = gguf.quants.dequantize(mxfp4_bytes(w), gguf.GGMLQuantizationType.MXFP4)
+    return torch.from_numpy(np.ascontiguousarray(q)).reshape(w.shape).to(w.dtype)
 
 
 def save_multimodal(model, d):
@@ -196,15 +234,63 @@ def write_qwen3moe_gguf(model, path):
     w.close()
 
 
+def write_gptoss_gguf(model, path):
+    """The model as llama.cpp's converter writes a gpt-oss (architecture gpt-oss): F32 tensors but the experts, which are
+    MXFP4 rows [experts, rows, cols] (gate the even and up the odd columns of gate_up_proj, transposed), their biases
+    split alike, the router as ffn_gate_inp, the sinks as attn_sinks.weight, the FFN norm as post_attention_norm, YaRN
+    as rope.scaling.*."""
+    import gguf
+    cfg = model.config
+    sd = {k: v.detach().float() for k, v in model.state_dict().items()}
+    rope = cfg.rope_parameters
+    w = gguf_writer(model, path, "gpt-oss", rope["rope_theta"])
+    w.add_expert_count(cfg.num_local_experts)
+    w.add_expert_used_count(cfg.num_experts_per_tok)
+    w.add_expert_feed_forward_length(cfg.intermediate_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rope["factor"])
+    w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"].numpy())
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"].numpy())
+    w.add_tensor("output.weight", sd["lm_head.weight"].numpy())
+    names = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+             "self_attn.sinks": "attn_sinks.weight", "mlp.router.weight": "ffn_gate_inp.weight",
+             "mlp.router.bias": "ffn_gate_inp.bias", "mlp.experts.down_proj_bias": "ffn_down_exps.bias"}
+    for p, g in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "output")):
+        for t in ("weight", "bias"):
+            names[f"self_attn.{p}_proj.{t}"] = f"attn_{g}.{t}"
+    mx = gguf.GGMLQuantizationType.MXFP4
+    for layer in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{layer}."
+        for hf, gg in names.items():
+            w.add_tensor(f"blk.{layer}.{gg}", sd[pre + hf].numpy())
+        gu = sd[pre + "mlp.experts.gate_up_proj"].transpose(-1, -2)  # [E, 2F, H]
+        gub = sd[pre + "mlp.experts.gate_up_proj_bias"]
+        for part, rows in (("gate", slice(0, None, 2)), ("up", slice(1, None, 2))):
+            w.add_tensor(f"blk.{layer}.ffn_{part}_exps.weight", mxfp4_bytes(gu[:, rows, :]), raw_dtype=mx)
+            w.add_tensor(f"blk.{layer}.ffn_{part}_exps.bias", np.ascontiguousarray(gub[:, rows].numpy()))
+        down = sd[pre + "mlp.experts.down_proj"].transpose(-1, -2)  # [E, H, F]
+        w.add_tensor(f"blk.{layer}.ffn_down_exps.weight", mxfp4_bytes(down), raw_dtype=mx)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--only", nargs="*", help="these kinds only")
     args = ap.parse_args()
     torch.manual_seed(1234)
     torch.set_num_threads(2)
-    for kind in ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen3moe_gguf", "qwen3_swa", "mistral_swa", "gemma3",
-                 "gemma3_27b"):
+    kinds = ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen3moe_gguf", "qwen3_swa", "mistral_swa", "gemma3", "gemma3_27b",
+             "gpt_oss", "gpt_oss_gguf")
+    for kind in args.only or kinds:
         model = build(kind)
         d = os.path.join(args.out, kind)
         if kind == "gemma3_27b":
@@ -215,12 +301,14 @@ def main():
             write_qwen3moe_gguf(model, os.path.join(args.out, "qwen3moe.gguf"))
         if kind == "gemma3":
             write_gemma3_gguf(model, os.path.join(args.out, "gemma3.gguf"))
+        if kind == "gpt_oss_gguf":
+            write_gptoss_gguf(model, os.path.join(args.out, "gpt-oss.gguf"))
         ids = torch.randint(3, 512, (1, 64), generator=torch.Generator().manual_seed(7))
         tensors = {"prompt_ids": ids}
         with torch.no_grad():
             tensors["prefill_logits"] = model(ids).logits[0].float().contiguous()
             # transformers' QuantizedCache refuses sliding-window layers: their reference is the dynamic cache's.
-            sliding = kind.endswith("_swa") or kind.startswith("gemma3")
+            sliding = kind.endswith("_swa") or kind.startswith("gemma3") or kind.startswith("gpt_oss")
             caches = {"dynamic": None} if sliding else CACHES
             for name, cc in caches.items():
                 kw = {} if cc is None else {"cache_implementation": "quantized", "cache_config": dict(cc)}

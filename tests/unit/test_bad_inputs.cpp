@@ -583,8 +583,15 @@ TEST(BadInputs, ConfigJsonKeysOfTheWrongType) {
     EXPECT_MENTIONS(configError(j), w, "`layer_types`", "\"linear_attention\"");
   }
   EXPECT_MENTIONS(with("rope_scaling", {1, 2}), w, "`rope_scaling`", "must be an object");
-  EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}), w, "`rope_scaling.rope_type`",
-                  "`yarn` is not supported");
+  EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", "longrope"}, {"factor", 4}}), w, "`rope_scaling.rope_type`",
+                  "`longrope` is not supported (default, linear, llama3, yarn)");
+  EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}), w,
+                  "`rope_scaling.original_max_position_embeddings` is missing");
+  EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", "yarn"},
+                                        {"factor", 4},
+                                        {"original_max_position_embeddings", 64},
+                                        {"partial_rotary_factor", 0.5}}),
+                  w, "`rope_scaling.partial_rotary_factor` is not 1");
   EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", 3}}), w, "`rope_scaling.rope_type`", "must be a string");
   EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", "llama3"}, {"factor", "8"}}), w, "`rope_scaling.factor`",
                   "must be a number");
