@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 
 #include "kernels/cpu/blocks.h"
@@ -58,7 +59,8 @@ TEST(GgufParity, Iq4NlCacheBlocksDecodeAsThePackage) {
   kvscope::kernels::dequantizeKvRow(kvscope::kernels::kTypeIq4Nl, blocks.data, n, got.data());
   const auto* w = reinterpret_cast<const float*>(want.data);
   std::int64_t differ = 0;
-  for (std::int64_t i = 0; i < n; ++i) differ += std::memcmp(&got[i], &w[i], 4) != 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    differ += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(w[i]);
   EXPECT_EQ(differ, 0) << differ << " of " << n << " values differ";
   // The same bytes through the cache's rows of other types: Q8_0 as quantizeRows writes it.
   const auto& x = ref.at("x");
