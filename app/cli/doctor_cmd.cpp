@@ -60,7 +60,10 @@ Runner addDoctor(CLI::App& app) {
       "skip the fp8 runs (unit scale against calibrated scales: about three more forwards over the text)");
   cmd->add_flag(
       "--no-key-kl", [o](std::int64_t) { o->doctor.keyKl = false; },
-      "skip the q8_0-key runs of a key-fragile model (sinks, head size 64: a scan over the layers and two forwards)");
+      "skip the q8_0-key runs of a key-fragile model (sinks, head size 64: two forwards, and a scan over the layers "
+      "where it pays)");
+  cmd->add_flag("--key-layers", o->doctor.keyLayers,
+                "scan q8_0 keys layer by layer on a key-fragile model whatever they cost on every layer");
   return [o, cmd]() {
     if (!*cmd) return -1;
     generate::checkDoctorOptions(o->doctor);

@@ -198,8 +198,9 @@ DoctorReport diagnose(model::LlamaModel& m, const std::vector<std::vector<std::i
     r.fp8.calibratedNonFinite = figs[2].nonFinitePositions;
   }
 
-  // Key-fragile models: q8_0 keys on each layer alone (the tuner's scan, from the reference's residual stream) and on
-  // every layer, in float32 activations, where the cache's cost is the layer's own.
+  // Key-fragile models: q8_0 keys on every layer, then, on a sink model or where that costs 0.001 or more, on each
+  // layer alone (the tuner's scan, from the reference's residual stream); in float32 activations, where the cache's
+  // cost is its own.
   std::vector<int> sinkLayers;
   for (std::size_t l = 0; l < c.layerSpecs.size(); ++l)
     if (c.layerSpecs[l].sinks) sinkLayers.push_back(static_cast<int>(l));
@@ -209,18 +210,20 @@ DoctorReport diagnose(model::LlamaModel& m, const std::vector<std::vector<std::i
     if (c.headDim == 64) r.keyQ8.why += (r.keyQ8.why.empty() ? "" : " and ") + std::string("head size 64");
     const ScanArithmetic arithmetic(m);
     const std::string q8 = "llamacpp:type_k=q8_0,type_v=f16";
-    std::vector<LayerRun> runs;
-    runs.reserve(static_cast<std::size_t>(c.layers));
-    for (int l = 0; l < c.layers; ++l)
-      runs.push_back({l, cache::parseSpec(fmt::format("layers={}:{};*:dynamic", l, q8))});
     EvalOptions eo;
     eo.prompt = std::max<int>(1, static_cast<int>(windows.front().size() / 4));
     eo.step = 32;
-    const auto perLayer = evaluateLayerRuns(m, windows, runs, eo);
-    for (int l = 0; l < c.layers; ++l) r.keyQ8.layerKl.push_back(perLayer[static_cast<std::size_t>(l) + 1].meanKl());
     const auto all = evaluate(m, windows, {cache::parseSpec(q8)}, eo);
     r.keyQ8.allKl = all[1].meanKl();
     r.keyQ8.positions = all[1].scored;
+    if (r.keyQ8.sinks || r.keyQ8.allKl >= 1e-3 || o.keyLayers) {
+      std::vector<LayerRun> runs;
+      runs.reserve(static_cast<std::size_t>(c.layers));
+      for (int l = 0; l < c.layers; ++l)
+        runs.push_back({l, cache::parseSpec(fmt::format("layers={}:{};*:dynamic", l, q8))});
+      const auto perLayer = evaluateLayerRuns(m, windows, runs, eo);
+      for (int l = 0; l < c.layers; ++l) r.keyQ8.layerKl.push_back(perLayer[static_cast<std::size_t>(l) + 1].meanKl());
+    }
   }
 
   // Verdicts, keys first.
@@ -445,9 +448,11 @@ std::string doctorText(const DoctorReport& r) {
   if (r.fp8.measured()) out += doctorFp8Text(r.fp8) + "\n";
   if (r.keyQ8.measured())
     out += fmt::format(
-        "key-fragile ({}): llama.cpp's q8_0 keys (values f16) cost a mean KL of {:.4g} on every layer, {:.4g} summed "
-        "layer by layer\n",
-        r.keyQ8.why, r.keyQ8.allKl, std::accumulate(r.keyQ8.layerKl.begin(), r.keyQ8.layerKl.end(), 0.0));
+        "key-fragile ({}): llama.cpp's q8_0 keys (values f16) cost a mean KL of {:.4g} on every layer{}\n", r.keyQ8.why,
+        r.keyQ8.allKl,
+        r.keyQ8.layerKl.empty() ? std::string(" (below 0.001: not scanned layer by layer)")
+                                : fmt::format(", {:.4g} summed layer by layer",
+                                              std::accumulate(r.keyQ8.layerKl.begin(), r.keyQ8.layerKl.end(), 0.0)));
   if (r.verdicts.empty()) out += "verdict: nothing alarming: no outlier channels, bias spikes or fp8 overflow\n";
   for (const auto& v : r.verdicts) out += fmt::format("verdict: {}\n  try: {}\n", v.text, v.config);
   return out;

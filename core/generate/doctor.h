@@ -32,9 +32,12 @@ struct DoctorOptions {
   /// Also measure fp8 on every layer with vLLM's unit scale and with scales calibrated on the text (DoctorReport::
   /// fp8): two teacher-forced runs and the reference's over the text, about three more forwards.
   bool fp8Kl = true;
-  /// On a key-fragile model (learned attention sinks, or head size 64): measure llama.cpp's q8_0 keys on each layer
-  /// alone and on every layer (DoctorReport::keyQ8): one scan over the layers and two more forwards over the text.
+  /// On a key-fragile model (learned attention sinks, or head size 64): measure llama.cpp's q8_0 keys on every layer
+  /// (DoctorReport::keyQ8: two more forwards over the text) and, on a sink model or where that costs a mean KL of
+  /// 0.001 or more, on each layer alone (a scan over the layers).
   bool keyKl = true;
+  /// Scan the layers whatever q8_0 keys cost on every layer.
+  bool keyLayers = false;
 };
 
 /// llama.cpp's q8_0 keys (values f16), teacher-forced over the calibration text in float32 activations: the mean KL
@@ -45,7 +48,7 @@ struct DoctorOptions {
 struct DoctorKeyQ8 {
   std::string why;              ///< "learned attention sinks on layers 0-23 and head size 64", ...
   bool sinks = false;           ///< the model has learned attention sinks
-  std::vector<double> layerKl;  ///< per layer
+  std::vector<double> layerKl;  ///< per layer; empty where not scanned (see DoctorOptions::keyKl)
   double allKl = std::nan("");
   std::int64_t positions = 0;
   bool measured() const { return positions > 0; }

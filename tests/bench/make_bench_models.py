@@ -38,6 +38,7 @@ core's work: a 7B/8B file takes ~20 s in Q4_K (random codes), 2 to 3 minutes in 
 Idempotent: a file that exists with the same name, tensor count and a complete data section is kept; files are
 written as NAME.part and renamed when complete.
 gpt-oss shapes (GGUF architecture gpt-oss as llama.cpp's converter writes it: q/k/v/output biases, learned sinks around 1,
+q and k projections of std 1.5 / sqrt(hidden) (there are no q/k norms: at 0.02 attention would be near uniform),
 a biased router, experts with biases stored as MXFP4 whatever --type says (as gpt-oss GGUFs ship them: random codes
 under random scales, std ~0.02), the even layers sliding over 128 tokens, rope base 150000 with YaRN by 32
 over 4096, RMS eps 1e-5): gpt-oss-20b = gpt-oss-20b's layers (hidden 2880, 64 heads, 8 KV heads, head dim 64, 32
@@ -144,8 +145,9 @@ def mxfp4_blocks(n_blocks, rng):
     return np.concatenate([e, rng.integers(0, 256, size=(n_blocks, 16), dtype=np.uint8)], axis=1)
 
 
-def random_matrix(shape, qtype, rng):
-    """Quantized bytes of a (..., rows, cols) Gaussian matrix, generated ROWS_PER_CHUNK rows at a time."""
+def random_matrix(shape, qtype, rng, std=STD):
+    """Quantized bytes of a (..., rows, cols) Gaussian matrix of standard deviation `std` (Q4_K and MXFP4 blocks:
+    ~STD), generated ROWS_PER_CHUNK rows at a time."""
     rows, cols = int(np.prod(shape[:-1])), shape[-1]
     out = np.empty(nbytes(shape, qtype), np.uint8).reshape(rows, -1)
     for r in range(0, rows, ROWS_PER_CHUNK):
@@ -156,7 +158,7 @@ def random_matrix(shape, qtype, rng):
             out[r:r + n] = q4k_blocks(n * cols // 256, rng).reshape(n, -1)
         else:
             x = rng.standard_normal((n, cols), dtype=np.float32)
-            x *= STD
+            x *= std
             out[r:r + n] = quantize(x, qtype)
     return out.reshape(-1)
 
@@ -317,7 +319,12 @@ def write_model(out_dir, size, tname, tokenizer_from, seed, n_layers=None):
         elif tensor.endswith("ffn_gate_inp.weight"):
             data = rng.standard_normal(shape, dtype=np.float32) * STD
         else:
-            data = np.ones(shape, np.float32) if qtype == QT.F32 else random_matrix(shape, qtype, rng)
+            # gpt-oss has no q/k norms: its q and k projections are drawn at 1.5 / sqrt(hidden), so each query and key
+            # channel has a magnitude near 1.5 (a Qwen3's or Gemma's q/k norms give them about 1), scores spread
+            # over a few units and attention reads its cache; at STD they would be near uniform.
+            qk = size in GPT_OSS and tensor.endswith(("attn_q.weight", "attn_k.weight"))
+            std = 1.5 / np.sqrt(hidden) if qk else STD
+            data = np.ones(shape, np.float32) if qtype == QT.F32 else random_matrix(shape, qtype, rng, std)
         w.write_tensor_data(data)
         done += data.nbytes
         if i % 9 == 0 or i == len(plan) - 1:

@@ -14,6 +14,7 @@
 #include "cache/config.h"
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
+#include "tensor_helpers.h"
 #include "test_helpers.h"
 
 using namespace kvscope;
@@ -21,9 +22,10 @@ using namespace kvscope::cache;
 
 namespace {
 
-at::Tensor randn(at::IntArrayRef shape, std::int64_t seed) {
+// States [B, H, T, D] drawn after at::manual_seed(seed).
+at::Tensor drawn(std::int64_t seed, std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D) {
   at::manual_seed(static_cast<std::uint64_t>(seed));
-  return at::randn(shape);
+  return testutil::randn(B, H, T, D);
 }
 
 // softmax([q k^T / sqrt(D) (masked), sink]) without the sink's column, times V; float64, by definition. Query i sits at
@@ -53,8 +55,7 @@ void checkSinks(const std::string& spec, AttentionMode mode, std::int64_t window
   const at::Tensor sinks = at::tensor(std::vector<float>{2.5f, -1.0f, 0.5f, 4.0f});
   std::int64_t seed = 21;
   for (const std::int64_t T : steps) {
-    const at::Tensor q = randn({B, Hq, T, D}, seed++), k = randn({B, Hkv, T, D}, seed++),
-                     v = randn({B, Hkv, T, D}, seed++);
+    const at::Tensor q = drawn(seed++, B, Hq, T, D), k = drawn(seed++, B, Hkv, T, D), v = drawn(seed++, B, Hkv, T, D);
     if (window > 0) sunk.setWindows({window});
     const at::Tensor got = sunk.attend(0, q, k, v, sinks);
     const auto [hk, hv] = plain.update(0, k, v);
@@ -91,10 +92,10 @@ TEST(AttentionSinks, ASinkOfMinusInfinityIsNoSinkAndTheShapeIsChecked) {
     KvCache a(cfg, 1), b(cfg, 1);
     const at::Tensor none = at::full({4}, -std::numeric_limits<float>::infinity());
     for (std::int64_t T : {9, 1}) {
-      const at::Tensor q = randn({1, 4, T, 32}, T), k = randn({1, 2, T, 32}, T + 1), v = randn({1, 2, T, 32}, T + 2);
+      const at::Tensor q = drawn(T, 1, 4, T, 32), k = drawn(T + 1, 1, 2, T, 32), v = drawn(T + 2, 1, 2, T, 32);
       EXPECT_LT((a.attend(0, q, k, v, none) - b.attend(0, q, k, v)).abs().max().item<double>(), 1e-6);
     }
-    const at::Tensor q = randn({1, 4, 1, 32}, 5), k = randn({1, 2, 1, 32}, 6);
+    const at::Tensor q = drawn(5, 1, 4, 1, 32), k = drawn(6, 1, 2, 1, 32);
     EXPECT_NE(testutil::errorOf<CacheError>([&] { a.attend(0, q, k, k, at::zeros({2})); }).find("2 sink logits for 4"),
               std::string::npos);
   }

@@ -206,7 +206,9 @@ TEST(Doctor, BadOptionsAreOneLine) {
 
 TEST(Doctor, FlagsHeadSize64KeysAsFragileWithEachLayersQ8Kl) {
   const auto m = model::LlamaModel::load(qwen2Model("head64", {}, 64));
-  const generate::DoctorReport r = generate::diagnose(*m, windows());
+  generate::DoctorOptions scan;
+  scan.keyLayers = true;
+  const generate::DoctorReport r = generate::diagnose(*m, windows(), scan);
   ASSERT_TRUE(r.keyQ8.measured()) << generate::doctorText(r);
   EXPECT_EQ(r.keyQ8.why, "head size 64");
   ASSERT_EQ(r.keyQ8.layerKl.size(), std::size_t{kLayers});
@@ -231,6 +233,10 @@ TEST(Doctor, FlagsHeadSize64KeysAsFragileWithEachLayersQ8Kl) {
   quick.keyKl = false;
   const generate::DoctorReport q = generate::diagnose(*m, windows(), quick);
   EXPECT_FALSE(q.keyQ8.measured());
+  // By default the layers are scanned only where q8_0 keys on every layer cost 0.001 or more (no sinks here).
+  const generate::DoctorReport d = generate::diagnose(*m, windows());
+  EXPECT_EQ(d.keyQ8.allKl, r.keyQ8.allKl);
+  EXPECT_EQ(d.keyQ8.layerKl.empty(), d.keyQ8.allKl < 1e-3);
   EXPECT_EQ(find(q, "key_fragile", "keys"), nullptr);
   EXPECT_EQ(generate::doctorText(q).find("key-fragile"), std::string::npos);
   // The clean head-16 model is not key-fragile: nothing measured.
