@@ -442,7 +442,8 @@ void tilesAvx512(const BlockMatrix& w, const float* x, std::int64_t m, std::int6
 
 // ---- 8-bit activations ---------------------------------------------------------------------------------------------
 // Per group: the 32 weight bytes (group<T>, the affine view) times the 32 activation codes as one integer dot product
-// (VNNI's vpdpbusd), scaled by D * d, plus M times the group's code sums. Without VNNI the portable twin runs.
+// (VNNI's vpdpbusd), scaled by D * d, plus M times the group's code sums. Without VNNI, the AVX2 twin below (maddubs
+// and madd), then the portable loop.
 
 template <GgmlType T, int MT>
 KVS_VNNI void q8Rows(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, float* y, std::int64_t ldy,
@@ -481,9 +482,62 @@ KVS_VNNI void q8Rows(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, flo
   }
 }
 
+// The AVX2 twin: vpmaddubsw sums the byte products in pairs into int16 and vpmaddwd those pairs into the same int32
+// lanes vpdpbusd fills. A pair cannot saturate where the weight bytes are at most 63 (every type's affine bytes but
+// Q8_0's); Q8_0's are its signed codes, multiplied as |q| times the activation code with q's sign (ggml's trick), with
+// no offset M.
+template <GgmlType T, int MT>
+KVS_AVX2 void q8RowsAvx2(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, float* y, std::int64_t ldy,
+                         std::int64_t r0, std::int64_t r1) {
+  constexpr BlockLayout L = blockLayout(T);
+  constexpr int perBlock = static_cast<int>(L.values / 32);
+  constexpr bool q8 = T == GgmlType::Q8_0;
+  const std::int64_t blocks = w.cols / L.values, groups = w.cols / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::uint8_t* row = w.data + r * w.rowBytes;
+    __m256 acc[MT];
+    float macc[MT];
+    for (int i = 0; i < MT; ++i) {
+      acc[i] = _mm256_setzero_ps();
+      macc[i] = 0.0f;
+    }
+    for (std::int64_t bi = 0; bi < blocks; ++bi) {
+      for (int g = 0; g < perBlock; ++g) {
+        float D[2], M[2];
+        __m256i q = group<T>(row + bi * L.bytes, g, D, M);
+        __m256i sign = q;
+        if constexpr (q8) {
+          sign = _mm256_xor_si256(q, _mm256_set1_epi8(-128));  // the signed codes
+          q = _mm256_sign_epi8(sign, sign);                    // their magnitudes
+        }
+        const std::int64_t gi = bi * perBlock + g;
+        for (int i = 0; i < MT; ++i) {
+          const std::int64_t xr = i0 + i;
+          __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes.data() + xr * w.cols + gi * 32));
+          if constexpr (q8) c = _mm256_sign_epi8(c, sign);
+          const float d = x.scales[static_cast<std::size_t>(xr * groups + gi)];
+          // Lanes 0..3 hold values 0..15, lanes 4..7 values 16..31.
+          const __m256 scale = _mm256_set_m128(_mm_set1_ps(D[1] * d), _mm_set1_ps(D[0] * d));
+          const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, c), ones);
+          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[i]);
+          if constexpr (!q8) {
+            const float* s = x.sums.data() + xr * (w.cols / 16) + 2 * gi;
+            macc[i] += M[0] * s[0] + M[1] * s[1];
+          }
+        }
+      }
+    }
+    for (int i = 0; i < MT; ++i) y[(i0 + i) * ldy + r] = hsum(acc[i]) + macc[i];
+  }
+}
+
 template <GgmlType T>
 void tilesQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1) {
-  forTiles(x.m, [&](auto mt, std::int64_t i) { q8Rows<T, mt()>(w, x, i, y, ldy, r0, r1); });
+  if (vnniPaths())
+    forTiles(x.m, [&](auto mt, std::int64_t i) { q8Rows<T, mt()>(w, x, i, y, ldy, r0, r1); });
+  else
+    forTiles(x.m, [&](auto mt, std::int64_t i) { q8RowsAvx2<T, mt()>(w, x, i, y, ldy, r0, r1); });
 }
 
 #define KVS_QUANTIZED_TYPES(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(MXFP4)
@@ -606,7 +660,7 @@ void blockMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t
                    std::int64_t r1) {
   if (x.m <= 0 || r0 >= r1) return;
 #if KVS_HAVE_AVX2_PATHS
-  if (vnniPaths() && simdMatmulQ8(w, x, y, ldy, r0, r1)) return;
+  if (avx2Paths() && simdMatmulQ8(w, x, y, ldy, r0, r1)) return;
 #endif
   const BlockLayout L = blockLayout(w.type);
   const auto t = static_cast<GgmlType>(w.type);
