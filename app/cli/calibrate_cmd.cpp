@@ -47,6 +47,7 @@ Runner addCalibrate(CLI::App& app) {
     const auto windows = windowsOf(m, *o);
     const int L = m.model().config().layers;
     cache::Fp8Calibrator cal(L, co);
+    cal.setSources(m.model().config().kvSources());  // shared-KV layers take their source's scales
     // The states each window puts in the cache (keys after RoPE), from an unquantized run.
     std::vector<std::vector<std::pair<at::Tensor, at::Tensor>>> states(windows.size());
     std::int64_t tokens = 0;
@@ -77,6 +78,7 @@ Runner addCalibrate(CLI::App& app) {
         for (bool k : {true, false}) {
           const at::Tensor& x =
               k ? states[wi][static_cast<std::size_t>(l)].first : states[wi][static_cast<std::size_t>(l)].second;
+          if (!x.defined()) continue;  // a shared-KV layer stores nothing
           const at::Tensor rest = x.narrow(2, P, T - P);
           const auto s = cache::countOverflow(rest, {cache::seedScale(x.narrow(2, 0, P))},
                                               cache::Fp8Granularity::Tensor, cache::Fp8Format::E4M3FN);

@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <tuple>
 
 #include "cache/detail/attention_sources.h"
 #include "cache/detail/layers.h"
@@ -144,6 +146,7 @@ void CacheLayer::validateStates(const at::Tensor& keys, const at::Tensor& values
 }
 
 std::pair<at::Tensor, at::Tensor> CacheLayer::update(const at::Tensor& keys, const at::Tensor& values) {
+  releaseKept();
   validateStates(keys, values);
   return updateValidated(keys, values);
 }
@@ -169,26 +172,88 @@ void CacheLayer::dropOldest(std::int64_t n) {
       fmt::format("{}: this layer cannot drop its oldest tokens (a sliding window)", backendName(backend())));
 }
 
-at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
-                              std::int64_t window, const at::Tensor& sinks) {
+struct CacheLayer::Read {
+  bool fused = false;
+  at::Tensor k, v;  // reference mode: what update() returned
+  Staged s;         // fused mode
+  std::int64_t batch = 0, kvHeads = 0, dim = 0;
+};
+
+CacheLayer::Read CacheLayer::store(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
+                                   const at::Tensor& sinks) {
+  releaseKept();
   validateStates(keys, values);
   detail::checkQueries(queries, keys, (std::string(backendName(backend())) + " queries").c_str());
   if (sinks.defined() && (sinks.dim() != 1 || sinks.size(0) != queries.size(1)))
     throw CacheError(
         fmt::format("{}: {} sink logits for {} query heads", backendName(backend()), sinks.numel(), queries.size(1)));
+  Read r;
+  r.fused = fused();
+  r.batch = keys.size(0), r.kvHeads = keys.size(1), r.dim = keys.size(3);
+  if (r.fused)
+    r.s = stage(keys, values);
+  else
+    std::tie(r.k, r.v) = updateReference(keys, values);
+  return r;
+}
+
+at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
+                              std::int64_t window, const at::Tensor& sinks) {
+  return attendImpl(queries, keys, values, window, sinks, false);
+}
+
+at::Tensor CacheLayer::attendKeeping(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
+                                     std::int64_t window, const at::Tensor& sinks) {
+  return attendImpl(queries, keys, values, window, sinks, true);
+}
+
+at::Tensor CacheLayer::attendImpl(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
+                                  std::int64_t window, const at::Tensor& sinks, bool keep) {
+  auto r = std::make_shared<Read>(store(queries, keys, values, sinks));
+  at::Tensor out = attendOver(*r, queries, window, sinks);
+  if (keep)
+    kept_ = std::move(r);
+  else if (r->s.finish)
+    r->s.finish();
+  return out;
+}
+
+at::Tensor CacheLayer::attendKept(const at::Tensor& queries, std::int64_t window, const at::Tensor& sinks) {
+  const std::string what = std::string(backendName(backend())) + " shared-KV queries";
+  if (!kept_) throw CacheError(what + ": the layer they read has not attended in this step");
+  const Read& r = *kept_;
+  if (queries.dim() != 4 || queries.size(0) != r.batch || queries.size(3) != r.dim || queries.size(1) % r.kvHeads != 0)
+    throw CacheError(fmt::format("{}: shape [{}] against {} rows of {} KV heads x {}", what,
+                                 fmt::join(queries.sizes(), ", "), r.batch, r.kvHeads, r.dim));
+  if (sinks.defined() && (sinks.dim() != 1 || sinks.size(0) != queries.size(1)))
+    throw CacheError(fmt::format("{}: {} sink logits for {} query heads", what, sinks.numel(), queries.size(1)));
+  return attendOver(r, queries, window, sinks);
+}
+
+void CacheLayer::releaseKept() {
+  if (!kept_) return;
+  const std::shared_ptr<Read> r = std::move(kept_);
+  kept_.reset();
+  if (r->s.finish) r->s.finish();
+}
+
+at::Tensor CacheLayer::attendOver(const Read& read, const at::Tensor& queries, std::int64_t window,
+                                  const at::Tensor& sinks) {
   const std::int64_t T = queries.size(2);
   // A sliding window: the first query sees nothing before position L - T - window + 1 of the L held (every later
   // query sees less), so attention reads from there; the band mask does the rest.
   const auto firstVisible = [&](std::int64_t L) {
     return window > 0 ? std::max<std::int64_t>(L - T - window + 1, 0) : std::int64_t{0};
   };
-  if (!fused()) {
-    auto [k, v] = updateReference(keys, values);
+  if (!read.fused) {
+    at::Tensor k = read.k, v = read.v;
     const std::int64_t from = firstVisible(k.size(2));
     if (from > 0) k = k.narrow(2, from, k.size(2) - from), v = v.narrow(2, from, v.size(2) - from);
     return sdpa(roundQueries(queries), k, v, window, sinks);
   }
-  Staged s = stage(keys, values);
+  Staged s = read.s;  // narrowed here for this read only: a shared layer reads the same again
+  s.finish = nullptr;
+  const std::int64_t Hkv = read.kvHeads;
   if (window > 0) {
     const std::int64_t L = s.denseKeys.defined() ? s.denseKeys.size(2) : s.keys ? s.keys->length() : 0;
     const std::int64_t from = firstVisible(L);
@@ -203,18 +268,16 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
     // Several queries over more than the window: a band, which only sdpa's mask draws.
     if (T > 1 && L - from > window) {
       const at::Tensor q = roundQueries(queries);
-      const std::int64_t B = q.size(0), Hkv = keys.size(1);
-      at::Tensor out = s.denseKeys.defined()
-                           ? sdpa(q, s.denseKeys, s.denseValues, window, sinks)
-                           : sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), path_),
-                                  detail::materialize(*s.values, B, Hkv, q.scalar_type(), path_), window, sinks);
-      if (s.finish) s.finish();
-      return out;
+      const std::int64_t B = q.size(0);
+      return s.denseKeys.defined()
+                 ? sdpa(q, s.denseKeys, s.denseValues, window, sinks)
+                 : sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), path_),
+                        detail::materialize(*s.values, B, Hkv, q.scalar_type(), path_), window, sinks);
     }
   }
   const at::Tensor q = roundQueries(queries);  // after the store: what the layer holds decides the rounding
   at::Tensor out;
-  const std::int64_t B = q.size(0), Hq = q.size(1), D = q.size(3), Hkv = keys.size(1);
+  const std::int64_t B = q.size(0), Hq = q.size(1), D = q.size(3);
   // On the host path a decode step reads the layer where it lies, unquantized layers too (LibTorch's sdpa would first
   // copy a strided view of the buffer and repeat K/V for GQA); a prefill goes to sdpa. The device path: an fp8 decode
   // step reads the codes with the fused kernel, anything else is dequantized for this layer only and goes to sdpa.
@@ -255,7 +318,6 @@ at::Tensor CacheLayer::attend(const at::Tensor& queries, const at::Tensor& keys,
     out = sdpa(q, detail::materialize(*s.keys, B, Hkv, q.scalar_type(), path_),
                detail::materialize(*s.values, B, Hkv, q.scalar_type(), path_), 0, sinks);
   }
-  if (s.finish) s.finish();
   return out;
 }
 

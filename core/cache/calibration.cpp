@@ -73,6 +73,10 @@ std::vector<std::vector<float>> Fp8Calibrator::scales(bool keys) const {
   std::vector<std::vector<float>> out;
   for (std::size_t l = 0; l < side.size(); ++l) {
     const Groups& g = side[l];
+    if (g.amax.empty() && l < sources_.size() && sources_[l] >= 0 && static_cast<std::size_t>(sources_[l]) < l) {
+      out.push_back(out[static_cast<std::size_t>(sources_[l])]);  // a shared layer stores nothing: its source's
+      continue;
+    }
     if (g.amax.empty()) throw CacheError(fmt::format("calibration: layer {} saw no {}", l, keys ? "keys" : "values"));
     std::vector<float> s;
     for (std::size_t i = 0; i < g.amax.size(); ++i) {

@@ -26,8 +26,11 @@ class Fp8Calibrator {
   Fp8Calibrator(int layers, const CalibrationOptions& options);
   /// Adds states x [B, H, T, D] of `layer` (keys or values). Throws CacheError when the layout changes.
   void add(int layer, bool keys, const at::Tensor& x);
-  /// Per layer: [1], [H] or [H * D] scales. Throws CacheError when a layer saw nothing.
+  /// Per layer: [1], [H] or [H * D] scales. Throws CacheError when a layer saw nothing, unless it reads another
+  /// layer's KV (setSources): it takes that layer's scales.
   std::vector<std::vector<float>> scales(bool keys) const;
+  /// Per layer: the earlier layer whose KV it reads (Gemma 4's shared layers), or -1.
+  void setSources(std::vector<int> sources) { sources_ = std::move(sources); }
   std::int64_t valuesSeen() const { return seen_; }
 
  private:
@@ -38,6 +41,7 @@ class Fp8Calibrator {
   };
   CalibrationOptions opt_;
   std::vector<Groups> keys_, values_;
+  std::vector<int> sources_;
   std::int64_t seen_ = 0;
 };
 

@@ -114,7 +114,7 @@ void KvCache::setWindows(const std::vector<std::int64_t>& windows) {
     throw ConfigError("window", fmt::format("{} sliding windows for {} layers", windows.size(), layers_.size()));
   for (std::size_t l = 0; l < windows.size(); ++l) {
     if (windows[l] < 0) throw ConfigError("window", fmt::format("layer {}: window {} < 0", l, windows[l]));
-    if (windows[l] > 0 && !layers_[l]->canDropOldest()) {
+    if (windows[l] > 0 && kvSource(static_cast<int>(l)) == static_cast<int>(l) && !layers_[l]->canDropOldest()) {
       const auto [k, v] = layerConfigs(config_, static_cast<int>(l), numLayers());
       std::string why = windowRefusal(k);
       if (why.empty()) why = windowRefusal(v);
@@ -138,30 +138,79 @@ void KvCache::trim(int l) {
   if (held > w - 1 + kWindowSlack) L.discardOldest(held - (w - 1));
 }
 
+void KvCache::setSharedKv(const std::vector<int>& sources) {
+  if (sources.size() != layers_.size())
+    throw ConfigError("kv_shared", fmt::format("{} shared-KV entries for {} layers", sources.size(), layers_.size()));
+  std::vector<int> last(layers_.size(), -1);
+  bool any = false;
+  for (std::size_t l = 0; l < sources.size(); ++l) {
+    const int src = sources[l];
+    if (src < 0) continue;
+    if (src >= static_cast<int>(l) || sources[static_cast<std::size_t>(src)] >= 0)
+      throw ConfigError(
+          "kv_shared",
+          fmt::format("layer {} reads layer {}'s KV: a source must be an earlier layer with its own", l, src));
+    last[static_cast<std::size_t>(src)] = static_cast<int>(l);
+    any = true;
+  }
+  releaseKept();
+  sources_ = any ? sources : std::vector<int>{};
+  lastReader_ = any ? last : std::vector<int>{};
+}
+
+int KvCache::kvSource(int l) const {
+  if (l < 0 || l >= numLayers()) throw CacheError(fmt::format("layer {} out of range [0, {})", l, numLayers()));
+  return sources_.empty() || sources_[static_cast<std::size_t>(l)] < 0 ? l : sources_[static_cast<std::size_t>(l)];
+}
+
+void KvCache::releaseKept() {
+  if (sources_.empty()) return;
+  for (auto& l : layers_) l->releaseKept();
+}
+
 at::Tensor KvCache::attend(int i, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                            const at::Tensor& sinks) {
+  if (kvSource(i) != i)
+    throw CacheError(fmt::format("layer {} reads layer {}'s KV: it stores none (attendShared)", i, kvSource(i)));
   trim(i);
+  if (!lastReader_.empty() && lastReader_[static_cast<std::size_t>(i)] >= 0)
+    return layer(i).attendKeeping(q, keys, values, window(i), sinks);
   return layer(i).attend(q, keys, values, window(i), sinks);
 }
 
+at::Tensor KvCache::attendShared(int i, const at::Tensor& q, const at::Tensor& sinks) {
+  const int src = kvSource(i);
+  if (src == i) throw CacheError(fmt::format("layer {} has a cache of its own (attend)", i));
+  CacheLayer& s = layer(src);
+  at::Tensor out = s.attendKept(q, window(src), sinks);
+  if (lastReader_[static_cast<std::size_t>(src)] == i) s.releaseKept();
+  return out;
+}
+
 std::pair<at::Tensor, at::Tensor> KvCache::update(int i, const at::Tensor& keys, const at::Tensor& values) {
+  if (kvSource(i) != i) throw CacheError(fmt::format("layer {} reads layer {}'s KV: it stores none", i, kvSource(i)));
   trim(i);
   return layer(i).update(keys, values);
 }
 
 void KvCache::reorder(const at::Tensor& beamIdx) {
-  for (auto& l : layers_) l->reorder(beamIdx);
+  releaseKept();
+  for (int l = 0; l < numLayers(); ++l)
+    if (kvSource(l) == l) layer(l).reorder(beamIdx);
 }
 void KvCache::reset() {
+  releaseKept();
   for (auto& l : layers_) l->reset();
 }
 void KvCache::crop(std::int64_t n) {
+  releaseKept();
   const std::int64_t total = seqLength(), keep = n < 0 ? std::max<std::int64_t>(total + n, 0) : std::min(n, total);
   for (std::size_t l = 0; l < layers_.size(); ++l)
     if (keep < layers_[l]->dropped())
       throw CacheError(fmt::format("crop to {} tokens: sliding-window layer {} has dropped its first {}", keep, l,
                                    layers_[l]->dropped()));
-  for (auto& l : layers_) l->crop(keep - l->dropped());
+  for (int l = 0; l < numLayers(); ++l)
+    if (kvSource(l) == l) layer(l).crop(keep - layer(l).dropped());
 }
 std::int64_t KvCache::seqLength() const {
   return layers_.front()->seqLength() + layers_.front()->dropped();
@@ -203,6 +252,7 @@ CacheSnapshot KvCache::snapshot() const {
   s.stats.reserve(layers_.size());
   for (const auto& l : layers_) s.stats.push_back(l->stats());
   s.windows = windows_;
+  s.kvSources = sources_;
   if (!windows_.empty())
     for (const auto& l : layers_) s.dropped.push_back(l->dropped());
   return s;

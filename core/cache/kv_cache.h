@@ -33,6 +33,17 @@ class KvCache {
   /// see again (setWindows). `sinks`: the layer's learned sink logits (CacheLayer::attend), or undefined.
   at::Tensor attend(int layer, const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const at::Tensor& sinks = {});
+
+  /// Shared KV (Gemma 4's last layers; the model's layer specs), one entry per layer: the layer whose cache it reads,
+  /// or -1 for a layer with its own. A shared layer stores nothing and is never updated; its source must come earlier.
+  /// Throws ConfigError naming a bad link.
+  void setSharedKv(const std::vector<int>& sources);
+  /// The layer whose cache `layer` reads (itself where it has its own).
+  int kvSource(int layer) const;
+  /// A shared layer's attention: its queries over exactly the keys and values its source layer's attend() read in
+  /// this forward (CacheLayer::attendKept), with the source's window. The source keeps them until its last reader
+  /// in the step has read (or anything else changes the cache).
+  at::Tensor attendShared(int layer, const at::Tensor& q, const at::Tensor& sinks = {});
   std::pair<at::Tensor, at::Tensor> update(int layer, const at::Tensor& keys, const at::Tensor& values);
   void reorder(const at::Tensor& beamIdx);
   void reset();
@@ -71,6 +82,10 @@ class KvCache {
   kernels::KernelPath path_ = kernels::KernelPath::Host;
   std::vector<std::unique_ptr<CacheLayer>> layers_;
   std::vector<std::int64_t> windows_;  // per layer; 0: full attention
+  std::vector<int> sources_;           // per layer: the layer whose KV it reads (empty: every layer its own)
+  std::vector<int> lastReader_;        // per layer: the last layer reading its KV (-1: none)
+  /// Releases every layer's kept read (CacheLayer::releaseKept): before anything changes the cache.
+  void releaseKept();
   /// Before T new tokens reach a windowed layer: its oldest dropped down to window - 1 once it holds more than
   /// window - 1 + kWindowSlack.
   void trim(int layer);

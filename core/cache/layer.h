@@ -60,6 +60,17 @@ class CacheLayer {
   /// attention add it to the sum); not scaled by 1/sqrt(D).
   at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, std::int64_t window = 0,
                     const at::Tensor& sinks = {});
+  /// attend(), keeping what this step's attention read for the layers that share this layer's KV (Gemma 4's last
+  /// layers): attendKept() attends other queries over exactly the same keys and values, in the same mode, until
+  /// releaseKept(), which also runs the work the layer does once attention has read (Staged::finish). update() and
+  /// attend() release first; KvCache releases before any other change.
+  at::Tensor attendKeeping(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                           std::int64_t window = 0, const at::Tensor& sinks = {});
+  /// Queries [B, Hq, T, D] of another layer over what the last attendKeeping() read (its T tokens' window);
+  /// throws CacheError where nothing is kept.
+  at::Tensor attendKept(const at::Tensor& q, std::int64_t window = 0, const at::Tensor& sinks = {});
+  void releaseKept();
+  bool keeps() const { return kept_ != nullptr; }
   AttentionMode attentionMode() const { return mode_; }
 
   /// Fused mode: stores the states as update() does (the same semantics) and returns what attention reads now,
@@ -159,8 +170,16 @@ class CacheLayer {
   void validateStates(const at::Tensor& keys, const at::Tensor& values) const;
   std::pair<at::Tensor, at::Tensor> updateValidated(const at::Tensor& keys, const at::Tensor& values);
 
+  /// What one step's attention reads: the reference mode's keys and values, or the fused mode's staged form.
+  struct Read;
+  Read store(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, const at::Tensor& sinks);
+  at::Tensor attendOver(const Read& r, const at::Tensor& queries, std::int64_t window, const at::Tensor& sinks);
+  at::Tensor attendImpl(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, std::int64_t window,
+                        const at::Tensor& sinks, bool keep);
+
   kernels::KernelPath path_;
   std::int64_t dropped_ = 0;
+  std::shared_ptr<Read> kept_;
 };
 
 /// A layer for `cfg` (validated here; throws ConfigError) running the kernels of `path`.

@@ -119,6 +119,8 @@ struct CacheSnapshot {
   /// Per layer: its sliding window (0: full attention) and the oldest tokens it has dropped (KvCache::setWindows);
   /// empty where the cache has no windows.
   std::vector<std::int64_t> windows, dropped;
+  /// Per layer: the layer whose KV it reads (-1: its own; KvCache::setSharedKv); empty where no layer shares.
+  std::vector<int> kvSources;
   TensorMemory total() const {
     TensorMemory t;
     for (const auto& m : memory) t += m.total();

@@ -141,6 +141,7 @@ DoctorReport diagnose(model::LlamaModel& m, const std::vector<std::vector<std::i
   // Each channel's max |x| over every window, per layer and side: [kvHeads * headDim].
   std::vector<std::array<at::Tensor, 2>> channelMax(static_cast<std::size_t>(c.layers));
   cache::Fp8Calibrator calibrator(c.layers, {});  // per tensor, amax, e4m3: vLLM's calibrated k_scale / v_scale
+  calibrator.setSources(c.kvSources());
   for (const auto& w : windows) {
     auto kv = m.makeCache(cache::parseSpec("dynamic"));
     m.forward(model::idsTensor(w, 0, w.size()), *kv, [&](int l, const char* name, const at::Tensor& t) {
@@ -168,8 +169,8 @@ DoctorReport diagnose(model::LlamaModel& m, const std::vector<std::vector<std::i
       const std::vector<float> v(cc.const_data_ptr<float>(), cc.const_data_ptr<float>() + cc.numel());
       const auto top = std::max_element(v.begin(), v.end());
       s.amax = *top;
-      s.outlierHead = static_cast<int>((top - v.begin()) / c.headDim);
-      s.outlierChannel = static_cast<int>((top - v.begin()) % c.headDim);
+      s.outlierHead = static_cast<int>((top - v.begin()) / c.headDimOf(l));
+      s.outlierChannel = static_cast<int>((top - v.begin()) % c.headDimOf(l));
       s.medianChannel = median(v);
       s.outlierRatio = s.medianChannel > 0.0f ? double(s.amax) / s.medianChannel : 0.0;
       const at::Tensor b = m.projectionBias(l, side == 0 ? 'k' : 'v');

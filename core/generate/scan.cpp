@@ -172,7 +172,9 @@ std::vector<EvalFigures> evaluateLayerRuns(const model::LlamaModel& model,
     if (r.layer < 0 || r.layer >= model.config().layers)
       throw cache::ConfigError(
           "layers", fmt::format("scan run of layer {}: the model has layers 0-{}", r.layer, model.config().layers - 1));
-  if (method == ScanMethod::Full) {
+  // A layer of a model with per-layer embeddings or shared KV (Gemma 4's E-series) reads more than the stream the
+  // resumed runs start from: each run is a whole forward then.
+  if (method == ScanMethod::Full || model.config().pleDim > 0 || model.config().sharesKv()) {
     std::vector<cache::CacheConfig> cfgs;
     cfgs.reserve(runs.size());
     for (const LayerRun& r : runs) cfgs.push_back(r.config);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -89,6 +90,107 @@ void readGemma3(ModelConfig& c, const JsonKeys& k) {
     }
 }
 
+// Gemma 4 (transformers' Gemma4TextConfig, whose class defaults fill what a config leaves out): Gemma 3's blocks with
+// attention scaled by 1 (the q/k norms do it), values RMS-normed, norms as stored (no 1 + w) and a scalar per layer;
+// layers slide over sliding_window (default 512) as layer_types says, by default all but every 6th, the last layer
+// always full. Full layers take their own head size and, with attention_k_eq_v, their own KV heads and values from
+// the key projection: per_layer_config where the config carries it (what transformers 5.23 writes), else
+// global_head_dim (512) and num_global_key_value_heads. The last num_kv_shared_layers layers read the KV of the last
+// earlier layer of their type (kv_sharing_modes), with a double-wide MLP under use_double_wide_mlp. Per-layer
+// embeddings of hidden_size_per_layer_input (default 256; 0: none). enable_moe_block: every layer runs its dense
+// MLP and a routed MoE side by side.
+void readGemma4(ModelConfig& c, const JsonKeys& k) {
+  c.gemmaBlocks = c.floatNorms = c.gemma4Blocks = true;
+  const std::string act = k.str("hidden_activation", "gelu_pytorch_tanh");
+  if (act != "gelu_pytorch_tanh" && act != "gelu")
+    k.fail("hidden_activation", fmt::format("`{}` is not supported (gelu_pytorch_tanh)", act));
+  c.act = FfnAct::GeluTanh;
+  c.attnScale = 1.0;
+  if (k.has("use_bidirectional_attention") && k.str("use_bidirectional_attention", "") == "all")
+    k.fail("use_bidirectional_attention", "is `all`: only causal attention is supported");
+  c.finalSoftcap = k.has("final_logit_softcapping") ? k.positiveNum("final_logit_softcapping", 0) : 0.0;
+  const std::int64_t window = k.count("sliding_window", 512);
+  std::vector<bool> sliding(static_cast<std::size_t>(c.layers));
+  if (k.has("layer_types")) {
+    sliding = layerTypes(c, k);
+  } else {
+    for (int l = 0; l < c.layers; ++l) sliding[static_cast<std::size_t>(l)] = (l + 1) % 6 != 0;
+  }
+  sliding.back() = false;  // transformers forces the last layer to full attention
+  const bool kEqV = k.flag("attention_k_eq_v", false);
+  int globalDim = 0, globalKv = 0;
+  std::map<int, std::pair<int, int>> overrides;  // per_layer_config: layer -> (head_dim, num_key_value_heads)
+  if (k.has("per_layer_config")) {
+    const json& per = k.object().at("per_layer_config");
+    if (!per.is_object()) k.fail("per_layer_config", "must be an object of layer indices");
+    for (const auto& [key, value] : per.items()) {
+      int l = -1;
+      try {
+        std::size_t used = 0;
+        l = std::stoi(key, &used);
+        if (used != key.size()) l = -1;
+      } catch (const std::exception&) {
+        l = -1;
+      }
+      if (l < 0 || l >= c.layers || !value.is_object())
+        k.fail("per_layer_config", fmt::format("has `{}`: not a layer index below {} with an object", key, c.layers));
+      const JsonKeys o(value, k.where(), fmt::format("per_layer_config.{}.", key));
+      for (const auto& [name, v] : value.items())
+        if (name != "head_dim" && name != "num_key_value_heads")
+          o.fail(name.c_str(), "is not supported per layer (head_dim, num_key_value_heads)");
+      overrides[l] = {o.has("head_dim") ? o.count("head_dim") : 0,
+                      o.has("num_key_value_heads") ? o.count("num_key_value_heads") : 0};
+    }
+  } else {
+    globalDim = k.count("global_head_dim", 512);
+    if (kEqV && k.has("num_global_key_value_heads")) globalKv = k.count("num_global_key_value_heads");
+  }
+  for (int l = 0; l < c.layers; ++l) {
+    LayerSpec& s = c.layerSpecs[static_cast<std::size_t>(l)];
+    const bool slides = sliding[static_cast<std::size_t>(l)];
+    s.window = slides ? window : 0;
+    s.localRope = slides;
+    s.kEqV = kEqV && !slides;
+    if (const auto it = overrides.find(l); it != overrides.end())
+      s.headDim = it->second.first, s.kvHeads = it->second.second;
+    else if (!slides)
+      s.headDim = globalDim, s.kvHeads = globalKv;
+    if (s.headDim == c.headDim) s.headDim = 0;
+    if (s.kvHeads == c.kvHeads) s.kvHeads = 0;
+    if (c.heads % c.kvHeadsOf(l) != 0)
+      k.fail("num_attention_heads",
+             fmt::format("= {} is not a multiple of layer {}'s {} KV heads", c.heads, l, c.kvHeadsOf(l)));
+    if (c.headDimOf(l) % 2 != 0) k.fail("head_dim", fmt::format("of layer {} = {} must be even", l, c.headDimOf(l)));
+  }
+  // kv_sharing_modes: from num_layers - shared on, each layer reads the last earlier layer of its own type.
+  const int shared = k.count0("num_kv_shared_layers", 0);
+  if (shared >= c.layers)
+    k.fail("num_kv_shared_layers", fmt::format("= {} leaves no layer of {} with a cache of its own", shared, c.layers));
+  const int first = c.layers - shared;
+  const bool wide = k.flag("use_double_wide_mlp", false);
+  for (int l = first; l < c.layers; ++l) {
+    LayerSpec& s = c.layerSpecs[static_cast<std::size_t>(l)];
+    for (int src = first - 1; src >= 0 && s.kvFrom < 0; --src)
+      if (sliding[static_cast<std::size_t>(src)] == sliding[static_cast<std::size_t>(l)]) s.kvFrom = src;
+    if (s.kvFrom < 0)
+      k.fail("num_kv_shared_layers",
+             fmt::format("= {}: shared layer {} ({}) has no earlier layer of its type to read", shared, l,
+                         sliding[static_cast<std::size_t>(l)] ? "sliding_attention" : "full_attention"));
+    if (wide) s.intermediate = 2 * k.count("intermediate_size", 9216);
+  }
+  c.pleDim = k.count0("hidden_size_per_layer_input", 256);
+  if (c.pleDim > 0) c.pleVocab = k.count("vocab_size_per_layer_input", 262144);
+  if (k.flag("enable_moe_block", false)) {
+    c.moe.experts = k.count("num_experts");
+    c.moe.used = k.count("top_k_experts");
+    c.moe.intermediate = k.count("moe_intermediate_size");
+    c.moe.normTopK = c.moe.gemmaRouter = true;
+    if (c.moe.used > c.moe.experts)
+      k.fail("top_k_experts", fmt::format("= {} exceeds the {} experts", c.moe.used, c.moe.experts));
+    for (LayerSpec& s : c.layerSpecs) s.ffn = FfnKind::DenseAndMoe;
+  }
+}
+
 // gpt-oss (transformers' GptOssConfig, whose class defaults are gpt-oss-20b's but 36 layers and 128 experts): every
 // layer MoE (a biased router, the top k logits softmaxed, experts with biases and the clamped SwiGLU), attention with
 // biases and a learned sink per head, layers sliding over sliding_window (default 128) as layer_types says, by
@@ -129,6 +231,8 @@ void readLayerSpecs(ModelConfig& c, const JsonKeys& k) {
   c.layerSpecs.assign(static_cast<std::size_t>(c.layers), LayerSpec{});
   if (c.arch == "gemma3")
     readGemma3(c, k);
+  else if (c.arch == "gemma4")
+    readGemma4(c, k);
   else if (c.arch == "gpt_oss")
     readGptOss(c, k);
   else
@@ -158,10 +262,10 @@ void readLayerSpecs(ModelConfig& c, const JsonKeys& k) {
         c.layerSpecs[static_cast<std::size_t>(l)].ffn = FfnKind::Moe;
   }
   bool dense = false;
-  for (const LayerSpec& s : c.layerSpecs) dense = dense || s.ffn == FfnKind::Dense;
+  for (const LayerSpec& s : c.layerSpecs) dense = dense || s.ffn != FfnKind::Moe;
   if (c.arch == "gpt_oss") return;  // its intermediate_size sizes the experts
   // Every layer MoE: intermediate_size sizes nothing, and a config may leave it out.
-  const auto dflt = c.arch == "gemma3" ? std::optional<double>(9216) : std::nullopt;
+  const auto dflt = c.arch == "gemma3" || c.arch == "gemma4" ? std::optional<double>(9216) : std::nullopt;
   c.intermediate = dense || k.has("intermediate_size") ? k.count("intermediate_size", dflt) : 0;
 }
 
@@ -182,6 +286,14 @@ void readRopeObject(ModelConfig& c, const JsonKeys& r, double theta, bool local)
     if (c.ropeHighFreq <= c.ropeLowFreq)
       r.fail("high_freq_factor", fmt::format("= {} must exceed low_freq_factor = {}", c.ropeHighFreq, c.ropeLowFreq));
     c.ropeOriginalMax = r.count("original_max_position_embeddings", 8192);
+  } else if (type == "proportional") {
+    // transformers' _compute_proportional_rope_parameters (Gemma 4's full layers): the first partial * headDim / 2
+    // frequencies over the whole head size, the rest 0; the frequencies divided by factor.
+    c.ropePartial = r.num("partial_rotary_factor", 1.0);
+    if (!(c.ropePartial > 0 && c.ropePartial <= 1))
+      r.fail("partial_rotary_factor", fmt::format("= {} must lie in (0, 1]", c.ropePartial));
+    c.ropeLinear = r.positiveNum("factor", 1.0);
+    return;
   } else if (type == "yarn") {
     // transformers' _compute_yarn_parameters: the factor (default: max_position_embeddings over the original), the
     // correction range's betas, truncate, and the attention factor (given, or 0.1 ln(factor) + 1, or the ratio of
@@ -200,7 +312,7 @@ void readRopeObject(ModelConfig& c, const JsonKeys& r, double theta, bool local)
     else
       c.yarnAttnFactor = mscale(1.0);
   } else {
-    r.fail(typeKey, fmt::format("`{}` is not supported (default, linear, llama3, yarn)", type));
+    r.fail(typeKey, fmt::format("`{}` is not supported (default, linear, llama3, yarn, proportional)", type));
   }
   if (r.has("partial_rotary_factor") && r.num("partial_rotary_factor") != 1.0)
     r.fail("partial_rotary_factor", "is not 1: partial rotary embeddings are not supported");
@@ -210,7 +322,7 @@ void readRopeObject(ModelConfig& c, const JsonKeys& r, double theta, bool local)
 // sliding_attention); v4: rope_theta + rope_scaling (+ Gemma 3's rope_local_base_freq).
 void readRope(ModelConfig& c, const JsonKeys& k, const std::string& prefix) {
   const json& j = k.object();
-  const bool gemma = c.arch == "gemma3";
+  const bool gemma = c.arch == "gemma3" || c.arch == "gemma4";
   const double globalTheta = gemma ? 1e6 : c.arch == "gpt_oss" ? 150000.0 : 10000.0;
   const char* ropeKey = nullptr;
   for (const char* key : {"rope_parameters", "rope_scaling"})
@@ -222,7 +334,14 @@ void readRope(ModelConfig& c, const JsonKeys& k, const std::string& prefix) {
   // GptOssConfig's default: YaRN by 32 over 4096 positions, untruncated.
   const json gptOssYarn = {{"rope_type", "yarn"}, {"factor", 32.0},    {"beta_fast", 32.0},
                            {"beta_slow", 1.0},    {"truncate", false}, {"original_max_position_embeddings", 4096}};
-  const json& rope = ropeKey ? j.at(ropeKey) : c.arch == "gpt_oss" ? gptOssYarn : none;
+  // Gemma4TextConfig's default: default RoPE on sliding layers, proportional over a quarter on full ones.
+  const json gemma4Rope = {
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+      {"full_attention", {{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1e6}}}};
+  const json& rope = ropeKey               ? j.at(ropeKey)
+                     : c.arch == "gpt_oss" ? gptOssYarn
+                     : c.arch == "gemma4"  ? gemma4Rope
+                                           : none;
   const std::string where = prefix + (ropeKey ? ropeKey : "rope") + ".";
   if (gemma && (rope.contains("full_attention") || rope.contains("sliding_attention"))) {
     for (const char* type : {"full_attention", "sliding_attention"}) {
@@ -235,6 +354,7 @@ void readRope(ModelConfig& c, const JsonKeys& k, const std::string& prefix) {
   }
   const JsonKeys r(rope, k.where(), where);
   readRopeObject(c, r, r.has("rope_theta") ? 0 : k.positiveNum("rope_theta", globalTheta), false);
+  if (c.arch == "gemma4") r.fail("rope_type", "needs an object per layer type (full_attention, sliding_attention)");
   if (gemma) c.ropeLocalTheta = k.positiveNum("rope_local_base_freq", 10000.0);
 }
 
@@ -246,26 +366,28 @@ ModelConfig hfConfigFromJson(std::string_view text, const std::string& where) {
   const JsonKeys k(j, where, cj.prefix);
   ModelConfig c;
   // Gemma 3's multimodal wrapper may leave its text_config's model_type out: the wrapper's names the family then.
-  const bool gemmaWrapper = cj.text != &cj.top && cj.top.value("model_type", json()) == "gemma3";
-  c.arch = k.str("model_type", gemmaWrapper ? "gemma3" : "llama");
+  const json wrapperType = cj.text != &cj.top ? cj.top.value("model_type", json()) : json();
+  const bool gemmaWrapper = wrapperType == "gemma3" || wrapperType == "gemma4";
+  c.arch = k.str("model_type", gemmaWrapper ? wrapperType.get<std::string>() : "llama");
   if (c.arch == "gemma3_text") c.arch = "gemma3";
+  if (c.arch == "gemma4_text") c.arch = "gemma4";
   if (c.arch != "llama" && c.arch != "mistral" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3_moe" &&
-      c.arch != "gemma3" && c.arch != "gpt_oss") {
-    k.fail("model_type",
-           fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, gemma3_text, gpt_oss)",
-                       c.arch));
+      c.arch != "gemma3" && c.arch != "gemma4" && c.arch != "gpt_oss") {
+    k.fail("model_type", fmt::format("`{}` is not supported (llama, mistral, qwen2, qwen3, qwen3_moe, gemma3, "
+                                     "gemma3_text, gemma4, gemma4_text, gpt_oss)",
+                                     c.arch));
   }
   // Gemma 3's published text_configs leave out what Gemma3TextConfig's defaults give (the 1B's shape); gpt-oss's
   // what GptOssConfig's give.
-  const bool gemma = c.arch == "gemma3", oss = c.arch == "gpt_oss";
+  const bool gemma4 = c.arch == "gemma4", gemma = c.arch == "gemma3" || gemma4, oss = c.arch == "gpt_oss";
   auto dflt = [gemma, oss](double g, double o) {
     return gemma ? std::optional<double>(g) : oss ? std::optional<double>(o) : std::nullopt;
   };
-  c.layers = k.count("num_hidden_layers", dflt(26, 36));
+  c.layers = k.count("num_hidden_layers", dflt(gemma4 ? 30 : 26, 36));
   c.hidden = k.count("hidden_size", dflt(2304, 2880));
   c.heads = k.count("num_attention_heads", dflt(8, 64));
   c.kvHeads = k.count("num_key_value_heads", gemma ? 4 : oss ? 8 : c.heads);
-  c.vocab = k.count("vocab_size", dflt(262208, 201088));
+  c.vocab = k.count("vocab_size", dflt(gemma4 ? 262144 : 262208, 201088));
   if (!k.has("head_dim") && !gemma && !oss && c.hidden % c.heads != 0)
     k.fail("hidden_size", fmt::format("= {} is not a multiple of num_attention_heads = {} (and no head_dim is given)",
                                       c.hidden, c.heads));

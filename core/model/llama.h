@@ -1,6 +1,6 @@
-// Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, Gemma 3) in LibTorch, reading K/V
-// through the cache layers of core/cache. Weights come from a GGUF file or a Hugging Face directory and stay in the
-// file's format, memory-mapped (model/weight.h); norms and biases are small tensors of the model's dtype.
+// Llama-family decoder (Llama 2/3, SmolLM2, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, Gemma 3/4, gpt-oss) in LibTorch,
+// reading K/V through the cache layers of core/cache. Weights come from a GGUF file or a Hugging Face directory and
+// stay in the file's format, memory-mapped (model/weight.h); norms and biases are small tensors of the model's dtype.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -111,8 +111,10 @@ class LlamaModel {
   /// Throws Error (BadFile) unless every id lies in [0, vocab): what forward() checks before it touches the cache,
   /// and what a caller of embed() checks once for all its pieces.
   void checkTokenIds(const at::Tensor& ids) const;
+  /// `ple`: the per-layer inputs of a model with them (Gemma 4's PLE: perLayerInputs of the same tokens; required
+  /// there, as each layer reads its slice).
   at::Tensor runLayers(at::Tensor h, cache::KvCache& cache, int from, int to, std::int64_t past, const TapFn& tap = {},
-                       const CancelToken* cancel = nullptr) const;
+                       const CancelToken* cancel = nullptr, const at::Tensor& ple = {}) const;
   at::Tensor logits(at::Tensor h, bool lastOnly) const;
   /// The same for several streams at once, each through its own cache (the tuner's scan runs, which share a layer
   /// and the forward's positions): each stream gets what runLayers(h, cache, layer, layer + 1, past) and logits(h,
@@ -145,22 +147,31 @@ class LlamaModel {
     at::Tensor postAttnNorm, postFfnNorm;  // Gemma's sandwich norms, on the attention's and the FFN's outputs
     at::Tensor bo;                         // the output projection's bias (gpt-oss)
     at::Tensor sinks;                      // float32 [heads]: learned attention-sink logits (gpt-oss)
-    /// The layer's norms and biases, and the MoE block's biases (undefined where it has none).
-    std::vector<at::Tensor*> vectors() {
-      return {&attnNorm,     &bq,           &bk,          &bv, &qNorm, &kNorm,
-              &mlpNorm,      &postAttnNorm, &postFfnNorm, &bo, &sinks, &moe.routerBias,
-              &moe.gateBias, &moe.upBias,   &moe.downBias};
-    }
-    std::vector<const at::Tensor*> vectors() const {
-      return {&attnNorm,     &bq,           &bk,          &bv, &qNorm, &kNorm,
-              &mlpNorm,      &postAttnNorm, &postFfnNorm, &bo, &sinks, &moe.routerBias,
-              &moe.gateBias, &moe.upBias,   &moe.downBias};
+    // Gemma 4: the MoE side's norms (DenseAndMoe: the dense output's, the experts' input and output), the per-layer
+    // input's gate, projection and norm (PLE), and the scalar the layer's output is multiplied by.
+    at::Tensor postFfnNorm1, preFfnNorm2, postFfnNorm2, plePostNorm, layerScalar;
+    Weight pleGate, pleProj;
+    /// The layer's norms, biases and scales, and the MoE block's (undefined where it has none).
+    std::vector<at::Tensor*> vectors() { return vectorsOf<at::Tensor>(*this); }
+    std::vector<const at::Tensor*> vectors() const { return vectorsOf<const at::Tensor>(*this); }
+    template <class T, class L>
+    static std::vector<T*> vectorsOf(L& l) {
+      return {&l.attnNorm,        &l.bq,           &l.bk,           &l.bv,
+              &l.qNorm,           &l.kNorm,        &l.mlpNorm,      &l.postAttnNorm,
+              &l.postFfnNorm,     &l.bo,           &l.sinks,        &l.moe.routerBias,
+              &l.moe.gateBias,    &l.moe.upBias,   &l.moe.downBias, &l.moe.routerScale,
+              &l.moe.expertScale, &l.postFfnNorm1, &l.preFfnNorm2,  &l.postFfnNorm2,
+              &l.plePostNorm,     &l.layerScalar};
     }
     /// Every matrix the layer holds, for what is done to each of them alike.
     std::vector<Weight*> matrices();
     std::vector<const Weight*> matrices() const;
   };
+  /// RMS norm over the last dimension, scaled by w (none where undefined: Gemma 4's value norm).
   at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& w) const;
+  /// Gemma 4's per-layer inputs of the tokens ids whose embedded stream is h: [B, T, layers, pleDim] (undefined
+  /// where the model has no PLE).
+  at::Tensor perLayerInputs(const at::Tensor& ids, const at::Tensor& h) const;
   /// The rotary tables of positions start .. start + T - 1, [1, 1, T, headDim] each: the global layers' and (where
   /// the model has one) the local RoPE's of LayerSpec::localRope layers.
   struct RopeTables {
@@ -170,9 +181,10 @@ class LlamaModel {
   at::Tensor forwardChunk(const at::Tensor& ids, cache::KvCache& cache, const ForwardOptions& o) const;
   /// Layer l over the streams hs (in place), each through its cache; cos/sin: the positions' rotary tables.
   /// The feed-forward block of layer L on the normed streams ys (replaced by its output).
-  void ffnStep(const Layer& L, std::vector<at::Tensor>& ys) const;
+  /// `residuals`: the streams the normed ys came from (Gemma 4's MoE side routes on them).
+  void ffnStep(const Layer& L, std::vector<at::Tensor>& ys, const std::vector<at::Tensor>& residuals) const;
   void layerStep(std::vector<at::Tensor>& hs, const std::vector<cache::KvCache*>& caches, int l, const RopeTables& rope,
-                 const TapFn& tap) const;
+                 const TapFn& tap, const at::Tensor& ple = {}) const;
   void checkStream(const at::Tensor& h, const cache::KvCache& cache, int from, int to) const;
 
   ModelConfig cfg_;
@@ -180,6 +192,8 @@ class LlamaModel {
   Activations activations_ = Activations::F32;
   Weight embed_, lmHead_;
   at::Tensor finalNorm_, invFreq_, invFreqLocal_;
+  Weight pleEmbed_, pleModelProj_;  // Gemma 4's PLE: [pleVocab, layers * pleDim], [layers * pleDim, hidden]
+  at::Tensor pleNorm_;
   std::vector<Layer> layers_;
 };
 

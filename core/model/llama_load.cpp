@@ -83,6 +83,11 @@ struct WeightNames {
   /// transformers' gpt-oss experts: one [experts, hidden, 2 ff] matrix per layer (kind ffn_gate_up_exps.weight)
   /// multiplied from the left, gate and up in alternate columns, and the down projections as [experts, ff, hidden].
   bool fusedGateUp = false;
+  /// transformers' Gemma 4 experts: one [experts, 2 ff, hidden] matrix per layer (ffn_gate_up_exps.weight), each
+  /// expert's gate rows then its up rows, and the down projections as [experts, hidden, ff].
+  bool stackedGateUp = false;
+  /// Gemma 4's per-layer embeddings: the table, the model-wide projection and its norm.
+  std::string pleEmbed, pleModelProj, pleNorm;
 };
 
 namespace {
@@ -103,9 +108,9 @@ WeightNames ggufNames(const std::string& arch) {
 
 // Hugging Face names, under `prefix` ("model." for a causal LM, "model.language_model." for v5's multimodal
 // wrapper, "language_model.model." for v4's). Gemma's four norms per layer take other names than Llama's two;
-// gpt-oss names its router, sinks and fused experts its own way.
+// gpt-oss names its router, sinks and fused experts its own way; Gemma 4 adds its MoE side, PLE and layer scalar.
 WeightNames hfNames(const std::string& arch, const std::string& prefix) {
-  const bool gemma = arch == "gemma3";
+  const bool gemma4 = arch == "gemma4", gemma = arch == "gemma3" || gemma4;
   std::map<std::string, std::string> kinds = {
       {"attn_norm.weight", "input_layernorm.weight"},
       {"attn_q.weight", "self_attn.q_proj.weight"},
@@ -127,6 +132,20 @@ WeightNames hfNames(const std::string& arch, const std::string& prefix) {
     kinds["post_attention_norm.weight"] = "post_attention_layernorm.weight";
     kinds["ffn_norm.weight"] = "pre_feedforward_layernorm.weight";
     kinds["post_ffw_norm.weight"] = "post_feedforward_layernorm.weight";
+  }
+  if (gemma4) {
+    kinds["layer_output_scale.weight"] = "layer_scalar";
+    kinds["inp_gate.weight"] = "per_layer_input_gate.weight";
+    kinds["proj.weight"] = "per_layer_projection.weight";
+    kinds["post_norm.weight"] = "post_per_layer_input_norm.weight";
+    kinds["ffn_gate_inp.weight"] = "router.proj.weight";
+    kinds["ffn_gate_inp.scale"] = "router.scale";
+    kinds["ffn_down_exps.scale"] = "router.per_expert_scale";
+    kinds["ffn_gate_up_exps.weight"] = "experts.gate_up_proj";
+    kinds["ffn_down_exps.weight"] = "experts.down_proj";
+    kinds["post_ffw_norm_1.weight"] = "post_feedforward_layernorm_1.weight";
+    kinds["pre_ffw_norm_2.weight"] = "pre_feedforward_layernorm_2.weight";
+    kinds["post_ffw_norm_2.weight"] = "post_feedforward_layernorm_2.weight";
   }
   const bool oss = arch == "gpt_oss";
   if (oss) {
@@ -152,9 +171,15 @@ WeightNames hfNames(const std::string& arch, const std::string& prefix) {
                 [prefix](int l, int e, const char* kind) {
                   return fmt::format("{}layers.{}.mlp.experts.{}.{}", prefix, l, e, expertKinds.at(kind));
                 }};
-  n.normShift = gemma ? 1.0F : 0.0F;
+  n.normShift = arch == "gemma3" ? 1.0F : 0.0F;  // Gemma 4's norms scale by w as stored
   n.fusedGateUp = oss;
-  if (oss) n.expert = {};
+  n.stackedGateUp = gemma4;
+  if (oss || gemma4) n.expert = {};
+  if (gemma4) {
+    n.pleEmbed = prefix + "embed_tokens_per_layer.weight";
+    n.pleModelProj = prefix + "per_layer_model_projection.weight";
+    n.pleNorm = prefix + "per_layer_projection_norm.weight";
+  }
   return n;
 }
 
@@ -171,8 +196,7 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     ++requantized;
     return w.requantized(requantize);
   };
-  const std::int64_t H = c.hidden, qDim = static_cast<std::int64_t>(c.heads) * c.headDim,
-                     kvDim = static_cast<std::int64_t>(c.kvHeads) * c.headDim;
+  const std::int64_t H = c.hidden;
   auto need = [&](const std::string& name, const std::vector<std::int64_t>& shape) { return get(name, shape, false); };
   auto maybe = [&](const std::string& name, const std::vector<std::int64_t>& shape) {
     return name.empty() ? Weight() : get(name, shape, true);
@@ -188,33 +212,58 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
   c.tiedEmbeddings = tiedEmbeddings;
   lmHead_ = tiedEmbeddings ? embed_ : need(names.lmHead, {c.vocab, H});
   if (!tiedEmbeddings) embed_ = quantize(embed_);
+  if (c.pleDim > 0) {  // Gemma 4's per-layer embeddings
+    if (c.pleVocab < c.vocab)
+      throw FormatError(fmt::format("per-layer embeddings of {} rows for a vocabulary of {}", c.pleVocab, c.vocab));
+    const std::int64_t LP = static_cast<std::int64_t>(c.layers) * c.pleDim;
+    pleEmbed_ = need(names.pleEmbed, {c.pleVocab, LP});
+    pleModelProj_ = quantize(need(names.pleModelProj, {LP, H}));
+    pleNorm_ = norm(need(names.pleNorm, {c.pleDim}));
+  }
   for (int l = 0; l < c.layers; ++l) {
     auto n = [&](const char* kind) { return names.layer(l, kind); };
+    const LayerSpec& spec = c.layerSpecs[static_cast<std::size_t>(l)];
+    const bool ownKv = spec.kvFrom < 0;
+    const std::int64_t Dh = c.headDimOf(l), qDim = static_cast<std::int64_t>(c.heads) * Dh,
+                       kvDim = static_cast<std::int64_t>(c.kvHeadsOf(l)) * Dh;
     Layer L;
     L.attnNorm = norm(need(n("attn_norm.weight"), {H}));
     L.wq = need(n("attn_q.weight"), {qDim, H});
-    L.wk = need(n("attn_k.weight"), {kvDim, H});
-    L.wv = need(n("attn_v.weight"), {kvDim, H});
+    // A shared-KV layer has no K/V projections (a file may still hold them: transformers ignores them); with K = V
+    // the key projection gives the values.
+    if (ownKv) L.wk = need(n("attn_k.weight"), {kvDim, H});
+    if (ownKv && !spec.kEqV) L.wv = need(n("attn_v.weight"), {kvDim, H});
     L.wo = need(n("attn_output.weight"), {H, qDim});
     if (permutedQK) {
       L.wq = unpermuteQK(L.wq, c.heads);
       L.wk = unpermuteQK(L.wk, c.kvHeads);
     }
-    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo}) *w = quantize(*w);
+    for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo})
+      if (w->defined()) *w = quantize(*w);
     L.bq = vec(maybe(n("attn_q.bias"), {qDim}), dtype);
-    L.bk = vec(maybe(n("attn_k.bias"), {kvDim}), dtype);
-    L.bv = vec(maybe(n("attn_v.bias"), {kvDim}), dtype);
-    L.qNorm = norm(maybe(n("attn_q_norm.weight"), {c.headDim}));
-    L.kNorm = norm(maybe(n("attn_k_norm.weight"), {c.headDim}));
+    if (ownKv) L.bk = vec(maybe(n("attn_k.bias"), {kvDim}), dtype);
+    if (ownKv && !spec.kEqV) L.bv = vec(maybe(n("attn_v.bias"), {kvDim}), dtype);
+    L.qNorm = norm(maybe(n("attn_q_norm.weight"), {Dh}));
+    if (ownKv) L.kNorm = norm(maybe(n("attn_k_norm.weight"), {Dh}));
     L.bo = vec(maybe(n("attn_output.bias"), {H}), dtype);
-    if (c.layerSpecs[static_cast<std::size_t>(l)].sinks)
-      L.sinks = vec(need(n("attn_sinks.weight"), {c.heads}), at::kFloat);
+    if (spec.sinks) L.sinks = vec(need(n("attn_sinks.weight"), {c.heads}), at::kFloat);
     L.mlpNorm = norm(need(n("ffn_norm.weight"), {H}));
     if (c.gemmaBlocks) {
       L.postAttnNorm = norm(need(n("post_attention_norm.weight"), {H}));
       L.postFfnNorm = norm(need(n("post_ffw_norm.weight"), {H}));
     }
-    if (c.layerSpecs[static_cast<std::size_t>(l)].ffn == FfnKind::Moe) {
+    if (c.gemma4Blocks) L.layerScalar = vec(maybe(n("layer_output_scale.weight"), {1}), dtype);
+    if (c.pleDim > 0) {
+      L.pleGate = quantize(need(n("inp_gate.weight"), {c.pleDim, H}));
+      L.pleProj = quantize(need(n("proj.weight"), {H, c.pleDim}));
+      L.plePostNorm = norm(need(n("post_norm.weight"), {H}));
+    }
+    if (spec.ffn == FfnKind::DenseAndMoe) {
+      L.postFfnNorm1 = norm(need(n("post_ffw_norm_1.weight"), {H}));
+      L.preFfnNorm2 = norm(need(n("pre_ffw_norm_2.weight"), {H}));
+      L.postFfnNorm2 = norm(need(n("post_ffw_norm_2.weight"), {H}));
+    }
+    if (spec.ffn != FfnKind::Dense) {
       const int E = c.moe.experts;
       const std::int64_t F = c.moe.intermediate;
       L.moe.topK = c.moe.used;
@@ -225,6 +274,11 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
       // The router stays as stored: llama.cpp keeps ffn_gate_inp in float, its converter never quantizes it.
       L.moe.router = need(n("ffn_gate_inp.weight"), {E, H});
       L.moe.routerBias = vec(maybe(n("ffn_gate_inp.bias"), {E}), dtype);
+      if (c.moe.gemmaRouter) {
+        L.moe.routerScale = vec(need(n("ffn_gate_inp.scale"), {H}), dtype);
+        L.moe.expertScale = vec(need(n("ffn_down_exps.scale"), {E}), dtype);
+        L.moe.routerEps = c.rmsEps;
+      }
       auto biases = [&](const char* kind, std::int64_t rows) {
         const at::Tensor b = vec(maybe(n(kind), {E, rows}), dtype);
         return b.defined() ? b.view({E, rows}) : b;
@@ -243,6 +297,14 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
           L.moe.upBias = b.slice(1, 1, 2 * F, 2).contiguous();
         }
         L.moe.downBias = biases("ffn_down_exps.bias", H);
+      } else if (names.stackedGateUp) {  // transformers' Gemma 4: [E, 2F, H], each expert's gate rows then up rows
+        const Weight gu = need(n("ffn_gate_up_exps.weight"), {E, 2 * F, H});
+        const Weight dn = need(n("ffn_down_exps.weight"), {E, H, F});
+        for (int e = 0; e < E; ++e) {
+          L.moe.gate.push_back(quantize(gu.rowBlock(2 * e * F, F)));
+          L.moe.up.push_back(quantize(gu.rowBlock(2 * e * F + F, F)));
+          L.moe.down.push_back(quantize(dn.rowBlock(e * H, H)));
+        }
       } else {
         auto experts = [&](const char* kind, std::int64_t rows, std::int64_t cols) {
           std::vector<Weight> ws;
@@ -262,10 +324,12 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
         L.moe.up = experts("ffn_up_exps.weight", F, H);
         L.moe.down = experts("ffn_down_exps.weight", H, F);
       }
-    } else {
-      L.wGate = need(n("ffn_gate.weight"), {c.intermediate, H});
-      L.wUp = need(n("ffn_up.weight"), {c.intermediate, H});
-      L.wDown = need(n("ffn_down.weight"), {H, c.intermediate});
+    }
+    if (spec.ffn != FfnKind::Moe) {
+      const std::int64_t F = c.intermediateOf(l);
+      L.wGate = need(n("ffn_gate.weight"), {F, H});
+      L.wUp = need(n("ffn_up.weight"), {F, H});
+      L.wDown = need(n("ffn_down.weight"), {H, F});
       for (Weight* w : {&L.wGate, &L.wUp, &L.wDown}) *w = quantize(*w);
     }
     c.qkvBias = c.qkvBias || L.bq.defined();
@@ -276,10 +340,19 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     c.weightTypes.push_back(fmt::format("{} x{} quantized at load", kernels::ggmlTypeName(requantize), requantized));
   // RoPE inverse frequencies (float32), with llama3 or linear scaling when the config asks for it; the local RoPE's
   // (Gemma's sliding layers) unscaled.
-  auto inverseFrequencies = [&](double theta) {
-    return 1.0 / at::pow(theta, at::arange(0, c.headDim, 2, at::kLong).to(at::kFloat) / c.headDim);
+  // Each table as wide as its layers' heads (Gemma 4's full and sliding layers differ); Gemma 4's proportional RoPE
+  // rotates only the first ropePartial of the global layers' pairs.
+  int globalDim = c.headDim, localDim = c.headDim;
+  for (int l = c.layers - 1; l >= 0; --l)
+    (c.layerSpecs[static_cast<std::size_t>(l)].localRope ? localDim : globalDim) = c.headDimOf(l);
+  auto inverseFrequencies = [&](double theta, std::int64_t dim) {
+    return 1.0 / at::pow(theta, at::arange(0, dim, 2, at::kLong).to(at::kFloat) / dim);
   };
-  at::Tensor inv = inverseFrequencies(c.ropeTheta);
+  at::Tensor inv = inverseFrequencies(c.ropeTheta, globalDim);
+  if (c.ropePartial < 1.0) {  // transformers: int(partial * head_dim // 2) angles over head_dim, the rest 0
+    const auto angles = static_cast<std::int64_t>(std::floor(c.ropePartial * globalDim / 2));
+    inv = at::cat({inv.narrow(0, 0, angles), at::zeros({globalDim / 2 - angles}, at::kFloat)});
+  }
   if (c.ropeLinear != 1.0) inv = inv / c.ropeLinear;
   if (c.ropeFactor > 0) {
     const double lowWave = c.ropeOriginalMax / c.ropeLowFreq, highWave = c.ropeOriginalMax / c.ropeHighFreq;
@@ -304,7 +377,7 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     inv = (1.0 / (c.yarnFactor * pos)) * (1 - extrapolation) + (1.0 / pos) * extrapolation;
   }
   invFreq_ = inv;
-  if (c.ropeLocalTheta > 0) invFreqLocal_ = inverseFrequencies(c.ropeLocalTheta);
+  if (c.ropeLocalTheta > 0) invFreqLocal_ = inverseFrequencies(c.ropeLocalTheta, localDim);
   if (!ctx_.hostKernels()) placeOnDevice();
 }
 
@@ -313,6 +386,11 @@ void LlamaModel::placeOnDevice() {
   embed_ = embed_.toDense(wo);
   lmHead_ = cfg_.tiedEmbeddings ? embed_ : lmHead_.toDense(wo);
   finalNorm_ = ctx_.place(finalNorm_);
+  if (pleEmbed_.defined()) {
+    pleEmbed_ = pleEmbed_.toDense(wo);
+    pleModelProj_ = pleModelProj_.toDense(wo);
+    pleNorm_ = ctx_.place(pleNorm_);
+  }
   invFreq_ = ctx_.place(invFreq_);
   if (invFreqLocal_.defined()) invFreqLocal_ = ctx_.place(invFreqLocal_);
   for (Layer& L : layers_) {

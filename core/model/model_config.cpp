@@ -8,14 +8,54 @@
 
 namespace kvscope::model {
 
+int ModelConfig::headDimOf(int l) const {
+  const int d = layerSpecs.at(static_cast<std::size_t>(l)).headDim;
+  return d > 0 ? d : headDim;
+}
+
+int ModelConfig::kvHeadsOf(int l) const {
+  const int h = layerSpecs.at(static_cast<std::size_t>(l)).kvHeads;
+  return h > 0 ? h : kvHeads;
+}
+
+int ModelConfig::intermediateOf(int l) const {
+  const int f = layerSpecs.at(static_cast<std::size_t>(l)).intermediate;
+  return f > 0 ? f : intermediate;
+}
+
+std::vector<int> ModelConfig::kvSources() const {
+  std::vector<int> out;
+  out.reserve(layerSpecs.size());
+  for (const LayerSpec& s : layerSpecs) out.push_back(s.kvFrom);
+  return out;
+}
+
+bool ModelConfig::sharesKv() const {
+  return std::any_of(layerSpecs.begin(), layerSpecs.end(), [](const LayerSpec& s) { return s.kvFrom >= 0; });
+}
+
 std::string describeFfn(const ModelConfig& c) {
-  std::vector<int> moe, dense;
-  for (std::size_t l = 0; l < c.layerSpecs.size(); ++l)
-    (c.layerSpecs[l].ffn == FfnKind::Moe ? moe : dense).push_back(static_cast<int>(l));
+  std::vector<int> moe, dense, both;
+  for (std::size_t l = 0; l < c.layerSpecs.size(); ++l) {
+    const FfnKind k = c.layerSpecs[l].ffn;
+    (k == FfnKind::Moe ? moe : k == FfnKind::Dense ? dense : both).push_back(static_cast<int>(l));
+  }
   const std::string glu = c.act == FfnAct::GeluTanh    ? "GeGLU"
                           : c.act == FfnAct::SwigluOai ? fmt::format("clamped SwiGLU (limit {:g})", c.swigluLimit)
                                                        : "SwiGLU";
-  if (moe.empty()) return fmt::format("dense {} FFN of {}", glu, c.intermediate);
+  if (!both.empty())
+    return fmt::format(
+        "dense {} FFN of {} beside MoE: {} experts of {}, top {} (weights renormalized, per-expert "
+        "scales) on layers {}",
+        glu, c.intermediate, c.moe.experts, c.moe.intermediate, c.moe.used, util::layerRanges(both));
+  if (moe.empty()) {
+    std::vector<int> wide;
+    for (std::size_t l = 0; l < c.layerSpecs.size(); ++l)
+      if (c.intermediateOf(static_cast<int>(l)) != c.intermediate) wide.push_back(static_cast<int>(l));
+    if (wide.empty()) return fmt::format("dense {} FFN of {}", glu, c.intermediate);
+    return fmt::format("dense {} FFN of {} ({} on layers {})", glu, c.intermediate, c.intermediateOf(wide.front()),
+                       util::layerRanges(wide));
+  }
   const char* weights = c.moe.gating == MoeGating::TopKSoftmax ? " (softmax over the chosen)"
                         : c.moe.normTopK                       ? " (weights renormalized)"
                                                                : "";
@@ -43,12 +83,34 @@ std::string describeAttention(const ModelConfig& c) {
     if (c.layerSpecs[l].sinks) sinks.push_back(static_cast<int>(l));
   const std::string withSinks =
       sinks.empty() ? "" : fmt::format("; learned attention sinks on layers {}", util::layerRanges(sinks));
-  if (windows.empty()) return "full attention" + withSinks;
+  // Gemma 4: the head sizes where the layers differ, and which layers read another's KV.
+  std::string extra = withSinks;
+  std::vector<int> wide, shared;
+  for (std::size_t l = 0; l < c.layerSpecs.size(); ++l) {
+    if (c.headDimOf(static_cast<int>(l)) != c.headDim) wide.push_back(static_cast<int>(l));
+    if (c.layerSpecs[l].kvFrom >= 0) shared.push_back(static_cast<int>(l));
+  }
+  if (!wide.empty())
+    extra += fmt::format("; head size {} ({} KV heads{}) on layers {}, {} elsewhere", c.headDimOf(wide.front()),
+                         c.kvHeadsOf(wide.front()),
+                         c.layerSpecs[static_cast<std::size_t>(wide.front())].kEqV ? ", K = V" : "",
+                         util::layerRanges(wide), c.headDim);
+  if (!shared.empty()) {
+    std::vector<int> sources;
+    for (const int l : shared) {
+      const int from = c.layerSpecs[static_cast<std::size_t>(l)].kvFrom;
+      if (std::find(sources.begin(), sources.end(), from) == sources.end()) sources.push_back(from);
+    }
+    std::sort(sources.begin(), sources.end());
+    extra += fmt::format("; layers {} store no KV and read layer {}'s of their kind", util::layerRanges(shared),
+                         util::layerRanges(sources));
+  }
+  if (windows.empty()) return "full attention" + extra;
   std::string s;
   for (const auto& [w, ls] : windows)
     s += fmt::format("{}sliding window {} on layers {}", s.empty() ? "" : "; ", w, util::layerRanges(ls));
   if (!full.empty()) s += fmt::format("; full attention on layers {}", util::layerRanges(full));
-  return s + withSinks;
+  return s + extra;
 }
 
 }  // namespace kvscope::model

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <tuple>
 
 #include "device/host_copy.h"
@@ -22,13 +23,19 @@ at::Tensor gatedActivation(const at::Tensor& g, const at::Tensor& u, FfnAct act,
   return at::silu(g) * u;
 }
 
-at::Tensor MoeFfn::forward(const at::Tensor& x, Activations a) const {
+at::Tensor MoeFfn::forward(const at::Tensor& x, Activations a, const at::Tensor& routerInput) const {
   const std::int64_t H = x.size(-1), E = static_cast<std::int64_t>(gate.size()), k = topK;
   const at::Tensor x2 = x.reshape({-1, H});
   const std::int64_t N = x2.size(0);
+  at::Tensor r2 = routerInput.defined() ? routerInput.reshape({-1, H}) : x2;
+  if (routerScale.defined()) {  // Gemma4TextRouter: RMS norm (no weight) in float32, * scale * hidden^-0.5
+    const at::Tensor f = r2.to(at::kFloat);
+    r2 = (f * at::pow(f.pow(2).mean({-1}, true) + routerEps, -0.5)).to(r2.scalar_type());
+    r2 = r2 * routerScale * std::pow(static_cast<double>(H), -0.5);
+  }
   // Router (Softmax): softmax in float32 over every expert, the top k, renormalized where the model says, in x's
   // dtype. TopKSoftmax: the top k logits (the router's bias added), softmaxed among themselves in their dtype.
-  const at::Tensor logits = router.linear(x2, routerBias, a);
+  const at::Tensor logits = router.linear(r2, routerBias, a);
   at::Tensor top, chosen;
   if (gating == MoeGating::TopKSoftmax) {
     std::tie(top, chosen) = at::topk(logits, k, -1);
@@ -36,6 +43,7 @@ at::Tensor MoeFfn::forward(const at::Tensor& x, Activations a) const {
   } else {
     std::tie(top, chosen) = at::topk(at::softmax(logits, -1, at::kFloat), k, -1);
     if (normTopK) top = top / top.sum(-1, true);
+    if (expertScale.defined()) top = top * expertScale.index_select(0, chosen.reshape({-1})).view_as(chosen);
   }
   const at::Tensor weights = top.to(logits.scalar_type()).reshape({-1});
   auto row = [](const at::Tensor& bias, std::size_t e) {

@@ -21,6 +21,11 @@ struct MoeFfn {
   /// Biases (undefined where the model has none): the router's [experts], the experts' [experts, ff] (gate, up) and
   /// [experts, hidden] (down), in the activations' dtype.
   at::Tensor routerBias, gateBias, upBias, downBias;
+  /// Gemma 4's router (MoeConfig::gemmaRouter; undefined otherwise): the scale [hidden] of its input, which is RMS
+  /// normed over routerEps without a weight and multiplied by 1/sqrt(hidden), and each expert's scale [experts] of
+  /// its renormalized weight.
+  at::Tensor routerScale, expertScale;
+  double routerEps = 1e-6;
   int topK = 0;
   bool normTopK = false;
   MoeGating gating = MoeGating::Softmax;
@@ -28,8 +33,9 @@ struct MoeFfn {
   double swigluLimit = 0.0;
 
   /// x [..., hidden] -> [..., hidden] in x's dtype. The chosen experts' indices come to the host (one counted copy,
-  /// device::toHost) to decide which matrices run.
-  at::Tensor forward(const at::Tensor& x, Activations a) const;
+  /// device::toHost) to decide which matrices run. `routerInput` (defined): what the router reads instead of x
+  /// (Gemma 4 routes on the layer's un-normed residual and feeds the experts its own norm of it).
+  at::Tensor forward(const at::Tensor& x, Activations a, const at::Tensor& routerInput = {}) const;
 };
 
 /// A gated FFN's activation on its gate and up projections (biases added): silu(g) * u, gelu_tanh(g) * u, or

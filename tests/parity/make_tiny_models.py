@@ -25,6 +25,14 @@ clamped SwiGLU, YaRN by 32 over 4096 positions. `gpt_oss` keeps GptOssConfig's u
 published configs); `gpt_oss_gguf` truncates it (as llama.cpp always does), has its experts rounded to MXFP4 values, and is
 also written as gpt-oss.gguf the way llama.cpp's converter writes it (MXFP4 experts, gate and up split, the FFN norm as
 post_attention_norm): the same reference holds for both files.
+
+Three Gemma 4 models (dynamic cache only, as they slide), each with norms scaling by w as stored, values RMS-normed,
+attention scaled by 1, a layer scalar per layer and final soft-capping: `gemma4` as the 31B is built (five layers over a
+16-position window with head size 32, the sixth full with head size 64, one KV head, K = V, proportional RoPE on a
+quarter of its pairs; saved by Gemma4ForCausalLM, its config carrying transformers' per_layer_config); `gemma4_e2b` as
+the E2B/E4B are (per-layer embeddings, the last three of eight layers reading layer 3's or 4's KV with double-wide
+MLPs; saved as a Gemma4ForConditionalGeneration's text half with global_head_dim, as the published configs);
+`gemma4_moe` as the 26B-A4B is (every layer's MLP beside 8 experts of 32, top 2, with Gemma 4's router).
 """
 import argparse
 import json
@@ -38,7 +46,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 import numpy as np  # noqa: E402
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GptOssConfig, GptOssForCausalLM,  # noqa: E402
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, Gemma4ForCausalLM, Gemma4TextConfig, GptOssConfig, GptOssForCausalLM,  # noqa: E402
                           LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
@@ -78,6 +86,21 @@ def build(kind):
                                layer_types=["sliding_attention", "full_attention", "sliding_attention",
                                             "sliding_attention"], rope_theta=500000.0, rope_local_base_freq=20000.0)
         model = Gemma3ForCausalLM(cfg)
+    elif kind.startswith("gemma4"):
+        common.update(num_hidden_layers=6, tie_word_embeddings=True)
+        g4 = dict(sliding_window=16, global_head_dim=64, final_logit_softcapping=30.0, hidden_size_per_layer_input=0)
+        if kind == "gemma4":  # 31B-like: K = V on the full layer, one KV head there
+            g4.update(attention_k_eq_v=True, num_global_key_value_heads=1)
+        elif kind == "gemma4_e2b":  # E2B-like: PLE, layers 5-7 share layer 4's (sliding) or 3's (full) KV
+            common.update(num_hidden_layers=8)
+            g4.update(hidden_size_per_layer_input=16, vocab_size_per_layer_input=512, num_kv_shared_layers=3,
+                      use_double_wide_mlp=True,
+                      layer_types=["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(8)])
+        else:  # 26B-A4B-like: the dense MLP beside 8 experts of 32, top 2
+            g4.update(attention_k_eq_v=True, num_global_key_value_heads=1, enable_moe_block=True, num_experts=8,
+                      top_k_experts=2, moe_intermediate_size=32)
+        cfg = Gemma4TextConfig(**common, **g4)
+        model = Gemma4ForCausalLM(cfg)
     elif kind.startswith("gpt_oss"):  # layers 0 and 2 slide over 16, 1 and 3 are global; sinks; 8 experts of 64, top 2
         common.update(num_hidden_layers=4, intermediate_size=64, max_position_embeddings=131072)
         yarn = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
@@ -98,6 +121,12 @@ def build(kind):
             p.normal_(0.0, 0.08) if p.dim() > 1 else p.uniform_(0.8, 1.2)
         if not model.config.tie_word_embeddings:
             model.lm_head.weight.mul_(6.0)
+        elif kind.startswith("gemma4"):  # norms scale by w: the output matrix is the embedding, the final norm scales up
+            model.model.embed_tokens.weight.mul_(0.25)
+            model.model.norm.weight.uniform_(16.0, 24.0)
+            for name, b in model.named_buffers():
+                if name.endswith("layer_scalar"):
+                    b.uniform_(0.5, 1.5)
         else:  # Gemma: the norms scale by 1 + w; the output matrix is the embedding, so the final norm scales up
             for name, p in model.named_parameters():
                 if p.dim() == 1:
@@ -139,6 +168,24 @@ def save_multimodal(model, d):
     text.pop("model_type", None)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump({"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+                   "text_config": text}, f, indent=1)
+    sd = {("model.language_model." + k[len("model."):]): v.detach().contiguous()
+          for k, v in model.state_dict().items() if k.startswith("model.")}
+    save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+
+
+def save_gemma4_multimodal(model, d):
+    """The model as a Gemma4ForConditionalGeneration checkpoint's text half, its config as the published ones write it:
+    global_head_dim (and num_global_key_value_heads) rather than transformers' per_layer_config."""
+    os.makedirs(d, exist_ok=True)
+    text = model.config.to_dict()
+    per = text.pop("per_layer_config", {})
+    for layer in per.values():
+        text["global_head_dim"] = layer["head_dim"]
+        if "num_key_value_heads" in layer:
+            text["num_global_key_value_heads"] = layer["num_key_value_heads"]
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
                    "text_config": text}, f, indent=1)
     sd = {("model.language_model." + k[len("model."):]): v.detach().contiguous()
           for k, v in model.state_dict().items() if k.startswith("model.")}
@@ -289,12 +336,14 @@ def main():
     torch.manual_seed(1234)
     torch.set_num_threads(2)
     kinds = ("llama", "qwen2", "qwen3", "qwen3_moe", "qwen3moe_gguf", "qwen3_swa", "mistral_swa", "gemma3", "gemma3_27b",
-             "gpt_oss", "gpt_oss_gguf")
+             "gpt_oss", "gpt_oss_gguf", "gemma4", "gemma4_e2b", "gemma4_moe")
     for kind in args.only or kinds:
         model = build(kind)
         d = os.path.join(args.out, kind)
         if kind == "gemma3_27b":
             save_multimodal(model, d)
+        elif kind == "gemma4_e2b":
+            save_gemma4_multimodal(model, d)
         else:
             model.save_pretrained(d, safe_serialization=True)
         if kind == "qwen3moe_gguf":
@@ -308,7 +357,7 @@ def main():
         with torch.no_grad():
             tensors["prefill_logits"] = model(ids).logits[0].float().contiguous()
             # transformers' QuantizedCache refuses sliding-window layers: their reference is the dynamic cache's.
-            sliding = kind.endswith("_swa") or kind.startswith("gemma3") or kind.startswith("gpt_oss")
+            sliding = kind.endswith("_swa") or kind.startswith("gemma") or kind.startswith("gpt_oss")
             caches = {"dynamic": None} if sliding else CACHES
             for name, cc in caches.items():
                 kw = {} if cc is None else {"cache_implementation": "quantized", "cache_config": dict(cc)}

@@ -688,6 +688,105 @@ TEST(BadInputs, Gemma3ConfigsReadAsTransformersReadsThem) {
   EXPECT_MENTIONS(with("layer_types", {"full_attention"}), w, "`layer_types`", "must be a list of 34 layer types");
 }
 
+// Gemma 4 as transformers 5.23 reads it: gemma-4-31B's text_config (global_head_dim and num_global_key_value_heads, as
+// published; hf-mem PR #61 quotes its shape) and the same shape as transformers writes it back (per_layer_config); an
+// E2B-like config's shared KV (the last 20 of 35 layers read layer 13's or 14's, as the capacity planner's test), PLE
+// and double-wide MLPs; Gemma4TextConfig's proportional RoPE; the keys refused with a reason.
+TEST(BadInputs, Gemma4ConfigsReadAsTransformersReadsThem) {
+  const std::string w = "dir/config.json";
+  nlohmann::json types = nlohmann::json::array();
+  for (int i = 0; i < 60; ++i) types.push_back((i + 1) % 6 ? "sliding_attention" : "full_attention");
+  const nlohmann::json text = {{"model_type", "gemma4_text"},
+                               {"hidden_size", 5376},
+                               {"num_hidden_layers", 60},
+                               {"num_attention_heads", 32},
+                               {"num_key_value_heads", 16},
+                               {"num_global_key_value_heads", 4},
+                               {"head_dim", 256},
+                               {"global_head_dim", 512},
+                               {"attention_k_eq_v", true},
+                               {"sliding_window", 1024},
+                               {"hidden_size_per_layer_input", 0},
+                               {"final_logit_softcapping", 30.0},
+                               {"intermediate_size", 21504},
+                               {"layer_types", types}};
+  const auto c = model::hfConfigFromJson(nlohmann::json{{"model_type", "gemma4"}, {"text_config", text}}.dump(), w);
+  EXPECT_EQ(c.arch, "gemma4");
+  EXPECT_TRUE(c.gemma4Blocks);
+  EXPECT_EQ(c.attnScale, 1.0);
+  EXPECT_EQ(c.vocab, 262144);
+  EXPECT_EQ(c.pleDim, 0);
+  EXPECT_FALSE(c.sharesKv());
+  EXPECT_DOUBLE_EQ(c.ropePartial, 0.25);  // Gemma4TextConfig's default rope_parameters
+  EXPECT_EQ(c.ropeTheta, 1e6);
+  EXPECT_EQ(c.ropeLocalTheta, 10000.0);
+  for (int l = 0; l < 60; ++l) {
+    const bool full = (l + 1) % 6 == 0;
+    EXPECT_EQ(c.headDimOf(l), full ? 512 : 256) << l;
+    EXPECT_EQ(c.kvHeadsOf(l), full ? 4 : 16) << l;
+    EXPECT_EQ(c.layerSpecs[static_cast<std::size_t>(l)].kEqV, full) << l;
+    EXPECT_EQ(c.layerSpecs[static_cast<std::size_t>(l)].window, full ? 0 : 1024) << l;
+  }
+  // transformers' own save: per_layer_config instead of the global_* keys, the same layers.
+  nlohmann::json saved = text;
+  saved.erase("global_head_dim");
+  saved.erase("num_global_key_value_heads");
+  saved["per_layer_config"] = nlohmann::json::object();
+  for (int l = 5; l < 60; l += 6)
+    saved["per_layer_config"][std::to_string(l)] = {{"head_dim", 512}, {"num_key_value_heads", 4}};
+  const auto cs = model::hfConfigFromJson(saved.dump(), w);
+  for (int l = 0; l < 60; ++l) {
+    EXPECT_EQ(cs.headDimOf(l), c.headDimOf(l)) << l;
+    EXPECT_EQ(cs.kvHeadsOf(l), c.kvHeadsOf(l)) << l;
+  }
+  EXPECT_EQ(model::describeAttention(c),
+            "sliding window 1024 on layers 0-4,6-10,12-16,18-22,24-28,30-34,36-40,42-46,48-52,54-58; full attention "
+            "on layers 5,11,17,23,29,35,41,47,53,59; head size 512 (4 KV heads, K = V) on layers "
+            "5,11,17,23,29,35,41,47,53,59, 256 elsewhere");
+
+  nlohmann::json e2b = {{"model_type", "gemma4_text"}, {"hidden_size", 1536},        {"num_hidden_layers", 35},
+                        {"num_attention_heads", 8},    {"num_key_value_heads", 1},   {"head_dim", 256},
+                        {"global_head_dim", 512},      {"num_kv_shared_layers", 20}, {"use_double_wide_mlp", true},
+                        {"intermediate_size", 6144},   {"sliding_window", 512}};
+  e2b["layer_types"] = nlohmann::json::array();
+  for (int i = 0; i < 35; ++i) e2b["layer_types"].push_back((i + 1) % 5 ? "sliding_attention" : "full_attention");
+  const auto ce = model::hfConfigFromJson(e2b.dump(), w);
+  EXPECT_EQ(ce.pleDim, 256);  // Gemma4TextConfig's default
+  EXPECT_EQ(ce.pleVocab, 262144);
+  EXPECT_EQ(ce.layerSpecs[15].kvFrom, 13);
+  EXPECT_EQ(ce.layerSpecs[19].kvFrom, 14);
+  EXPECT_EQ(ce.layerSpecs[14].kvFrom, -1);
+  EXPECT_EQ(ce.intermediateOf(14), 6144);
+  EXPECT_EQ(ce.intermediateOf(15), 12288);
+  EXPECT_EQ(ce.kvHeadsOf(4), 1);  // no K = V: the full layers keep num_key_value_heads
+  EXPECT_NE(model::describeAttention(ce).find("layers 15-34 store no KV and read layer 13-14's"), std::string::npos)
+      << model::describeAttention(ce);
+
+  auto with = [&](const char* key, const nlohmann::json& v) {
+    nlohmann::json j = text;
+    j[key] = v;
+    return configError(j);
+  };
+  EXPECT_MENTIONS(with("use_bidirectional_attention", "all"), w, "`use_bidirectional_attention`", "causal");
+  EXPECT_MENTIONS(with("num_kv_shared_layers", 60), w, "`num_kv_shared_layers`", "leaves no layer");
+  {
+    nlohmann::json t = types;
+    for (int i = 0; i < 54; ++i) t[static_cast<std::size_t>(i)] = "full_attention";
+    nlohmann::json j = text;
+    j["layer_types"] = t;
+    j["num_kv_shared_layers"] = 6;  // the shared sliding layers find no sliding layer before them
+    EXPECT_MENTIONS(configError(j), w, "`num_kv_shared_layers`", "no earlier layer of its type");
+  }
+  EXPECT_MENTIONS(with("per_layer_config", {{"5", {{"sliding_window", 8}}}}), w, "`per_layer_config.5.sliding_window`",
+                  "not supported per layer");
+  EXPECT_MENTIONS(with("per_layer_config", {{"x", {{"head_dim", 8}}}}), w, "`per_layer_config`", "not a layer index");
+  EXPECT_MENTIONS(
+      with("rope_parameters", {{"full_attention", {{"rope_type", "proportional"}, {"partial_rotary_factor", 1.5}}}}), w,
+      "`rope_parameters.full_attention.partial_rotary_factor`", "(0, 1]");
+  EXPECT_MENTIONS(with("rope_parameters", {{"rope_type", "default"}}), w, "per layer type");
+  EXPECT_MENTIONS(with("enable_moe_block", true), w, "`num_experts` is missing");
+}
+
 // ---- tokenizer.json
 // ---------------------------------------------------------------------------------------------------
 

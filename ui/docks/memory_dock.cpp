@@ -13,8 +13,8 @@
 namespace kvscope::ui {
 
 namespace {
-// "; sliding window 16 on layers 1,2 (layer 1 holds 17 of 130 tokens)": what the sliding layers keep; empty
-// without.
+// "; sliding window 16 on layers 1,2 (layer 1 holds 17 of 130 tokens)": what the sliding layers keep, and which
+// layers read another's KV; empty without.
 QString slidingNote(const cache::CacheSnapshot& c) {
   QMap<std::int64_t, QList<int>> byWindow;
   for (std::size_t l = 0; l < c.windows.size(); ++l)
@@ -31,6 +31,15 @@ QString slidingNote(const cache::CacheSnapshot& c) {
                  .arg(first)
                  .arg(held)
                  .arg(c.seqLength);
+  }
+  // Shared-KV layers (Gemma 4): no bars of their own; say whose cache each reads.
+  QMap<int, QList<int>> bySource;
+  for (std::size_t l = 0; l < c.kvSources.size(); ++l)
+    if (c.kvSources[l] >= 0) bySource[c.kvSources[l]] << static_cast<int>(l);
+  for (auto it = bySource.cbegin(); it != bySource.cend(); ++it) {
+    QStringList ls;
+    for (int l : it.value()) ls << QString::number(l);
+    parts << QObject::tr("layers %1 store no KV: they read layer %2's").arg(ls.join(",")).arg(it.key());
   }
   return parts.isEmpty() ? QString() : "; " + parts.join("; ");
 }
