@@ -52,33 +52,43 @@ std::string eightBitAt(const std::vector<int>& layers, bool keys, const cache::C
 // quantizing them saves little at long context; vLLM 0.33 and llama.cpp quantize them with the rest unless told,
 // transformers' QuantizedCache refuses them. What to try: the base config on the global layers alone (vLLM's
 // --kv-cache-dtype-skip-layers sliding_window, as `export --format vllm --model` writes it).
+// Layers that read another's KV (Gemma 4's shared layers) hold nothing and are left out.
 std::optional<DoctorVerdict> slidingWindowVerdict(const model::ModelConfig& c, const cache::CacheConfig& base) {
   std::vector<int> sliding;
   std::int64_t window = 0;
-  for (std::size_t l = 0; l < c.layerSpecs.size(); ++l)
+  std::size_t own = 0;
+  // Each layer's K/V values a token (Gemma 4's full layers differ) times the tokens it holds at 32,768 of context.
+  double slidingValues = 0.0, globalValues = 0.0;
+  for (std::size_t l = 0; l < c.layerSpecs.size(); ++l) {
+    if (c.layerSpecs[l].kvFrom >= 0) continue;
+    ++own;
+    const double perToken = static_cast<double>(c.kvHeadsOf(static_cast<int>(l))) * c.headDimOf(static_cast<int>(l));
     if (c.layerSpecs[l].window > 0) {
       sliding.push_back(static_cast<int>(l));
       window = std::max(window, c.layerSpecs[l].window);
+      slidingValues += perToken * static_cast<double>(std::min<std::int64_t>(c.layerSpecs[l].window, 32768));
+    } else {
+      globalValues += perToken * 32768.0;
     }
+  }
   if (sliding.empty()) return std::nullopt;
-  const std::size_t global = c.layerSpecs.size() - sliding.size();
+  const std::size_t global = own - sliding.size();
   std::string spec = "layers=";  // a rule a run: 0-4:dynamic;6-10:dynamic;...
   for (const auto& [first, last] : util::layerRuns(sliding))
     spec += last > first ? fmt::format("{}-{}:dynamic;", first, last) : fmt::format("{}:dynamic;", first);
-  // The sliding layers' share of the KV bytes at 32,768 tokens: each holds its window, a global layer every token.
-  const double slidingTokens =
-      static_cast<double>(sliding.size()) * static_cast<double>(std::min<std::int64_t>(window, 32768));
   return DoctorVerdict{
       "sliding_window", "keys and values", sliding,
-      fmt::format("layer{} {} slide over {} tokens ({} of {}): each holds at most its window at any context, "
-                  "so at 32,768 tokens {} hold{} {:.1f}% of the KV bytes; vLLM 0.33 and llama.cpp quantize them "
-                  "with the rest unless told (vLLM: --kv-cache-dtype-skip-layers sliding_window; llama.cpp: the same "
-                  "-ctk/-ctv for its SWA cache), transformers' QuantizedCache refuses them: quantize the global "
-                  "layers{}",
-                  sliding.size() > 1 ? "s" : "", layerList(sliding), window, sliding.size(), c.layerSpecs.size(),
-                  sliding.size() > 1 ? "they" : "it", sliding.size() > 1 ? "" : "s",
-                  100.0 * slidingTokens / (slidingTokens + static_cast<double>(global) * 32768.0),
-                  global > 0 ? " and keep these in the model's dtype" : " only where a long context needs it"),
+      fmt::format(
+          "layer{} {} slide over {} tokens ({} of {}): each holds at most its window at any context, "
+          "so at 32,768 tokens {} hold{} {:.1f}% of the KV bytes; vLLM 0.33 and llama.cpp quantize them "
+          "with the rest unless told (vLLM: --kv-cache-dtype-skip-layers sliding_window; llama.cpp: the same "
+          "-ctk/-ctv for its SWA cache), transformers' QuantizedCache refuses them: quantize the global "
+          "layers{}",
+          sliding.size() > 1 ? "s" : "", layerList(sliding), window, sliding.size(),
+          own == c.layerSpecs.size() ? fmt::format("{}", own) : fmt::format("{} with a cache of their own", own),
+          sliding.size() > 1 ? "they" : "it", sliding.size() > 1 ? "" : "s",
+          100.0 * slidingValues / (slidingValues + globalValues),
+          global > 0 ? " and keep these in the model's dtype" : " only where a long context needs it"),
       global > 0 ? spec + "*:" + cache::toSpec(base) : cache::toSpec(base)};
 }
 
@@ -130,8 +140,15 @@ DoctorReport diagnose(model::LlamaModel& m, const std::vector<std::vector<std::i
   r.heads = c.heads;
   r.kvHeads = c.kvHeads;
   r.headDim = c.headDim;
-  r.llamaCppRotation = c.headDim % 64 == 0;
-  r.powerOfTwoHead = c.headDim >= 32 && (c.headDim & (c.headDim - 1)) == 0;
+  for (int l = 0; l < c.layers; ++l) {
+    r.headDims.push_back(c.headDimOf(l));
+    r.kvHeadsPerLayer.push_back(c.kvHeadsOf(l));
+    r.kvSources.push_back(c.layerSpecs[static_cast<std::size_t>(l)].kvFrom);
+  }
+  // Every head size the layers have must qualify.
+  r.llamaCppRotation = std::all_of(r.headDims.begin(), r.headDims.end(), [](int d) { return d % 64 == 0; });
+  r.powerOfTwoHead =
+      std::all_of(r.headDims.begin(), r.headDims.end(), [](int d) { return d >= 32 && (d & (d - 1)) == 0; });
   for (int l : {0, 1, c.layers - 2, c.layers - 1})
     if (l >= 0 && l < c.layers &&
         std::find(r.boundaryLayers.begin(), r.boundaryLayers.end(), l) == r.boundaryLayers.end())
@@ -389,7 +406,10 @@ std::string doctorJson(const DoctorReport& r) {
         {"heads", r.heads},
         {"kv_heads", r.kvHeads},
         {"gqa_ratio", r.kvHeads > 0 ? r.heads / r.kvHeads : 0},
-        {"head_dim", r.headDim}}},
+        {"head_dim", r.headDim},
+        {"head_dims", r.headDims},
+        {"kv_heads_per_layer", r.kvHeadsPerLayer},
+        {"kv_sources", r.kvSources}}},
       {"tokens", r.tokens},
       {"llamacpp_rotation", r.llamaCppRotation},
       {"power_of_two_head", r.powerOfTwoHead},
@@ -421,13 +441,23 @@ std::string doctorFp8Text(const DoctorFp8& f) {
 }
 
 std::string doctorText(const DoctorReport& r) {
+  // Layers of another head size (Gemma 4's full ones): "head size 256 (512, 4 KV heads on layers 5,11)".
+  std::vector<int> other;
+  for (std::size_t l = 0; l < r.headDims.size(); ++l)
+    if (r.headDims[l] != r.headDim) other.push_back(static_cast<int>(l));
+  const std::string heads =
+      other.empty() ? fmt::format("{}", r.headDim)
+                    : fmt::format("{} ({}, {} KV heads on layers {})", r.headDim,
+                                  r.headDims[static_cast<std::size_t>(other.front())],
+                                  r.kvHeadsPerLayer[static_cast<std::size_t>(other.front())], layerList(other));
   std::string out = fmt::format(
       "model: {} · {} layers · {} query heads, {} KV heads (GQA {}:1) · head size {} · {} calibration tokens\n", r.arch,
-      r.layers, r.heads, r.kvHeads, r.kvHeads > 0 ? r.heads / r.kvHeads : 0, r.headDim, r.tokens);
+      r.layers, r.heads, r.kvHeads, r.kvHeads > 0 ? r.heads / r.kvHeads : 0, heads, r.tokens);
   out += fmt::format(
       "rotation: llama.cpp's K/V rotation {} (quantized types q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; head size {} {} "
       "a multiple of 64); TurboQuant, UltraQuant and mxfp4:rot=on {}\n",
-      r.llamaCppRotation ? "applies" : "does not apply", r.headDim, r.llamaCppRotation ? "is" : "is not",
+      r.llamaCppRotation ? "applies" : "does not apply", other.empty() ? fmt::format("{}", r.headDim) : "each",
+      r.llamaCppRotation ? "is" : "is not",
       r.powerOfTwoHead ? "apply (a power-of-two head size)" : "do not (the head size is not a power of two)");
   out +=
       fmt::format("boundary layers: {} (vLLM leaves them unquantized for TurboQuant)\n", layerList(r.boundaryLayers));
@@ -437,6 +467,10 @@ std::string doctorText(const DoctorReport& r) {
   for (std::size_t l = 0; l < r.sides.size(); ++l) {
     const auto& k = r.sides[l][0];
     const auto& v = r.sides[l][1];
+    if (l < r.kvSources.size() && r.kvSources[l] >= 0) {
+      out += fmt::format("{:>5}  reads layer {}'s keys and values (stores none)\n", l, r.kvSources[l]);
+      continue;
+    }
     auto bias = [](const DoctorSide& s) { return s.hasBias ? fmt::format("{:.3g}", s.biasMax) : std::string("-"); };
     auto pct = [](const DoctorSide& s) {
       return s.overUnitScale ? fmt::format("{:.3g}%", 100.0 * double(s.overUnitScale) / double(s.values))

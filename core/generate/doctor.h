@@ -96,6 +96,9 @@ struct DoctorReport {
   std::string arch;
   std::string cpuKernels;  ///< the CPU kernels' path and why (kernels::isaSummary)
   int layers = 0, heads = 0, kvHeads = 0, headDim = 0;
+  /// Per layer: its head size and KV heads (Gemma 4's full layers differ), and the layer whose KV it reads (-1: its
+  /// own; a shared layer's sides stay empty).
+  std::vector<int> headDims, kvHeadsPerLayer, kvSources;
   std::int64_t tokens = 0;                       ///< calibration tokens
   std::vector<std::array<DoctorSide, 2>> sides;  ///< per layer: keys, values
   /// llama.cpp rotates a quantized K/V side (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; not f16 / bf16) when the head size

@@ -88,6 +88,8 @@ struct WeightNames {
   bool stackedGateUp = false;
   /// Gemma 4's per-layer embeddings: the table, the model-wide projection and its norm.
   std::string pleEmbed, pleModelProj, pleNorm;
+  /// llama.cpp's rope_freqs: each global frequency divided by its factor (Gemma 4: 1e30 where a pair keeps still).
+  std::string ropeFreqs;
 };
 
 namespace {
@@ -376,6 +378,10 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
     const at::Tensor extrapolation = 1 - ramp;
     inv = (1.0 / (c.yarnFactor * pos)) * (1 - extrapolation) + (1.0 / pos) * extrapolation;
   }
+  if (!names.ropeFreqs.empty()) {
+    const Weight ff = need(names.ropeFreqs, {globalDim / 2});
+    inv = inv / ff.dense().view({-1}).to(at::kFloat);
+  }
   invFreq_ = inv;
   if (c.ropeLocalTheta > 0) invFreqLocal_ = inverseFrequencies(c.ropeLocalTheta, localDim);
   if (!ctx_.hostKernels()) placeOnDevice();
@@ -468,6 +474,104 @@ void readGptOss(const GgufFile& f, const std::string& path, ModelConfig& c) {
   }
 }
 
+// A per-layer integer as llama.cpp's loader reads it (get_key_or_arr): a scalar for every layer, or one entry each.
+// nullopt when absent.
+std::optional<std::vector<std::int64_t>> perLayerInts(const GgufFile& f, const std::string& path,
+                                                      const std::string& key, int layers) {
+  const auto it = f.metadata().find(key);
+  if (it == f.metadata().end()) return std::nullopt;
+  if (const auto* list = std::get_if<std::vector<std::int64_t>>(&it->second)) {
+    if (list->size() != static_cast<std::size_t>(layers))
+      throw FormatError(fmt::format("{}: `{}` lists {} layers, not {}", path, key, list->size(), layers));
+    for (const std::int64_t v : *list)
+      if (v < 0 || v > (1 << 24)) throw FormatError(fmt::format("{}: `{}` has {}", path, key, v));
+    return *list;
+  }
+  const std::int64_t v = f.getInt(key).value_or(0);
+  if (v < 0 || v > (1 << 24)) throw FormatError(fmt::format("{}: `{}` = {} is out of range", path, key, v));
+  return std::vector<std::int64_t>(static_cast<std::size_t>(layers), v);
+}
+
+// Gemma 4 as llama.cpp builds it (src/models/gemma4.cpp): Gemma's blocks with attention scaled by 1, values RMS-normed
+// without a weight, norms as stored; sliding layers as sliding_window_pattern (a bool per layer) says, of head size
+// key_length_swa rotating with rope.freq_base_swa, the full ones of key_length with rope.freq_base divided by the
+// rope_freqs tensor (1e30 where a pair keeps still: the proportional RoPE); head_count_kv and feed_forward_length per
+// layer where arrays; K = V where a layer has no attn_v; the last shared_kv_layers layers reading layer
+// n_layer_kv_from_start - 1 (full) or - 2 (sliding), as llama.cpp hard-codes it; per-layer embeddings of
+// embedding_length_per_layer_input; the MoE side on layers with ffn_gate_inp; final soft-capping at 30 unless given.
+void readGemma4(const GgufFile& f, const std::string& path, ModelConfig& c, const std::vector<std::int64_t>& kvHeads,
+                const std::vector<std::int64_t>& ff) {
+  const std::string a = c.arch + ".";
+  c.gemmaBlocks = c.floatNorms = c.gemma4Blocks = true;
+  c.act = FfnAct::GeluTanh;
+  c.attnScale = 1.0;
+  const auto need = [&](const std::string& key) {
+    const auto v = f.getInt(a + key);
+    if (!v || *v <= 0 || *v > (1 << 24)) throw FormatError(fmt::format("{}: missing or bad `{}{}`", path, a, key));
+    return static_cast<int>(*v);
+  };
+  const auto epsilon = f.getFloat(a + "attention.layer_norm_rms_epsilon");
+  if (!epsilon) throw FormatError(fmt::format("{}: missing `{}attention.layer_norm_rms_epsilon`", path, a));
+  c.rmsEps = *epsilon;
+  c.finalSoftcap = f.getFloat(a + "final_logit_softcapping").value_or(30.0);
+  const int fullDim = c.headDim, swaDim = need("attention.key_length_swa");
+  if (f.getInt(a + "attention.value_length").value_or(fullDim) != fullDim ||
+      f.getInt(a + "attention.value_length_swa").value_or(swaDim) != swaDim)
+    throw FormatError(fmt::format("{}: value and key head sizes differ (Gemma 4 needs them equal)", path));
+  if (f.getInt(a + "rope.dimension_count").value_or(fullDim) != fullDim ||
+      f.getInt(a + "rope.dimension_count_swa").value_or(swaDim) != swaDim)
+    throw FormatError(fmt::format("{}: rotary dimensions other than the head sizes are not supported", path));
+  const std::int64_t window = need("attention.sliding_window");
+  const auto pattern = f.metadata().find(a + "attention.sliding_window_pattern");
+  if (pattern == f.metadata().end() || !std::holds_alternative<std::vector<bool>>(pattern->second))
+    throw FormatError(fmt::format("{}: `{}attention.sliding_window_pattern` must list each layer (Gemma 4)", path, a));
+  const auto& sliding = std::get<std::vector<bool>>(pattern->second);
+  if (sliding.size() != static_cast<std::size_t>(c.layers))
+    throw FormatError(fmt::format("{}: `{}attention.sliding_window_pattern` lists {} layers, not {}", path, a,
+                                  sliding.size(), c.layers));
+  c.ropeLocalTheta = f.getFloat(a + "rope.freq_base_swa").value_or(10000.0);
+  c.headDim = swaDim;  // the model's head size is the sliding layers'; full layers carry their own
+  c.kvHeads = static_cast<int>(kvHeads.front());
+  for (std::size_t l = 0; l < sliding.size(); ++l)
+    if (sliding[l]) c.kvHeads = static_cast<int>(kvHeads[l]);
+  const auto shared = f.getInt(a + "attention.shared_kv_layers").value_or(0);
+  if (shared < 0 || shared >= c.layers)
+    throw FormatError(
+        fmt::format("{}: `{}attention.shared_kv_layers` = {} leaves no layer with a cache", path, a, shared));
+  const int fromStart = c.layers - static_cast<int>(shared);
+  for (int l = 0; l < c.layers; ++l) {
+    LayerSpec& s = c.layerSpecs[static_cast<std::size_t>(l)];
+    const bool slides = sliding[static_cast<std::size_t>(l)];
+    s.window = slides ? window : 0;
+    s.localRope = slides;
+    s.headDim = slides ? 0 : fullDim;
+    if (kvHeads[static_cast<std::size_t>(l)] <= 0 || c.heads % kvHeads[static_cast<std::size_t>(l)] != 0)
+      throw FormatError(fmt::format("{}: layer {}'s {} KV heads do not divide its {} heads", path, l,
+                                    kvHeads[static_cast<std::size_t>(l)], c.heads));
+    s.kvHeads = static_cast<int>(kvHeads[static_cast<std::size_t>(l)]);
+    s.intermediate = static_cast<int>(ff[static_cast<std::size_t>(l)]);
+    s.kEqV = !slides && !f.find(fmt::format("blk.{}.attn_v.weight", l));
+    if (l >= fromStart) {
+      s.kvFrom = fromStart - (slides ? 2 : 1);
+      if (s.kvFrom < 0 || sliding[static_cast<std::size_t>(s.kvFrom)] != slides)
+        throw FormatError(
+            fmt::format("{}: shared layer {} would read layer {} (llama.cpp's rule), which is not a {} "
+                        "layer",
+                        path, l, s.kvFrom, slides ? "sliding" : "full"));
+    }
+    if (c.moe.experts > 0 && f.find(fmt::format("blk.{}.ffn_gate_inp.weight", l))) s.ffn = FfnKind::DenseAndMoe;
+  }
+  c.intermediate = static_cast<int>(ff.front());
+  c.pleDim = static_cast<int>(f.getInt(a + "embedding_length_per_layer_input").value_or(0));
+  if (c.pleDim < 0) throw FormatError(fmt::format("{}: negative `{}embedding_length_per_layer_input`", path, a));
+  if (c.pleDim > 0) {
+    const GgufFile::Tensor* t = f.find("per_layer_token_embd.weight");
+    if (!t || t->dims.size() != 2)
+      throw FormatError(fmt::format("{}: missing tensor `per_layer_token_embd.weight`", path));
+    c.pleVocab = static_cast<int>(t->dims[1]);
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const device::ExecutionContext& ctx,
@@ -482,9 +586,10 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   if (!arch) throw FormatError(fmt::format("{}: no general.architecture", path));
   c.arch = *arch;
   if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "qwen3moe" && c.arch != "gemma3" &&
-      c.arch != "gpt-oss")
-    throw FormatError(fmt::format(
-        "{}: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe, gemma3, gpt-oss)", path, c.arch));
+      c.arch != "gemma4" && c.arch != "gpt-oss")
+    throw FormatError(
+        fmt::format("{}: architecture `{}` is not supported (llama, qwen2, qwen3, qwen3moe, gemma3, gemma4, gpt-oss)",
+                    path, c.arch));
   c.name = f.getString("general.name").value_or("");
   auto req = [&](const std::string& key) {
     const auto v = f.getInt(c.arch + "." + key);
@@ -495,7 +600,14 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   c.layers = req("block_count");
   c.hidden = req("embedding_length");
   c.heads = req("attention.head_count");
-  c.kvHeads = f.getInt(c.arch + ".attention.head_count_kv") ? req("attention.head_count_kv") : c.heads;
+  const bool gemma4 = c.arch == "gemma4";
+  // Gemma 4 gives head_count_kv and feed_forward_length per layer (arrays) where its layers differ.
+  const auto kvPerLayer = gemma4 ? perLayerInts(f, path, c.arch + ".attention.head_count_kv", c.layers) : std::nullopt;
+  const auto ffPerLayer = gemma4 ? perLayerInts(f, path, c.arch + ".feed_forward_length", c.layers) : std::nullopt;
+  if (gemma4 && !ffPerLayer) throw FormatError(fmt::format("{}: missing `gemma4.feed_forward_length`", path));
+  c.kvHeads = gemma4 ? (kvPerLayer ? static_cast<int>(kvPerLayer->front()) : c.heads)
+              : f.getInt(c.arch + ".attention.head_count_kv") ? req("attention.head_count_kv")
+                                                              : c.heads;
   // Layer specs as llama.cpp builds them: qwen3moe's layers are all MoE (softmax gating, weights renormalized:
   // build_moe_ffn with norm_w on), each with its router blk.N.ffn_gate_inp.
   c.layerSpecs.assign(static_cast<std::size_t>(c.layers), LayerSpec{});
@@ -509,8 +621,17 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
                                     c.moe.experts));
     for (LayerSpec& s : c.layerSpecs) s.ffn = FfnKind::Moe;
   }
+  if (gemma4 && f.getInt(c.arch + ".expert_count").value_or(0) > 0) {  // the MoE side beside each MLP
+    c.moe.experts = req("expert_count");
+    c.moe.used = req("expert_used_count");
+    c.moe.intermediate = req("expert_feed_forward_length");
+    c.moe.normTopK = c.moe.gemmaRouter = true;
+    if (c.moe.used > c.moe.experts)
+      throw FormatError(fmt::format("{}: `{}.expert_used_count` = {} exceeds the {} experts", path, c.arch, c.moe.used,
+                                    c.moe.experts));
+  }
   const bool anyDense = c.moe.experts == 0;
-  c.intermediate = anyDense || f.getInt(c.arch + ".feed_forward_length") ? req("feed_forward_length") : 0;
+  if (!gemma4) c.intermediate = anyDense || f.getInt(c.arch + ".feed_forward_length") ? req("feed_forward_length") : 0;
   if (!f.getInt(c.arch + ".attention.key_length") && c.hidden % c.heads != 0)
     throw FormatError(fmt::format("{}: `{}.embedding_length` = {} is not a multiple of the {} attention heads", path,
                                   c.arch, c.hidden, c.heads));
@@ -522,6 +643,10 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
   c.contextLength = f.getInt(c.arch + ".context_length").value_or(2048);
   if (c.arch == "gemma3") {
     readGemma3(f, path, c);
+  } else if (gemma4) {
+    const std::vector<std::int64_t> kv =
+        kvPerLayer ? *kvPerLayer : std::vector<std::int64_t>(static_cast<std::size_t>(c.layers), c.heads);
+    readGemma4(f, path, c, kv, *ffPerLayer);
   } else if (c.arch == "gpt-oss") {
     readGptOss(f, path, c);
   } else if (f.has(c.arch + ".rope.scaling.factor")) {
@@ -566,7 +691,17 @@ std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const 
     return w;
   };
   // llama.cpp permutes Q/K of llama-architecture models only.
-  m->assemble(get, ggufNames(c.arch), c.arch == "llama", f.find("output.weight") == nullptr, requantize);
+  WeightNames names = ggufNames(c.arch);
+  if (gemma4) {
+    names.pleEmbed = "per_layer_token_embd.weight";
+    names.pleModelProj = "per_layer_model_proj.weight";
+    names.pleNorm = "per_layer_proj_norm.weight";
+    names.ropeFreqs = "rope_freqs.weight";
+    for (const auto& t : f.tensors())
+      if (t.name.size() > 24 && t.name.compare(t.name.size() - 24, 24, ".ffn_gate_up_exps.weight") == 0)
+        names.stackedGateUp = true;
+  }
+  m->assemble(get, names, c.arch == "llama", f.find("output.weight") == nullptr, requantize);
   return m;
 }
 

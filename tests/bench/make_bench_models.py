@@ -2,7 +2,8 @@
 """Writes Llama-family GGUF models with random weights, for speed benchmarks (tests/bench/bench_vs_llamacpp.sh).
 
     make_bench_models.py [--out DIR] [--size 1b|3b|llama3-8b|qwen2.5-7b|mistral-7b|qwen3-30b-a3b|qwen3moe-tiny|
-                          gemma3-1b|gemma3-4b|gemma3-tiny|gpt-oss-20b|gpt-oss-tiny ...]
+                          gemma3-1b|gemma3-4b|gemma3-tiny|gpt-oss-20b|gpt-oss-tiny|gemma4-e2b|gemma4-31b|
+                          gemma4-tiny ...]
                          [--type Q4_0|Q4_K|Q8_0 ...] [--layers N] [--seed N]
 
 Shapes: 1b = TinyLlama-1.1B (hidden 2048, 22 layers, 32 heads, 4 KV heads, head dim 64, FFN 5632),
@@ -45,6 +46,16 @@ over 4096, RMS eps 1e-5): gpt-oss-20b = gpt-oss-20b's layers (hidden 2880, 64 he
 experts of 2880, 4 per token; 24 layers, or --layers N: one layer is ~0.42 GB) and gpt-oss-tiny (hidden 256, 4 layers,
 4 heads, 2 KV heads, head dim 64, 8 experts of 128, 2 per token) for the CLI and KLD tests. Their attention matrices
 (2880 columns) are no whole Q4_K blocks: Q8_0 or Q4_0 only.
+Gemma 4 shapes (GGUF architecture gemma4 as llama.cpp's converter writes it: sliding layers by a bool per layer, full
+layers of their own head size and KV heads (arrays), K = V where the full layers have no attn_v, rope_freqs of 1e30
+for the three quarters of the full layers' pairs that keep still, rope base 1000000 (full) and 10000 (sliding), q/k
+norms of d^-1/4 (attention is scaled by 1), the last shared_kv_layers layers with no K/V of their own and double-wide
+MLPs, per-layer embeddings, soft-capping 30, tied output, RMS eps 1e-6): gemma4-e2b = Gemma-4-E2B's layers (hidden
+1536, 35 layers, 8 heads, 1 KV head, head dim 256 / 512, FFN 6144, window 512, every 5th layer full, the last 20
+sharing KV, PLE of 256), gemma4-31b = Gemma-4-31B's (hidden 5376, 60 layers, 32 heads, 16 KV heads of 256 / 4 of 512
+with K = V, FFN 21504, window 1024, every 6th layer full) and gemma4-tiny (hidden 256, 8 layers, 4 heads, 2 KV heads of
+64 / 1 of 128 with K = V, FFN 512, window 128, layers 4 and 7 full, the last 3 sharing KV, PLE of 32) for the CLI, GUI
+and KLD tests. No --layers (the shared layers' sources are fixed by the count).
 Output: DIR/random-<size>-<type>.gguf, one path per line on stdout.
 """
 import argparse
@@ -74,12 +85,22 @@ SIZES = {  # hidden, layers, heads, kv heads, head dim, ffn
     "gemma3-tiny": (256, 6, 4, 2, 64, 512),
     "gpt-oss-20b": (2880, 24, 64, 8, 64, 2880),
     "gpt-oss-tiny": (256, 4, 4, 2, 64, 128),
+    "gemma4-e2b": (1536, 35, 8, 1, 256, 6144),
+    "gemma4-31b": (5376, 60, 32, 16, 256, 21504),
+    "gemma4-tiny": (256, 8, 4, 2, 64, 512),
+}
+GEMMA4 = {  # window, full layers' head dim, full layers' KV heads, K = V, shared-KV layers, PLE width, double-wide
+    # MLP on shared layers, sliding pattern period (the last layer full too)
+    "gemma4-e2b": (512, 512, 1, False, 20, 256, True, 5),
+    "gemma4-31b": (1024, 512, 4, True, 0, 0, False, 6),
+    "gemma4-tiny": (128, 128, 1, True, 3, 32, True, 5),
 }
 GPT_OSS = {  # sliding window (even layers), YaRN factor, YaRN original context
     "gpt-oss-20b": (128, 32.0, 4096),
     "gpt-oss-tiny": (128, 32.0, 4096),
 }
-CONTEXT = {"gemma3-1b": 32768, "gemma3-4b": 131072, "gpt-oss-20b": 131072, "gpt-oss-tiny": 131072}  # the real models' trained context; the others 8192
+CONTEXT = {"gemma3-1b": 32768, "gemma3-4b": 131072, "gpt-oss-20b": 131072, "gpt-oss-tiny": 131072,
+           "gemma4-e2b": 131072, "gemma4-31b": 262144, "gemma4-tiny": 131072}  # the real models' trained context; the others 8192
 GEMMA = {  # sliding window, linear RoPE scaling of the global layers (None: none)
     "gemma3-1b": (512, None),
     "gemma3-4b": (1024, 8.0),
@@ -102,10 +123,14 @@ ARCH = {  # GGUF architecture, rope base, RMS norm eps, q/k/v biases; sizes not 
     "gemma3-tiny": ("gemma3", 1000000.0, 1e-6, False),
     "gpt-oss-20b": ("gpt-oss", 150000.0, 1e-5, True),
     "gpt-oss-tiny": ("gpt-oss", 150000.0, 1e-5, True),
+    "gemma4-e2b": ("gemma4", 1000000.0, 1e-6, False),
+    "gemma4-31b": ("gemma4", 1000000.0, 1e-6, False),
+    "gemma4-tiny": ("gemma4", 1000000.0, 1e-6, False),
 }
 SHAPE_OF = {"llama3-8b": "Llama-3-8B", "qwen2.5-7b": "Qwen2.5-7B", "mistral-7b": "Mistral-7B",
             "qwen3-30b-a3b": "Qwen3-30B-A3B", "qwen3moe-tiny": "a tiny Qwen3-MoE", "gemma3-1b": "Gemma-3-1B", "gemma3-4b": "Gemma-3-4B",
-            "gemma3-tiny": "a tiny Gemma 3", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-tiny": "a tiny gpt-oss"}
+            "gemma3-tiny": "a tiny Gemma 3", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-tiny": "a tiny gpt-oss",
+            "gemma4-e2b": "Gemma-4-E2B", "gemma4-31b": "Gemma-4-31B", "gemma4-tiny": "a tiny Gemma 4"}
 BIAS_STD = 0.1
 K_SPIKES = 4, (250.0, 350.0)  # channels per spiked layer (the first and the last), magnitude range
 TYPES = {"Q4_0": QT.Q4_0, "Q4_K": QT.Q4_K, "Q8_0": QT.Q8_0}
@@ -190,8 +215,25 @@ def dims_of(size, layers=None):
     return hidden, layers or n, heads, kv, hd, ffn
 
 
+def gemma4_layers(size, layers):
+    """Per layer (sliding, head dim, KV heads, own KV, K = V, FFN width) of a Gemma 4 shape: the sliding pattern by its
+    period with the last layer full, the full layers' head size and KV heads, the last `shared` layers reading
+    llama.cpp's source layers (n - shared - 1 full, - 2 sliding), double-wide MLPs there."""
+    hidden, n, heads, kv, hd, ffn = dims_of(size, layers)
+    window, ghd, gkv, keqv, shared, ple, wide, period = GEMMA4[size]
+    out = []
+    for i in range(n):
+        sliding = (i + 1) % period != 0 and i != n - 1
+        own = i < n - shared
+        out.append((sliding, hd if sliding else ghd, kv if sliding else gkv, own, keqv and not sliding,
+                    ffn * (2 if wide and not own else 1)))
+    return out
+
+
 def tensor_plan(size, wtype, layers=None):
     hidden, layers, heads, kv, hd, ffn = dims_of(size, layers)
+    if size in GEMMA4:
+        return gemma4_plan(size, wtype, layers)
     bias = arch_of(size)[3]
     moe = MOE.get(size)
     plan = [("token_embd.weight", (VOCAB, hidden), QT.Q8_0)]
@@ -243,6 +285,39 @@ def tensor_plan(size, wtype, layers=None):
     return plan
 
 
+def gemma4_plan(size, wtype, layers):
+    """Gemma 4 as llama.cpp's converter writes it (conversion/gemma.py, Gemma4Model): rope_freqs, per-layer embeddings
+    (token table Q8_0 like token_embd), q/k norms of the layer's head size (no k norm, k or v on shared layers; no v
+    with K = V), the sandwich norms, the layer scalar, the PLE gate, projection and norm."""
+    hidden, n, heads, kv, hd, ffn = dims_of(size, layers)
+    ple = GEMMA4[size][5]
+    ghd = GEMMA4[size][1]
+    plan = [("rope_freqs.weight", (ghd // 2,), QT.F32), ("token_embd.weight", (VOCAB, hidden), QT.Q8_0)]
+    if ple:
+        plan += [("per_layer_token_embd.weight", (VOCAB, n * ple), QT.Q8_0),
+                 ("per_layer_model_proj.weight", (n * ple, hidden), wtype),
+                 ("per_layer_proj_norm.weight", (ple,), QT.F32)]
+    for i, (sliding, d, h, own, keqv, f) in enumerate(gemma4_layers(size, layers)):
+        p = f"blk.{i}."
+        plan += [(p + "attn_norm.weight", (hidden,), QT.F32), (p + "attn_q.weight", (heads * d, hidden), wtype)]
+        if own:
+            plan += [(p + "attn_k.weight", (h * d, hidden), wtype)]
+            if not keqv:
+                plan += [(p + "attn_v.weight", (h * d, hidden), wtype)]
+        plan += [(p + "attn_output.weight", (hidden, heads * d), wtype), (p + "attn_q_norm.weight", (d,), QT.F32)]
+        if own:
+            plan += [(p + "attn_k_norm.weight", (d,), QT.F32)]
+        plan += [(p + "post_attention_norm.weight", (hidden,), QT.F32), (p + "ffn_norm.weight", (hidden,), QT.F32),
+                 (p + "ffn_gate.weight", (f, hidden), wtype), (p + "ffn_up.weight", (f, hidden), wtype),
+                 (p + "ffn_down.weight", (hidden, f), wtype), (p + "post_ffw_norm.weight", (hidden,), QT.F32),
+                 (p + "layer_output_scale.weight", (1,), QT.F32)]
+        if ple:
+            plan += [(p + "inp_gate.weight", (ple, hidden), wtype), (p + "proj.weight", (hidden, ple), wtype),
+                     (p + "post_norm.weight", (hidden,), QT.F32)]
+    plan += [("output_norm.weight", (hidden,), QT.F32)]
+    return plan
+
+
 def is_complete(path, name, n_tensors):
     try:
         r = gguf.GGUFReader(path)
@@ -271,12 +346,30 @@ def write_model(out_dir, size, tname, tokenizer_from, seed, n_layers=None):
     w.add_context_length(CONTEXT.get(size, 8192))
     w.add_embedding_length(hidden)
     w.add_block_count(layers)
-    w.add_feed_forward_length(ffn)
     w.add_head_count(heads)
-    w.add_head_count_kv(kv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
+    if size in GEMMA4:  # per-layer KV heads and FFN widths, full and sliding head sizes, the pattern, shared KV, PLE
+        window, ghd, _, _, shared, ple, _, _ = GEMMA4[size]
+        spec = gemma4_layers(size, n_layers)
+        w.add_array(f"{arch}.attention.head_count_kv", [h for _, _, h, _, _, _ in spec])
+        w.add_array(f"{arch}.feed_forward_length", [f for *_, f in spec])
+        w.add_key_length(ghd)
+        w.add_value_length(ghd)
+        w.add_rope_dimension_count(ghd)
+        w.add_uint32(f"{arch}.attention.key_length_swa", hd)
+        w.add_uint32(f"{arch}.attention.value_length_swa", hd)
+        w.add_uint32(f"{arch}.rope.dimension_count_swa", hd)
+        w.add_float32(f"{arch}.rope.freq_base_swa", 10000.0)
+        w.add_sliding_window(window)
+        w.add_array(f"{arch}.attention.sliding_window_pattern", [s for s, *_ in spec])
+        w.add_uint32(f"{arch}.attention.shared_kv_layers", shared)
+        w.add_uint32(f"{arch}.embedding_length_per_layer_input", ple)
+        w.add_float32(f"{arch}.final_logit_softcapping", 30.0)
+    else:
+        w.add_feed_forward_length(ffn)
+        w.add_head_count_kv(kv)
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+        w.add_rope_dimension_count(hd)
     w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(rms_eps)
     w.add_vocab_size(VOCAB)
@@ -318,6 +411,11 @@ def write_model(out_dir, size, tname, tokenizer_from, seed, n_layers=None):
             data = bias_vector(tensor, shape, layers, rng)
         elif tensor.endswith("ffn_gate_inp.weight"):
             data = rng.standard_normal(shape, dtype=np.float32) * STD
+        elif tensor == "rope_freqs.weight":  # Gemma 4's proportional RoPE: a quarter of the full layers' pairs rotate
+            data = np.where(np.arange(shape[0]) < shape[0] // 4, 1.0, 1e30).astype(np.float32)
+        elif size in GEMMA4 and tensor.endswith(("attn_q_norm.weight", "attn_k_norm.weight")):
+            # Attention is scaled by 1: q and k norms of d^-1/4 each give scores of about unit spread, as trained ones
+            data = np.full(shape, shape[0] ** -0.25, np.float32)
         else:
             # gpt-oss has no q/k norms: its q and k projections are drawn at 1.5 / sqrt(hidden), so each query and key
             # channel has a magnitude near 1.5 (a Qwen3's or Gemma's q/k norms give them about 1), scores spread
@@ -364,6 +462,10 @@ def main():
         for tname in a.type or sorted(TYPES):
             if size in GPT_OSS and tname == "Q4_K":
                 ap.error(f"{size}: its 2880-column matrices are no whole Q4_K blocks (Q8_0 or Q4_0)")
+            if size == "gemma4-tiny" and tname == "Q4_K":
+                ap.error(f"{size}: its 32-column PLE projections are no whole Q4_K blocks (Q8_0 or Q4_0)")
+            if size in GEMMA4 and a.layers:
+                ap.error(f"{size}: --layers would cut its shared-KV layers from their sources")
             print(write_model(a.out, size, tname, a.tokenizer_from, a.seed, a.layers))
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The model families beyond dense Llama as a user meets them in the CLI: a Qwen3-MoE, a Gemma 3 and a gpt-oss GGUF
-# (random weights in the layout llama.cpp's converter writes, SmolLM2's tokenizer) generate, compare and plan (gpt-oss:
-# the doctor's key-fragile verdict, the vLLM export of its sliding layers); a config the forward cannot
+# The model families beyond dense Llama as a user meets them in the CLI: a Qwen3-MoE, a Gemma 3, a gpt-oss and a
+# Gemma 4 GGUF (random weights in the layout llama.cpp's converter writes, SmolLM2's tokenizer) generate, compare and
+# plan (gpt-oss: the doctor's key-fragile verdict, the vLLM export of its sliding layers; Gemma 4: the doctor and the
+# planner on its shared-KV layers, a backend that cannot slide on its global layer only); a config the forward cannot
 # run, and a cache config a sliding-window model cannot use, are one line naming the problem, exit 2.
 set -u
 . "$(dirname "$0")/model_test_setup.sh"
@@ -46,6 +47,23 @@ check oss-doctor 0 'fragile here (learned attention sinks on layers 0-3 and head
   "$cli" doctor --model "$oss" --no-fp8-kl
 check oss-export-vllm 0 '--kv-cache-dtype-skip-layers sliding_window' \
   "$cli" export --format vllm --model "$oss" --cache 'layers=0:dynamic;2:dynamic;*:fp8'
+g4=$("$py" "$here/../bench/make_bench_models.py" --out "$tmp" --size gemma4-tiny --type Q8_0 \
+  --tokenizer-from "$model" 2>/dev/null | tail -1)
+[ -f "$g4" ] || { echo "FAIL make_bench_models.py wrote no gemma4-tiny"; exit 1; }
+check g4-generate 0 '[llamacpp] 5 prompt + 8 new tokens' \
+  "$cli" generate --model "$g4" --prompt "The capital of France is" --max-new 8 --cache llamacpp:type_k=q8_0,type_v=q8_0
+check g4-compare 0 'llamacpp:type_k=q4_0,type_v=q4_0' \
+  "$cli" compare --model "$g4" --prompt "The capital of France is" --max-new 8 --cache llamacpp:type_k=q4_0,type_v=q4_0
+check g4-plan 0 'shared: reads layer 4'"'"'s KV' "$cli" plan "$g4"
+check g4-doctor 0 "reads layer 3's keys and values (stores none)" "$cli" doctor --model "$g4" --no-fp8-kl --no-key-kl
+check g4-doctor-verdict 0 'try: layers=0-3:dynamic;*:llamacpp:type_k=q4_0,type_v=q4_0' \
+  "$cli" doctor --model "$g4" --no-fp8-kl --no-key-kl
+check g4-export-vllm 0 '--kv-cache-dtype-skip-layers sliding_window' \
+  "$cli" export --format vllm --model "$g4" --cache 'layers=0-3:dynamic;*:fp8'
+check g4-sliding-hqq 2 'is a sliding-window layer (window 128): `hqq' \
+  "$cli" generate --model "$g4" --prompt hi --cache hqq:nbits=4
+check g4-global-quanto 0 '[layers=4:quanto:nbits=4;*:dynamic] 1 prompt + 4 new tokens' \
+  "$cli" generate --model "$g4" --prompt hi --max-new 4 --cache 'layers=4:quanto:nbits=4;*:dynamic'
 mkdir -p "$tmp/swa" "$tmp/topk" "$tmp/types"
 for d in swa topk types; do
   cat >"$tmp/$d/tokenizer.json" <<'J'

@@ -32,7 +32,10 @@ attention scaled by 1, a layer scalar per layer and final soft-capping: `gemma4`
 quarter of its pairs; saved by Gemma4ForCausalLM, its config carrying transformers' per_layer_config); `gemma4_e2b` as
 the E2B/E4B are (per-layer embeddings, the last three of eight layers reading layer 3's or 4's KV with double-wide
 MLPs; saved as a Gemma4ForConditionalGeneration's text half with global_head_dim, as the published configs);
-`gemma4_moe` as the 26B-A4B is (every layer's MLP beside 8 experts of 32, top 2, with Gemma 4's router).
+`gemma4_moe` as the 26B-A4B is (every layer's MLP beside 8 experts of 32, top 2, with Gemma 4's router). The last two
+are also written as GGUFs the way llama.cpp's converter writes them (gemma4-e2b.gguf, gemma4-moe.gguf: per-layer KV
+heads and MLP widths as arrays, the sliding pattern as bools, rope_freqs of 1e30 for the pairs that keep still, the
+experts' gate and up stacked), against the same references.
 """
 import argparse
 import json
@@ -91,11 +94,11 @@ def build(kind):
         g4 = dict(sliding_window=16, global_head_dim=64, final_logit_softcapping=30.0, hidden_size_per_layer_input=0)
         if kind == "gemma4":  # 31B-like: K = V on the full layer, one KV head there
             g4.update(attention_k_eq_v=True, num_global_key_value_heads=1)
-        elif kind == "gemma4_e2b":  # E2B-like: PLE, layers 5-7 share layer 4's (sliding) or 3's (full) KV
+        elif kind == "gemma4_e2b":  # E2B-like: PLE, layers 5-6 share layer 3's (sliding) KV, 7 layer 4's (full)
             common.update(num_hidden_layers=8)
             g4.update(hidden_size_per_layer_input=16, vocab_size_per_layer_input=512, num_kv_shared_layers=3,
                       use_double_wide_mlp=True,
-                      layer_types=["sliding_attention" if (i + 1) % 4 else "full_attention" for i in range(8)])
+                      layer_types=["full_attention" if i in (4, 7) else "sliding_attention" for i in range(8)])
         else:  # 26B-A4B-like: the dense MLP beside 8 experts of 32, top 2
             g4.update(attention_k_eq_v=True, num_global_key_value_heads=1, enable_moe_block=True, num_experts=8,
                       top_k_experts=2, moe_intermediate_size=32)
@@ -218,6 +221,85 @@ def write_gemma3_gguf(model, path):
         for hf, gg in names.items():
             t = sd[f"model.layers.{layer}.{hf}"]
             w.add_tensor(f"blk.{layer}.{gg}.weight", t + 1 if hf.endswith("norm.weight") else t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_gemma4_gguf(model, path):
+    """The model as llama.cpp's converter writes a Gemma 4 (conversion/gemma.py, Gemma4Model): F32, norms as stored,
+    head sizes full/swa, per-layer KV heads and MLP widths as arrays, the sliding pattern as bools, the shared-KV count,
+    the per-layer-embedding width, rope_freqs (1 for the rotated pairs of the full layers, 1e30 for the rest), the
+    router's scale and per-expert scale, the experts' [experts, 2 ff, hidden] unsplit."""
+    import gguf
+    cfg = model.config
+    sd = {k: v.detach().float().numpy() for k, v in model.state_dict().items()}
+    a = "gemma4"
+    full = next(i for i, t in enumerate(cfg.layer_types) if t == "full_attention")
+    swa = next(i for i, t in enumerate(cfg.layer_types) if t == "sliding_attention")
+    gdim, sdim = cfg.per_layer_config[full].head_dim, cfg.per_layer_config[swa].head_dim
+    w = gguf.GGUFWriter(path, a)
+    w.add_name("tiny-gemma4")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_array(f"{a}.attention.head_count_kv",
+                [cfg.per_layer_config[i].num_key_value_heads for i in range(cfg.num_hidden_layers)])
+    w.add_key_length(gdim)
+    w.add_value_length(gdim)
+    w.add_uint32(f"{a}.attention.key_length_swa", sdim)
+    w.add_uint32(f"{a}.attention.value_length_swa", sdim)
+    w.add_uint32(f"{a}.rope.dimension_count", gdim)
+    w.add_uint32(f"{a}.rope.dimension_count_swa", sdim)
+    w.add_rope_freq_base(cfg.rope_parameters["full_attention"]["rope_theta"])
+    w.add_float32(f"{a}.rope.freq_base_swa", cfg.rope_parameters["sliding_attention"]["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_sliding_window(cfg.sliding_window)
+    w.add_array(f"{a}.attention.sliding_window_pattern", [t == "sliding_attention" for t in cfg.layer_types])
+    w.add_uint32(f"{a}.attention.shared_kv_layers", cfg.num_kv_shared_layers)
+    w.add_uint32(f"{a}.embedding_length_per_layer_input", cfg.hidden_size_per_layer_input or 0)
+    w.add_float32(f"{a}.final_logit_softcapping", cfg.final_logit_softcapping)
+    first_shared = cfg.num_hidden_layers - cfg.num_kv_shared_layers
+    ff = [cfg.intermediate_size * (2 if cfg.use_double_wide_mlp and i >= first_shared else 1)
+          for i in range(cfg.num_hidden_layers)]
+    w.add_array(f"{a}.feed_forward_length", ff)
+    if cfg.enable_moe_block:
+        w.add_expert_count(cfg.num_experts)
+        w.add_expert_used_count(cfg.top_k_experts)
+        w.add_uint32(f"{a}.expert_feed_forward_length", cfg.moe_intermediate_size)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    partial = cfg.rope_parameters["full_attention"]["partial_rotary_factor"]
+    rotated = int(partial * gdim // 2)
+    w.add_tensor("rope_freqs.weight", np.array([1.0] * rotated + [1e30] * (gdim // 2 - rotated), dtype=np.float32))
+    w.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    if cfg.hidden_size_per_layer_input:
+        w.add_tensor("per_layer_token_embd.weight", sd["model.embed_tokens_per_layer.weight"])
+        w.add_tensor("per_layer_model_proj.weight", sd["model.per_layer_model_projection.weight"])
+        w.add_tensor("per_layer_proj_norm.weight", sd["model.per_layer_projection_norm.weight"])
+    names = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
+             "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+             "self_attn.o_proj.weight": "attn_output.weight", "self_attn.q_norm.weight": "attn_q_norm.weight",
+             "self_attn.k_norm.weight": "attn_k_norm.weight",
+             "post_attention_layernorm.weight": "post_attention_norm.weight",
+             "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+             "post_feedforward_layernorm.weight": "post_ffw_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
+             "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+             "layer_scalar": "layer_output_scale.weight", "per_layer_input_gate.weight": "inp_gate.weight",
+             "per_layer_projection.weight": "proj.weight", "post_per_layer_input_norm.weight": "post_norm.weight",
+             "router.proj.weight": "ffn_gate_inp.weight", "router.scale": "ffn_gate_inp.scale",
+             "router.per_expert_scale": "ffn_down_exps.scale", "experts.gate_up_proj": "ffn_gate_up_exps.weight",
+             "experts.down_proj": "ffn_down_exps.weight",
+             "post_feedforward_layernorm_1.weight": "post_ffw_norm_1.weight",
+             "pre_feedforward_layernorm_2.weight": "pre_ffw_norm_2.weight",
+             "post_feedforward_layernorm_2.weight": "post_ffw_norm_2.weight"}
+    for layer in range(cfg.num_hidden_layers):
+        for hf, gg in names.items():
+            key = f"model.layers.{layer}.{hf}"
+            if key in sd:
+                w.add_tensor(f"blk.{layer}.{gg}", sd[key])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -352,6 +434,8 @@ def main():
             write_gemma3_gguf(model, os.path.join(args.out, "gemma3.gguf"))
         if kind == "gpt_oss_gguf":
             write_gptoss_gguf(model, os.path.join(args.out, "gpt-oss.gguf"))
+        if kind in ("gemma4_e2b", "gemma4_moe"):
+            write_gemma4_gguf(model, os.path.join(args.out, kind.replace("_", "-") + ".gguf"))
         ids = torch.randint(3, 512, (1, 64), generator=torch.Generator().manual_seed(7))
         tensors = {"prompt_ids": ids}
         with torch.no_grad():
