@@ -91,8 +91,8 @@ std::string describeAttention(const ModelConfig& c) {
     if (c.layerSpecs[l].kvFrom >= 0) shared.push_back(static_cast<int>(l));
   }
   if (!wide.empty())
-    extra += fmt::format("; head size {} ({} KV heads{}) on layers {}, {} elsewhere", c.headDimOf(wide.front()),
-                         c.kvHeadsOf(wide.front()),
+    extra += fmt::format("; head size {} ({} KV head{}{}) on layers {}, {} elsewhere", c.headDimOf(wide.front()),
+                         c.kvHeadsOf(wide.front()), c.kvHeadsOf(wide.front()) == 1 ? "" : "s",
                          c.layerSpecs[static_cast<std::size_t>(wide.front())].kEqV ? ", K = V" : "",
                          util::layerRanges(wide), c.headDim);
   if (!shared.empty()) {
@@ -102,7 +102,7 @@ std::string describeAttention(const ModelConfig& c) {
       if (std::find(sources.begin(), sources.end(), from) == sources.end()) sources.push_back(from);
     }
     std::sort(sources.begin(), sources.end());
-    extra += fmt::format("; layers {} store no KV and read layer {}'s of their kind", util::layerRanges(shared),
+    extra += fmt::format("; layers {} store no KV: they read the KV of layers {}", util::layerRanges(shared),
                          util::layerRanges(sources));
   }
   if (windows.empty()) return "full attention" + extra;

@@ -39,7 +39,7 @@ core's work: a 7B/8B file takes ~20 s in Q4_K (random codes), 2 to 3 minutes in 
 Idempotent: a file that exists with the same name, tensor count and a complete data section is kept; files are
 written as NAME.part and renamed when complete.
 gpt-oss shapes (GGUF architecture gpt-oss as llama.cpp's converter writes it: q/k/v/output biases, learned sinks around 1,
-q and k projections of std 1.5 / sqrt(hidden) (there are no q/k norms: at 0.02 attention would be near uniform),
+q and k projections of std 2 / sqrt(hidden) (there are no q/k norms: at 0.02 attention would be near uniform),
 a biased router, experts with biases stored as MXFP4 whatever --type says (as gpt-oss GGUFs ship them: random codes
 under random scales, std ~0.02), the even layers sliding over 128 tokens, rope base 150000 with YaRN by 32
 over 4096, RMS eps 1e-5): gpt-oss-20b = gpt-oss-20b's layers (hidden 2880, 64 heads, 8 KV heads, head dim 64, 32
@@ -417,11 +417,11 @@ def write_model(out_dir, size, tname, tokenizer_from, seed, n_layers=None):
             # Attention is scaled by 1: q and k norms of d^-1/4 each give scores of about unit spread, as trained ones
             data = np.full(shape, shape[0] ** -0.25, np.float32)
         else:
-            # gpt-oss has no q/k norms: its q and k projections are drawn at 1.5 / sqrt(hidden), so each query and key
-            # channel has a magnitude near 1.5 (a Qwen3's or Gemma's q/k norms give them about 1), scores spread
+            # gpt-oss has no q/k norms: its q and k projections are drawn at 2 / sqrt(hidden), so each query and key
+            # channel has a magnitude near 2 (a Qwen3's or Gemma's q/k norms give them about 1), scores spread
             # over a few units and attention reads its cache; at STD they would be near uniform.
             qk = size in GPT_OSS and tensor.endswith(("attn_q.weight", "attn_k.weight"))
-            std = 1.5 / np.sqrt(hidden) if qk else STD
+            std = 2.0 / np.sqrt(hidden) if qk else STD
             data = np.ones(shape, np.float32) if qtype == QT.F32 else random_matrix(shape, qtype, rng, std)
         w.write_tensor_data(data)
         done += data.nbytes

@@ -584,7 +584,7 @@ TEST(BadInputs, ConfigJsonKeysOfTheWrongType) {
   }
   EXPECT_MENTIONS(with("rope_scaling", {1, 2}), w, "`rope_scaling`", "must be an object");
   EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", "longrope"}, {"factor", 4}}), w, "`rope_scaling.rope_type`",
-                  "`longrope` is not supported (default, linear, llama3, yarn)");
+                  "`longrope` is not supported (default, linear, llama3, yarn, proportional)");
   EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}), w,
                   "`rope_scaling.original_max_position_embeddings` is missing");
   EXPECT_MENTIONS(with("rope_scaling", {{"rope_type", "yarn"},
@@ -759,7 +759,8 @@ TEST(BadInputs, Gemma4ConfigsReadAsTransformersReadsThem) {
   EXPECT_EQ(ce.intermediateOf(14), 6144);
   EXPECT_EQ(ce.intermediateOf(15), 12288);
   EXPECT_EQ(ce.kvHeadsOf(4), 1);  // no K = V: the full layers keep num_key_value_heads
-  EXPECT_NE(model::describeAttention(ce).find("layers 15-34 store no KV and read layer 13-14's"), std::string::npos)
+  EXPECT_NE(model::describeAttention(ce).find("layers 15-34 store no KV: they read the KV of layers 13-14"),
+            std::string::npos)
       << model::describeAttention(ce);
 
   auto with = [&](const char* key, const nlohmann::json& v) {

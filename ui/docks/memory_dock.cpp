@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "docks/plot_style.h"
+#include "util/layer_ranges.h"
 
 namespace kvscope::ui {
 
@@ -16,31 +17,33 @@ namespace {
 // "; sliding window 16 on layers 1,2 (layer 1 holds 17 of 130 tokens)": what the sliding layers keep, and which
 // layers read another's KV; empty without.
 QString slidingNote(const cache::CacheSnapshot& c) {
-  QMap<std::int64_t, QList<int>> byWindow;
+  const auto shared = [&c](std::size_t l) { return l < c.kvSources.size() && c.kvSources[l] >= 0; };
+  QMap<std::int64_t, std::vector<int>> byWindow;
   for (std::size_t l = 0; l < c.windows.size(); ++l)
-    if (c.windows[l] > 0) byWindow[c.windows[l]] << static_cast<int>(l);
+    if (c.windows[l] > 0 && !shared(l)) byWindow[c.windows[l]].push_back(static_cast<int>(l));
   QStringList parts;
   for (auto it = byWindow.cbegin(); it != byWindow.cend(); ++it) {
-    QStringList ls;
-    for (int l : it.value()) ls << QString::number(l);
     const int first = it.value().front();
     const std::int64_t held = c.seqLength - c.dropped[static_cast<std::size_t>(first)];
     parts << QObject::tr("sliding window %1 on layers %2 (layer %3 holds %4 of %5 tokens)")
                  .arg(it.key())
-                 .arg(ls.join(","))
+                 .arg(QString::fromStdString(util::layerRanges(it.value())))
                  .arg(first)
                  .arg(held)
                  .arg(c.seqLength);
   }
-  // Shared-KV layers (Gemma 4): no bars of their own; say whose cache each reads.
-  QMap<int, QList<int>> bySource;
+  // Shared-KV layers (Gemma 4): no bars of their own; say whose cache they read.
+  std::vector<int> readers, sources;
   for (std::size_t l = 0; l < c.kvSources.size(); ++l)
-    if (c.kvSources[l] >= 0) bySource[c.kvSources[l]] << static_cast<int>(l);
-  for (auto it = bySource.cbegin(); it != bySource.cend(); ++it) {
-    QStringList ls;
-    for (int l : it.value()) ls << QString::number(l);
-    parts << QObject::tr("layers %1 store no KV: they read layer %2's").arg(ls.join(",")).arg(it.key());
-  }
+    if (shared(l)) {
+      readers.push_back(static_cast<int>(l));
+      if (std::find(sources.begin(), sources.end(), c.kvSources[l]) == sources.end()) sources.push_back(c.kvSources[l]);
+    }
+  std::sort(sources.begin(), sources.end());
+  if (!readers.empty())
+    parts << QObject::tr("layers %1 store no KV: they read the KV of layers %2")
+                 .arg(QString::fromStdString(util::layerRanges(readers)))
+                 .arg(QString::fromStdString(util::layerRanges(sources)));
   return parts.isEmpty() ? QString() : "; " + parts.join("; ");
 }
 }  // namespace
