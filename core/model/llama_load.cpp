@@ -1,6 +1,7 @@
 // Loading a LlamaModel: GGUF and Hugging Face weight names, the checks on what a file holds, and the layers
 // assembled from their layer specs (model_config.h).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -83,6 +84,9 @@ struct WeightNames {
   /// transformers' gpt-oss experts: one [experts, hidden, 2 ff] matrix per layer (kind ffn_gate_up_exps.weight)
   /// multiplied from the left, gate and up in alternate columns, and the down projections as [experts, ff, hidden].
   bool fusedGateUp = false;
+  /// The same experts as a checkpoint's MXFP4 `*_blocks` / `*_scales` (gpt-oss's published HF layout): the getter
+  /// gives them as ggml MXFP4 rows, [experts, 2 ff, hidden] (gate and up in alternate rows) and [experts, hidden, ff].
+  bool mxfp4Experts = false;
   /// transformers' Gemma 4 experts: one [experts, 2 ff, hidden] matrix per layer (ffn_gate_up_exps.weight), each
   /// expert's gate rows then its up rows, and the down projections as [experts, hidden, ff].
   bool stackedGateUp = false;
@@ -285,7 +289,24 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
         const at::Tensor b = vec(maybe(n(kind), {E, rows}), dtype);
         return b.defined() ? b.view({E, rows}) : b;
       };
-      if (names.fusedGateUp) {  // transformers' gpt-oss: x @ W + b, gate and up in alternate columns
+      if (names.fusedGateUp && names.mxfp4Experts) {  // MXFP4 rows: gate and up alternate, kept as stored blocks
+        const Weight gu = need(n("ffn_gate_up_exps.weight"), {E, 2 * F, H});
+        const Weight dn = need(n("ffn_down_exps.weight"), {E, H, F});
+        std::vector<std::int64_t> evenThenOdd(static_cast<std::size_t>(2 * F));
+        for (std::int64_t i = 0; i < F; ++i)
+          evenThenOdd[static_cast<std::size_t>(i)] = 2 * i, evenThenOdd[static_cast<std::size_t>(F + i)] = 2 * i + 1;
+        for (int e = 0; e < E; ++e) {
+          const Weight rows = gu.rowBlock(2 * e * F, 2 * F).permuteRows(evenThenOdd);
+          L.moe.gate.push_back(rows.rowBlock(0, F));
+          L.moe.up.push_back(rows.rowBlock(F, F));
+          L.moe.down.push_back(dn.rowBlock(e * H, H));
+        }
+        if (const at::Tensor b = biases("ffn_gate_up_exps.bias", 2 * F); b.defined()) {
+          L.moe.gateBias = b.slice(1, 0, 2 * F, 2).contiguous();
+          L.moe.upBias = b.slice(1, 1, 2 * F, 2).contiguous();
+        }
+        L.moe.downBias = biases("ffn_down_exps.bias", H);
+      } else if (names.fusedGateUp) {  // transformers' gpt-oss: x @ W + b, gate and up in alternate columns
         const Weight gu = need(n("ffn_gate_up_exps.weight"), {E, H, 2 * F});
         const Weight dn = need(n("ffn_down_exps.weight"), {E, F, H});
         for (int e = 0; e < E; ++e) {
@@ -572,6 +593,47 @@ void readGemma4(const GgufFile& f, const std::string& path, ModelConfig& c, cons
   }
 }
 
+// A checkpoint's MXFP4 tensor (transformers' gpt-oss layout: `*_blocks` U8 [..., rows, groups, 16], two E2M1 codes a
+// byte, the even element in the low nibble; `*_scales` U8 [..., rows, groups], E8M0 exponents with bias 127) as
+// ggml's MXFP4 rows of groups * 32 values: each block its exponent byte, then element i's code at byte i % 16, in
+// the low nibble for i < 16 (dequantize_row_mxfp4: doubled E2M1 values times 2^(e - 128), the same numbers). `shape`:
+// [..., rows, groups * 32], as the float tensor would be.
+Weight mxfp4FromBlocks(const SafetensorsFile& bf, const std::string& bname, const SafetensorsFile& sf,
+                       const std::string& sname, const std::vector<std::int64_t>& shape) {
+  const auto& b = bf.at(bname);
+  const auto& s = sf.at(sname);
+  if (b.dtype != "U8" || s.dtype != "U8")
+    throw FormatError(fmt::format("{}: MXFP4 tensors `{}` / `{}` must be U8, found {} / {}", bf.path(), bname, sname,
+                                  b.dtype, s.dtype));
+  std::vector<std::int64_t> want(shape.begin(), shape.end() - 1);
+  want.push_back(shape.back() / 32);
+  std::vector<std::int64_t> wantBlocks = want;
+  wantBlocks.push_back(16);
+  if (shape.back() % 32 != 0 || b.shape != wantBlocks || s.shape != want)
+    throw FormatError(fmt::format("{}: MXFP4 tensors `{}` {} / `{}` {} do not hold the {} values the config needs",
+                                  bf.path(), bname, fmt::join(b.shape, "x"), sname, fmt::join(s.shape, "x"),
+                                  fmt::join(shape, "x")));
+  std::int64_t rows = 1;
+  for (std::size_t d = 0; d + 1 < shape.size(); ++d) rows *= shape[d];
+  const std::int64_t groups = shape.back() / 32, n = rows * groups;
+  const auto held = std::make_shared<at::Tensor>(at::empty({n * 17}, at::kByte));
+  std::uint8_t* out = held->mutable_data_ptr<std::uint8_t>();
+  const std::uint8_t* codes = b.data;
+  const std::uint8_t* exps = s.data;
+  at::parallel_for(0, n, 4096, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t g = begin; g < end; ++g) {
+      std::uint8_t* o = out + g * 17;
+      const std::uint8_t* in = codes + g * 16;
+      o[0] = exps[g];
+      for (int j = 0; j < 16; ++j) {
+        const auto code = [&](int i) { return (in[i / 2] >> (4 * (i % 2))) & 0x0F; };
+        o[1 + j] = static_cast<std::uint8_t>(code(j) | (code(j + 16) << 4));
+      }
+    }
+  });
+  return Weight(static_cast<std::uint32_t>(kernels::GgmlType::MXFP4), rows, shape.back(), out, held);
+}
+
 }  // namespace
 
 std::unique_ptr<LlamaModel> LlamaModel::fromGguf(const std::string& path, const device::ExecutionContext& ctx,
@@ -744,6 +806,11 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const 
   const std::int64_t total = static_cast<std::int64_t>(where_.size());
   std::int64_t done = 0;
   const TensorGetter get = [&](const std::string& name, const std::vector<std::int64_t>& shape, bool optional) {
+    if (where_.count(name + "_blocks") && where_.count(name + "_scales")) {
+      if (progress && !progress(done += 2, total)) throw LoadCancelled();
+      return mxfp4FromBlocks(*where_.at(name + "_blocks"), name + "_blocks", *where_.at(name + "_scales"),
+                             name + "_scales", shape);
+    }
     const auto it = where_.find(name);
     if (it == where_.end() || !it->second->contains(name)) {
       if (optional) return Weight();
@@ -782,13 +849,10 @@ std::unique_ptr<LlamaModel> LlamaModel::fromHfDir(const std::string& dir, const 
       prefix = p;
       break;
     }
-  if (c.arch == "gpt_oss" && where_.count(prefix + "layers.0.mlp.experts.gate_up_proj_blocks"))
-    throw FormatError(
-        fmt::format("{}: the experts are MXFP4 (`mlp.experts.*_blocks` / `*_scales`), which kvscope reads from a GGUF "
-                    "only: use llama.cpp's gpt-oss GGUF, or save the model dequantized (transformers: "
-                    "Mxfp4Config(dequantize=True))",
-                    dir));
-  m->assemble(get, hfNames(c.arch, prefix), false, tied, requantize);
+  WeightNames names = hfNames(c.arch, prefix);
+  names.mxfp4Experts = c.arch == "gpt_oss" && where_.count(prefix + "layers.0.mlp.experts.gate_up_proj_blocks") > 0;
+  if (names.mxfp4Experts) c.weightTypes.push_back("MXFP4 experts (kept as ggml's MXFP4 blocks)");
+  m->assemble(get, names, false, tied, requantize);
   return m;
 }
 

@@ -26,6 +26,12 @@ inline at::Tensor randn(std::int64_t B, std::int64_t H, std::int64_t T, std::int
   return at::randn({B, H, T, D}).to(dt);
 }
 
+/// Standard-normal float32 states [B, H, T, D] drawn after at::manual_seed(seed): each seed its own draw.
+inline at::Tensor drawn(std::int64_t seed, std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D) {
+  at::manual_seed(static_cast<std::uint64_t>(seed));
+  return randn(B, H, T, D);
+}
+
 /// States [2, 3, S, 64] in `dt` for the int codecs, drawn after at::manual_seed(seed): head 1 scaled by 20 (a wide
 /// range) and token 5 constant (zero-range groups along the head dim).
 inline at::Tensor codecStates(std::uint64_t seed, at::ScalarType dt, std::int64_t S = 64) {

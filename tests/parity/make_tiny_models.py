@@ -24,7 +24,8 @@ learned sinks, attention biases, 8 experts of 64 with biases behind a biased rou
 clamped SwiGLU, YaRN by 32 over 4096 positions. `gpt_oss` keeps GptOssConfig's untruncated YaRN (truncate false, as the
 published configs); `gpt_oss_gguf` truncates it (as llama.cpp always does), has its experts rounded to MXFP4 values, and is
 also written as gpt-oss.gguf the way llama.cpp's converter writes it (MXFP4 experts, gate and up split, the FFN norm as
-post_attention_norm): the same reference holds for both files.
+post_attention_norm) and as gpt_oss_mxfp4/, the layout of OpenAI's published checkpoints (MXFP4 `*_blocks` /
+`*_scales` experts): the same reference holds for all three.
 
 Three Gemma 4 models (dynamic cache only, as they slide), each with norms scaling by w as stored, values RMS-normed,
 attention scaled by 1, a layer scalar per layer and final soft-capping: `gemma4` as the 31B is built (five layers over a
@@ -163,33 +164,47 @@ def mxfp4_round(w):
     return torch.from_numpy(np.ascontiguousarray(q)).reshape(w.shape).to(w.dtype)
 
 
-def save_multimodal(model, d):
-    """The model as a Gemma3ForConditionalGeneration checkpoint's text half: config.json with the text config under
-    text_config (no model_type there: the wrapper's names the family), weights under model.language_model.*."""
-    os.makedirs(d, exist_ok=True)
-    text = model.config.to_dict()
-    text.pop("model_type", None)
+def save_gptoss_mxfp4(model, d):
+    """The model as OpenAI's published gpt-oss checkpoints store it: the experts' gate_up_proj and down_proj as MXFP4
+    `*_blocks` (U8 [experts, rows, groups, 16], the even element in the low nibble) and `*_scales` (U8 E8M0 exponents),
+    rows being the outputs, and quantization_config mxfp4 in config.json. The experts were rounded to MXFP4 values
+    (build), so the blocks hold them exactly."""
+    model.save_pretrained(d, safe_serialization=True)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn",
+                                  "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump({"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
-                   "text_config": text}, f, indent=1)
-    sd = {("model.language_model." + k[len("model."):]): v.detach().contiguous()
-          for k, v in model.state_dict().items() if k.startswith("model.")}
+        json.dump(cfg, f, indent=1)
+    sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    for layer in range(model.config.num_hidden_layers):
+        for name in ("gate_up_proj", "down_proj"):
+            key = f"model.layers.{layer}.mlp.experts.{name}"
+            w = sd.pop(key).transpose(-1, -2)  # [experts, outputs, inputs]
+            q = np.asarray(mxfp4_bytes(w)).reshape(*w.shape[:-1], w.shape[-1] // 32, 17)
+            codes = np.concatenate([q[..., 1:17] & 0x0F, q[..., 1:17] >> 4], axis=-1)  # element i's code, i < 32
+            packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+            sd[key + "_blocks"] = torch.from_numpy(np.ascontiguousarray(packed))
+            sd[key + "_scales"] = torch.from_numpy(np.ascontiguousarray(q[..., 0]))
     save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
 
 
-def save_gemma4_multimodal(model, d):
-    """The model as a Gemma4ForConditionalGeneration checkpoint's text half, its config as the published ones write it:
-    global_head_dim (and num_global_key_value_heads) rather than transformers' per_layer_config."""
+def save_multimodal(model, d, family="gemma3"):
+    """The model as a Gemma3ForConditionalGeneration (Gemma4...) checkpoint's text half: config.json with the text
+    config under text_config, weights under model.language_model.*. Gemma 3's leaves its model_type out (the wrapper's
+    names the family); Gemma 4's is written as the published configs write it: global_head_dim (and
+    num_global_key_value_heads) rather than transformers' per_layer_config."""
     os.makedirs(d, exist_ok=True)
     text = model.config.to_dict()
-    per = text.pop("per_layer_config", {})
-    for layer in per.values():
+    if family == "gemma3":
+        text.pop("model_type", None)
+    for layer in (text.pop("per_layer_config", None) or {}).values():
         text["global_head_dim"] = layer["head_dim"]
         if "num_key_value_heads" in layer:
             text["num_global_key_value_heads"] = layer["num_key_value_heads"]
+    arch = "Gemma3ForConditionalGeneration" if family == "gemma3" else "Gemma4ForConditionalGeneration"
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump({"model_type": "gemma4", "architectures": ["Gemma4ForConditionalGeneration"],
-                   "text_config": text}, f, indent=1)
+        json.dump({"model_type": family, "architectures": [arch], "text_config": text}, f, indent=1)
     sd = {("model.language_model." + k[len("model."):]): v.detach().contiguous()
           for k, v in model.state_dict().items() if k.startswith("model.")}
     save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
@@ -425,7 +440,7 @@ def main():
         if kind == "gemma3_27b":
             save_multimodal(model, d)
         elif kind == "gemma4_e2b":
-            save_gemma4_multimodal(model, d)
+            save_multimodal(model, d, "gemma4")
         else:
             model.save_pretrained(d, safe_serialization=True)
         if kind == "qwen3moe_gguf":
@@ -434,6 +449,7 @@ def main():
             write_gemma3_gguf(model, os.path.join(args.out, "gemma3.gguf"))
         if kind == "gpt_oss_gguf":
             write_gptoss_gguf(model, os.path.join(args.out, "gpt-oss.gguf"))
+            save_gptoss_mxfp4(model, os.path.join(args.out, "gpt_oss_mxfp4"))
         if kind in ("gemma4_e2b", "gemma4_moe"):
             write_gemma4_gguf(model, os.path.join(args.out, kind.replace("_", "-") + ".gguf"))
         ids = torch.randint(3, 512, (1, 64), generator=torch.Generator().manual_seed(7))

@@ -22,11 +22,7 @@ using namespace kvscope::cache;
 
 namespace {
 
-// States [B, H, T, D] drawn after at::manual_seed(seed).
-at::Tensor drawn(std::int64_t seed, std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D) {
-  at::manual_seed(static_cast<std::uint64_t>(seed));
-  return testutil::randn(B, H, T, D);
-}
+using testutil::drawn;
 
 // softmax([q k^T / sqrt(D) (masked), sink]) without the sink's column, times V; float64, by definition. Query i sits at
 // position L - T + i and sees keys j <= that position (and j > position - window where window > 0).

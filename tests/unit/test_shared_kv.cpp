@@ -19,10 +19,7 @@ using namespace kvscope::cache;
 
 namespace {
 
-at::Tensor drawn(std::int64_t seed, std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D) {
-  at::manual_seed(static_cast<std::uint64_t>(seed));
-  return testutil::randn(B, H, T, D);
-}
+using testutil::drawn;
 
 CacheConfig inMode(const std::string& spec, AttentionMode m) {
   CacheConfig c = parseSpec(spec);
