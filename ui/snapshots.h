@@ -125,6 +125,7 @@ struct TuneResultView {
   /// The model computes in 8-bit activations and the scan ran in float32 (generate::ScanArithmetic says why).
   bool floatScanOfQ8 = false;
   std::vector<qint64> layerWindows;  ///< the model's sliding window per layer (0: full): the pricing at a context
+  std::vector<double> layerValues;   ///< each layer's K/V values a token (0: it reads another's KV): the same
 };
 
 struct TokenView {

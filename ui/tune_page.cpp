@@ -247,7 +247,8 @@ void TunePage::showResult(const TuneResultView& result) {
   solved_ = result.complete ? result.scan : cache::completedCandidates(result.scan);
   if (context_->value() > 0 && result.ctx > 0 && !solved_.plan.candidates.empty())
     solved_ = cache::pricedAt(solved_, {result.ctx, result.prompt, std::max(result.step, 1)}, context_->value(),
-                              cache::LayerWindows(result.layerWindows.begin(), result.layerWindows.end()));
+                              cache::LayerWindows(result.layerWindows.begin(), result.layerWindows.end()),
+                              result.layerValues);
   fronts_.clear();
   for (cache::TuneTarget t : cache::allTargets())
     fronts_.push_back(solved_.plan.candidates.empty() ? std::vector<cache::Assignment>{}

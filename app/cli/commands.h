@@ -72,5 +72,8 @@ std::string mergedScan(const ShardSet& set);
 /// its metadata or config.json alone (the planner's reading: no weights): what the exports' per-layer-kind rules
 /// need (cache::LayerWindows). Throws kvscope::Error naming the problem.
 std::vector<std::int64_t> layerWindows(const std::string& path);
+/// Each layer's K and V values a token of the same model (0 where a layer reads another's KV): the weights of the
+/// tuner's pricing at a context (cache::pricedAt). Throws kvscope::Error naming the problem.
+std::vector<double> layerValues(const std::string& path);
 
 }  // namespace kvscope::cli

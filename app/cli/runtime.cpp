@@ -30,6 +30,14 @@ cache::LayerWindows layerWindows(const std::string& path) {
   return w;
 }
 
+std::vector<double> layerValues(const std::string& path) {
+  const plan::ModelLayout m = plan::loadLayout(path);
+  std::vector<double> v;
+  for (const plan::LayerSpec& l : m.layers)
+    v.push_back(l.kind == plan::LayerKind::Shared ? 0.0 : static_cast<double>(l.kvHeads) * (l.headDimK + l.headDimV));
+  return v;
+}
+
 runtime::Session openSession(const std::string& path, ModelChoice how) {
   how.path = path;
   return runtime::Session::open(how);

@@ -240,8 +240,10 @@ Runner addTune(CLI::App& app) {
     // The model's sliding windows: for the engines' rules on those layers in the exports (unknown when the scan
     // file's model is no longer there), and for the pricing at --context, which needs them.
     cache::LayerWindows modelWindows;
+    std::vector<double> modelValues;
     try {
       modelWindows = layerWindows(settings.value("model", std::string()));
+      modelValues = layerValues(settings.value("model", std::string()));
     } catch (const std::exception& e) {
       if (o->context)
         throw UsageError(
@@ -253,7 +255,7 @@ Runner addTune(CLI::App& app) {
       scan = cache::pricedAt(scan,
                              {settings.value("ctx", std::int64_t{0}), settings.value("prompt", std::int64_t{0}),
                               settings.value("step", std::int64_t{1})},
-                             *o->context, modelWindows);
+                             *o->context, modelWindows, modelValues);
     for (TuneTarget t : targets) {
       Result r{t, cache::paretoFront(scan, t), std::nullopt, {}, std::nullopt};
       if (budget) r.pick = cache::solve(r.front, *budget);

@@ -327,7 +327,11 @@ void Engine::tune(const ui::TuneRequest& r) {
     cache::Scan& scan = out.scan;
     scan.plan = cache::planScan(r.candidates, d_->session->model().config().layers);
     out.dtype = QString::fromStdString(d_->session->options().dtype);
-    for (const model::LayerSpec& s : d_->session->model().config().layerSpecs) out.layerWindows.push_back(s.window);
+    const model::ModelConfig& mc = d_->session->model().config();
+    for (const model::LayerSpec& s : mc.layerSpecs) out.layerWindows.push_back(s.window);
+    for (int l = 0; l < mc.layers; ++l)
+      out.layerValues.push_back(
+          mc.layerSpecs[static_cast<std::size_t>(l)].kvFrom >= 0 ? 0.0 : 2.0 * mc.kvHeadsOf(l) * mc.headDimOf(l));
     const auto windows = textWindows(r.textPath, r.ctx, r.windows);
     generate::EvalOptions o;
     o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);

@@ -361,7 +361,8 @@ std::int64_t ScanFeed::held(std::int64_t window) const {
   return held;
 }
 
-Scan pricedAt(const Scan& scan, const ScanFeed& feed, std::int64_t context, const LayerWindows& windows) {
+Scan pricedAt(const Scan& scan, const ScanFeed& feed, std::int64_t context, const LayerWindows& windows,
+              const std::vector<double>& values) {
   const int layers = scan.plan.numLayers;
   if (feed.tokens < 1 || feed.step < 1 || context < 1)
     throw ConfigError("context", fmt::format("pricing at {} tokens from runs of {} (steps of {}): each must be at "
@@ -369,18 +370,22 @@ Scan pricedAt(const Scan& scan, const ScanFeed& feed, std::int64_t context, cons
                                              context, feed.tokens, feed.step));
   if (!windows.empty() && windows.size() != static_cast<std::size_t>(layers))
     throw ConfigError("context", fmt::format("{} sliding windows for a scan of {} layers", windows.size(), layers));
+  if (!values.empty() && values.size() != static_cast<std::size_t>(layers))
+    throw ConfigError("context", fmt::format("{} layer shapes for a scan of {} layers", values.size(), layers));
   const auto window = [&](int l) { return windows.empty() ? 0 : windows[static_cast<std::size_t>(l)]; };
-  // The reference's bytes per token and layer (every layer one head shape), from the tokens each layer held; at the
-  // context a sliding layer holds its window.
+  const auto weight = [&](int l) { return values.empty() ? 1.0 : values[static_cast<std::size_t>(l)]; };
+  // The reference's bytes per token and layer (each layer's values a token, or one head shape for all), from the
+  // tokens each layer held; at the context a sliding layer holds its window.
   std::vector<double> scale(static_cast<std::size_t>(layers));
   double before = 0, after = 0;
   for (int l = 0; l < layers; ++l) {
     const auto was = static_cast<double>(feed.held(window(l)));
     const auto will = static_cast<double>(window(l) > 0 ? std::min(context, window(l)) : context);
     scale[static_cast<std::size_t>(l)] = will / was;
-    before += was;
-    after += will;
+    before += weight(l) * was;
+    after += weight(l) * will;
   }
+  if (!(before > 0)) throw ConfigError("context", "no layer of the scan stores keys or values");
   Scan out = scan;
   out.referenceBytes = std::llround(static_cast<double>(scan.referenceBytes) * after / before);
   for (Scan::Point& p : out.points) {

@@ -72,7 +72,10 @@ struct ScanFeed {
 /// 0: full attention; empty: every layer full) over those it held in the scan. The reference's bytes split over the
 /// layers by the tokens each held (kvscope's forward gives every layer one KV head shape); each point's saving is its
 /// layer's. Throws ConfigError for a feed or context of no tokens, or windows not one per layer.
-Scan pricedAt(const Scan& scan, const ScanFeed& feed, std::int64_t context, const LayerWindows& windows);
+/// `values`: each layer's K and V values a token (kvHeads x (K + V head sizes); 0 for a layer that stores none, as
+/// Gemma 4's shared-KV layers), weighing its share of the reference's bytes; empty: every layer the same shape.
+Scan pricedAt(const Scan& scan, const ScanFeed& feed, std::int64_t context, const LayerWindows& windows,
+              const std::vector<double>& values = {});
 
 /// What a partial scan (still going, or stopped) can be solved from: the candidates whose every layer side has its
 /// point, renumbered in their order, with those points. Equal to `scan` when it is complete.

@@ -355,4 +355,15 @@ TEST(Tune, PricedAtAContextSlidingLayersHoldTheirWindow) {
   EXPECT_EQ(pricedAt(s, {512, 64, 16}, 512, windows).referenceBytes, s.referenceBytes);
   EXPECT_THROW(pricedAt(s, {512, 64, 16}, 1024, LayerWindows{512}), ConfigError);
   EXPECT_THROW(pricedAt(s, {0, 64, 16}, 1024, windows), ConfigError);
+  // Layers of their own shapes (Gemma 4: sliding layers of 2 KV heads x 64 x 2 sides, a full one of 1 x 128 x 2 with
+  // twice their share, shared layers that store nothing): each weighs the reference by its values a token, and a
+  // shared layer's tokens add no bytes at any context.
+  const std::vector<double> values{256, 256, 256, 256, 256, 0};
+  const Scan shaped = pricedAt(s, {512, 64, 16}, 32768, windows, values);
+  EXPECT_EQ(shaped.referenceBytes, s.referenceBytes);  // only sliding layers store: nothing grows past 512 tokens
+  const Scan full = pricedAt(s, {512, 64, 16}, 32768, LayerWindows{512, 512, 512, 512, 0, 0},
+                             std::vector<double>{256, 256, 256, 256, 512, 0});
+  EXPECT_EQ(full.referenceBytes, std::llround(12000.0 * (4 * 256 * 512 + 512 * 32768.0) / (4 * 256 * 512 + 512 * 512)));
+  EXPECT_THROW(pricedAt(s, {512, 64, 16}, 1024, windows, {1.0}), ConfigError);
+  EXPECT_THROW(pricedAt(s, {512, 64, 16}, 1024, windows, std::vector<double>(6, 0.0)), ConfigError);
 }
