@@ -695,6 +695,27 @@ class WindowTest : public QObject {
     QVERIFY(dock->blockPlot()->parentWidget()->isHidden());
   }
 
+  void memoryDockSaysWhichLayersReadAnothersKv() {
+    // Gemma 4's shared-KV layers: layers 2 and 3 store nothing and read layers 0 (sliding over 16) and 1 (full). The
+    // note names the sliding layers that hold a cache and the readers; selecting a reader (no statistics) is safe.
+    auto r = std::make_shared<ui::RunSnapshot>();
+    r->runId = 906;
+    r->spec = "dynamic";
+    r->config = cache::parseSpec(r->spec.toStdString());
+    r->finished = true;
+    r->cache.seqLength = 30;
+    r->cache.memory.resize(4);
+    r->cache.stats.resize(4);
+    r->cache.windows = {16, 0, 16, 0};
+    r->cache.dropped = {0, 0, 0, 0};
+    r->cache.kvSources = {-1, -1, 0, 1};
+    w_->onRunUpdated(r);
+    const QString note = w_->findChild<QLabel*>("memoryTotals")->text();
+    QVERIFY2(note.contains("sliding window 16 on layers 0 (layer 0 holds 30 of 30 tokens)"), qPrintable(note));
+    QVERIFY2(note.contains("layers 2-3 store no KV: they read the KV of layers 0-1"), qPrintable(note));
+    for (int l : {3, 2, 0}) w_->selection()->setLayer(l);
+  }
+
   void exportWritesEveryTargetAndSaysWhatDoesNotCarryOver() {
     QTemporaryDir dir;
     QVERIFY(w_->configPanel()->setSpec("quanto:nbits=4"));
