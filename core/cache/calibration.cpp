@@ -18,7 +18,7 @@ std::int64_t groupCount(Fp8Granularity g, std::int64_t H, std::int64_t D) {
 
 // |x| as float32 [groups, n]: one row per scale group.
 at::Tensor byGroup(const at::Tensor& x, Fp8Granularity g) {
-  const at::Tensor a = x.abs().to(at::kFloat);
+  at::Tensor a = x.abs().to(at::kFloat);
   switch (g) {
     case Fp8Granularity::Tensor:
       return a.reshape({1, -1});

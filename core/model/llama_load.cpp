@@ -296,7 +296,7 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
         for (std::int64_t i = 0; i < F; ++i)
           evenThenOdd[static_cast<std::size_t>(i)] = 2 * i, evenThenOdd[static_cast<std::size_t>(F + i)] = 2 * i + 1;
         for (int e = 0; e < E; ++e) {
-          const Weight rows = gu.rowBlock(2 * e * F, 2 * F).permuteRows(evenThenOdd);
+          const Weight rows = gu.rowBlock(2 * F * e, 2 * F).permuteRows(evenThenOdd);
           L.moe.gate.push_back(rows.rowBlock(0, F));
           L.moe.up.push_back(rows.rowBlock(F, F));
           L.moe.down.push_back(dn.rowBlock(e * H, H));
@@ -324,8 +324,8 @@ void LlamaModel::assemble(const TensorGetter& get, const WeightNames& names, boo
         const Weight gu = need(n("ffn_gate_up_exps.weight"), {E, 2 * F, H});
         const Weight dn = need(n("ffn_down_exps.weight"), {E, H, F});
         for (int e = 0; e < E; ++e) {
-          L.moe.gate.push_back(quantize(gu.rowBlock(2 * e * F, F)));
-          L.moe.up.push_back(quantize(gu.rowBlock(2 * e * F + F, F)));
+          L.moe.gate.push_back(quantize(gu.rowBlock(2 * F * e, F)));
+          L.moe.up.push_back(quantize(gu.rowBlock(2 * F * e + F, F)));
           L.moe.down.push_back(quantize(dn.rowBlock(e * H, H)));
         }
       } else {
