@@ -588,4 +588,35 @@ TEST(PlanLayout, SlidingWindowsAgreeWithTheForward) {
   }
 }
 
+// Gemma 4: the planner and the forward read the same head sizes, KV heads and shared-KV sources from one config
+// (an E2B-like pattern with K = V on the full layers), so what `plan` prices is what the forward stores.
+TEST(PlanLayout, Gemma4LayersAgreeWithTheForward) {
+  std::string types;
+  for (int i = 0; i < 10; ++i)
+    types += std::string(i ? "," : "") + ((i + 1) % 5 ? "\"sliding_attention\"" : "\"full_attention\"");
+  const std::string json = R"({"model_type":"gemma4_text","hidden_size":64,"num_hidden_layers":10,)"
+                           R"("num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"global_head_dim":32,)"
+                           R"("attention_k_eq_v":true,"num_global_key_value_heads":1,"num_kv_shared_layers":4,)"
+                           R"("sliding_window":8,"vocab_size":64,"intermediate_size":128,"layer_types":[)" +
+                           types + "]}";
+  const model::ModelConfig c = model::hfConfigFromJson(json, "config.json");
+  const ModelLayout m = layoutFromHfConfig(json, "config.json");
+  ASSERT_EQ(m.layers.size(), 10u);
+  for (int l = 0; l < 10; ++l) {
+    SCOPED_TRACE(l);
+    const LayerSpec& p = m.layers[static_cast<std::size_t>(l)];
+    const int from = c.layerSpecs[static_cast<std::size_t>(l)].kvFrom;
+    EXPECT_EQ(p.kind == LayerKind::Shared, from >= 0);
+    if (from >= 0) {
+      EXPECT_EQ(p.sharedFrom, from);
+      continue;
+    }
+    EXPECT_EQ(p.headDimK, c.headDimOf(l));
+    EXPECT_EQ(p.kvHeads, c.kvHeadsOf(l));
+    EXPECT_EQ(p.kind == LayerKind::Sliding ? p.window : 0, c.layerSpecs[static_cast<std::size_t>(l)].window);
+  }
+  EXPECT_EQ(c.layerSpecs[6].kvFrom, 5);  // sliding readers: the last sliding layer before the shared ones
+  EXPECT_EQ(c.layerSpecs[9].kvFrom, 4);  // the full reader: layer 4
+}
+
 }  // namespace kvscope::plan
