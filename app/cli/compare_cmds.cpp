@@ -18,6 +18,7 @@
 #include "cli/runtime.h"
 #include "kernels/cpu/simd.h"
 #include "runtime/model_loader.h"
+#include "util/layer_ranges.h"
 #include "util/process_memory.h"
 
 namespace kvscope::cli {
@@ -207,11 +208,24 @@ Runner addCompare(CLI::App& app) {
     const auto prompt = m.encodePrompt(text, o->chat);
     m.checkContext(prompt.size(), o->maxNew);
     if (!o->json && !o->csv) {
+      // Layers of their own shape (Gemma 4's full layers) and layers that store nothing (its shared-KV ones).
+      const model::ModelConfig& c = m.model().config();
+      std::vector<int> wide, shared;
+      for (int l = 0; l < c.layers; ++l) {
+        if (c.layerSpecs[static_cast<std::size_t>(l)].kvFrom >= 0)
+          shared.push_back(l);
+        else if (c.headDimOf(l) != c.headDim || c.kvHeadsOf(l) != c.kvHeads)
+          wide.push_back(l);
+      }
+      std::string shape = fmt::format("{} KV heads x {}", c.kvHeads, c.headDim);
+      if (!wide.empty())
+        shape += fmt::format(", {} x {} on layers {}", c.kvHeadsOf(wide.front()), c.headDimOf(wide.front()),
+                             util::layerRanges(wide));
+      if (!shared.empty()) shape += fmt::format(", layers {} reading another's KV", util::layerRanges(shared));
       std::cout << fmt::format(
-          "{} ({} layers, {} KV heads x {}), prompt {} tokens, {} greedy tokens per config; KL and "
+          "{} ({} layers, {}), prompt {} tokens, {} greedy tokens per config; KL and "
           "top-1 against the unquantized cache fed the same tokens\n",
-          m.path(), m.model().config().layers, m.model().config().kvHeads, m.model().config().headDim, prompt.size(),
-          o->maxNew);
+          m.path(), c.layers, shape, prompt.size(), o->maxNew);
       printTableHeader();
     } else if (o->csv) {
       std::cout << kCsvHeader << "\n";

@@ -52,7 +52,7 @@ g4=$("$py" "$here/../bench/make_bench_models.py" --out "$tmp" --size gemma4-tiny
 [ -f "$g4" ] || { echo "FAIL make_bench_models.py wrote no gemma4-tiny"; exit 1; }
 check g4-generate 0 '[llamacpp] 5 prompt + 8 new tokens' \
   "$cli" generate --model "$g4" --prompt "The capital of France is" --max-new 8 --cache llamacpp:type_k=q8_0,type_v=q8_0
-check g4-compare 0 'llamacpp:type_k=q4_0,type_v=q4_0' \
+check g4-compare 0 "(8 layers, 2 KV heads x 64, 1 x 128 on layers 4, layers 5-7 reading another's KV)" \
   "$cli" compare --model "$g4" --prompt "The capital of France is" --max-new 8 --cache llamacpp:type_k=q4_0,type_v=q4_0
 check g4-plan 0 'shared: reads layer 4'"'"'s KV' "$cli" plan "$g4"
 check g4-doctor 0 "reads layer 3's keys and values (stores none)" "$cli" doctor --model "$g4" --no-fp8-kl --no-key-kl
