@@ -329,9 +329,7 @@ void Engine::tune(const ui::TuneRequest& r) {
     out.dtype = QString::fromStdString(d_->session->options().dtype);
     const model::ModelConfig& mc = d_->session->model().config();
     for (const model::LayerSpec& s : mc.layerSpecs) out.layerWindows.push_back(s.window);
-    for (int l = 0; l < mc.layers; ++l)
-      out.layerValues.push_back(
-          mc.layerSpecs[static_cast<std::size_t>(l)].kvFrom >= 0 ? 0.0 : 2.0 * mc.kvHeadsOf(l) * mc.headDimOf(l));
+    for (int l = 0; l < mc.layers; ++l) out.layerValues.push_back(mc.kvValuesOf(l));
     const auto windows = textWindows(r.textPath, r.ctx, r.windows);
     generate::EvalOptions o;
     o.prompt = std::min<int>(r.prompt, static_cast<int>(windows[0].size()) - 1);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <string_view>
 #include <tuple>
 
 #include "cache/detail/attention_sources.h"
@@ -172,6 +173,14 @@ void CacheLayer::dropOldest(std::int64_t n) {
       fmt::format("{}: this layer cannot drop its oldest tokens (a sliding window)", backendName(backend())));
 }
 
+namespace {
+// Learned sinks, where given: float32-convertible [Hq], one per query head.
+void checkSinks(const at::Tensor& sinks, std::int64_t queryHeads, std::string_view what) {
+  if (sinks.defined() && (sinks.dim() != 1 || sinks.size(0) != queryHeads))
+    throw CacheError(fmt::format("{}: {} sink logits for {} query heads", what, sinks.numel(), queryHeads));
+}
+}  // namespace
+
 struct CacheLayer::Read {
   bool fused = false;
   at::Tensor k, v;  // reference mode: what update() returned
@@ -184,9 +193,7 @@ CacheLayer::Read CacheLayer::store(const at::Tensor& queries, const at::Tensor& 
   releaseKept();
   validateStates(keys, values);
   detail::checkQueries(queries, keys, (std::string(backendName(backend())) + " queries").c_str());
-  if (sinks.defined() && (sinks.dim() != 1 || sinks.size(0) != queries.size(1)))
-    throw CacheError(
-        fmt::format("{}: {} sink logits for {} query heads", backendName(backend()), sinks.numel(), queries.size(1)));
+  checkSinks(sinks, queries.size(1), backendName(backend()));
   Read r;
   r.fused = fused();
   r.batch = keys.size(0), r.kvHeads = keys.size(1), r.dim = keys.size(3);
@@ -209,12 +216,12 @@ at::Tensor CacheLayer::attendKeeping(const at::Tensor& queries, const at::Tensor
 
 at::Tensor CacheLayer::attendImpl(const at::Tensor& queries, const at::Tensor& keys, const at::Tensor& values,
                                   std::int64_t window, const at::Tensor& sinks, bool keep) {
-  auto r = std::make_shared<Read>(store(queries, keys, values, sinks));
-  at::Tensor out = attendOver(*r, queries, window, sinks);
+  Read r = store(queries, keys, values, sinks);  // on the stack: the heap only for a read kept for shared layers
+  at::Tensor out = attendOver(r, queries, window, sinks);
   if (keep)
-    kept_ = std::move(r);
-  else if (r->s.finish)
-    r->s.finish();
+    kept_ = std::make_shared<Read>(std::move(r));
+  else if (r.s.finish)
+    r.s.finish();
   return out;
 }
 
@@ -225,15 +232,13 @@ at::Tensor CacheLayer::attendKept(const at::Tensor& queries, std::int64_t window
   if (queries.dim() != 4 || queries.size(0) != r.batch || queries.size(3) != r.dim || queries.size(1) % r.kvHeads != 0)
     throw CacheError(fmt::format("{}: shape [{}] against {} rows of {} KV heads x {}", what,
                                  fmt::join(queries.sizes(), ", "), r.batch, r.kvHeads, r.dim));
-  if (sinks.defined() && (sinks.dim() != 1 || sinks.size(0) != queries.size(1)))
-    throw CacheError(fmt::format("{}: {} sink logits for {} query heads", what, sinks.numel(), queries.size(1)));
+  checkSinks(sinks, queries.size(1), what);
   return attendOver(r, queries, window, sinks);
 }
 
 void CacheLayer::releaseKept() {
   if (!kept_) return;
-  const std::shared_ptr<Read> r = std::move(kept_);
-  kept_.reset();
+  const std::shared_ptr<Read> r = std::move(kept_);  // leaves kept_ empty before the work runs
   if (r->s.finish) r->s.finish();
 }
 

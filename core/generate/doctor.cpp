@@ -62,7 +62,7 @@ std::optional<DoctorVerdict> slidingWindowVerdict(const model::ModelConfig& c, c
   for (std::size_t l = 0; l < c.layerSpecs.size(); ++l) {
     if (c.layerSpecs[l].kvFrom >= 0) continue;
     ++own;
-    const double perToken = static_cast<double>(c.kvHeadsOf(static_cast<int>(l))) * c.headDimOf(static_cast<int>(l));
+    const double perToken = c.kvValuesOf(static_cast<int>(l));
     if (c.layerSpecs[l].window > 0) {
       sliding.push_back(static_cast<int>(l));
       window = std::max(window, c.layerSpecs[l].window);

@@ -23,6 +23,10 @@ int ModelConfig::intermediateOf(int l) const {
   return f > 0 ? f : intermediate;
 }
 
+double ModelConfig::kvValuesOf(int l) const {
+  return layerSpecs.at(static_cast<std::size_t>(l)).kvFrom >= 0 ? 0.0 : 2.0 * kvHeadsOf(l) * headDimOf(l);
+}
+
 std::vector<int> ModelConfig::kvSources() const {
   std::vector<int> out;
   out.reserve(layerSpecs.size());

@@ -102,6 +102,8 @@ struct ModelConfig {
   int headDimOf(int l) const;
   int kvHeadsOf(int l) const;
   int intermediateOf(int l) const;
+  /// Layer l's K and V values a token (2 x KV heads x head size), 0 where it reads another's KV.
+  double kvValuesOf(int l) const;
   /// Whether any layer reads another's KV (LayerSpec::kvFrom), and each layer's kvFrom.
   bool sharesKv() const;
   std::vector<int> kvSources() const;
