@@ -367,7 +367,7 @@ Runner addBench(CLI::App& app) {
     int newTokens = 32, threads = 0, repeat = 3, soak = 0;
     std::int64_t prefillChunk = -1;
     std::string text;
-    bool json = false, beyondContext = false, noBaseline = false;
+    bool json = false, beyondContext = false, noBaseline = false, noWarmup = false;
     std::uint64_t seed = 0;
   };
   auto o = std::make_shared<BenchOpts>();
@@ -400,6 +400,9 @@ Runner addBench(CLI::App& app) {
                   "after the table: this many short generations in this process, cycling the configs with caches "
                   "created and dropped, and the resident memory's growth")
       ->check(CLI::Range(0, 1000000));
+  cmd->add_flag("--no-warmup", o->noWarmup,
+                "skip the untimed warm-up generation before the first round (as llama-bench's --no-warmup: the "
+                "first round then also pays for mapping the weights' pages and the allocator's first requests)");
   cmd->add_flag("--json", o->json, "one JSON object per (config, context)");
   return [o, cmd]() {
     if (!*cmd) return -1;
@@ -434,6 +437,19 @@ Runner addBench(CLI::App& app) {
       std::sort(v.begin(), v.end());
       return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
     };
+    if (!o->noWarmup) {  // llama-bench's warm-up: a short untimed run, so no round pays for first touches
+      at::manual_seed(o->seed + 1);
+      const at::Tensor ids = at::randint(3, mc.vocab, {std::min<std::int64_t>(o->contexts.front(), 64)}, at::kLong);
+      const std::vector<std::int64_t> warm(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel());
+      cache::StatsOptions quiet;
+      quiet.enabled = false;
+      auto kv = m.model().makeCache(cfgs.front(), quiet);
+      generate::GenerateOptions g;
+      g.maxNew = o->newTokens + 1;
+      g.topCandidates = 0;
+      g.beyondContext = o->beyondContext;
+      generate::generate(m.model(), *kv, warm, g);
+    }
     for (auto ctx : o->contexts) {
       at::manual_seed(o->seed);
       std::vector<std::int64_t> prompt;

@@ -100,12 +100,14 @@ std::vector<at::Tensor> Weight::linearEach(const std::vector<const Weight*>& ws,
   for (std::size_t i = 0; i < ws.size(); ++i) {
     const Weight* w = ws[i];
     const bool quantized = kernels::blockLayout(w->type()).quantized();
+    // The type's 8-bit kernel at any batch (MXFP4), else only for a small one; a larger one multiplies float32.
+    const bool small = in[inputOf[i]].n <= kKernelRows && !w->packed_;
     if (w->packed_ && a == Activations::Q8)
       path.push_back(Path::Packed);
-    else if (in[inputOf[i]].n > kKernelRows || w->packed_)
-      path.push_back(Path::Gemm);
-    else if (quantized && a == Activations::Q8)
+    else if (a == Activations::Q8 && quantized && (small || kernels::q8KernelsTakeBatches(w->type())))
       path.push_back(Path::BlockQ8);
+    else if (!small)
+      path.push_back(Path::Gemm);
     else
       path.push_back(Path::Block);
     f32Sums[inputOf[i]] |= static_cast<char>(path.back() == Path::Block && quantized);

@@ -1,7 +1,8 @@
 // A weight matrix as the model holds it: the bytes of its file, in the file's format (GGUF block formats, or
 // F32/F16/BF16 from GGUF or safetensors), memory-mapped and never widened to a float32 copy. Small batches (a decode
 // step, beam search) go through the block matmul kernels (kernels/cpu/block_matmul.h) on LibTorch's threads; larger
-// ones (prefill) dequantize a tile of rows at a time and multiply it with a LibTorch GEMM.
+// ones (prefill) dequantize a tile of rows at a time and multiply it with a LibTorch GEMM, except on 8-bit activations
+// where a packed form or the type's kernel takes any batch (kernels::q8KernelsTakeBatches: MXFP4).
 #pragma once
 
 #include <ATen/core/Tensor.h>

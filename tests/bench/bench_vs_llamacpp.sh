@@ -23,6 +23,9 @@
 #     default context is the model's 8192, a KV cache that would count) and -lm none: with mmap plus Q4_0
 #     repacking both the file's pages and the repacked copy stay resident (1.8x the file).
 # The ratio column is kvscope over llama.cpp (higher is better for tok/s, lower for seconds and memory).
+# Both warm up first, untimed: llama-bench's warm-up run, and `kvscope-cli bench`'s (a short generation before its
+# first round, so the first context measured does not pay for mapping the weights' pages: MoE experts are first
+# touched when a token picks them).
 # llama-bench reports mean tok/s over its repetitions, kvscope the median over its rounds. llama.cpp's threads
 # spin-wait for each other: with --threads = the cores and anything else running, its numbers swing by 10x (seen:
 # SmolLM2 tg32 from 6 to 130 tok/s). The 1-minute load average before each model is printed under the table.

@@ -34,7 +34,9 @@ std::shared_ptr<std::vector<std::uint8_t>> randomBlocks(std::uint32_t type, std:
   const auto L = kernels::blockLayout(type);
   auto v = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(rows * cols / L.values * L.bytes));
   std::mt19937 rng(1);
-  for (auto& b : *v) b = static_cast<std::uint8_t>(rng() & 0x3F);  // small bytes: finite fp16 scales everywhere
+  for (auto& b : *v) b = static_cast<std::uint8_t>(rng() & 0x3F);    // small bytes: finite fp16 scales everywhere
+  if (type == static_cast<std::uint32_t>(kernels::GgmlType::MXFP4))  // E8M0 scales of 2^-9 .. 2^-2, as real experts'
+    for (std::size_t b = 0; b < v->size(); b += L.bytes) (*v)[b] = static_cast<std::uint8_t>(119 + rng() % 8);
   return v;
 }
 
@@ -116,9 +118,9 @@ void decodeStream(benchmark::State& st, bool hugePages) {
 int main(int argc, char** argv) {
   using kernels::GgmlType;
   const std::pair<const char*, GgmlType> types[] = {
-      {"Q4_0", GgmlType::Q4_0}, {"Q4_1", GgmlType::Q4_1}, {"Q5_0", GgmlType::Q5_0}, {"Q5_1", GgmlType::Q5_1},
-      {"Q8_0", GgmlType::Q8_0}, {"Q4_K", GgmlType::Q4_K}, {"Q5_K", GgmlType::Q5_K}, {"Q6_K", GgmlType::Q6_K},
-      {"F16", GgmlType::F16},   {"BF16", GgmlType::BF16}, {"F32", GgmlType::F32}};
+      {"Q4_0", GgmlType::Q4_0},   {"Q4_1", GgmlType::Q4_1}, {"Q5_0", GgmlType::Q5_0}, {"Q5_1", GgmlType::Q5_1},
+      {"Q8_0", GgmlType::Q8_0},   {"Q4_K", GgmlType::Q4_K}, {"Q5_K", GgmlType::Q5_K}, {"Q6_K", GgmlType::Q6_K},
+      {"MXFP4", GgmlType::MXFP4}, {"F16", GgmlType::F16},   {"BF16", GgmlType::BF16}, {"F32", GgmlType::F32}};
   for (const auto& [prefix, form] : {std::pair{"matvec/", Form::F32}, std::pair{"matvec_q8/", Form::Q8},
                                      std::pair{"matvec_q8_packed/", Form::Q8Packed}})
     for (const auto& [name, t] : types) {
@@ -128,7 +130,8 @@ int main(int argc, char** argv) {
       auto* b = benchmark::RegisterBenchmark((std::string(prefix) + name).c_str(),
                                              [type, form = form](benchmark::State& st) { matvec(st, type, form); });
       b->Arg(1)->Arg(4)->Unit(benchmark::kMicrosecond);
-      if (form == Form::Q8Packed) b->Arg(32)->Arg(128);  // a prefill chunk's and a scan step's rows
+      if (form != Form::F32 || kernels::blockLayout(type).quantized())
+        b->Arg(32)->Arg(128);  // a MoE expert's share of a prefill chunk, and a scan step's rows
     }
   benchmark::RegisterBenchmark("matvec/f32_dense", denseF32)->Arg(1)->Arg(4)->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("matvec/memcpy", copyBytes)->Unit(benchmark::kMicrosecond);

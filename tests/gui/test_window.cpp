@@ -714,6 +714,28 @@ class WindowTest : public QObject {
     QVERIFY2(note.contains("sliding window 16 on layers 0 (layer 0 holds 30 of 30 tokens)"), qPrintable(note));
     QVERIFY2(note.contains("layers 2-3 store no KV: they read the KV of layers 0-1"), qPrintable(note));
     for (int l : {3, 2, 0}) w_->selection()->setLayer(l);
+    // Which layers each engine quantizes with the run's config as exported: vLLM skips the sliding layers this
+    // config keeps in the model's dtype, llama.cpp's one type reaches them, nobody stores for the shared layers.
+    r->runId = 907;
+    r->spec = "layers=0:dynamic;*:fp8";
+    r->config = cache::parseSpec(r->spec.toStdString());
+    w_->onRunUpdated(r);
+    const QString engines = w_->findChild<QLabel*>("memoryEngines")->text();
+    QVERIFY2(engines.contains("vLLM 0.33") &&
+                 engines.contains("--kv-cache-dtype fp8_e4m3 --kv-cache-dtype-skip-layers 0") &&
+                 engines.contains("quantizes 1, keeps 0 unquantized; 2-3 store nothing"),
+             qPrintable(engines));
+    QVERIFY2(engines.contains("llama.cpp") && engines.contains("(nearest): quantizes all 2; 2-3 store nothing"),
+             qPrintable(engines));
+    QVERIFY2(!engines.contains("transformers"), qPrintable(engines));  // no QuantizedCache for a per-layer config
+    r->runId = 908;
+    r->spec = "quanto:nbits=4";
+    r->config = cache::parseSpec(r->spec.toStdString());
+    w_->onRunUpdated(r);
+    const QString tf = w_->findChild<QLabel*>("memoryEngines")->text();
+    QVERIFY2(tf.contains("transformers") &&
+                 tf.contains("refuses all 4 (QuantizedCache takes models with full-attention layers only)"),
+             qPrintable(tf));
   }
 
   void exportWritesEveryTargetAndSaysWhatDoesNotCarryOver() {

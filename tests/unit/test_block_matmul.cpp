@@ -343,8 +343,12 @@ TEST(Weight, NonFiniteScalesAreFoundWithoutDequantizingEverything) {
 
 // 8-bit activations (llama.cpp's arithmetic): the VNNI path equals the portable twin up to float rounding, and both
 // equal the product of the weights with the quantized activations (codes times scale) computed in double.
-TEST(BlockMatmul, EightBitActivationsEveryTypeBothPaths) {
-  for (const Case& c : kCases) {
+TEST(BlockMatmul, EightBitActivationsEveryTypeEveryPath) {
+  // MXFP4 also in an even number of blocks (the VNNI path takes two a step) and in an odd one (its last alone).
+  std::vector<Case> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({GgmlType::MXFP4, 64});
+  cases.push_back({GgmlType::MXFP4, 352});
+  for (const Case& c : cases) {
     const auto L = kernels::blockLayout(static_cast<std::uint32_t>(c.type));
     if (!L.quantized()) continue;
     const std::int64_t rows = 37;
@@ -352,7 +356,7 @@ TEST(BlockMatmul, EightBitActivationsEveryTypeBothPaths) {
     const auto w = dequantized(c.type, data, rows * c.cols);
     const kernels::BlockMatrix bm{static_cast<std::uint32_t>(c.type), rows, c.cols, data.data(),
                                   c.cols / L.values * L.bytes};
-    for (std::int64_t m : {1, 3, 6}) {
+    for (std::int64_t m : {1, 3, 6, 9}) {
       const at::Tensor x = at::randn({m, c.cols});
       kernels::Q8Rows q;
       kernels::quantizeRowsQ8(x.data_ptr<float>(), m, c.cols, c.cols, q);
@@ -361,13 +365,13 @@ TEST(BlockMatmul, EightBitActivationsEveryTypeBothPaths) {
       for (std::int64_t i = 0; i < m * c.cols; ++i)
         xq[static_cast<std::size_t>(i)] =
             q.codes[static_cast<std::size_t>(i)] * q.scales[static_cast<std::size_t>(i / 32)];
-      for (Path path : {Path::Avx512, Path::Portable}) {
+      for (Path path : {Path::Avx512, Path::Avx2, Path::Portable}) {
         Paths p(path);
         std::vector<float> y(static_cast<std::size_t>(m * rows));
         kernels::blockMatmulQ8(bm, q, y.data(), rows, 0, 20);
         kernels::blockMatmulQ8(bm, q, y.data(), rows, 20, rows);
         expectProduct(w, xq.data(), y.data(), m, rows, c.cols,
-                      name(c.type) + (path == Path::Avx512 ? " q8 simd" : " q8 portable") + " m=" + std::to_string(m));
+                      name(c.type) + " q8 " + kernels::isaName(kernels::isa()) + " m=" + std::to_string(m));
       }
       // And the rounding of the activations stays within half a code step of each group's scale.
       for (std::int64_t i = 0; i < m * c.cols; ++i)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "cache/engine_layers.h"
 #include "cache/kv_cache.h"
 #include "cache/layer.h"
 #include "tensor_helpers.h"
@@ -142,6 +143,48 @@ TEST(LayerConfigs, ExportsApplyEachEnginesRuleToSlidingLayers) {
   EXPECT_TRUE(said(ll, "sliding-window layers (0-4,6-7) with the same -ctk/-ctv"));
   EXPECT_TRUE(said(ll, "--swa-full (not exported)"));
   EXPECT_FALSE(said(toLlamaCppFlags(parseSpec("llamacpp:type_k=q8_0,type_v=q8_0"), {0, 0}), "sliding"));
+}
+
+// Which layers each engine quantizes when it runs the config as exported: per layer kind, per engine rule.
+TEST(LayerConfigs, EachEngineSaysWhichLayersItQuantizes) {
+  const std::vector<std::int64_t> windows{512, 512, 512, 512, 512, 0, 512, 512};
+  const std::vector<int> own;
+  using E = EngineLayer;
+  const auto rows = [&](const std::string& spec, const std::vector<int>& sources = {}) {
+    return engineLayers(parseSpec(spec), windows, sources);
+  };
+  // The sliding layers kept `dynamic`: vLLM skips them (sliding_window), llama.cpp's one type reaches them anyway.
+  auto r = rows("layers=0-4:dynamic;6-7:dynamic;*:fp8");
+  ASSERT_EQ(r.size(), 2u);  // no transformers row for a per-layer config
+  EXPECT_EQ(r[0].engine, "vLLM 0.33");
+  EXPECT_EQ(r[0].layers, (std::vector<E>{E::Unquantized, E::Unquantized, E::Unquantized, E::Unquantized, E::Unquantized,
+                                         E::Quantized, E::Unquantized, E::Unquantized}));
+  EXPECT_EQ(describeEngineLayers(r[0]), "quantizes 5, keeps 0-4,6-7 unquantized");
+  EXPECT_EQ(r[1].engine, "llama.cpp");
+  EXPECT_EQ(r[1].how, "-ctk q8_0 -ctv q8_0 -fa on");
+  EXPECT_TRUE(r[1].nearest);  // llama.cpp has no fp8 cache
+  EXPECT_EQ(describeEngineLayers(r[1]), "quantizes all 8");
+  // Keys only in llama.cpp; TurboQuant's boundary layers in vLLM.
+  r = rows("llamacpp:type_k=q8_0,type_v=f16");
+  EXPECT_EQ(r[1].layers, std::vector<E>(8, E::KeysOnly));
+  EXPECT_FALSE(r[1].nearest);
+  EXPECT_EQ(r[0].how, "--kv-cache-dtype fp8_e4m3");
+  EXPECT_EQ(describeEngineLayers(rows("vllm:kv=turboquant_4bit_nc")[0]), "quantizes 2-5, keeps 0-1,6-7 unquantized");
+  EXPECT_EQ(describeEngineLayers(rows("dynamic")[0]), "keeps all 8 unquantized");
+  // transformers' QuantizedCache: only full-attention models; a shared-KV layer stores nothing anywhere.
+  r = rows("quanto:nbits=4");
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[2].how, "QuantizedCache(\"quanto\", nbits=4)");
+  EXPECT_EQ(r[2].layers, std::vector<E>(8, E::Refused));
+  EXPECT_NE(describeEngineLayers(r[2]).find("refuses all 8 (QuantizedCache takes models with full-attention layers "
+                                            "only)"),
+            std::string::npos);
+  const auto full = engineLayers(parseSpec("hqq:nbits=2"), {0, 0, 0, 0}, {-1, -1, 1, 1});
+  EXPECT_EQ(full[2].layers, (std::vector<E>{E::Quantized, E::Quantized, E::Shared, E::Shared}));
+  EXPECT_EQ(describeEngineLayers(full[2]), "quantizes all 2; 2-3 store nothing");
+  EXPECT_EQ(describeEngineLayers(full[1]), "quantizes all 2; 2-3 store nothing");
+  EXPECT_TRUE(rows("vllm:kv=int8_per_token_head").size() == 2u);
+  EXPECT_THROW(rows("layers=0-1:fp8"), ConfigError);  // no `*`: neither engine takes it
 }
 
 TEST(LayerConfigs, CacheBuildsEachLayerFromItsRule) {

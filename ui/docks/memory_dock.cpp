@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cache/engine_layers.h"
 #include "docks/plot_style.h"
 #include "util/layer_ranges.h"
 
@@ -45,6 +46,25 @@ QString slidingNote(const cache::CacheSnapshot& c) {
                  .arg(QString::fromStdString(util::layerRanges(readers)))
                  .arg(QString::fromStdString(util::layerRanges(sources)));
   return parts.isEmpty() ? QString() : "; " + parts.join("; ");
+}
+
+// "vLLM 0.33 --kv-cache-dtype fp8_e4m3: quantizes 5, keeps 0-4,6-7 unquantized · llama.cpp ...": which layers each
+// engine quantizes when it runs this config as exported (cache/engine_layers.h); empty without a config.
+QString enginesNote(const RunSnapshot& run) {
+  if (!run.config) return {};
+  std::vector<std::int64_t> windows = run.cache.windows;
+  windows.resize(run.cache.memory.size(), 0);
+  QStringList rows;
+  try {
+    for (const auto& e : cache::engineLayers(*run.config, windows, run.cache.kvSources))
+      rows << QObject::tr("<b>%1</b> <code>%2</code>%3: %4")
+                  .arg(QString::fromStdString(e.engine).toHtmlEscaped(), QString::fromStdString(e.how).toHtmlEscaped(),
+                       e.nearest ? QObject::tr(" (nearest)") : QString(),
+                       QString::fromStdString(cache::describeEngineLayers(e)).toHtmlEscaped());
+  } catch (const cache::ConfigError& e) {
+    return QObject::tr("Engines: %1").arg(QString::fromStdString(e.what()).toHtmlEscaped());
+  }
+  return QObject::tr("As the engines run it: %1").arg(rows.join(" &nbsp;·&nbsp; "));
 }
 }  // namespace
 
@@ -88,6 +108,12 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   l->addWidget(legend);
   l->addWidget(legendB_);
   l->addWidget(legendTiers_);
+  engines_ = new QLabel(this);
+  engines_->setObjectName("memoryEngines");
+  engines_->setWordWrap(true);
+  engines_->setFont(QFont(font().family(), 8));
+  engines_->setVisible(false);
+  l->addWidget(engines_);
   l->addWidget(steps_, 2);
   QCPBars* below = nullptr;
   for (int i = 0; i < names.size(); ++i) {
@@ -235,6 +261,9 @@ void MemoryDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) 
                        .arg(mib(t.reserved), 0, 'f', 2)
                        .arg(slidingNote(run->cache)));
   totals_->setToolTip({});
+  const QString engines = enginesNote(*run);
+  engines_->setText(engines);
+  engines_->setVisible(!engines.isEmpty());
   legendB_->setVisible(against != nullptr);
   if (!against) return;
   const auto tb = against->cache.total();

@@ -14,6 +14,7 @@ namespace kvscope::ui {
 /// Per-layer stacked bars: quantized payload, scales/zero-points, residual, dequantized working buffer; the
 /// unquantized-equivalent bytes as a line; totals and compression ratio in the title.
 /// Below them, the stored bytes over the generated steps against the unquantized bytes. Clicking a layer selects it.
+/// Under the key, which layers each engine (vLLM, llama.cpp, transformers) quantizes with the run's config as exported.
 /// Two runs (A and B): A's bars, B's stored bytes per layer and per step as a second line, and B - A in the title.
 class MemoryDock : public QWidget {
   Q_OBJECT
@@ -32,6 +33,7 @@ class MemoryDock : public QWidget {
   QLabel* totals_;
   QLabel* legendB_;
   QLabel* legendTiers_;  ///< tiers by age: each tier's line in the per-step plot
+  QLabel* engines_;      ///< which layers vLLM, llama.cpp and transformers quantize with this config
   int layers_ = 0;
 };
 

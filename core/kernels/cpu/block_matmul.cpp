@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/blocks.h"
+#include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/simd.h"
 
 namespace kvscope::kernels {
@@ -185,6 +186,7 @@ KVS_AVX2 void blocksAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx,
         const __m256 f2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
         const __m256 f3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
         const std::int64_t col = (bi * perBlock + g) * 32;
+#pragma GCC unroll 4
         for (int i = 0; i < MT; ++i) {
           const float* xr = x + i * ldx + col;
           const __m256 p0 = _mm256_fmadd_ps(f1, _mm256_loadu_ps(xr + 8), _mm256_mul_ps(f0, _mm256_loadu_ps(xr)));
@@ -379,6 +381,7 @@ KVS_AVX512 void blocksAvx512(const BlockMatrix& w, const float* x, std::int64_t 
         __m512 lo, hi;
         group512<T>(b, g, D, M, lo, hi);
         const std::int64_t col = (bi * perBlock + g) * 32;
+#pragma GCC unroll 4
         for (int i = 0; i < MT; ++i) {
           const float* xr = x + i * ldx + col;
           if constexpr (twoScales) {
@@ -464,6 +467,7 @@ KVS_VNNI void q8Rows(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, flo
         float D[2], M[2];
         const __m256i q = group<T>(row + bi * L.bytes, g, D, M);
         const std::int64_t gi = bi * perBlock + g;
+#pragma GCC unroll 4
         for (int i = 0; i < MT; ++i) {
           const std::int64_t xr = i0 + i;
           const __m256i c =
@@ -512,6 +516,7 @@ KVS_AVX2 void q8RowsAvx2(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0,
           q = _mm256_sign_epi8(sign, sign);                    // their magnitudes
         }
         const std::int64_t gi = bi * perBlock + g;
+#pragma GCC unroll 4
         for (int i = 0; i < MT; ++i) {
           const std::int64_t xr = i0 + i;
           __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.codes.data() + xr * w.cols + gi * 32));
@@ -660,7 +665,7 @@ void blockMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t
                    std::int64_t r1) {
   if (x.m <= 0 || r0 >= r1) return;
 #if KVS_HAVE_AVX2_PATHS
-  if (avx2Paths() && simdMatmulQ8(w, x, y, ldy, r0, r1)) return;
+  if (mxfp4MatmulQ8(w, x, y, ldy, r0, r1) || (avx2Paths() && simdMatmulQ8(w, x, y, ldy, r0, r1))) return;
 #endif
   const BlockLayout L = blockLayout(w.type);
   const auto t = static_cast<GgmlType>(w.type);
@@ -685,6 +690,10 @@ void blockMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t
     }
     for (std::int64_t i = 0; i < x.m; ++i) y[i * ldy + r] = acc[static_cast<std::size_t>(i)];
   }
+}
+
+bool q8KernelsTakeBatches(std::uint32_t type) {
+  return type == static_cast<std::uint32_t>(GgmlType::MXFP4) && avx2Paths();
 }
 
 void rowSums16(const float* x, std::int64_t m, std::int64_t ldx, std::int64_t cols, float* out) {

@@ -48,4 +48,9 @@ void quantizeRowsQ8(const float* x, std::int64_t m, std::int64_t ldx, std::int64
 /// (blockLayout(type).quantized()).
 void blockMatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t ldy, std::int64_t r0, std::int64_t r1);
 
+/// Whether blockMatmulQ8 on this type beats dequantizing to float32 and a GEMM at any number of activation rows (a
+/// prefill chunk, a MoE expert's tokens), as a packed form does: MXFP4 on the VNNI and AVX2 paths (mxfp4_matmul.h).
+/// The other stored forms' 8-bit products fall behind the GEMM past a few dozen rows.
+bool q8KernelsTakeBatches(std::uint32_t type);
+
 }  // namespace kvscope::kernels
