@@ -364,8 +364,9 @@ KVS_VNNI void tileQ8(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0, fl
 
 // The same tile on AVX2 (no VNNI): each half of the tile (rows 0..7, 8..15: the first and second 32 bytes of every
 // 64-byte chunk) in the lanes of one vector. A lane's four products are summed exactly: 4-bit codes with maddubs
-// (15 * 127 * 2 fits int16), 8-bit codes as their signed value (code XOR 0x80, |a| <= 128) with sign(x, a), the 128 of
-// the offset added back as 128 * (x0 + x1 + x2 + x3); then the VNNI path's float arithmetic.
+// (15 * 127 * 2 fits int16), 8-bit codes as their signed value (code XOR 0x80, |a| <= 128) with sign(x, a): the
+// products themselves, so Q8_0 needs no offset term (the VNNI path's 128 * sum(x), added and taken off again).
+// Then the VNNI path's float arithmetic.
 KVS_AVX2 inline __m256i dot4Avx2(__m256i q, const std::int8_t* c, bool eightBit) {
   std::int32_t v;
   std::memcpy(&v, c, 4);
@@ -373,8 +374,7 @@ KVS_AVX2 inline __m256i dot4Avx2(__m256i q, const std::int8_t* c, bool eightBit)
   const __m256i ones = _mm256_set1_epi16(1);
   if (!eightBit) return _mm256_madd_epi16(_mm256_maddubs_epi16(q, xb), ones);
   const __m256i a = _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(0x80)));
-  const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(xb, a)), ones);
-  return _mm256_add_epi32(d, _mm256_set1_epi32(128 * (c[0] + c[1] + c[2] + c[3])));
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a), _mm256_sign_epi8(xb, a)), ones);
 }
 
 template <GgmlType T, int MT>
@@ -435,7 +435,7 @@ KVS_AVX2 void tileQ8Avx2(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0
             smacc[i] = _mm256_fmadd_ps(mnf, sx, smacc[i]);
           } else {
             acc[i] = _mm256_fmadd_ps(f, dv, acc[i]);
-            macc[i] = _mm256_fmadd_ps(mv, sx, macc[i]);
+            if constexpr (Chunks != 8) macc[i] = _mm256_fmadd_ps(mv, sx, macc[i]);  // Q8_0: no offset
           }
         }
       }
