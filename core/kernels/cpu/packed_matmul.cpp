@@ -321,6 +321,10 @@ KVS_VNNI void tileQ8(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0, fl
         mnf = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
         p += 32;
       }
+      // The bytes 4 KiB ahead asked for now: on a 2-core AMD EPYC (Zen 4) VM the hardware prefetcher alone streamed
+      // decode_stream/Q4_K at 35 GB/s (21.5 ms); with this, 11-17 ms over runs (1 KiB ahead: 13-16, 8 KiB: 17.5), and
+      // a Qwen3-30B-A3B-shaped decode step went from 68 to 80 tok/s (medians of 3 alternating runs).
+      for (int l = 0; l < 64 * Chunks; l += 64) _mm_prefetch(reinterpret_cast<const char*>(p + 4096 + l), _MM_HINT_T0);
       __m512i q[8];  // 4-bit: low nibbles in q[0..3], high nibbles in q[4..7]; 8-bit: chunk c in q[c]
       for (int c = 0; c < Chunks; ++c) {
         const __m512i v = _mm512_loadu_si512(p + 64 * c);
@@ -409,6 +413,9 @@ KVS_AVX2 void tileQ8Avx2(const PackedMatrix& w, const Q8Rows& x, std::int64_t i0
               _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 16 + 8 * h))));
           p += 32;
         }
+        if (h == 0)
+          for (int l = 0; l < 64 * Chunks; l += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(p + 4096 + l), _MM_HINT_T0);
         __m256i q[8];  // as the VNNI path: 4-bit low nibbles in q[0..3], high in q[4..7]; 8-bit chunk c in q[c]
         for (int c = 0; c < Chunks; ++c) {
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 64 * c + 32 * h));
