@@ -710,9 +710,18 @@ class WindowTest : public QObject {
     r->cache.dropped = {0, 0, 0, 0};
     r->cache.kvSources = {-1, -1, 0, 1};
     w_->onRunUpdated(r);
-    const QString note = w_->findChild<QLabel*>("memoryTotals")->text();
+    // All of it on a tall dock; its first sentence and the rest in the tooltip on a short one.
+    const auto* totals = w_->findChild<QLabel*>("memoryTotals");
+    const QString note = totals->text() + totals->toolTip();
     QVERIFY2(note.contains("sliding window 16 on layers 0 (layer 0 holds 30 of 30 tokens)"), qPrintable(note));
     QVERIFY2(note.contains("layers 2-3 store no KV: they read the KV of layers 0-1"), qPrintable(note));
+    // A short dock (a 768 px screen) keeps the first sentence on screen, the rest in the tooltip; a tall one all.
+    w_->memoryDock()->resize(420, 300);
+    QVERIFY2(!totals->text().contains("sliding window") && totals->text().contains("stored"),
+             qPrintable(totals->text()));
+    QVERIFY(totals->toolTip().contains("layers 2-3 store no KV"));
+    w_->memoryDock()->resize(420, 600);
+    QVERIFY(totals->text().contains("layers 2-3 store no KV") && totals->toolTip().isEmpty());
     for (int l : {3, 2, 0}) w_->selection()->setLayer(l);
     // Which layers each engine quantizes with the run's config as exported: vLLM skips the sliding layers this
     // config keeps in the model's dtype, llama.cpp's one type reaches them, nobody stores for the shared layers.
@@ -720,7 +729,10 @@ class WindowTest : public QObject {
     r->spec = "layers=0:dynamic;*:fp8";
     r->config = cache::parseSpec(r->spec.toStdString());
     w_->onRunUpdated(r);
-    const QString engines = w_->findChild<QLabel*>("memoryEngines")->text();
+    auto* label = w_->findChild<QLabel*>("memoryEngines");
+    QCOMPARE(w_->memoryDock()->enginesLine(), QString("Quantized as exported: vLLM 0.33 1 · llama.cpp all 2"));
+    QVERIFY(w_->memoryDock()->enginesLine().startsWith(label->text().chopped(1)));  // elided to the dock's width
+    const QString engines = label->toolTip();  // in full: each engine's flags and what it does with each layer
     QVERIFY2(engines.contains("vLLM 0.33") &&
                  engines.contains("--kv-cache-dtype fp8_e4m3 --kv-cache-dtype-skip-layers 0") &&
                  engines.contains("quantizes 1, keeps 0 unquantized; 2-3 store nothing"),
@@ -732,10 +744,18 @@ class WindowTest : public QObject {
     r->spec = "quanto:nbits=4";
     r->config = cache::parseSpec(r->spec.toStdString());
     w_->onRunUpdated(r);
-    const QString tf = w_->findChild<QLabel*>("memoryEngines")->text();
+    QVERIFY2(w_->memoryDock()->enginesLine().endsWith("transformers refuses"),
+             qPrintable(w_->memoryDock()->enginesLine()));
+    const QString tf = label->toolTip();
     QVERIFY2(tf.contains("transformers") &&
                  tf.contains("refuses all 4 (QuantizedCache takes models with full-attention layers only)"),
              qPrintable(tf));
+    r->runId = 909;
+    r->spec = "llamacpp:type_k=q8_0,type_v=f16";
+    r->config = cache::parseSpec(r->spec.toStdString());
+    w_->onRunUpdated(r);
+    QCOMPARE(w_->memoryDock()->enginesLine(),
+             QString("Quantized as exported: vLLM 0.33 all 2 · llama.cpp keys of all 2"));
   }
 
   void exportWritesEveryTargetAndSaysWhatDoesNotCarryOver() {

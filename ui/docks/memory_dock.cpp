@@ -48,23 +48,49 @@ QString slidingNote(const cache::CacheSnapshot& c) {
   return parts.isEmpty() ? QString() : "; " + parts.join("; ");
 }
 
-// "vLLM 0.33 --kv-cache-dtype fp8_e4m3: quantizes 5, keeps 0-4,6-7 unquantized · llama.cpp ...": which layers each
-// engine quantizes when it runs this config as exported (cache/engine_layers.h); empty without a config.
-QString enginesNote(const RunSnapshot& run) {
+// Which layers each engine quantizes when it runs this config as exported (cache/engine_layers.h), in one short line
+// ("Quantized as exported: vLLM 0.33 4,9,14 · llama.cpp all 15 (K+V)"; a 768 px screen leaves the dock no room for
+// more) and in full, with each engine's flags, as its tooltip. Empty without a config.
+std::pair<QString, QString> enginesNote(const RunSnapshot& run) {
   if (!run.config) return {};
   std::vector<std::int64_t> windows = run.cache.windows;
   windows.resize(run.cache.memory.size(), 0);
-  QStringList rows;
+  QStringList brief, full;
   try {
-    for (const auto& e : cache::engineLayers(*run.config, windows, run.cache.kvSources))
-      rows << QObject::tr("<b>%1</b> <code>%2</code>%3: %4")
+    for (const auto& e : cache::engineLayers(*run.config, windows, run.cache.kvSources)) {
+      std::vector<int> keys, values;
+      std::size_t own = 0;
+      bool refused = false;
+      for (std::size_t l = 0; l < e.layers.size(); ++l) {
+        const auto k = e.layers[l];
+        own += k != cache::EngineLayer::Shared;
+        refused |= k == cache::EngineLayer::Refused;
+        if (k == cache::EngineLayer::Quantized || k == cache::EngineLayer::KeysOnly) keys.push_back(int(l));
+        if (k == cache::EngineLayer::Quantized || k == cache::EngineLayer::ValuesOnly) values.push_back(int(l));
+      }
+      const auto which = [own](const std::vector<int>& ls) {
+        return ls.empty()         ? QObject::tr("none")
+               : ls.size() == own ? QObject::tr("all %1").arg(own)
+                                  : QString::fromStdString(util::layerRanges(ls));
+      };
+      QString what = refused          ? QObject::tr("refuses")
+                     : keys == values ? which(keys)
+                     : values.empty() ? QObject::tr("keys of %1").arg(which(keys))
+                     : keys.empty()   ? QObject::tr("values of %1").arg(which(values))
+                                      : QObject::tr("keys %1, values %2").arg(which(keys), which(values));
+      brief << QString("%1 %2").arg(QString::fromStdString(e.engine), what);
+      full << QObject::tr("<b>%1</b> <code>%2</code>%3: %4")
                   .arg(QString::fromStdString(e.engine).toHtmlEscaped(), QString::fromStdString(e.how).toHtmlEscaped(),
                        e.nearest ? QObject::tr(" (nearest)") : QString(),
                        QString::fromStdString(cache::describeEngineLayers(e)).toHtmlEscaped());
+    }
   } catch (const cache::ConfigError& e) {
-    return QObject::tr("Engines: %1").arg(QString::fromStdString(e.what()).toHtmlEscaped());
+    const QString why = QString::fromStdString(e.what()).toHtmlEscaped();
+    return {QObject::tr("Engines: %1").arg(why), why};
   }
-  return QObject::tr("As the engines run it: %1").arg(rows.join(" &nbsp;·&nbsp; "));
+  return {QObject::tr("Quantized as exported: %1").arg(brief.join(" · ")),
+          QObject::tr("Which layers each engine quantizes with this config as kvscope exports it:<br>%1")
+              .arg(full.join("<br>"))};
 }
 }  // namespace
 
@@ -110,7 +136,9 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
   l->addWidget(legendTiers_);
   engines_ = new QLabel(this);
   engines_->setObjectName("memoryEngines");
-  engines_->setWordWrap(true);
+  engines_->setTextFormat(Qt::PlainText);
+  // One line, elided to the dock's width (the full text is the tooltip): a 768 px screen leaves no room for a second.
+  engines_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
   engines_->setFont(QFont(font().family(), 8));
   engines_->setVisible(false);
   l->addWidget(engines_);
@@ -160,6 +188,27 @@ MemoryDock::MemoryDock(Selection* selection, QWidget* parent) : QWidget(parent),
     markLayer();
     plot_->replot(QCustomPlot::rpQueuedReplot);
   });
+}
+
+void MemoryDock::elideEngines() {
+  engines_->setText(engines_->fontMetrics().elidedText(enginesLine_, Qt::ElideRight, std::max(40, width() - 8)));
+}
+
+// A dock shorter than this (a 768 px screen's) shows the totals' first sentence, the rest (growth room, sliding and
+// shared layers) in its tooltip: more lines would push the labels over the plots.
+constexpr int kRoomForAllTotals = 420;
+
+void MemoryDock::fitTotals() {
+  if (abTotals_) return;
+  const bool roomy = height() >= kRoomForAllTotals || totalsShort_ == totalsFull_;
+  totals_->setText(roomy ? totalsFull_ : totalsShort_ + QChar(0x2026));
+  totals_->setToolTip(roomy ? QString() : totalsFull_);
+}
+
+void MemoryDock::resizeEvent(QResizeEvent* e) {
+  QWidget::resizeEvent(e);
+  elideEngines();
+  fitTotals();
 }
 
 void MemoryDock::markLayer() {
@@ -252,24 +301,31 @@ void MemoryDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) 
                                        : tr("holds %1 MiB, no full-precision copy").arg(inUse, 0, 'f', 2);
   const QString verdict = saved >= 0 ? tr("saves %1 MiB against an unquantized cache").arg(saved, 0, 'f', 2)
                                      : tr("%1 MiB more than an unquantized cache").arg(-saved, 0, 'f', 2);
-  totals_->setText(tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); %5: %6 (+%7 MiB growth room reserved)%8")
-                       .arg(run->spec)
-                       .arg(mib(t.stored()), 0, 'f', 2)
-                       .arg(mib(t.unquantized), 0, 'f', 2)
-                       .arg(t.compressionRatio(), 0, 'f', 2)
-                       .arg(held, verdict)
-                       .arg(mib(t.reserved), 0, 'f', 2)
-                       .arg(slidingNote(run->cache)));
-  totals_->setToolTip({});
-  const QString engines = enginesNote(*run);
-  engines_->setText(engines);
+  // A long spec (a per-layer config) cut short: the runs table and the status bar carry it whole.
+  const QString spec = run->spec.size() > 40 ? run->spec.left(39) + QChar(0x2026) : run->spec;
+  const QString head = tr("%1: stored %2 MiB of %3 MiB unquantized (%4x); %5: %6")
+                           .arg(spec)
+                           .arg(mib(t.stored()), 0, 'f', 2)
+                           .arg(mib(t.unquantized), 0, 'f', 2)
+                           .arg(t.compressionRatio(), 0, 'f', 2)
+                           .arg(held, verdict);
+  totalsFull_ =
+      head + tr(" (+%1 MiB growth room reserved)%2").arg(mib(t.reserved), 0, 'f', 2).arg(slidingNote(run->cache));
+  totalsShort_ = head;
+  abTotals_ = false;
+  fitTotals();
+  const auto [engines, enginesInFull] = enginesNote(*run);
+  enginesLine_ = engines;
+  elideEngines();
+  engines_->setToolTip(enginesInFull);
   engines_->setVisible(!engines.isEmpty());
   legendB_->setVisible(against != nullptr);
   if (!against) return;
   const auto tb = against->cache.total();
   const double d = mib(tb.stored()) - mib(t.stored());
   // Two runs: one line each would not fit a 768 px screen beside the plots; the single run's sentence is the tooltip.
-  totals_->setToolTip(totals_->text());
+  abTotals_ = true;
+  totals_->setToolTip(totalsFull_);
   totals_->setText(tr("A #%1: stored %2 MiB (%3x) · B #%4: %5 MiB (%6x) · B − A: %7%8 MiB")
                        .arg(run->runId)
                        .arg(mib(t.stored()), 0, 'f', 2)

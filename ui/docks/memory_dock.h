@@ -23,17 +23,25 @@ class MemoryDock : public QWidget {
   void show(const RunSnapshotPtr& run, const RunSnapshotPtr& against = nullptr);
   QCustomPlot* plot() const { return plot_; }
   QCustomPlot* stepsPlot() const { return steps_; }
+  /// The engines line before it is elided to the dock's width ("Quantized as exported: vLLM 0.33 4,9,14 · ...").
+  const QString& enginesLine() const { return enginesLine_; }
 
  private:
   void markLayer();
+  void elideEngines();
+  void fitTotals();
+  void resizeEvent(QResizeEvent* e) override;
   Selection* sel_;
   QCustomPlot* plot_;
   QCustomPlot* steps_;
   QCPItemRect* mark_ = nullptr;
   QLabel* totals_;
   QLabel* legendB_;
-  QLabel* legendTiers_;  ///< tiers by age: each tier's line in the per-step plot
-  QLabel* engines_;      ///< which layers vLLM, llama.cpp and transformers quantize with this config
+  QLabel* legendTiers_;               ///< tiers by age: each tier's line in the per-step plot
+  QLabel* engines_;                   ///< which layers vLLM, llama.cpp and transformers quantize with this config
+  QString enginesLine_;               ///< engines_'s text before elision
+  QString totalsFull_, totalsShort_;  ///< the totals, and their first sentence for a short dock
+  bool abTotals_ = false;             ///< two runs: totals_ holds the A/B line
   int layers_ = 0;
 };
 
