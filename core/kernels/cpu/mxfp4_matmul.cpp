@@ -111,7 +111,8 @@ KVS_VNNI void rowsVnni(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, f
         const __m512i c = _mm512_mask_sub_epi8(c0, negative, _mm512_setzero_si512(), c0);
         const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, c);
         // The two blocks' D * d, each over its eight lanes.
-        const __m128 d = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scales[i] + 2 * p)));
+        // (loadl_epi64: an unaligned 8-byte load; _mm_load_sd reads through a double*, which must be aligned)
+        const __m128 d = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales[i] + 2 * p)));
         const __m512 scale = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_mul_ps(D, d)));
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i]);
       }
