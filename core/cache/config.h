@@ -286,6 +286,8 @@ std::string_view overflowName(OverflowPolicy p);
 std::string_view granularityName(Fp8Granularity g);
 /// llama.cpp's name of a cache type ("q8_0", "iq4_nl", ...), as -ctk / -ctv and SPECs write it.
 std::string_view llamaCppTypeName(LlamaCppType t);
+/// The type llama.cpp calls `name` (its -ctk / -ctv spelling); none for another name.
+std::optional<LlamaCppType> parseLlamaCppType(std::string_view name);
 /// Whether a llama.cpp cache type is a block-quantized one (not f16 / bf16).
 bool llamaCppQuantized(LlamaCppType t);
 /// A llama.cpp cache type's block: values and bytes (ggml-common.h; f16 and bf16 are blocks of one 2-byte value).

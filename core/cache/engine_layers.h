@@ -40,5 +40,8 @@ std::vector<EngineLayers> engineLayers(const CacheConfig& cfg, const std::vector
 /// "quantizes 0-23, keeps 24-25 unquantized", "quantizes keys of all 26 layers", "refuses layers 0-4 (why)", plus
 /// the layers that store nothing: one engine's row in words.
 std::string describeEngineLayers(const EngineLayers& e);
+/// The same in a few words, for a line that must stay short: the layers it quantizes ("4,9,14", "all 15", "none",
+/// "keys of all 26", "keys 0-3, values 0-1"), or "refuses".
+std::string briefEngineLayers(const EngineLayers& e);
 
 }  // namespace kvscope::cache

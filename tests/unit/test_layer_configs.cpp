@@ -160,6 +160,7 @@ TEST(LayerConfigs, EachEngineSaysWhichLayersItQuantizes) {
   EXPECT_EQ(r[0].layers, (std::vector<E>{E::Unquantized, E::Unquantized, E::Unquantized, E::Unquantized, E::Unquantized,
                                          E::Quantized, E::Unquantized, E::Unquantized}));
   EXPECT_EQ(describeEngineLayers(r[0]), "quantizes 5, keeps 0-4,6-7 unquantized");
+  EXPECT_EQ(briefEngineLayers(r[0]), "5");
   EXPECT_EQ(r[1].engine, "llama.cpp");
   EXPECT_EQ(r[1].how, "-ctk q8_0 -ctv q8_0 -fa on");
   EXPECT_TRUE(r[1].nearest);  // llama.cpp has no fp8 cache
@@ -167,15 +168,18 @@ TEST(LayerConfigs, EachEngineSaysWhichLayersItQuantizes) {
   // Keys only in llama.cpp; TurboQuant's boundary layers in vLLM.
   r = rows("llamacpp:type_k=q8_0,type_v=f16");
   EXPECT_EQ(r[1].layers, std::vector<E>(8, E::KeysOnly));
+  EXPECT_EQ(briefEngineLayers(r[1]), "keys of all 8");
   EXPECT_FALSE(r[1].nearest);
   EXPECT_EQ(r[0].how, "--kv-cache-dtype fp8_e4m3");
   EXPECT_EQ(describeEngineLayers(rows("vllm:kv=turboquant_4bit_nc")[0]), "quantizes 2-5, keeps 0-1,6-7 unquantized");
   EXPECT_EQ(describeEngineLayers(rows("dynamic")[0]), "keeps all 8 unquantized");
+  EXPECT_EQ(briefEngineLayers(rows("dynamic")[0]), "none");
   // transformers' QuantizedCache: only full-attention models; a shared-KV layer stores nothing anywhere.
   r = rows("quanto:nbits=4");
   ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[2].how, "QuantizedCache(\"quanto\", nbits=4)");
   EXPECT_EQ(r[2].layers, std::vector<E>(8, E::Refused));
+  EXPECT_EQ(briefEngineLayers(r[2]), "refuses");
   EXPECT_NE(describeEngineLayers(r[2]).find("refuses all 8 (QuantizedCache takes models with full-attention layers "
                                             "only)"),
             std::string::npos);

@@ -49,7 +49,7 @@ QString slidingNote(const cache::CacheSnapshot& c) {
 }
 
 // Which layers each engine quantizes when it runs this config as exported (cache/engine_layers.h), in one short line
-// ("Quantized as exported: vLLM 0.33 4,9,14 · llama.cpp all 15 (K+V)"; a 768 px screen leaves the dock no room for
+// ("Quantized as exported: vLLM 0.33 4,9,14 · llama.cpp all 15"; a 768 px screen leaves the dock no room for
 // more) and in full, with each engine's flags, as its tooltip. Empty without a config.
 std::pair<QString, QString> enginesNote(const RunSnapshot& run) {
   if (!run.config) return {};
@@ -58,27 +58,7 @@ std::pair<QString, QString> enginesNote(const RunSnapshot& run) {
   QStringList brief, full;
   try {
     for (const auto& e : cache::engineLayers(*run.config, windows, run.cache.kvSources)) {
-      std::vector<int> keys, values;
-      std::size_t own = 0;
-      bool refused = false;
-      for (std::size_t l = 0; l < e.layers.size(); ++l) {
-        const auto k = e.layers[l];
-        own += k != cache::EngineLayer::Shared;
-        refused |= k == cache::EngineLayer::Refused;
-        if (k == cache::EngineLayer::Quantized || k == cache::EngineLayer::KeysOnly) keys.push_back(int(l));
-        if (k == cache::EngineLayer::Quantized || k == cache::EngineLayer::ValuesOnly) values.push_back(int(l));
-      }
-      const auto which = [own](const std::vector<int>& ls) {
-        return ls.empty()         ? QObject::tr("none")
-               : ls.size() == own ? QObject::tr("all %1").arg(own)
-                                  : QString::fromStdString(util::layerRanges(ls));
-      };
-      QString what = refused          ? QObject::tr("refuses")
-                     : keys == values ? which(keys)
-                     : values.empty() ? QObject::tr("keys of %1").arg(which(keys))
-                     : keys.empty()   ? QObject::tr("values of %1").arg(which(values))
-                                      : QObject::tr("keys %1, values %2").arg(which(keys), which(values));
-      brief << QString("%1 %2").arg(QString::fromStdString(e.engine), what);
+      brief << QString::fromStdString(e.engine + " " + cache::briefEngineLayers(e));
       full << QObject::tr("<b>%1</b> <code>%2</code>%3: %4")
                   .arg(QString::fromStdString(e.engine).toHtmlEscaped(), QString::fromStdString(e.how).toHtmlEscaped(),
                        e.nearest ? QObject::tr(" (nearest)") : QString(),

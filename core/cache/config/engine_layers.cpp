@@ -27,11 +27,27 @@ std::string flagValue(const std::string& flags, const std::string& flag) {
 }
 
 bool quantizedType(const std::string& name) {
-  for (LlamaCppType t : {LlamaCppType::F16, LlamaCppType::BF16, LlamaCppType::Q8_0, LlamaCppType::Q4_0,
-                         LlamaCppType::Q4_1, LlamaCppType::Q5_0, LlamaCppType::Q5_1, LlamaCppType::IQ4_NL})
-    if (llamaCppTypeName(t) == name) return llamaCppQuantized(t);
-  return false;
+  const auto t = parseLlamaCppType(name);
+  return t && llamaCppQuantized(*t);
 }
+
+// An engine's layers by what it does with them, and the count of those with a cache of their own.
+struct ByKind {
+  std::map<EngineLayer, std::vector<int>> layers;
+  std::size_t own = 0;
+  explicit ByKind(const EngineLayers& e) {
+    for (std::size_t l = 0; l < e.layers.size(); ++l) {
+      layers[e.layers[l]].push_back(static_cast<int>(l));
+      own += e.layers[l] != EngineLayer::Shared;
+    }
+  }
+  bool has(EngineLayer k) const { return layers.count(k) > 0; }
+  // "all 26" where `ls` is every layer with a cache, else their ranges ("0-4,6"); "none" where empty.
+  std::string which(const std::vector<int>& ls) const {
+    return ls.empty() ? "none" : ls.size() == own ? fmt::format("all {}", own) : util::layerRanges(ls);
+  }
+  std::string which(EngineLayer k) const { return has(k) ? which(layers.at(k)) : "none"; }
+};
 
 EngineLayers vllmRow(const CacheConfig& cfg, const std::vector<std::int64_t>& windows,
                      const std::vector<bool>& shared) {
@@ -109,12 +125,7 @@ std::vector<EngineLayers> engineLayers(const CacheConfig& cfg, const std::vector
 }
 
 std::string describeEngineLayers(const EngineLayers& e) {
-  std::map<EngineLayer, std::vector<int>> by;
-  for (std::size_t l = 0; l < e.layers.size(); ++l) by[e.layers[l]].push_back(static_cast<int>(l));
-  const std::size_t own = e.layers.size() - (by.count(EngineLayer::Shared) ? by[EngineLayer::Shared].size() : 0);
-  const auto which = [&](const std::vector<int>& ls) {
-    return ls.size() == own ? fmt::format("all {}", own) : util::layerRanges(ls);
-  };
+  const ByKind by(e);
   std::vector<std::string> parts;
   const std::pair<EngineLayer, const char*> words[] = {{EngineLayer::Quantized, "quantizes {}"},
                                                        {EngineLayer::KeysOnly, "quantizes the keys of {}"},
@@ -122,13 +133,29 @@ std::string describeEngineLayers(const EngineLayers& e) {
                                                        {EngineLayer::Unquantized, "keeps {} unquantized"},
                                                        {EngineLayer::Refused, "refuses {}"}};
   for (const auto& [kind, text] : words)
-    if (by.count(kind)) parts.push_back(fmt::format(fmt::runtime(text), which(by[kind])));
+    if (by.has(kind)) parts.push_back(fmt::format(fmt::runtime(text), by.which(kind)));
   std::string s = fmt::format("{}", fmt::join(parts, ", "));
-  if (by.count(EngineLayer::Refused) && !e.why.empty()) s += " (" + e.why + ")";
-  if (by.count(EngineLayer::Shared))
-    s += fmt::format("; {} store{} nothing", util::layerRanges(by[EngineLayer::Shared]),
-                     by[EngineLayer::Shared].size() > 1 ? "" : "s");
+  if (by.has(EngineLayer::Refused) && !e.why.empty()) s += " (" + e.why + ")";
+  if (by.has(EngineLayer::Shared)) {
+    const auto& shared = by.layers.at(EngineLayer::Shared);
+    s += fmt::format("; {} store{} nothing", util::layerRanges(shared), shared.size() > 1 ? "" : "s");
+  }
   return s;
+}
+
+std::string briefEngineLayers(const EngineLayers& e) {
+  const ByKind by(e);
+  if (by.has(EngineLayer::Refused)) return "refuses";
+  std::vector<int> keys, values;
+  for (std::size_t l = 0; l < e.layers.size(); ++l) {
+    const EngineLayer k = e.layers[l];
+    if (k == EngineLayer::Quantized || k == EngineLayer::KeysOnly) keys.push_back(static_cast<int>(l));
+    if (k == EngineLayer::Quantized || k == EngineLayer::ValuesOnly) values.push_back(static_cast<int>(l));
+  }
+  if (keys == values) return by.which(keys);
+  if (values.empty()) return "keys of " + by.which(keys);
+  if (keys.empty()) return "values of " + by.which(values);
+  return fmt::format("keys {}, values {}", by.which(keys), by.which(values));
 }
 
 }  // namespace kvscope::cache

@@ -311,6 +311,11 @@ std::string_view attentionName(AttentionMode m) {
 std::string_view llamaCppTypeName(LlamaCppType t) {
   return detail::kLlamaCppTypes[static_cast<std::size_t>(t)];
 }
+std::optional<LlamaCppType> parseLlamaCppType(std::string_view name) {
+  const auto it = std::find(detail::kLlamaCppTypes.begin(), detail::kLlamaCppTypes.end(), name);
+  if (it == detail::kLlamaCppTypes.end()) return std::nullopt;
+  return static_cast<LlamaCppType>(it - detail::kLlamaCppTypes.begin());
+}
 bool llamaCppQuantized(LlamaCppType t) {
   return t != LlamaCppType::F16 && t != LlamaCppType::BF16;
 }
