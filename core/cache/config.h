@@ -50,6 +50,15 @@ inline bool vllmTurboQuant(VllmKv k) {
 inline bool vllmBoundarySkip(VllmKv k) {
   return k == VllmKv::Ultraquant4Bit || vllmTurboQuant(k);
 }
+/// How many layers at each end vLLM's boundary skip keeps unquantized in a model of `numLayers`: min(2, L / 2).
+inline int vllmBoundaryEdge(int numLayers) {
+  return numLayers / 2 < 2 ? numLayers / 2 : 2;
+}
+/// Whether `layer` is one of them.
+inline bool vllmBoundaryLayer(int layer, int numLayers) {
+  const int edge = vllmBoundaryEdge(numLayers);
+  return layer < edge || layer >= numLayers - edge;
+}
 /// llama.cpp's KV cache types (-ctk / -ctv): f16 and bf16 keep the values at 16 bits, the others are ggml's blocks of
 /// 32 values along the head dimension.
 enum class LlamaCppType { F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL };

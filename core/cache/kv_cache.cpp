@@ -38,9 +38,7 @@ std::unique_ptr<CacheLayer> makeBackendLayer(const CacheConfig& cfg, const Stats
 // TurboQuant presets (its TurboQuantConfig.get_boundary_skip_layers, merged into --kv-cache-dtype-skip-layers): such
 // a side is `dynamic` here.
 void applyVllmBoundarySkip(CacheConfig& side, int layer, int numLayers) {
-  if (side.backend != Backend::Vllm || !vllmBoundarySkip(side.vllmKv)) return;
-  const int n = std::min(2, numLayers / 2);
-  if (layer >= n && layer < numLayers - n) return;
+  if (side.backend != Backend::Vllm || !vllmBoundarySkip(side.vllmKv) || !vllmBoundaryLayer(layer, numLayers)) return;
   CacheConfig unquantized;
   unquantized.attention = side.attention;
   side = unquantized;

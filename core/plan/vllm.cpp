@@ -146,7 +146,7 @@ ConfigPlan planVllm(const ModelLayout& m, const cache::CacheConfig& cfg, const P
   const bool hybrid = m.count(LayerKind::Linear) > 0;
   const bool mla = m.count(LayerKind::Mla) > 0;
   if (dtype.starts_with("turboquant_") && !hybrid && !mla) {  // TurboQuantConfig.get_boundary_skip_layers
-    const int edge = std::min(2, n / 2);
+    const int edge = cache::vllmBoundaryEdge(n);
     for (int i = 0; i < edge; ++i) skip[static_cast<std::size_t>(i)] = skip[static_cast<std::size_t>(n - 1 - i)] = true;
     p.notes.push_back(
         fmt::format("TurboQuant leaves the first and last {} layers in the model's dtype (vLLM's "

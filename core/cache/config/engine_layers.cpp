@@ -60,7 +60,6 @@ EngineLayers vllmRow(const CacheConfig& cfg, const std::vector<std::int64_t>& wi
   for (const auto& r : cfg.layers)
     if (r.wildcard()) dtype = &r.keys;
   const bool boundary = dtype->backend == Backend::Vllm && vllmBoundarySkip(dtype->vllmKv);
-  const int edge = std::min(2, n / 2);
   for (int l = 0; l < n; ++l) {
     if (shared[static_cast<std::size_t>(l)]) {
       e.layers.push_back(EngineLayer::Shared);
@@ -68,7 +67,7 @@ EngineLayers vllmRow(const CacheConfig& cfg, const std::vector<std::int64_t>& wi
     }
     const auto [k, v] = layerConfigs(cfg, l, n);
     const bool skipped =
-        (k.backend == Backend::Dynamic && v.backend == Backend::Dynamic) || (boundary && (l < edge || l >= n - edge));
+        (k.backend == Backend::Dynamic && v.backend == Backend::Dynamic) || (boundary && vllmBoundaryLayer(l, n));
     e.layers.push_back(quantizes && !skipped ? EngineLayer::Quantized : EngineLayer::Unquantized);
   }
   return e;
