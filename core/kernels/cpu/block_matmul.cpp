@@ -237,26 +237,6 @@ KVS_AVX2 void denseAvx2(const BlockMatrix& w, const float* x, std::int64_t ldx, 
   }
 }
 
-// Rows of activations in tiles of four, then the one to three left: run(std::integral_constant<int, MT>, first row).
-template <class Run>
-inline void forTiles(std::int64_t m, Run&& run) {
-  std::int64_t i = 0;
-  for (; i + 4 <= m; i += 4) run(std::integral_constant<int, 4>{}, i);
-  switch (m - i) {
-    case 3:
-      run(std::integral_constant<int, 3>{}, i);
-      break;
-    case 2:
-      run(std::integral_constant<int, 2>{}, i);
-      break;
-    case 1:
-      run(std::integral_constant<int, 1>{}, i);
-      break;
-    default:
-      break;
-  }
-}
-
 constexpr bool isFloatType(GgmlType T) {
   return T == GgmlType::F32 || T == GgmlType::F16 || T == GgmlType::BF16;
 }

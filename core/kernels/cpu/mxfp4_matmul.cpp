@@ -128,15 +128,6 @@ KVS_VNNI void rowsVnni(const BlockMatrix& w, const Q8Rows& x, std::int64_t i0, f
   }
 }
 
-template <class Run>
-void forTiles4(std::int64_t m, Run&& run) {
-  std::int64_t i = 0;
-  for (; i + 4 <= m; i += 4) run(std::integral_constant<int, 4>{}, i);
-  if (m - i == 3) run(std::integral_constant<int, 3>{}, i);
-  if (m - i == 2) run(std::integral_constant<int, 2>{}, i);
-  if (m - i == 1) run(std::integral_constant<int, 1>{}, i);
-}
-
 }  // namespace
 #endif
 
@@ -145,9 +136,9 @@ bool mxfp4MatmulQ8(const BlockMatrix& w, const Q8Rows& x, float* y, std::int64_t
 #if KVS_HAVE_AVX2_PATHS
   if (w.type != static_cast<std::uint32_t>(GgmlType::MXFP4) || !avx2Paths()) return false;
   if (vnniPaths())
-    forTiles4(x.m, [&](auto mt, std::int64_t i) { rowsVnni<mt()>(w, x, i, y, ldy, r0, r1); });
+    forTiles(x.m, [&](auto mt, std::int64_t i) { rowsVnni<mt()>(w, x, i, y, ldy, r0, r1); });
   else
-    forTiles4(x.m, [&](auto mt, std::int64_t i) { rowsAvx2<mt()>(w, x, i, y, ldy, r0, r1); });
+    forTiles(x.m, [&](auto mt, std::int64_t i) { rowsAvx2<mt()>(w, x, i, y, ldy, r0, r1); });
   return true;
 #else
   (void)w, (void)x, (void)y, (void)ldy, (void)r0, (void)r1;

@@ -4,7 +4,9 @@
 // first question), so that one machine can run, test and time every path it can execute.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -71,6 +73,26 @@ inline bool avx512Paths() {
 }
 /// Whether the AVX-512 VNNI paths run: the CPU has VNNI and the AVX-512 paths run.
 bool vnniPaths();
+
+// Rows of activations in tiles of four, then the one to three left: run(std::integral_constant<int, MT>, first row).
+template <class Run>
+inline void forTiles(std::int64_t m, Run&& run) {
+  std::int64_t i = 0;
+  for (; i + 4 <= m; i += 4) run(std::integral_constant<int, 4>{}, i);
+  switch (m - i) {
+    case 3:
+      run(std::integral_constant<int, 3>{}, i);
+      break;
+    case 2:
+      run(std::integral_constant<int, 2>{}, i);
+      break;
+    case 1:
+      run(std::integral_constant<int, 1>{}, i);
+      break;
+    default:
+      break;
+  }
+}
 
 #if KVS_HAVE_AVX2_PATHS
 /// The sum of v's eight lanes.
