@@ -437,25 +437,33 @@ Runner addBench(CLI::App& app) {
       std::sort(v.begin(), v.end());
       return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
     };
-    if (!o->noWarmup) {  // llama-bench's warm-up: a short untimed run, so no round pays for first touches
-      at::manual_seed(o->seed + 1);
-      const at::Tensor ids = at::randint(3, mc.vocab, {std::min<std::int64_t>(o->contexts.front(), 64)}, at::kLong);
-      const std::vector<std::int64_t> warm(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ids.numel());
+    auto randomPrompt = [&mc](std::int64_t len) {
+      const at::Tensor ids = at::randint(3, mc.vocab, {len}, at::kLong);
+      return std::vector<std::int64_t>(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + len);
+    };
+    // One generation of newTokens after the prompt: its timings and the cache's memory. The cache's own cost: without
+    // the error maps and amax statistics the workbench's views draw.
+    auto runOnce = [&](const cache::CacheConfig& cfg, const std::vector<std::int64_t>& prompt) {
       cache::StatsOptions quiet;
       quiet.enabled = false;
-      auto kv = m.model().makeCache(cfgs.front(), quiet);
+      auto kv = m.model().makeCache(cfg, quiet);
       generate::GenerateOptions g;
-      g.maxNew = o->newTokens + 1;
+      g.maxNew = o->newTokens + 1;  // the first token comes from the prefill
       g.topCandidates = 0;
+      g.prefillChunk = o->prefillChunk;
       g.beyondContext = o->beyondContext;
-      generate::generate(m.model(), *kv, warm, g);
+      auto r = generate::generate(m.model(), *kv, prompt, g);
+      return std::pair{std::move(r), kv->totalMemory()};
+    };
+    if (!o->noWarmup) {  // llama-bench's warm-up: a short untimed run, so no round pays for first touches
+      at::manual_seed(o->seed + 1);
+      runOnce(cfgs.front(), randomPrompt(std::min<std::int64_t>(o->contexts.front(), 64)));
     }
     for (auto ctx : o->contexts) {
       at::manual_seed(o->seed);
       std::vector<std::int64_t> prompt;
       if (textIds.empty()) {
-        const at::Tensor ids = at::randint(3, mc.vocab, {ctx}, at::kLong);
-        prompt.assign(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + ctx);
+        prompt = randomPrompt(ctx);
       } else {
         while (static_cast<std::int64_t>(prompt.size()) < ctx)
           prompt.insert(prompt.end(), textIds.begin(),
@@ -475,19 +483,10 @@ Runner addBench(CLI::App& app) {
           const device::ExecutionContext& dev = m.model().context();
           dev.resetPeak();
           {
-            // The cache's own cost: without the error maps and amax statistics the workbench's views draw.
-            cache::StatsOptions quiet;
-            quiet.enabled = false;
-            auto kv = m.model().makeCache(cfgs[i], quiet);
-            generate::GenerateOptions g;
-            g.maxNew = o->newTokens + 1;  // the first token comes from the prefill
-            g.topCandidates = 0;
-            g.prefillChunk = o->prefillChunk;
-            g.beyondContext = o->beyondContext;
-            const auto r = generate::generate(m.model(), *kv, prompt, g);
+            const auto [r, memory] = runOnce(cfgs[i], prompt);
             prefill[i].push_back(ctx / r.prefillSeconds);
             decode[i].push_back(o->newTokens / r.decodeSeconds);
-            mem[i] = kv->totalMemory();
+            mem[i] = memory;
           }
           peak[i].push_back(static_cast<double>(dev.memory().peak));
         }
