@@ -294,11 +294,17 @@ void MemoryDock::show(const RunSnapshotPtr& run, const RunSnapshotPtr& against) 
   totalsShort_ = head;
   abTotals_ = false;
   fitTotals();
-  const auto [engines, enginesInFull] = enginesNote(*run);
-  enginesLine_ = engines;
-  elideEngines();
-  engines_->setToolTip(enginesInFull);
-  engines_->setVisible(!engines.isEmpty());
+  // The engines' rule depends on the run's config and layer kinds only: once a run (and once its layers are known),
+  // not at every snapshot.
+  const QString enginesKey = QString("%1 %2 %3").arg(run->runId).arg(mem.size()).arg(run->spec);
+  if (enginesKey != enginesKey_) {
+    enginesKey_ = enginesKey;
+    const auto [engines, enginesInFull] = enginesNote(*run);
+    enginesLine_ = engines;
+    elideEngines();
+    engines_->setToolTip(enginesInFull);
+    engines_->setVisible(!engines.isEmpty());
+  }
   legendB_->setVisible(against != nullptr);
   if (!against) return;
   const auto tb = against->cache.total();

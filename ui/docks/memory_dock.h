@@ -40,6 +40,7 @@ class MemoryDock : public QWidget {
   QLabel* legendTiers_;               ///< tiers by age: each tier's line in the per-step plot
   QLabel* engines_;                   ///< which layers vLLM, llama.cpp and transformers quantize with this config
   QString enginesLine_;               ///< engines_'s text before elision
+  QString enginesKey_;                ///< the run (id, layers, spec) enginesLine_ was made for
   QString totalsFull_, totalsShort_;  ///< the totals, and their first sentence for a short dock
   bool abTotals_ = false;             ///< two runs: totals_ holds the A/B line
   int layers_ = 0;
