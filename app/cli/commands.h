@@ -36,6 +36,7 @@ Runner addTune(CLI::App& app);
 Runner addMerge(CLI::App& app);
 Runner addDoctor(CLI::App& app);
 Runner addPlan(CLI::App& app);
+Runner addProbe(CLI::App& app);
 
 /// Writes `text` to `path` atomically (temporary file + rename); "-" is stdout.
 void writeOutput(const std::string& path, const std::string& text);
@@ -60,6 +61,8 @@ class ShardOut {
 /// What `merge` prints of a run's rows: `eval`'s (the reference first) and `sweep`'s (the baseline first) own
 /// output; `tune`'s scan file.
 int printEval(const nlohmann::json& run, const std::vector<nlohmann::json>& rows, bool json, bool csv);
+/// `probe`'s records (one per probe) as its table, JSON lines or CSV.
+int printProbe(const nlohmann::json& run, const std::vector<nlohmann::json>& records, bool json, bool csv);
 struct SweepPrint {
   bool json = false, csv = false;
   std::optional<double> maxKl;

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -49,6 +50,7 @@ nlohmann::json evalJson(const EvalFigures& f, const EvalFigures& ref, bool refer
     j["non_finite_positions"] = f.nonFinitePositions;
     j["overflow"] = f.overflow;
     j["non_finite"] = f.nonFinite;
+    j["quantized_reads"] = f.quantizedReads;
     // llama-perplexity --kl-divergence's figures, and the mean KL at each context length (null: none scored).
     const generate::KldReport k = generate::kldReport(f, ref);
     j["kld"] = {{"tokens", k.tokens},
@@ -136,21 +138,29 @@ int printEval(const nlohmann::json& run, const std::vector<nlohmann::json>& rows
   // Bits per value as stored, scales and unquantized layers included: the model dtype's bits over the KV ratio.
   const std::string dtype = run.contains("run_as") ? run["run_as"].value("dtype", std::string()) : std::string();
   const double dtypeBits = runtime::dtypeBits(dtype);
-  std::cout << fmt::format("{:<58} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", "config", "KV ratio",
-                           "bits/val", "ppl", "delta ppl", "mean KL", "max KL", "top-1", "NaN pos");
+  std::cout << fmt::format("{:<58} {:>8} {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>7} {:>8}\n", "config", "KV ratio",
+                           "bits/val", "ppl", "delta ppl", "mean KL", "max KL", "top-1", "NaN pos", "q reads");
   auto g = [](double x, const char* f) { return std::isnan(x) ? std::string("nan") : fmt::format(fmt::runtime(f), x); };
   const double refPpl = numOf(ref, "perplexity");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const nlohmann::json& r = rows[i];
     const double ratio = numOf(r, "compression_ratio");
+    // Of the scored tokens, the share whose forward read states held quantized (older shards lack the figure).
+    const std::string reads =
+        i == 0 || !r.contains("quantized_reads")
+            ? std::string("-")
+            : fmt::format("{:.1f}%", 100.0 * r["quantized_reads"].get<double>() /
+                                         std::max<double>(1.0, r.at("scored_tokens").get<double>()));
     std::cout << fmt::format(
-        "{:<58} {:>7.2f}x {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>7}\n", r.at("config").get<std::string>(), ratio,
-        dtypeBits > 0 && ratio > 0 ? fmt::format("{:.2f}", dtypeBits / ratio) : std::string("-"),
+        "{:<58} {:>7.2f}x {:>9} {:>9} {:>10} {:>10} {:>10} {:>7} {:>7} {:>8}\n", r.at("config").get<std::string>(),
+        ratio, dtypeBits > 0 && ratio > 0 ? fmt::format("{:.2f}", dtypeBits / ratio) : std::string("-"),
         g(numOf(r, "perplexity"), "{:.3f}"), i == 0 ? "-" : g(numOf(r, "perplexity") - refPpl, "{:+.3f}"),
         i == 0 ? "-" : g(numOf(r, "mean_kl"), "{:.4g}"), i == 0 ? "-" : g(numOf(r, "max_kl"), "{:.4g}"),
         i == 0 ? "-" : fmt::format("{:.1f}%", 100.0 * numOf(r, "top1_agreement")),
-        i == 0 ? "-" : std::to_string(r.at("non_finite_positions").get<std::int64_t>()));
+        i == 0 ? "-" : std::to_string(r.at("non_finite_positions").get<std::int64_t>()), reads);
   }
+  std::cout << "q reads: the scored tokens whose forward read states the config held quantized (a full-precision "
+               "residual window or a prompt shorter than it reads none)\n";
   // llama-perplexity --kl-divergence's terms, on the same tokens.
   std::cout << fmt::format("\nKL divergence as llama-perplexity reports it (± standard error):\n");
   std::cout << fmt::format("{:<58} {:>19} {:>9} {:>9} {:>9} {:>9} {:>16} {:>16} {:>17}\n", "config", "mean KLD",

@@ -23,7 +23,7 @@ int run(int argc, char** argv) {
       kvscope::cli::addGenerate(app), kvscope::cli::addCompare(app),   kvscope::cli::addSweep(app),
       kvscope::cli::addBench(app),    kvscope::cli::addCalibrate(app), kvscope::cli::addEval(app),
       kvscope::cli::addTune(app),     kvscope::cli::addMerge(app),     kvscope::cli::addDoctor(app),
-      kvscope::cli::addPlan(app)};
+      kvscope::cli::addPlan(app),     kvscope::cli::addProbe(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -19,7 +19,8 @@ Runner addMerge(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "merge", "Join the shard files of one sweep, eval or tune run (--shard I/N) into the unsharded run's output");
+      "merge",
+      "Join the shard files of one sweep, eval, probe or tune run (--shard I/N) into the unsharded run's output");
   cmd->add_option("shards", o->files, "the N shard files, in any order")->required();
   auto* json = cmd->add_flag("--json", o->how.json, "sweep, eval: JSON lines, as the command's --json prints them");
   cmd->add_flag("--csv", o->how.csv, "sweep, eval: CSV, as the command's --csv prints it")->excludes(json);
@@ -38,8 +39,8 @@ Runner addMerge(CLI::App& app) {
       texts.emplace_back(f, ss.str());
     }
     const ShardSet set = mergeShards(texts);
-    if (set.command != "sweep" && set.command != "eval" && set.command != "tune")
-      throw UsageError(fmt::format("`{}` shards are not kvscope's (sweep, eval, tune)", set.command));
+    if (set.command != "sweep" && set.command != "eval" && set.command != "tune" && set.command != "probe")
+      throw UsageError(fmt::format("`{}` shards are not kvscope's (sweep, eval, tune, probe)", set.command));
     auto refuse = [&](const char* opt, const char* why) {
       if (cmd->count(opt)) throw UsageError(fmt::format("merge {}: these are `{}` shards, {}", opt, set.command, why));
     };
@@ -53,6 +54,11 @@ Runner addMerge(CLI::App& app) {
     }
     refuse("--out", "printed to standard output");
     try {
+      if (set.command == "probe") {
+        refuse("--max-kl", "without a budget");
+        refuse("--max-bytes", "without a budget");
+        return printProbe(set.run, set.records, o->how.json, o->how.csv);
+      }
       if (set.command == "eval") {
         refuse("--max-kl", "without a budget");
         refuse("--max-bytes", "without a budget");

@@ -49,6 +49,7 @@ class DynamicLayer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return k_.length(); }
+  std::int64_t quantizedLength() const override { return 0; }
   bool canDropOldest() const override { return true; }
   void dropOldest(std::int64_t n) override {
     k_.dropFront(n);

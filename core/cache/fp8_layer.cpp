@@ -85,6 +85,7 @@ class Fp8Layer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return k_.q.length(); }
+  std::int64_t quantizedLength() const override { return seqLength(); }
   // The scale is the layer's, not the tokens': dropping tokens leaves the others' codes and the scale as they are.
   bool canDropOldest() const override { return true; }
   void dropOldest(std::int64_t n) override {

@@ -165,6 +165,7 @@ class KiviLayer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return fused() ? quantized_ + k_.out.length() : k_.out.length(); }
+  std::int64_t quantizedLength() const override { return quantized_; }
   Backend backend() const override { return Backend::Kivi; }
 
   LayerMemory memory() const override {

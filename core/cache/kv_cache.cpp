@@ -214,6 +214,19 @@ std::int64_t KvCache::seqLength() const {
   return layers_.front()->seqLength() + layers_.front()->dropped();
 }
 
+std::int64_t KvCache::quantizedLength() const {
+  std::int64_t n = 0;
+  for (int l = 0; l < numLayers(); ++l)
+    if (kvSource(l) == l) n = std::max(n, layers_[static_cast<std::size_t>(l)]->quantizedLength());
+  return n;
+}
+
+bool KvCache::readsWhatItStores() const {
+  for (int l = 0; l < numLayers(); ++l)
+    if (kvSource(l) == l && layers_[static_cast<std::size_t>(l)]->readsWhatItStores()) return true;
+  return false;
+}
+
 std::vector<LayerMemory> KvCache::memory() const {
   std::vector<LayerMemory> m;
   m.reserve(layers_.size());

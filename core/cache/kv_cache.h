@@ -52,6 +52,11 @@ class KvCache {
   void crop(std::int64_t n);
   /// Tokens of the sequence so far (a windowed layer's dropped ones included).
   std::int64_t seqLength() const;
+  /// The most tokens any layer holds only in quantized form (CacheLayer::quantizedLength; shared layers store
+  /// nothing): 0 when the next forward reads no quantized state.
+  std::int64_t quantizedLength() const;
+  /// Whether any layer with a cache of its own reads new states as it stored them (CacheLayer::readsWhatItStores).
+  bool readsWhatItStores() const;
 
   int numLayers() const { return static_cast<int>(layers_.size()); }
   CacheLayer& layer(int i);

@@ -201,6 +201,8 @@ class KvRowLayer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return k_.rows.length(); }
+  std::int64_t quantizedLength() const override { return k_.quantized || v_.quantized ? seqLength() : 0; }
+  bool readsWhatItStores() const override { return true; }
   Backend backend() const override { return backend_; }
 
   // llama.cpp converts Q to the keys' dot type; vLLM and SGLang read their FP4 keys with queries in the model's dtype.
@@ -525,6 +527,12 @@ class TieredLayer final : public CacheLayer {
     for (const Tier& t : tiers_) n += t.layer->seqLength();
     return n;
   }
+  std::int64_t quantizedLength() const override {
+    std::int64_t n = 0;
+    for (const Tier& t : tiers_) n += t.layer->quantizedLength();
+    return n;
+  }
+  bool readsWhatItStores() const override { return true; }
   Backend backend() const override { return tiers_.back().layer->backend(); }
   void setInterleavedRopePairs(bool on) override {
     for (Tier& t : tiers_) t.layer->setInterleavedRopePairs(on);

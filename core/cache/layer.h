@@ -84,6 +84,13 @@ class CacheLayer {
   /// Keeps the first n tokens (n < 0: drops -n tokens from the end).
   virtual void crop(std::int64_t n) = 0;
   virtual std::int64_t seqLength() const = 0;
+  /// Tokens of the history held only in the config's quantized form, which the next read takes dequantized (a
+  /// residual window's, sinks' and 16-bit copies are not): 0 for `dynamic`. What says whether a scored token read
+  /// quantized states (eval's and probe's "quantized reads").
+  virtual std::int64_t quantizedLength() const = 0;
+  /// Whether an update's attention reads the new states in the form it stored them (llama.cpp's and vLLM's caches:
+  /// the block rows, the prompt included) rather than as they came (transformers' first update, fp8, KIVI's window).
+  virtual bool readsWhatItStores() const { return false; }
   /// Drops the n oldest tokens (a sliding-window layer's, KvCache::setWindows): what a layer whose tokens are stored
   /// each on its own (dynamic, fp8, the block rows) can do without changing the others. canDropOldest() says whether
   /// it can; the rest throw CacheError.

@@ -210,6 +210,7 @@ class ResidualQuantizedLayer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return fused() ? k_.storeLen + k_.buf.length() : k_.buf.length(); }
+  std::int64_t quantizedLength() const override { return k_.storeLen; }
   Backend backend() const override { return backend_; }
 
   LayerMemory memory() const override {

@@ -90,6 +90,8 @@ class SinkLayer final : public CacheLayer {
   }
 
   std::int64_t seqLength() const override { return k_.length() + inner_->seqLength(); }
+  std::int64_t quantizedLength() const override { return inner_->quantizedLength(); }
+  bool readsWhatItStores() const override { return inner_->readsWhatItStores(); }
   Backend backend() const override { return inner_->backend(); }
   at::Tensor roundQueries(const at::Tensor& q) const override { return inner_->roundQueries(q); }
   void setInterleavedRopePairs(bool on) override { inner_->setInterleavedRopePairs(on); }

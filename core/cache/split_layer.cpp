@@ -4,6 +4,8 @@
 // of that design stores); this version still computes and holds the other side of each inner layer as well.
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "cache/detail/layers.h"
 
 namespace kvscope::cache::detail {
@@ -73,6 +75,8 @@ class SplitLayer final : public CacheLayer {
     v_->crop(n);
   }
   std::int64_t seqLength() const override { return k_->seqLength(); }
+  std::int64_t quantizedLength() const override { return std::max(k_->quantizedLength(), v_->quantizedLength()); }
+  bool readsWhatItStores() const override { return k_->readsWhatItStores() || v_->readsWhatItStores(); }
   bool canDropOldest() const override { return k_->canDropOldest() && v_->canDropOldest(); }
   void dropOldest(std::int64_t n) override {
     k_->discardOldest(n);

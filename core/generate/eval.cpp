@@ -11,6 +11,7 @@
 
 #include "cache/kv_cache.h"
 #include "generate/detail/eval_window.h"
+#include "generate/detail/quantized_reads.h"
 #include "generate/generate.h"
 #include "model/llama.h"
 #include "util/error.h"
@@ -22,9 +23,9 @@ namespace {
 
 // Log-probabilities [n, vocab] of the tokens after the prompt: the prompt is the cache's first update, then the
 // rest of the window goes through in steps of `step` tokens (teacher forcing), so later tokens read the quantized
-// states of earlier ones.
+// states of earlier ones. `quantizedReads`: how many of the n read quantized states (KvCache::quantizedLength).
 at::Tensor windowLogProbs(const model::LlamaModel& model, cache::KvCache& kv, const std::vector<std::int64_t>& w,
-                          std::size_t prompt, std::size_t step) {
+                          std::size_t prompt, std::size_t step, std::int64_t& quantizedReads) {
   std::vector<at::Tensor> out;
   model::ForwardOptions promptPart;
   promptPart.lastLogitsOnly = true;  // only the prompt's last position is scored
@@ -32,7 +33,10 @@ at::Tensor windowLogProbs(const model::LlamaModel& model, cache::KvCache& kv, co
   const bool chunked = detail::chunkedPrompt(plan);
   for (const detail::WindowForward& f : plan) {
     const at::Tensor ids = model::idsTensor(w, static_cast<std::size_t>(f.from), static_cast<std::size_t>(f.n));
-    const at::Tensor logits = model.forward(ids, kv, f.prompt ? promptPart : model::ForwardOptions{})[0];
+    bool read = false;
+    const at::Tensor logits = detail::readsQuantized(
+        kv, [&] { return model.forward(ids, kv, f.prompt ? promptPart : model::ForwardOptions{})[0]; }, read);
+    if (f.scored && read) quantizedReads += f.prompt ? 1 : f.n;
     if (f.scored) out.push_back(logits);
     if (f.prompt && chunked) util::releaseFreeMemory();
   }
@@ -174,8 +178,8 @@ std::vector<EvalFigures> evaluate(const model::LlamaModel& model, const std::vec
       if (progress && !progress(wi, windows.size(), ci, configs.size() + 1)) throw EvalCancelled();
       const auto c0 = std::chrono::steady_clock::now();
       auto kv = model.makeCache(ci == 0 ? cache::parseSpec("dynamic") : configs[ci - 1], quiet);
-      const at::Tensor lp = windowLogProbs(model, *kv, w, prompt, static_cast<std::size_t>(o.step));
       EvalFigures& f = figs[ci];
+      const at::Tensor lp = windowLogProbs(model, *kv, w, prompt, static_cast<std::size_t>(o.step), f.quantizedReads);
       f.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       detail::addWindow(f, lp, ci == 0 ? nullptr : &*ref, targets, prompt);
       if (wi == 0) f.memory = kv->totalMemory();

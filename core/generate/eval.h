@@ -33,6 +33,9 @@ struct EvalFigures {
   std::string spec;
   double nll = 0, klSum = 0, klMax = 0;
   std::int64_t scored = 0, agree = 0, nonFinitePositions = 0, overflow = 0, nonFinite = 0;
+  /// Scored tokens whose forward read states the config held in quantized form (KvCache::quantizedLength before the
+  /// forward): the tokens the figures say anything about the quantization for. 0 for the reference.
+  std::int64_t quantizedReads = 0;
   cache::TensorMemory memory;  ///< at the end of the first window
   double seconds = 0;
   /// Per scored token, window after window: the negative log-likelihood of the text's token, and (configs only)

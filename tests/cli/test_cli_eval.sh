@@ -23,6 +23,10 @@ for r in (fp8, kivi, mixed):
     assert r["compression_ratio"] > 1, r
 assert 3.99 < fp8["compression_ratio"] <= 4.0, fp8  # fp32 model, one byte a value (+ the scales)
 assert mixed["config"].startswith("layers=0-1:dynamic;*:K=fp8"), mixed["config"]
+# Scored tokens that read quantized states: none through dynamic; every step after the prompt through fp8 (its first
+# update, the prompt, reads the states as they came).
+assert dyn["quantized_reads"] == 0 and fp8["quantized_reads"] == 63, (dyn["quantized_reads"], fp8["quantized_reads"])
+assert 0 < kivi["quantized_reads"] <= 63 and 0 < mixed["quantized_reads"] <= 63, (kivi, mixed)
 # llama-perplexity's figures on the same tokens: the mean and maximum are the table's, the quantiles in order, the
 # same top p is top-1, the PPL ratio is the perplexities'; the KL against context length is null over the prompt
 # and averages to the mean (one window: one token a position).

@@ -13,40 +13,56 @@
 
 namespace kvscope::testutil {
 
+// A random 2-layer llama in F32 of the given shape (head size hidden / heads), written once per process and shape into
+// the temporary folder as `name`.
+struct RandomShape {
+  std::uint64_t hidden = 64, heads = 4, kvHeads = 2, ffn = 96, vocab = 96;
+  std::uint32_t context = 512;
+};
+inline std::string writeRandomModel(const RandomShape& s, const std::string& name) {
+  at::manual_seed(7);
+  const std::uint64_t d = s.hidden / s.heads, kv = d * s.kvHeads;
+  std::vector<std::pair<std::string, std::vector<std::uint64_t>>> plan = {{"token_embd.weight", {s.hidden, s.vocab}},
+                                                                          {"output_norm.weight", {s.hidden}}};
+  for (int l = 0; l < 2; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    for (auto& [n, shape] :
+         std::vector<std::pair<std::string, std::vector<std::uint64_t>>>{{"attn_norm.weight", {s.hidden}},
+                                                                         {"attn_q.weight", {s.hidden, s.hidden}},
+                                                                         {"attn_k.weight", {s.hidden, kv}},
+                                                                         {"attn_v.weight", {s.hidden, kv}},
+                                                                         {"attn_output.weight", {s.hidden, s.hidden}},
+                                                                         {"ffn_norm.weight", {s.hidden}},
+                                                                         {"ffn_gate.weight", {s.hidden, s.ffn}},
+                                                                         {"ffn_up.weight", {s.hidden, s.ffn}},
+                                                                         {"ffn_down.weight", {s.ffn, s.hidden}}})
+      plan.emplace_back(b + n, shape);
+  }
+  const std::vector<std::pair<std::string, std::uint32_t>> ints = {
+      {"block_count", 2},
+      {"embedding_length", static_cast<std::uint32_t>(s.hidden)},
+      {"attention.head_count", static_cast<std::uint32_t>(s.heads)},
+      {"attention.head_count_kv", static_cast<std::uint32_t>(s.kvHeads)},
+      {"feed_forward_length", static_cast<std::uint32_t>(s.ffn)},
+      {"context_length", s.context}};
+  GgufWriter g;
+  g.header(plan.size(), 1 + ints.size());
+  g.kvStr("general.architecture", "llama");
+  for (const auto& [k, v] : ints) g.kvU32("llama." + k, v);
+  g.f32Infos(plan);
+  g.f32Data(plan, [](const std::string& n, std::int64_t count) {
+    // Norms around 1, matrices with std 0.25: logits spread widely enough that greedy picks are not near-ties.
+    const bool norm = n.find("norm") != std::string::npos;
+    const at::Tensor v = (norm ? 1 + 0.1 * at::randn({count}) : 0.25 * at::randn({count})).contiguous();
+    return std::vector<float>(v.data_ptr<float>(), v.data_ptr<float>() + count);
+  });
+  // One file per process: ctest runs the tests of a binary as processes side by side.
+  return g.write(name);
+}
+
 // A random 2-layer llama in F32: hidden 64, 4 heads of 16, 2 KV heads (GQA), FFN 96, vocab 96.
 inline std::string randomModel() {
-  static const std::string path = [] {
-    at::manual_seed(7);
-    const std::vector<std::pair<std::string, std::vector<std::uint64_t>>> plan = {
-        {"token_embd.weight", {64, 96}},        {"output_norm.weight", {64}},
-        {"blk.0.attn_norm.weight", {64}},       {"blk.0.attn_q.weight", {64, 64}},
-        {"blk.0.attn_k.weight", {64, 32}},      {"blk.0.attn_v.weight", {64, 32}},
-        {"blk.0.attn_output.weight", {64, 64}}, {"blk.0.ffn_norm.weight", {64}},
-        {"blk.0.ffn_gate.weight", {64, 96}},    {"blk.0.ffn_up.weight", {64, 96}},
-        {"blk.0.ffn_down.weight", {96, 64}},    {"blk.1.attn_norm.weight", {64}},
-        {"blk.1.attn_q.weight", {64, 64}},      {"blk.1.attn_k.weight", {64, 32}},
-        {"blk.1.attn_v.weight", {64, 32}},      {"blk.1.attn_output.weight", {64, 64}},
-        {"blk.1.ffn_norm.weight", {64}},        {"blk.1.ffn_gate.weight", {64, 96}},
-        {"blk.1.ffn_up.weight", {64, 96}},      {"blk.1.ffn_down.weight", {96, 64}},
-    };
-    const std::vector<std::pair<std::string, std::uint32_t>> ints = {
-        {"block_count", 2},          {"embedding_length", 64},
-        {"attention.head_count", 4}, {"attention.head_count_kv", 2},
-        {"feed_forward_length", 96}, {"context_length", 512}};
-    GgufWriter g;
-    g.header(plan.size(), 1 + ints.size());
-    g.kvStr("general.architecture", "llama");
-    for (const auto& [k, v] : ints) g.kvU32("llama." + k, v);
-    g.f32Infos(plan);
-    g.f32Data(plan, [](const std::string& name, std::int64_t n) {
-      // Norms around 1, matrices with std 0.25: logits spread widely enough that greedy picks are not near-ties.
-      const bool norm = name.find("norm") != std::string::npos;
-      const at::Tensor v = (norm ? 1 + 0.1 * at::randn({n}) : 0.25 * at::randn({n})).contiguous();
-      return std::vector<float>(v.data_ptr<float>(), v.data_ptr<float>() + n);
-    });
-    // One file per process: ctest runs the tests of a binary as processes side by side.
-    return g.write("random_model.gguf");
-  }();
+  static const std::string path = writeRandomModel({}, "random_model.gguf");
   return path;
 }
 
