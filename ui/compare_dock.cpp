@@ -21,6 +21,7 @@
 #include "docks/overlay_plot.h"
 #include "doctor_page.h"
 #include "eval_page.h"
+#include "probe_page.h"
 #include "runs_model.h"
 #include "tune_page.h"
 
@@ -98,6 +99,8 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   tabs_->addTab(tune_, tr("Tuner"));
   doctor_ = new DoctorPage(this);
   tabs_->addTab(doctor_, tr("Doctor"));
+  probe_ = new ProbePage(this);
+  tabs_->addTab(probe_, tr("Long context"));
   capacity_ = new CapacityPage(this);
   tabs_->addTab(capacity_, tr("Capacity"));
   // The runs table's "fits" column reads the Capacity tab's plan of each run's config.
@@ -140,6 +143,8 @@ CompareDock::CompareDock(QWidget* parent) : QWidget(parent) {
   connect(tune_, &TunePage::failed, this, &CompareDock::failed);
   connect(doctor_, &DoctorPage::diagnoseClicked, this, &CompareDock::doctorRequested);
   connect(doctor_, &DoctorPage::configChosen, this, &CompareDock::configChosen);
+  connect(probe_, &ProbePage::probeClicked, this, &CompareDock::probeRequested);
+  connect(probe_, &ProbePage::runProbe, this, &CompareDock::probeRunRequested);
   connect(model_, &QAbstractItemModel::modelReset, this, &CompareDock::updateOverlay);
   connect(model_, &QAbstractItemModel::headerDataChanged, this, [this] {
     const QString c = model_->commonConfig();
@@ -273,6 +278,7 @@ void CompareDock::setStartEnabled(bool on) {
   eval_->setStartEnabled(on);
   tune_->setStartEnabled(on);
   doctor_->setStartEnabled(on);
+  probe_->setStartEnabled(on);
 }
 
 void CompareDock::showProgress(int done, int total) {

@@ -25,6 +25,7 @@ class CapacityPage;
 class EvalPage;
 class TunePage;
 class DoctorPage;
+class ProbePage;
 class OverlayPlot;
 class RunsModel;
 
@@ -39,6 +40,7 @@ class CompareDock : public QWidget {
   EvalPage* evalPage() const { return eval_; }
   TunePage* tunePage() const { return tune_; }
   DoctorPage* doctorPage() const { return doctor_; }
+  ProbePage* probePage() const { return probe_; }
   CapacityPage* capacityPage() const { return capacity_; }
   bool sweeping() const { return sweeping_; }
 
@@ -68,6 +70,10 @@ class CompareDock : public QWidget {
   void tuneRequested();
   /// The doctor's Diagnose was clicked.
   void doctorRequested();
+  /// The Long context page's Probe (its configs: evalConfigs()).
+  void probeRequested();
+  /// A probe opened as a run: its text, the config and its answer tokens.
+  void probeRunRequested(const cache::CacheConfig& config, const QString& prompt, int maxNew);
   /// A layer was clicked on the tuner's bars: select it everywhere.
   void layerChosen(int layer);
   void failed(const QString& message);
@@ -90,6 +96,7 @@ class CompareDock : public QWidget {
   EvalPage* eval_;
   TunePage* tune_;
   DoctorPage* doctor_;
+  ProbePage* probe_;
   CapacityPage* capacity_;
   QSplitter* split_;
   QTabWidget* tabs_;

@@ -32,6 +32,7 @@
 #include "menus.h"
 #include "message_bar.h"
 #include "overflow_advice.h"
+#include "probe_page.h"
 #include "run_panel.h"
 #include "runs_model.h"
 #include "selection.h"
@@ -66,6 +67,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   connect(compare_, &CompareDock::failed, this, &MainWindow::showError);  // a bad grid, the tuner page's pick or save
   connect(compare_, &CompareDock::tuneRequested, this, &MainWindow::startTune);
   connect(compare_, &CompareDock::doctorRequested, this, &MainWindow::startDoctor);
+  connect(compare_, &CompareDock::probeRequested, this, [this] {
+    auto configs = compare_->evalConfigs();
+    if (configs.empty()) configs.push_back(configPanel()->config());  // no run yet: the form's
+    startProbe(configs);
+  });
+  connect(compare_, &CompareDock::probeRunRequested, this, &MainWindow::runProbe);
   connect(compare_, &CompareDock::layerChosen, this, [this](int layer) { selection_->setLayer(layer); });
   connect(selection_, &Selection::changed, this,
           [this] { compare_->tunePage()->setSelectedLayer(selection_->layer()); });
@@ -181,7 +188,8 @@ void MainWindow::resetLayout() {
 
 void MainWindow::setBusy(Busy busy) {
   // An evaluation's or a scan's progress ends with it (finished, failed, or stopped for a load).
-  if ((busy_ == Busy::Evaluating || busy_ == Busy::Tuning) && busy != busy_) compare_->showProgress(-1, 0);
+  if ((busy_ == Busy::Evaluating || busy_ == Busy::Tuning || busy_ == Busy::Probing) && busy != busy_)
+    compare_->showProgress(-1, 0);
   busy_ = busy;
   updateActions();
 }
@@ -397,6 +405,38 @@ void MainWindow::onDoctorFinished(const DoctorResultView& result) {
   Q_EMIT doctorDone();
 }
 
+void MainWindow::startProbe(const std::vector<cache::CacheConfig>& configs) {
+  if (busy_ != Busy::Idle || !hasModel()) return;
+  ProbeRequest r = compare_->probePage()->request(configs);
+  r.serial = ++runSerial_;
+  setBusy(Busy::Probing);
+  compare_->showProgress(0, 0);
+  compare_->probePage()->showStarted(r);
+  Q_EMIT probeRequested(r);
+}
+
+void MainWindow::onProbeProgress(int done, int total) {
+  if (busy_ == Busy::Probing) compare_->showProgress(done, total);
+}
+
+void MainWindow::onProbeFinished(const ProbeResultView& result) {
+  if (busy_ == Busy::Probing) setBusy(Busy::Idle);
+  compare_->probePage()->showResult(result);
+  Q_EMIT probeDone();
+}
+
+void MainWindow::runProbe(const cache::CacheConfig& config, const QString& prompt, int maxNew) {
+  if (busy_ != Busy::Idle || !hasModel()) return;
+  RunRequest r = runPanel_->request();
+  r.prompt = prompt;
+  r.chat = false;  // the probe's text as the probes read it
+  r.maxNew = maxNew;
+  r.beams = 0;
+  r.sample = false;
+  runPanel_->setRequest(r);
+  runConfig(config);
+}
+
 void MainWindow::updateStatus() {
   status_->setText(statusLine(model_.device.isEmpty() ? runPanel_->device() : model_.device, last_, model_.memory));
 }
@@ -412,6 +452,7 @@ void MainWindow::onFailed(const QString& message) {
   if (busy_ == Busy::Evaluating) compare_->evalPage()->showFailed(message);
   if (busy_ == Busy::Tuning) compare_->tunePage()->showFailed(message);
   if (busy_ == Busy::Diagnosing) compare_->doctorPage()->showFailed(message);
+  if (busy_ == Busy::Probing) compare_->probePage()->showFailed(message);
   runPanel_->showLoadProgress(0, 0);
   setBusy(Busy::Idle);
   showError(message);

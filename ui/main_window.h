@@ -36,7 +36,7 @@ class MainWindow : public QMainWindow {
   using ExportTarget = ui::ExportTarget;
   /// What the engine is doing for the window: one request at a time. Run, Stop, Sweep, Evaluate and Scan follow it
   /// (updateActions()).
-  enum class Busy { Idle, Loading, Running, Evaluating, Tuning, Diagnosing };
+  enum class Busy { Idle, Loading, Running, Evaluating, Tuning, Diagnosing, Probing };
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
@@ -118,6 +118,12 @@ class MainWindow : public QMainWindow {
   void onTuneProgress(const kvscope::ui::TuneResultView& partial);
   /// Diagnoses the loaded model on the Doctor tab's text (generate::diagnose); the report goes to that tab.
   void startDoctor();
+  /// Long-context probes of `configs` (the Long context tab); Stop keeps the probes answered.
+  void startProbe(const std::vector<cache::CacheConfig>& configs);
+  void onProbeProgress(int done, int total);
+  void onProbeFinished(const kvscope::ui::ProbeResultView& result);
+  /// Opens a probe as a run: the form takes its text (no chat template), answer tokens and config, then runs.
+  void runProbe(const cache::CacheConfig& config, const QString& prompt, int maxNew);
   void onDoctorFinished(const kvscope::ui::DoctorResultView& result);
   /// Where every finished run is saved as it finishes (a session file).
   static QString autosavePath();
@@ -129,6 +135,7 @@ class MainWindow : public QMainWindow {
   void evalRequested(const kvscope::ui::EvalRequest& request);
   void tuneRequested(const kvscope::ui::TuneRequest& request);
   void doctorRequested(const kvscope::ui::DoctorRequest& request);
+  void probeRequested(const kvscope::ui::ProbeRequest& request);
   /// The selected layer changed while no run is going: the engine answers with onInspection().
   void inspectionRequested();
   void runRequested(const kvscope::ui::RunRequest& request);
@@ -140,6 +147,8 @@ class MainWindow : public QMainWindow {
   void tuneDone();
   /// A diagnosis finished (the Doctor tab shows it).
   void doctorDone();
+  /// The probes finished (their map is drawn).
+  void probeDone();
 
  protected:
   void closeEvent(QCloseEvent* e) override;

@@ -91,6 +91,41 @@ struct EvalResultView {
   QVector<EvalRowView> rows;  ///< the reference first
 };
 
+/// Long-context probes of configs (probe::makeSuite, generate::answerProbe): the Long context page's grid.
+struct ProbeRequest {
+  std::vector<cache::CacheConfig> configs;
+  QString tasks, lengths, depths;  ///< as typed (probe::parseTasks, parseLengths, parseDepths)
+  int samples = 1;
+  quint64 seed = 0;
+  quint64 serial = 0;  ///< shares the runs' numbering: Stop names it
+};
+
+/// One probe's answer through one cache.
+struct ProbeAnswerView {
+  QString text;
+  double score = 0;        ///< RULER's string_match_all
+  bool sameAnswer = true;  ///< configs: the reference's tokens
+  double meanKl = std::numeric_limits<double>::quiet_NaN(), maxKl = std::numeric_limits<double>::quiet_NaN();
+  qint64 quantizedReads = 0, tokens = 0;
+};
+
+struct ProbeView {
+  QString id, task;
+  qint64 length = 0;
+  int depth = -1;  ///< -1: the task has none
+  QString prompt;  ///< the text, to open the probe as a run
+  int maxNew = 0;
+  qint64 promptTokens = 0;
+  QStringList answers;
+  QVector<ProbeAnswerView> results;  ///< the reference's first, then each config's (ProbeResultView::specs)
+};
+
+struct ProbeResultView {
+  QStringList specs;  ///< "dynamic (reference)", then each config's SPEC
+  QVector<ProbeView> probes;
+  bool stopped = false;  ///< Stop ended it: the probes answered so far
+};
+
 /// Scan each layer side with candidate configs on a text (the tuner: cache::planScan, one evaluation per item).
 struct TuneRequest {
   QString textPath;
@@ -295,6 +330,8 @@ Q_DECLARE_METATYPE(kvscope::ui::RunSnapshotPtr)
 Q_DECLARE_METATYPE(kvscope::ui::TokenErrorViewPtr)
 Q_DECLARE_METATYPE(kvscope::ui::EvalRequest)
 Q_DECLARE_METATYPE(kvscope::ui::EvalResultView)
+Q_DECLARE_METATYPE(kvscope::ui::ProbeRequest)
+Q_DECLARE_METATYPE(kvscope::ui::ProbeResultView)
 Q_DECLARE_METATYPE(kvscope::ui::TuneRequest)
 Q_DECLARE_METATYPE(kvscope::ui::TuneResultView)
 Q_DECLARE_METATYPE(kvscope::ui::DoctorRequest)

@@ -33,26 +33,6 @@ double numOf(const nlohmann::json& j, const char* key) {
   return it == j.end() || !it->is_number() ? std::nan("") : it->get<double>();
 }
 
-// "4096", "4k" or "4K": tokens.
-std::int64_t lengthOf(const std::string& text) {
-  std::string t = text;
-  std::int64_t mult = 1;
-  if (!t.empty() && (t.back() == 'k' || t.back() == 'K')) {
-    mult = 1024;
-    t.pop_back();
-  }
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(t, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != t.size() || v < 1 || v > (1 << 20))
-    throw UsageError(fmt::format("--lengths: `{}` is not a token count (e.g. 4096 or 4k)", text));
-  return v * mult;
-}
-
 // The default lengths: 1k, 2k, 4k, ... up to the model's trained context.
 std::vector<std::int64_t> defaultLengths(std::int64_t ctx) {
   std::vector<std::int64_t> l;
@@ -271,35 +251,18 @@ Runner addProbe(CLI::App& app) {
     probe::SuiteOptions so;
     so.samples = o->samples;
     so.seed = o->seed;
-    auto split = [](const std::string& s) {
-      std::vector<std::string> out;
-      std::size_t b = 0;
-      while (b <= s.size()) {
-        const std::size_t e = std::min(s.find(',', b), s.size());
-        if (e > b) out.push_back(s.substr(b, e - b));
-        b = e + 1;
-      }
-      return out;
-    };
-    for (const std::string& t : split(o->tasks)) {
-      const auto task = probe::taskNamed(t);
-      if (!task) throw UsageError(fmt::format("--tasks: no task `{}` (kvscope-cli probe --help lists them)", t));
-      so.tasks.push_back(*task);
-    }
-    for (const std::string& d : split(o->depths)) {
-      std::size_t used = 0;
-      int v = -1;
+    // The grid's axes, each error naming its option.
+    auto axis = [](const char* opt, auto parse) {
       try {
-        v = std::stoi(d, &used);
-      } catch (const std::exception&) {
-        used = 0;
+        return parse();
+      } catch (const Error& e) {
+        throw UsageError(fmt::format("{}: {}", opt, e.what()));
       }
-      if (used == 0 || used != d.size() || v < 0 || v > 100)
-        throw UsageError(fmt::format("--depths: `{}` is not a percentage from 0 to 100", d));
-      so.depths.push_back(v);
-    }
+    };
+    so.tasks = axis("--tasks", [&] { return probe::parseTasks(o->tasks); });
+    so.depths = axis("--depths", [&] { return probe::parseDepths(o->depths); });
+    so.lengths = axis("--lengths", [&] { return probe::parseLengths(o->lengths); });
     if (so.depths.empty()) throw UsageError("--depths: give at least one depth");
-    for (const std::string& l : split(o->lengths)) so.lengths.push_back(lengthOf(l));
     const std::optional<Shard> shard = shardOf(o->shard, o->out, "--out");
     if (shard) writeOutput(o->out, "");  // an unwritable --out fails before the model loads
     if (o->threads > 0) at::set_num_threads(o->threads);
@@ -334,28 +297,30 @@ Runner addProbe(CLI::App& app) {
     rules.decode = [&](const std::vector<std::int64_t>& ids) {
       return m.tokenizer().decode(std::vector<std::int32_t>(ids.begin(), ids.end()), true);
     };
+    std::vector<probe::Probe> mine;  // this shard's probes, by their index in the suite
+    std::vector<std::size_t> index;
+    for (std::size_t k = 0; k < probes.size(); ++k)
+      if (!shard || shard->owns(k)) mine.push_back(probes[k]), index.push_back(k);
     std::vector<nlohmann::json> records;
-    for (std::size_t k = 0; k < probes.size(); ++k) {
-      if (shard && !shard->owns(k)) continue;
-      const probe::Probe& p = probes[k];
-      const std::vector<std::int64_t> ids = encode(p.prompt);
-      rules.maxNew = probe::info(p.task).answerTokens;
-      std::cerr << fmt::format("probe {}/{} {} ({} tokens, {:.0f} s)\n", k + 1, probes.size(), p.id(), ids.size(),
-                               elapsed());
-      const generate::ProbeAnswer ref = generate::answerProbe(m.model(), cache::parseSpec("dynamic"), ids, rules);
+    auto show = [&](std::size_t i) {
+      std::cerr << fmt::format("probe {}/{} {} ({:.0f} s)\n", index[i] + 1, probes.size(), mine[i].id(), elapsed());
+    };
+    if (!mine.empty()) show(0);
+    generate::answerProbes(m.model(), mine, cfgs, encode, rules, [&](std::size_t i, const generate::ProbeAnswers& as) {
+      const probe::Probe& p = mine[i];
       nlohmann::json results = nlohmann::json::array();
-      results.push_back(answerJson("dynamic (reference)", true, ref, probe::score(p, ref.text)));
-      for (const auto& c : cfgs) {
-        const generate::ProbeAnswer a = generate::answerProbe(m.model(), c, ids, rules, &ref);
-        results.push_back(answerJson(cache::toSpec(c), false, a, probe::score(p, a.text)));
-      }
+      for (std::size_t c = 0; c < as.size(); ++c)
+        results.push_back(answerJson(c == 0 ? "dynamic (reference)" : cache::toSpec(cfgs[c - 1]), c == 0, as[c],
+                                     probe::score(p, as[c].text)));
       nlohmann::json rec = {{"probe", p.id()},      {"task", probe::info(p.task).name},
                             {"length", p.length},   {"depth", p.depth},
-                            {"sample", p.sample},   {"prompt_tokens", ids.size()},
+                            {"sample", p.sample},   {"prompt_tokens", as.front().promptTokens},
                             {"answers", p.answers}, {"results", std::move(results)}};
-      if (out) out->add(k, rec);
+      if (out) out->add(index[i], rec);
       records.push_back(std::move(rec));
-    }
+      if (i + 1 < mine.size()) show(i + 1);
+      return true;
+    });
     std::cerr << fmt::format("probe: done in {:.0f} s\n", elapsed());
     if (shard) {
       std::cerr << fmt::format(

@@ -17,6 +17,7 @@
 #include "generate/doctor.h"
 #include "generate/eval.h"
 #include "generate/generate.h"
+#include "generate/probe.h"
 #include "model/gguf.h"
 #include "model/llama.h"
 #include "runtime/errors.h"
@@ -225,6 +226,8 @@ void registerMetaTypes() {
   qRegisterMetaType<kvscope::ui::TokenErrorViewPtr>();
   qRegisterMetaType<kvscope::ui::EvalRequest>();
   qRegisterMetaType<kvscope::ui::EvalResultView>();
+  qRegisterMetaType<kvscope::ui::ProbeRequest>();
+  qRegisterMetaType<kvscope::ui::ProbeResultView>();
   qRegisterMetaType<kvscope::ui::TuneRequest>();
   qRegisterMetaType<kvscope::ui::TuneResultView>();
   qRegisterMetaType<kvscope::ui::DoctorRequest>();
@@ -440,6 +443,81 @@ void Engine::evaluate(const ui::EvalRequest& r) {
     Q_EMIT evalFinished(out);
   } catch (...) {
     Q_EMIT failed(r.serial, describeCurrent("the evaluation", false));
+  }
+}
+
+void Engine::probe(const ui::ProbeRequest& r) {
+  beginRun(r.serial);
+  try {
+    if (!d_->session) throw Error(ErrorCode::BadInput, "no model is loaded");
+    const runtime::Session& s = *d_->session;
+    for (const auto& c : r.configs) cache::validate(c);
+    probe::SuiteOptions so;
+    so.tasks = probe::parseTasks(r.tasks.toStdString());
+    so.lengths = probe::parseLengths(r.lengths.toStdString());
+    so.depths = probe::parseDepths(r.depths.toStdString());
+    so.samples = std::max(r.samples, 1);
+    so.seed = r.seed;
+    if (so.lengths.empty() || so.depths.empty()) throw Error(ErrorCode::BadInput, "give at least one length and depth");
+    const std::int64_t ctx = s.model().config().contextLength;
+    for (std::int64_t l : so.lengths)
+      if (ctx > 0 && l > ctx)
+        throw Error(ErrorCode::BadInput,
+                    std::to_string(l) + " tokens is past the model's trained context of " + std::to_string(ctx));
+    auto encode = [&](const std::string& text) { return s.encodePrompt(text, false); };
+    const std::vector<probe::Probe> probes =
+        probe::makeSuite(so, [&](const std::string& t) { return static_cast<std::int64_t>(encode(t).size()); });
+    ui::ProbeResultView out;
+    out.specs << QStringLiteral("dynamic (reference)");
+    for (const auto& c : r.configs) out.specs << QString::fromStdString(cache::toSpec(c));
+    generate::AnswerRules rules;
+    rules.stopIds = s.stopIds();
+    rules.decode = [&](const std::vector<std::int64_t>& ids) {
+      return s.tokenizer().decode(std::vector<std::int32_t>(ids.begin(), ids.end()), true);
+    };
+    const int total = static_cast<int>(probes.size());
+    Q_EMIT probeProgress(0, total);
+    try {
+      generate::answerProbes(
+          s.model(), probes, r.configs, encode, rules,
+          [&](std::size_t k, const generate::ProbeAnswers& as) {
+            const probe::Probe& p = probes[k];
+            ui::ProbeView v;
+            v.id = QString::fromStdString(p.id());
+            v.task = QString::fromUtf8(probe::info(p.task).name.data(),
+                                       static_cast<qsizetype>(probe::info(p.task).name.size()));
+            v.length = p.length;
+            v.depth = p.depth;
+            v.prompt = QString::fromStdString(p.prompt);
+            v.maxNew = probe::info(p.task).answerTokens;
+            v.promptTokens = as.front().promptTokens;
+            for (const auto& a : p.answers) v.answers << QString::fromStdString(a);
+            for (const generate::ProbeAnswer& a : as) {
+              ui::ProbeAnswerView av;
+              av.text = QString::fromStdString(a.text);
+              av.score = probe::score(p, a.text);
+              av.sameAnswer = a.sameAnswer();
+              av.quantizedReads = a.quantizedReads;
+              av.tokens = static_cast<qint64>(a.tokens.size());
+              if (!a.kl.empty()) {
+                double sum = 0, mx = 0;
+                for (double x : a.kl) sum += x, mx = std::isnan(x) ? x : std::max(mx, x);
+                av.meanKl = sum / static_cast<double>(a.kl.size());
+                av.maxKl = mx;
+              }
+              v.results << av;
+            }
+            out.probes << v;
+            Q_EMIT probeProgress(static_cast<int>(k) + 1, total);
+            return true;
+          },
+          &cancel_);
+    } catch (const kvscope::Cancelled&) {
+      out.stopped = true;  // Stop keeps the probes answered
+    }
+    Q_EMIT probeFinished(out);
+  } catch (...) {
+    Q_EMIT failed(r.serial, describeCurrent("the probes", false));
   }
 }
 

@@ -44,6 +44,8 @@ class Engine : public QObject {
   void run(const kvscope::ui::RunRequest& request);
   /// Evaluates configs on a text (progress, then evalFinished or failed); Stop cancels it like a run.
   void evaluate(const kvscope::ui::EvalRequest& request);
+  /// Long-context probes (the Long context page): progress through probeProgress, the answers so far on Stop.
+  void probe(const kvscope::ui::ProbeRequest& request);
   /// Scans each layer side with the request's candidates (progress as evalProgress and tuneProgress, then
   /// tuneFinished, also when stopped with points scanned, or failed);
   /// Stop cancels it like a run.
@@ -60,6 +62,8 @@ class Engine : public QObject {
   void inspectionUpdated(const kvscope::ui::TokenErrorViewPtr& view);
   void evalProgress(int done, int total);
   void evalFinished(const kvscope::ui::EvalResultView& result);
+  void probeProgress(int done, int total);
+  void probeFinished(const kvscope::ui::ProbeResultView& result);
   /// A scan's points so far (TuneResultView::complete false): its first point at once, then at most twice a second.
   void tuneProgress(const kvscope::ui::TuneResultView& partial);
   void tuneFinished(const kvscope::ui::TuneResultView& result);

@@ -18,6 +18,7 @@ void wire(Engine* engine, ui::MainWindow* w) {
   link(w, &ui::MainWindow::runRequested, engine, &Engine::run);
   link(w, &ui::MainWindow::inspectionRequested, engine, &Engine::publishInspection);
   link(w, &ui::MainWindow::evalRequested, engine, &Engine::evaluate);
+  link(w, &ui::MainWindow::probeRequested, engine, &Engine::probe);
   link(w, &ui::MainWindow::tuneRequested, engine, &Engine::tune);
   link(w, &ui::MainWindow::doctorRequested, engine, &Engine::doctor);
   link(engine, &Engine::loadProgress, w, &ui::MainWindow::onLoadProgress);
@@ -26,6 +27,8 @@ void wire(Engine* engine, ui::MainWindow* w) {
   link(engine, &Engine::inspectionUpdated, w, &ui::MainWindow::onInspection);
   link(engine, &Engine::evalProgress, w, &ui::MainWindow::onEvalProgress);
   link(engine, &Engine::evalFinished, w, &ui::MainWindow::onEvalFinished);
+  link(engine, &Engine::probeProgress, w, &ui::MainWindow::onProbeProgress);
+  link(engine, &Engine::probeFinished, w, &ui::MainWindow::onProbeFinished);
   link(engine, &Engine::tuneFinished, w, &ui::MainWindow::onTuneFinished);
   link(engine, &Engine::tuneProgress, w, &ui::MainWindow::onTuneProgress);
   link(engine, &Engine::doctorFinished, w, &ui::MainWindow::onDoctorFinished);

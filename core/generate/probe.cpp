@@ -104,4 +104,24 @@ ProbeAnswer answerProbe(const model::LlamaModel& model, const cache::CacheConfig
   return a;
 }
 
+std::vector<ProbeAnswers> answerProbes(const model::LlamaModel& model, const std::vector<probe::Probe>& probes,
+                                       const std::vector<cache::CacheConfig>& configs,
+                                       const std::function<std::vector<std::int64_t>(const std::string&)>& encode,
+                                       AnswerRules rules, const ProbeDone& done, const CancelToken* cancel) {
+  for (const auto& c : configs) (void)model.makeCache(c);  // per-layer rules against this model, before any work
+  const cache::CacheConfig unquantized = cache::parseSpec("dynamic");
+  std::vector<ProbeAnswers> out;
+  for (std::size_t k = 0; k < probes.size(); ++k) {
+    const std::vector<std::int64_t> ids = encode(probes[k].prompt);
+    rules.maxNew = probe::info(probes[k].task).answerTokens;
+    ProbeAnswers a;
+    a.push_back(answerProbe(model, unquantized, ids, rules, nullptr, cancel));
+    for (const auto& c : configs) a.push_back(answerProbe(model, c, ids, rules, &a.front(), cancel));
+    a.front().logProbs.reset();  // the configs have read them: 200 KB a position
+    out.push_back(std::move(a));
+    if (done && !done(k, out.back())) break;
+  }
+  return out;
+}
+
 }  // namespace kvscope::generate

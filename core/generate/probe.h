@@ -12,6 +12,7 @@
 
 #include "cache/config.h"
 #include "cache/stats.h"
+#include "probe/suite.h"
 #include "util/cancel.h"
 
 namespace kvscope::model {
@@ -54,5 +55,20 @@ struct ProbeAnswer {
 ProbeAnswer answerProbe(const model::LlamaModel& model, const cache::CacheConfig& config,
                         const std::vector<std::int64_t>& prompt, const AnswerRules& rules,
                         const ProbeAnswer* reference = nullptr, const CancelToken* cancel = nullptr);
+
+/// A probe's answers: the unquantized cache's first, then each config's.
+using ProbeAnswers = std::vector<ProbeAnswer>;
+/// Called after each probe with its index in `probes` and its answers; returning false stops after it.
+using ProbeDone = std::function<bool(std::size_t index, const ProbeAnswers& answers)>;
+
+/// Every probe (probe/suite.h) through the unquantized cache and each config, probe after probe, as `kvscope-cli
+/// probe` and the Long context page run them: `encode` gives a probe's text as the model reads it; `rules` its stop
+/// ids and decoding (maxNew is each task's answer tokens). Returns the answers of the probes done (all, unless
+/// `done` stopped it); throws as answerProbe.
+std::vector<ProbeAnswers> answerProbes(const model::LlamaModel& model, const std::vector<probe::Probe>& probes,
+                                       const std::vector<cache::CacheConfig>& configs,
+                                       const std::function<std::vector<std::int64_t>(const std::string&)>& encode,
+                                       AnswerRules rules, const ProbeDone& done = {},
+                                       const CancelToken* cancel = nullptr);
 
 }  // namespace kvscope::generate

@@ -390,6 +390,71 @@ std::vector<Probe> makeSuite(const SuiteOptions& o, const TokenCounter& count) {
   return out;
 }
 
+namespace {
+
+std::vector<std::string> items(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t b = 0;
+  while (b <= s.size()) {
+    const std::size_t e = std::min(s.find(',', b), s.size());
+    std::string item(s.substr(b, e - b));
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) out.push_back(std::move(item));
+    b = e + 1;
+  }
+  return out;
+}
+
+// A whole number in [lo, hi] with an optional `k` (x 1024) where `kilo`, or nothing.
+std::optional<std::int64_t> whole(std::string t, std::int64_t lo, std::int64_t hi, bool kilo) {
+  std::int64_t mult = 1;
+  if (kilo && !t.empty() && (t.back() == 'k' || t.back() == 'K')) {
+    mult = 1024;
+    t.pop_back();
+  }
+  if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  const std::int64_t v = std::stoll(t) * mult;
+  if (v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+std::vector<Task> parseTasks(std::string_view text) {
+  std::vector<Task> out;
+  for (const std::string& t : items(text)) {
+    const auto task = taskNamed(t);
+    if (!task) {
+      std::string names;
+      for (const TaskInfo& i : tasks()) names += (names.empty() ? "" : ", ") + std::string(i.name);
+      throw Error(ErrorCode::BadInput, fmt::format("no probe task `{}` (the tasks: {})", t, names));
+    }
+    out.push_back(*task);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> parseLengths(std::string_view text) {
+  std::vector<std::int64_t> out;
+  for (const std::string& t : items(text)) {
+    const auto v = whole(t, 64, std::int64_t{1} << 20, true);
+    if (!v) throw Error(ErrorCode::BadInput, fmt::format("`{}` is not a token count from 64 (e.g. 4096 or 4k)", t));
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::vector<int> parseDepths(std::string_view text) {
+  std::vector<int> out;
+  for (const std::string& t : items(text)) {
+    const auto v = whole(t, 0, 100, false);
+    if (!v) throw Error(ErrorCode::BadInput, fmt::format("`{}` is not a depth in percent from 0 to 100", t));
+    out.push_back(static_cast<int>(*v));
+  }
+  return out;
+}
+
 double score(const Probe& p, std::string_view prediction) {
   std::string pred(prediction);
   for (char& c : pred)

@@ -67,6 +67,12 @@ struct SuiteOptions {
 /// The grid, task by task, length by length, depth by depth, sample by sample.
 std::vector<Probe> makeSuite(const SuiteOptions& o, const TokenCounter& count);
 
+/// The grid's axes as a user types them, comma-separated: tasks by name (empty: every task), lengths in tokens ("4096",
+/// "4k"), depths in percent (0 to 100). Throw Error (BadInput) naming the item that is not one.
+std::vector<Task> parseTasks(std::string_view text);
+std::vector<std::int64_t> parseLengths(std::string_view text);
+std::vector<int> parseDepths(std::string_view text);
+
 /// RULER's string_match_all: the fraction of the probe's answers found in the prediction (case-insensitive
 /// substrings), after RULER's clean-up (control characters as newlines, outer whitespace stripped).
 double score(const Probe& p, std::string_view prediction);

@@ -13,9 +13,9 @@ expect_error() {  # $1: what the message must say; the rest: probe's arguments
   "$cli" probe --model "$model" "$@" > /dev/null 2> "$tmp/err"; local rc=$?
   [ $rc -eq 2 ] && grep -q -- "$want" "$tmp/err" || { echo "FAIL probe $* (rc $rc): want '$want'"; cat "$tmp/err"; fail=1; }
 }
-expect_error "no task \`needle\`" --cache fp8 --tasks needle
-expect_error "not a percentage" --cache fp8 --depths 50,120
-expect_error "is not a token count" --cache fp8 --lengths 4q
+expect_error "--tasks: no probe task \`needle\`" --cache fp8 --tasks needle
+expect_error "--depths: \`120\` is not a depth in percent" --cache fp8 --depths 50,120
+expect_error "--lengths: \`4q\` is not a token count" --cache fp8 --lengths 4q
 expect_error "past the model's trained context of 8192; add --beyond-context" --cache fp8 --lengths 16k
 expect_error "unknown cache backend" --cache nope --lengths 1k
 

@@ -10,5 +10,6 @@ int main(int argc, char** argv) {
   QTEST_SET_MAIN_SOURCE_PATH
   int rc = kvscope::guitest::runWindowTests(argc, argv);
   rc |= kvscope::guitest::runWorkbenchTests(argc, argv);
+  rc |= kvscope::guitest::runLongContextTests(argc, argv);
   return rc;
 }

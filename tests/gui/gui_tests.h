@@ -69,4 +69,6 @@ namespace kvscope::guitest {
 int runWindowTests(int argc, char** argv);
 /// The workbench on the embedded model, with its engine thread: tests/gui/test_workbench.cpp.
 int runWorkbenchTests(int argc, char** argv);
+/// The Long context tab on the embedded model: tests/gui/test_long_context.cpp.
+int runLongContextTests(int argc, char** argv);
 }  // namespace kvscope::guitest

@@ -116,6 +116,23 @@ TEST(ProbeSuite, BadDepthsAndLengthsAreRefused) {
   EXPECT_THROW(probe::makeProbe(probe::Task::Passkey, 40, 50, 0, 0, fourBytes), Error);
   EXPECT_FALSE(probe::taskNamed("niah_multikey_9"));
   EXPECT_EQ(probe::taskNamed("vt"), probe::Task::VariableTracking);
+  // The axes as typed.
+  EXPECT_EQ(probe::parseLengths(" 1k, 4096 ,2K"), (std::vector<std::int64_t>{1024, 4096, 2048}));
+  EXPECT_EQ(probe::parseDepths("0,50, 100"), (std::vector<int>{0, 50, 100}));
+  EXPECT_EQ(probe::parseTasks("vt,passkey"),
+            (std::vector<probe::Task>{probe::Task::VariableTracking, probe::Task::Passkey}));
+  EXPECT_TRUE(probe::parseTasks("").empty());
+  for (const char* bad : {"4q", "k", "-1", "32", "1.5k", "99999999999"})
+    EXPECT_THROW(probe::parseLengths(bad), Error) << bad;
+  for (const char* bad : {"101", "-5", "50%", "x"}) EXPECT_THROW(probe::parseDepths(bad), Error) << bad;
+  try {
+    probe::parseTasks("passkey,needle");
+    ADD_FAILURE() << "an unknown task was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no probe task `needle` (the tasks: passkey, niah_single_1"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A random llama whose heads take every block format (head size 64), with room for a long prompt.
