@@ -52,7 +52,7 @@ test-asan:
 	  cmake --preset asan >/dev/null && cmake --build build-asan -j 2 --target $(ASAN_TARGETS) >/dev/null
 	cd build-asan && $(CTEST_ENV) ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -j2 --timeout 1800 -L "unit|parity" \
-	  -E "BitExactForAllFloat32|packaging|llamacpp_kld|^cli\.(model_commands|calibrate|eval|tune|shard)$$"
+	  -E "BitExactForAllFloat32|packaging|llamacpp_kld|^cli\.(model_commands|calibrate|eval|tune|shard|probe)$$"
 
 # The engine/GUI threading tests (gui.workbench) under ThreadSanitizer (the `tsan` preset: the engine, the views and the
 # tests are instrumented; any report fails the test). One OpenMP thread: libgomp's barriers are invisible to TSan.
