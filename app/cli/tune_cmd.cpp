@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/runtime.h"
 #include "cli/text_windows.h"
+#include "cli/tune_probes.h"
 #include "generate/eval.h"
 
 namespace kvscope::cli {
@@ -63,6 +64,9 @@ Runner addTune(CLI::App& app) {
     std::string scanOut, scanIn, save, shard;
     bool noVerify = false, json = false;
     std::string method = "resume";
+    std::optional<double> minAgreement, maxAnswerKl;
+    ProbeObjective probes;
+    std::string objective = "text";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -75,9 +79,30 @@ Runner addTune(CLI::App& app) {
   cmd->add_option("--step", o->step, "tokens per forward after the prompt")->check(CLI::Range(1, 1 << 20));
   auto* kl = cmd->add_option("--max-kl", o->maxKl, "budget: the fewest KV bytes whose mean KL stays within this")
                  ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-bytes", o->maxBytes, "budget: the lowest mean KL whose stored KV bytes stay within this")
-      ->check(CLI::PositiveNumber)
-      ->excludes(kl);
+  auto* bytes =
+      cmd->add_option("--max-bytes", o->maxBytes, "budget: the lowest mean KL whose stored KV bytes stay within this")
+          ->check(CLI::PositiveNumber)
+          ->excludes(kl);
+  // The probe objective (cli/tune_probes.h): long-context agreement instead of the text's mean KL.
+  cmd->add_option("--min-agreement", o->minAgreement,
+                  "budget (the probe objective): the fewest KV bytes whose long-context probes "
+                  "(kvscope-cli probe) give the unquantized cache's answer on at least this share "
+                  "(0-1) of them; each front is halved, about log2 of its points probed")
+      ->check(CLI::Range(0.0, 1.0))
+      ->excludes(kl)
+      ->excludes(bytes);
+  cmd->add_option("--objective", o->objective,
+                  "text (the default): budgets on the text's mean KL or the bytes; probes: the long-context probes' "
+                  "agreement (--min-agreement, 1 unless given)")
+      ->check(CLI::IsMember({"text", "probes"}))
+      ->excludes(kl)
+      ->excludes(bytes);
+  cmd->add_option("--max-answer-kl", o->maxAnswerKl,
+                  "with --min-agreement: also the probes' mean KL over the answer tokens within this")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--probe-tasks", o->probes.tasks, "the probes objective: its tasks");
+  cmd->add_option("--probe-lengths", o->probes.lengths, "the probes objective: its lengths");
+  cmd->add_option("--probe-depths", o->probes.depths, "the probes objective: its needles' depths (%)");
   cmd->add_option("--target", o->targets,
                   "kvscope (per layer and side), llamacpp (one K and one V type), vllm (one dtype, skipped layers), "
                   "transformers (one config), modelopt (one FP8 or NVFP4 config: Model-Optimizer's checkpoint "
@@ -104,12 +129,20 @@ Runner addTune(CLI::App& app) {
     if (targets.empty()) targets = cache::allTargets();
     if (!o->save.empty() && std::find(targets.begin(), targets.end(), TuneTarget::Kvscope) == targets.end())
       throw UsageError("--save writes the kvscope target's pick: add --target kvscope");
-    if (!o->save.empty() && !o->maxKl && !o->maxBytes)
-      throw UsageError("--save needs a budget (--max-kl or --max-bytes) to pick a config");
+    if (o->objective == "probes" && !o->minAgreement) o->minAgreement = 1.0;
+    if (o->objective == "text" && cmd->count("--objective") && o->minAgreement)
+      throw UsageError("--min-agreement is the probes objective's budget: drop --objective text");
+    for (const char* opt : {"--max-answer-kl", "--probe-tasks", "--probe-lengths", "--probe-depths"})
+      if (cmd->count(opt) && !o->minAgreement)
+        throw UsageError(fmt::format("{} belongs to the probes objective: add --objective probes", opt));
+    const bool budgeted = o->maxKl || o->maxBytes || o->minAgreement;
+    if (!o->save.empty() && !budgeted)
+      throw UsageError("--save needs a budget (--max-kl, --max-bytes or --min-agreement) to pick a config");
 
     const std::optional<Shard> shard = shardOf(o->shard, o->scanOut, "--scan-out");
     if (shard)
-      for (const char* opt : {"--scan-in", "--max-kl", "--max-bytes", "--save", "--json", "--target"})
+      for (const char* opt :
+           {"--scan-in", "--max-kl", "--max-bytes", "--min-agreement", "--save", "--json", "--target"})
         if (cmd->count(opt))
           throw UsageError(
               fmt::format("tune --shard runs part of a scan only: drop {} (solve the merged scan with "
@@ -143,7 +176,8 @@ Runner addTune(CLI::App& app) {
     if (!cands.empty()) cache::planScan(cands, 1);                        // and so do bad candidates
     if (o->prompt >= o->ctx)
       throw UsageError(fmt::format("--prompt {} leaves nothing to score in windows of --ctx {}", o->prompt, o->ctx));
-    const bool verify = !o->noVerify && (o->maxKl || o->maxBytes);
+    const bool verify = !o->noVerify && budgeted;
+    if (o->minAgreement) (void)o->probes.suite();  // bad probe axes fail before the model loads
     if (o->threads > 0) at::set_num_threads(o->threads);
 
     std::optional<runtime::Session> m;
@@ -256,9 +290,19 @@ Runner addTune(CLI::App& app) {
                              {settings.value("ctx", std::int64_t{0}), settings.value("prompt", std::int64_t{0}),
                               settings.value("step", std::int64_t{1})},
                              *o->context, modelWindows, modelValues);
+    std::optional<ProbeJudge> judge;
+    if (o->minAgreement) {
+      if (!m) load();
+      o->probes.minAgreement = *o->minAgreement;
+      o->probes.maxAnswerKl = o->maxAnswerKl;
+      judge.emplace(*m, o->probes);
+    }
     for (TuneTarget t : targets) {
       Result r{t, cache::paretoFront(scan, t), std::nullopt, {}, std::nullopt};
       if (budget) r.pick = cache::solve(r.front, *budget);
+      if (judge)
+        r.pick = pickByProbes(
+            r.front, [&](const Assignment& a) { return cache::assignmentConfig(scan, a); }, *judge);
       if (r.pick) r.config = cache::assignmentConfig(scan, *r.pick);
       results.push_back(std::move(r));
     }
@@ -393,7 +437,7 @@ Runner addTune(CLI::App& app) {
                                  ref / static_cast<double>(a.storedBytes), bitsText(a.storedBytes), a.predictedKl,
                                  assignmentSummary(scan, a));
       }
-      if (!budget) continue;
+      if (!budgeted) continue;
       if (!r.pick) {
         std::cout << "  no assignment meets the budget\n";
         continue;
@@ -402,6 +446,11 @@ Runner addTune(CLI::App& app) {
       std::cout << fmt::format("  pick: {} bytes ({:.2f}x, {} bits/value), predicted mean KL {:.4g}: {}\n",
                                r.pick->storedBytes, ref / static_cast<double>(r.pick->storedBytes),
                                bitsText(r.pick->storedBytes), r.pick->predictedKl, assignmentSummary(scan, *r.pick));
+      if (judge) {
+        const ProbeJudge::Verdict& v = judge->judge(r.config);
+        std::cout << fmt::format("  probes: {} of {} answers the unquantized cache's ({:.0f}%), answer KL {:.4g}\n",
+                                 v.same, v.probes, 100.0 * v.agreement(), v.meanAnswerKl);
+      }
       if (r.measured) {
         std::cout << fmt::format("  full run: {} bytes ({:.2f}x), mean KL {:.4g}, top-1 {:.1f}%\n",
                                  r.measured->memory.stored(), r.measured->ratio(), r.measured->meanKl(),
@@ -417,15 +466,22 @@ Runner addTune(CLI::App& app) {
                                r.target == TuneTarget::Kvscope ? "--cache '" + e.text + "'" : e.text);
       for (const auto& note : e.notes) std::cout << "    note: " << note << "\n";
     }
-    if (!budget) {
-      std::cout << "\nGive --max-kl or --max-bytes to pick an assignment from each front.\n";
+    if (!budgeted) {
+      std::cout << "\nGive --max-kl, --max-bytes or --min-agreement to pick an assignment from each front.\n";
       return 0;
     }
     // The picks side by side, against the best uniform config (one candidate, or none, for every layer and side).
-    const auto uniform = cache::solve(cache::paretoFront(scan, TuneTarget::Transformers), *budget);
-    std::cout << fmt::format(
-        "\nPicks under {} (predicted: the scan's KLs summed; measured: the full run):\n",
-        o->maxKl ? fmt::format("mean KL <= {:g}", *o->maxKl) : fmt::format("{} KV bytes", *o->maxBytes));
+    const auto transformersFront = cache::paretoFront(scan, TuneTarget::Transformers);
+    const auto uniform =
+        budget ? cache::solve(transformersFront, *budget)
+               : pickByProbes(
+                     transformersFront, [&](const Assignment& a) { return cache::assignmentConfig(scan, a); }, *judge);
+    const std::string under =
+        o->maxKl      ? fmt::format("mean KL <= {:g}", *o->maxKl)
+        : o->maxBytes ? fmt::format("{} KV bytes", *o->maxBytes)
+                      : fmt::format("probe agreement >= {:g}%{}", 100.0 * *o->minAgreement,
+                                    o->maxAnswerKl ? fmt::format(", answer KL <= {:g}", *o->maxAnswerKl) : "");
+    std::cout << fmt::format("\nPicks under {} (predicted: the scan's KLs summed; measured: the full run):\n", under);
     std::cout << fmt::format("  {:<13} {:>12} {:>8} {:>8} {:>12} {:>12} {:>18}\n", "target", "KV bytes", "ratio",
                              "bits/val", "pred. KL", "measured KL", "vs best uniform");
     for (const Result& r : results) {

@@ -72,6 +72,18 @@ for want in "Mean KL with one layer side quantized" "Target llamacpp:" "pick:" "
   grep -q -- "$want" "$tmp/table" || { echo "FAIL table lacks '$want'"; cat "$tmp/table"; fail=1; }
 done
 
+# The probe objective: the cheapest transformers-shaped pick whose long-context probes answer as the unquantized
+# cache does; an answer-KL budget of 0 no quantizing config meets (the probes read its quantized states).
+probe_args=(--scan-in "$tmp/scan.json" --target transformers --no-verify --objective probes --probe-tasks passkey
+            --probe-lengths 256 --probe-depths 50)
+"$cli" tune "${probe_args[@]}" > "$tmp/ptable" 2> "$tmp/perr" || { echo "FAIL tune --min-agreement"; cat "$tmp/perr"; fail=1; }
+for want in "Picks under probe agreement >= 100%" "probes: 1 of 1 answers the unquantized cache's (100%)"             "config: fp8:overflow=saturate"; do
+  grep -q -- "$want" "$tmp/ptable" || { echo "FAIL probe table lacks '$want'"; cat "$tmp/ptable" "$tmp/perr"; fail=1; }
+done
+grep -q "tune: 1 probes answered through the unquantized cache" "$tmp/perr" || { echo "FAIL probe progress"; fail=1; }
+"$cli" tune "${probe_args[@]}" --max-answer-kl 0 > "$tmp/ptable" 2> /dev/null || { echo "FAIL tune --max-answer-kl"; fail=1; }
+grep -q "no assignment meets the budget" "$tmp/ptable" || { echo "FAIL answer-KL budget"; cat "$tmp/ptable"; fail=1; }
+
 # Bad input: one line each, exit 2.
 expect_error() {
   local what=$1; shift
@@ -92,4 +104,10 @@ expect_error "not a kvscope tune scan" --scan-in "$tmp/bad.json"
 expect_error "cannot read scan file" --scan-in "$tmp/none.json"
 expect_error "--save needs a budget" --scan-in "$tmp/scan.json" --save "$tmp/x.json"
 expect_error 'unknown tuning target `tensorrt`' --scan-in "$tmp/scan.json" --target tensorrt
+expect_error '--probe-lengths: `4q` is not a token count' --scan-in "$tmp/scan.json" --min-agreement 1 --probe-lengths 4q
+expect_error '--probe-tasks belongs to the probes objective: add --objective probes' --scan-in "$tmp/scan.json" \
+  --max-kl 0.01 --probe-tasks passkey
+"$cli" tune --scan-in "$tmp/scan.json" --min-agreement 1 --probe-lengths 16k > /dev/null 2> "$tmp/e"
+[ $? -eq 2 ] && tail -1 "$tmp/e" | grep -q "past the model's trained context of 8192" \
+  || { echo "FAIL --probe-lengths 16k: $(cat "$tmp/e")"; fail=1; }
 exit $fail
