@@ -65,6 +65,30 @@
 #include "wiring.h"
 
 namespace kvscope::guitest {
+/// What the fixtures with a model share: the engine on its own thread and a window wired to it, as the app has them.
+class EngineWindow : public QObject {
+ protected:
+  QThread thread_;
+  app::Engine* engine_ = nullptr;
+  ui::MainWindow* w_ = nullptr;
+  void startEngine() {
+    engine_ = new app::Engine();
+    app::startEngine(engine_, &thread_);
+    w_ = new ui::MainWindow();
+    app::wire(engine_, w_);
+  }
+  void stopEngine() {
+    if (engine_) app::shutdownEngine(engine_, &thread_);
+    delete w_;
+  }
+};
+/// Runs a QTest fixture.
+template <class Fixture>
+int runFixture(int argc, char** argv) {
+  Fixture f;
+  return QTest::qExec(&f, argc, argv);
+}
+
 /// The window alone (no engine, no model), fed synthetic snapshots: tests/gui/test_window.cpp.
 int runWindowTests(int argc, char** argv);
 /// The workbench on the embedded model, with its engine thread: tests/gui/test_workbench.cpp.

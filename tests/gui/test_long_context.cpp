@@ -6,13 +6,9 @@
 
 using namespace kvscope;
 
-class LongContextTest : public QObject {
+class LongContextTest : public guitest::EngineWindow {
   Q_OBJECT
  private:
-  QThread thread_;
-  app::Engine* engine_ = nullptr;
-  ui::MainWindow* w_ = nullptr;
-
   ui::ProbePage* page() const { return w_->findChild<ui::ProbePage*>(); }
   QStringList mapTexts() const {
     QStringList t;
@@ -26,10 +22,7 @@ class LongContextTest : public QObject {
   void initTestCase() {
     const QString model = qEnvironmentVariable("KVSCOPE_MODEL");
     if (model.isEmpty() || !QFile::exists(model)) QSKIP("KVSCOPE_MODEL is not set to the embedded GGUF");
-    engine_ = new app::Engine();
-    app::startEngine(engine_, &thread_);
-    w_ = new ui::MainWindow();
-    app::wire(engine_, w_);
+    startEngine();
     w_->show();
     w_->openModel(model);
     QTRY_VERIFY_WITH_TIMEOUT(w_->hasModel(), 300000);
@@ -128,14 +121,12 @@ class LongContextTest : public QObject {
   }
 
   void cleanupTestCase() {
-    if (engine_) app::shutdownEngine(engine_, &thread_);
-    delete w_;
+    stopEngine();
   }
 };
 
 int kvscope::guitest::runLongContextTests(int argc, char** argv) {
-  LongContextTest t;
-  return QTest::qExec(&t, argc, argv);
+  return runFixture<LongContextTest>(argc, argv);
 }
 
 #include "test_long_context.moc"

@@ -18,12 +18,9 @@ class EngineSpy : public QObject {
   QList<ui::ModelInfo> loads;
 };
 
-class GuiTest : public QObject {
+class GuiTest : public guitest::EngineWindow {
   Q_OBJECT
  private:
-  QThread thread_;
-  app::Engine* engine_ = nullptr;
-  ui::MainWindow* w_ = nullptr;
   QString model_;
 
   QString runsCell(int row, int column) const { return w_->runsModel()->index(row, column).data().toString(); }
@@ -43,10 +40,7 @@ class GuiTest : public QObject {
   void initTestCase() {
     model_ = qEnvironmentVariable("KVSCOPE_MODEL");
     if (model_.isEmpty() || !QFile::exists(model_)) QSKIP("KVSCOPE_MODEL is not set to the embedded GGUF");
-    engine_ = new app::Engine();
-    app::startEngine(engine_, &thread_);
-    w_ = new ui::MainWindow();
-    app::wire(engine_, w_);
+    startEngine();
     new QAbstractItemModelTester(w_->runsTable()->model(), QAbstractItemModelTester::FailureReportingMode::QtTest, w_);
     w_->show();
     w_->openModel(model_);
@@ -842,14 +836,12 @@ class GuiTest : public QObject {
   }
 
   void cleanupTestCase() {
-    if (engine_) app::shutdownEngine(engine_, &thread_);
-    delete w_;
+    stopEngine();
   }
 };
 
 int kvscope::guitest::runWorkbenchTests(int argc, char** argv) {
-  GuiTest t;
-  return QTest::qExec(&t, argc, argv);
+  return runFixture<GuiTest>(argc, argv);
 }
 
 #include "test_workbench.moc"
