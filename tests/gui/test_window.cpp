@@ -906,16 +906,17 @@ class WindowTest : public QObject {
     dock.resize(1300, 400);
     dock.show();
     QVERIFY(QTest::qWaitForWindowExposed(&dock));
-    QCOMPARE(tabs->count(), 5);  // Runs (with the overlay beside the table), Text evaluation, Tuner, Doctor, Capacity
+    // Runs (with the overlay beside the table), Text evaluation, Tuner, Doctor, Long context, Capacity
+    QCOMPARE(tabs->count(), 6);
     QVERIFY(dock.overlay()->isVisible());
     dock.resize(640, 400);
-    QTRY_COMPARE(tabs->count(), 6);
+    QTRY_COMPARE(tabs->count(), 7);
     QCOMPARE(tabs->tabText(1), QString("Overlay"));
     QVERIFY(!dock.overlay()->isVisible());  // a tab page, not over the table
     tabs->setCurrentIndex(1);
     QVERIFY(dock.overlay()->isVisible());
     dock.resize(1300, 400);
-    QTRY_COMPARE(tabs->count(), 5);
+    QTRY_COMPARE(tabs->count(), 6);
     QVERIFY(dock.overlay()->isVisible());
   }
 
