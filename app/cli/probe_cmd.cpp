@@ -232,9 +232,12 @@ Runner addProbe(CLI::App& app) {
   cmd->add_option("--tasks", o->tasks, "comma-separated tasks (default: all; see below)");
   cmd->add_option("--lengths", o->lengths,
                   "comma-separated token lengths, e.g. 1k,2k,4k (default: 1k doubling up to the model's context)");
-  cmd->add_option("--depths", o->depths, "comma-separated needle depths in percent of the context");
-  cmd->add_option("--samples", o->samples, "probes per task, length and depth")->check(CLI::Range(1, 1000));
-  cmd->add_option("--seed", o->seed, "the suite's seed (same seed, same text byte for byte)");
+  cmd->add_option("--depths", o->depths, "comma-separated needle depths in percent of the context")
+      ->capture_default_str();
+  cmd->add_option("--samples", o->samples, "probes per task, length and depth")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "the suite's seed (same seed, same text byte for byte)")->capture_default_str();
   cmd->add_flag("--beyond-context", o->beyond, "allow lengths past the model's trained context");
   cmd->add_flag("--chat", o->chat, "wrap each probe in the model's chat template (user turn)");
   auto* json =

@@ -298,7 +298,7 @@ std::uint64_t probeSeed(std::uint64_t seed, Task t, std::int64_t length, int dep
 
 const std::vector<TaskInfo>& tasks() {
   static const std::vector<TaskInfo> t = {
-      {Task::Passkey, "passkey", "llama.cpp's passkey (KIVI's five digits)",
+      {Task::Passkey, "passkey", "llama.cpp's passkey, KIVI's five digits",
        "a pass key in filler text, asked for at the end", true, 12},
       {Task::NiahSingle1, "niah_single_1", "RULER niah_single_1",
        "one needle (word key, 7-digit value) among noise lines", true, 24},
@@ -306,10 +306,10 @@ const std::vector<TaskInfo>& tasks() {
        "the queried needle among needles of other word keys", true, 24},
       {Task::NiahMultikey3, "niah_multikey_3", "RULER niah_multikey_3",
        "the queried needle among needles of other keys, UUID keys and values", true, 48},
-      {Task::VariableTracking, "vt", "RULER vt (1 chain, 4 hops)",
+      {Task::VariableTracking, "vt", "RULER vt: 1 chain of 4 hops",
        "every variable a chain of assignments gives one value", false, 30},
       {Task::CommonWords, "cwe", "RULER cwe", "the 10 most common words of a numbered list", false, 120},
-      {Task::FrequentWords, "fwe", "RULER fwe (alpha 2)", "the 3 most frequent coded words of a Zipf text", false, 50},
+      {Task::FrequentWords, "fwe", "RULER fwe: alpha 2", "the 3 most frequent coded words of a Zipf text", false, 50},
       {Task::JsonToolCall, "json_tool", "kvscope",
        "a JSON tool call whose arguments are copied from one ticket of a support log", true, 48},
   };
