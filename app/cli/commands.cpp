@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +18,15 @@
 #include "model/safetensors.h"
 
 namespace kvscope::cli {
+
+nlohmann::json jsonNumber(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
+
+double jsonNumberOf(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it == j.end() || !it->is_number() ? std::numeric_limits<double>::quiet_NaN() : it->get<double>();
+}
 
 void writeOutput(const std::string& path, const std::string& text) {
   if (path.empty() || path == "-") {

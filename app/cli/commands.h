@@ -61,6 +61,10 @@ class ShardOut {
 /// What `merge` prints of a run's rows: `eval`'s (the reference first) and `sweep`'s (the baseline first) own
 /// output; `tune`'s scan file.
 int printEval(const nlohmann::json& run, const std::vector<nlohmann::json>& rows, bool json, bool csv);
+/// A figure for a record: the number, or null where it is not finite (NaN, inf).
+nlohmann::json jsonNumber(double x);
+/// A record's figure `key` back (NaN where it is null or absent).
+double jsonNumberOf(const nlohmann::json& j, const char* key);
 /// `probe`'s records (one per probe) as its table, JSON lines or CSV.
 int printProbe(const nlohmann::json& run, const std::vector<nlohmann::json>& records, bool json, bool csv);
 struct SweepPrint {

@@ -23,9 +23,7 @@ namespace {
 
 using generate::EvalFigures;
 
-nlohmann::json num(double x) {
-  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
-}
+const auto num = jsonNumber;
 nlohmann::json estimate(const Estimate& e) {
   return {{"value", num(e.value)}, {"stderr", num(e.error)}};
 }
@@ -71,8 +69,7 @@ nlohmann::json evalJson(const EvalFigures& f, const EvalFigures& ref, bool refer
 
 // The figures a row shows, back from its JSON (null: NaN).
 double numOf(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || !it->is_number() ? std::numeric_limits<double>::quiet_NaN() : it->get<double>();
+  return jsonNumberOf(j, key);
 }
 double numOf(const nlohmann::json& j, const char* key, const char* sub) {
   const auto it = j.find(key);

@@ -25,13 +25,8 @@ namespace kvscope::cli {
 
 namespace {
 
-nlohmann::json num(double x) {
-  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
-}
-double numOf(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it == j.end() || !it->is_number() ? std::nan("") : it->get<double>();
-}
+const auto num = jsonNumber;
+const auto numOf = jsonNumberOf;
 
 // The default lengths: 1k, 2k, 4k, ... up to the model's trained context.
 std::vector<std::int64_t> defaultLengths(std::int64_t ctx) {
